@@ -1,0 +1,35 @@
+# Two commands do all set-up on a fresh machine:
+#   make demo   — sweep the local node with the project's own model pair, write review.html
+#   make test   — lint and run the whole test suite against real sshd, PostgreSQL, mlx-lm, Chromium
+# Each creates .venv (keyed by the hash of pyproject.toml) and installs what it needs.
+
+SHELL := /bin/bash
+# Debian's interpreter when present: sshd test nodes log in as other users and must be
+# able to run the venv's python (pyenv builds often live under a 0700 /root).
+PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
+VENV := .venv
+DEPS_HASH := $(shell cat pyproject.toml | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.installed-$(DEPS_HASH)
+
+.PHONY: demo test lint system-deps clean
+
+$(STAMP): pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/specfleet demo
+
+system-deps:
+	@scripts/system-deps
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: $(STAMP) system-deps lint
+	$(VENV)/bin/python -m pytest -q -ra
+
+clean:
+	rm -rf $(VENV) .specfleet-demo

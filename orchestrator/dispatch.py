@@ -1,0 +1,153 @@
+"""Sweeps: push agent, weights and job to each node, run, stream events into the store.
+
+Every node gets an outcome — ok, failed or unreachable — and one bad node never
+stops the others (gather with ``return_exceptions``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import agent
+
+from .errors import RemoteError, SpecfleetError, UnreachableError
+from .inventory import Host
+from .store import Store
+from .transport import SSHOptions, connect, q
+
+AGENT_DIR = Path(agent.__file__).resolve().parent
+INGEST_BATCH = 64
+
+
+@dataclass
+class NodeOutcome:
+    host: str
+    status: str  # ok | failed | unreachable
+    detail: str | None = None
+    events: int = 0
+
+
+@dataclass
+class SweepResult:
+    sweep_id: str
+    status: str
+    outcomes: list[NodeOutcome] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _expand(root: str, home: str) -> str:
+    return home + root[1:] if root == "~" or root.startswith("~/") else root
+
+
+async def _push_models(t, job: dict, root: str) -> dict:
+    """Copy each model once per fingerprint; rename into place only when complete."""
+    job = json.loads(json.dumps(job))
+    for role, m in job["models"].items():
+        dest = f"{root}/models/{m['fingerprint'].split(':')[-1][:24]}/{role}"
+        probe = await t.run(f"test -f {q(dest + '/.complete')}", check=False)
+        if probe.exit_status != 0:
+            tmp = f"{dest}.partial-{uuid.uuid4().hex[:8]}"
+            await t.put_dir(Path(m["path"]), tmp)
+            await t.run(f"touch {q(tmp + '/.complete')} && rm -rf {q(dest)} && "
+                        f"mv {q(tmp)} {q(dest)}")
+        m["path"] = dest
+    return job
+
+
+async def run_on_host(host: Host, job: dict, store: Store, sweep_id: str,
+                      ssh: SSHOptions, progress: Callable[[str, dict], None]) -> NodeOutcome:
+    stored = 0
+    async with connect(host, ssh) as t:
+        root = _expand(host.root, await t.home())
+        await t.run(f"mkdir -p {q(root + '/agent_pkg')} {q(root + '/jobs')} "
+                    f"{q(root + '/models')}")
+        await t.put_dir(AGENT_DIR, f"{root}/agent_pkg/agent")
+        node_job = await _push_models(t, job, root)
+        job_path = f"{root}/jobs/{sweep_id}.json"
+        journal = f"{root}/jobs/{sweep_id}.events.jsonl"
+        await t.write_text(job_path, json.dumps(node_job))
+        cmd = (f"cd {q(root + '/agent_pkg')} && exec {q(host.python)} -m agent run "
+               f"{q(job_path)} --journal {q(journal)}")
+        batch: list[dict] = []
+        failure: dict | None = None
+        try:
+            async for line in t.stream_lines(cmd):
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # not an event (a library printing to stdout)
+                if not isinstance(event, dict) or "seq" not in event:
+                    continue
+                batch.append(event)
+                progress(host.name, event)
+                if event["type"] == "job_failed":
+                    failure = event
+                if len(batch) >= INGEST_BATCH or event["type"] != "generation":
+                    stored += store.ingest(sweep_id, host.name, batch)
+                    batch = []
+        except RemoteError as e:
+            stored += store.ingest(sweep_id, host.name, batch)
+            batch = []
+            msg = failure["message"] if failure else (e.stderr.strip().splitlines() or [""])[-1]
+            return NodeOutcome(host.name, "failed", f"agent exited {e.exit_status}: {msg}",
+                               stored)
+        finally:
+            stored += store.ingest(sweep_id, host.name, batch)
+    return NodeOutcome(host.name, "ok", None, stored)
+
+
+def _stderr_progress(node: str, event: dict) -> None:
+    if event["type"] == "plan":
+        print(f"[{node}] {event['total_generations']} generations planned", file=sys.stderr)
+    elif event["type"] == "generation":
+        rate = event.get("decode_tok_s")
+        acc = event.get("acceptance_rate")
+        print(f"[{node}] {event['run_index'] + 1} {event['workload']:<6} {event['mode']:<11} "
+              f"k={event['num_draft_tokens']} {rate or 0:7.1f} tok/s"
+              + (f"  acceptance {acc:.2f}" if acc is not None else ""), file=sys.stderr)
+    elif event["type"] == "job_failed":
+        print(f"[{node}] agent failed: {event['message']}", file=sys.stderr)
+
+
+async def _sweep(hosts: list[Host], job: dict, store: Store, sweep_id: str, ssh: SSHOptions,
+                 progress, concurrency: int) -> list[NodeOutcome]:
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(h: Host) -> NodeOutcome:
+        async with sem:
+            return await run_on_host(h, job, store, sweep_id, ssh, progress)
+
+    results = await asyncio.gather(*(one(h) for h in hosts), return_exceptions=True)
+    outcomes = []
+    for h, r in zip(hosts, results):
+        if isinstance(r, NodeOutcome):
+            outcomes.append(r)
+        elif isinstance(r, UnreachableError):
+            outcomes.append(NodeOutcome(h.name, "unreachable", r.reason))
+        elif isinstance(r, SpecfleetError):
+            outcomes.append(NodeOutcome(h.name, "failed", str(r)))
+        else:
+            raise r
+    return outcomes
+
+
+def run_sweep(hosts: list[Host], job: dict, store: Store, *, inventory: str | None = None,
+              ssh: SSHOptions | None = None, progress=_stderr_progress,
+              concurrency: int = 64) -> SweepResult:
+    """Run ``job`` on every host; record the sweep and each node's outcome."""
+    sweep_id = uuid.uuid4().hex[:12]
+    job = {**job, "job_id": sweep_id}
+    store.create_sweep(sweep_id, job, inventory)
+    outcomes = asyncio.run(_sweep(hosts, job, store, sweep_id, ssh or SSHOptions(),
+                                  progress or (lambda n, e: None), concurrency))
+    status = store.finish_sweep(sweep_id, {o.host: (o.status, o.detail) for o in outcomes})
+    return SweepResult(sweep_id, status, outcomes)

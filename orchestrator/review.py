@@ -1,0 +1,115 @@
+"""The review page: per node and workload, baseline vs each draft width.
+
+Speedup is the candidate's median decode tok/s over the median of the baselines
+measured in the same sweep, on the same node and prompt, with the same sampling.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from .errors import SpecfleetError
+from .store import Store
+from .store.models import NodeOutcome, Run, Sweep
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    mode: str
+    num_draft_tokens: int
+    runs: int
+    decode_tok_s: float | None
+    speedup: float | None
+    acceptance_rate: float | None
+    itl_p95_ms: float | None
+    ttft_ms: float | None
+    peak_memory_mb: float | None
+    exactness: str
+    sample_output: str
+
+
+def _median(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _exactness(runs: list[Run]) -> str:
+    flags = [r.exact_match for r in runs]
+    if any(f is False for f in flags):
+        first = min(r.first_divergence for r in runs if r.exact_match is False)
+        return f"diverged at token {first}"
+    if flags and all(f is True for f in flags):
+        return "identical"
+    return "reference" if all(r.mode == "baseline" for r in runs) else "not checked"
+
+
+def review_data(store: Store, sweep_id: str | None = None) -> dict:
+    sweep_id = sweep_id or store.latest_sweep_id()
+    if sweep_id is None:
+        raise SpecfleetError("the store holds no sweeps yet; run `specfleet sweep` first")
+    with Session(store.engine) as c:
+        sweep = c.get(Sweep, sweep_id)
+        if sweep is None:
+            raise SpecfleetError(f"no sweep {sweep_id!r} in the store")
+        runs = list(c.scalars(select(Run).where(Run.sweep_id == sweep_id)
+                              .order_by(Run.node, Run.run_index)))
+        outcomes = list(c.scalars(select(NodeOutcome).where(NodeOutcome.sweep_id == sweep_id)
+                                  .order_by(NodeOutcome.node)))
+        c.expunge_all()
+    groups: dict[tuple[str, str], list] = {}
+    for r in runs:
+        groups.setdefault((r.node, r.workload), []).append(r)
+    sections = []
+    for (node, workload), rs in sorted(groups.items()):
+        base = [r for r in rs if r.mode == "baseline"]
+        base_rate = _median(r.decode_tok_s for r in base)
+        rows = [_row("baseline (autoregressive)", "baseline", 0, base, base_rate)]
+        for k in sorted({r.num_draft_tokens for r in rs if r.mode == "speculative"}):
+            cand = [r for r in rs if r.mode == "speculative" and r.num_draft_tokens == k]
+            rows.append(_row(f"speculative, draft width {k}", "speculative", k, cand, base_rate))
+        sections.append({"node": node, "workload": workload, "rows": rows,
+                         "prompt_sha256": rs[0].prompt_sha256})
+    return {"sweep": sweep, "sections": sections, "outcomes": outcomes}
+
+
+def _row(label, mode, k, runs, base_rate) -> Row:
+    rate = _median(r.decode_tok_s for r in runs)
+    mem = _median(r.peak_mlx_memory_bytes for r in runs)
+    return Row(label=label, mode=mode, num_draft_tokens=k, runs=len(runs), decode_tok_s=rate,
+               speedup=rate / base_rate if rate and base_rate else None,
+               acceptance_rate=_median(r.acceptance_rate for r in runs),
+               itl_p95_ms=_median(r.itl_p95_ms for r in runs),
+               ttft_ms=_median(r.ttft_ms for r in runs),
+               peak_memory_mb=mem / 1e6 if mem else None, exactness=_exactness(runs),
+               sample_output=runs[0].output_text if runs else "")
+
+
+def _fmt(value, spec: str = ".1f", missing: str = "–") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(
+        ["html", "j2"], default_for_string=True, default=True), undefined=StrictUndefined)
+    env.filters["fmt"] = _fmt
+    return env
+
+
+def render_review(store: Store, out: Path, sweep_id: str | None = None) -> Path:
+    """Write the HTML review for a sweep (default: the latest) to ``out``."""
+    data = review_data(store, sweep_id)
+    html = environment().get_template("review.html.j2").render(**data)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(out)
+    return out

@@ -1,0 +1,5 @@
+"""The result store: SQLite by default, PostgreSQL for teams; Alembic migrations."""
+
+from .db import DEFAULT_URL, Store, open_store, resolve_url
+
+__all__ = ["DEFAULT_URL", "Store", "open_store", "resolve_url"]

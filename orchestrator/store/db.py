@@ -1,0 +1,134 @@
+"""Opening the store, migrating it, and ingesting agent events idempotently."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from ..errors import StoreError
+from .models import Event, NodeOutcome, Run, Sweep
+
+DEFAULT_URL = "sqlite:///specfleet.db"
+MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+
+RUN_COLUMNS = ("run_index", "workload", "prompt_sha256", "mode", "knob", "num_draft_tokens",
+               "repetition", "generated_tokens", "ttft_ms", "decode_tok_s", "itl_p50_ms",
+               "itl_p95_ms", "drafted_tokens", "accepted_tokens", "acceptance_rate",
+               "peak_mlx_memory_bytes", "exact_match", "first_divergence", "output_text")
+
+
+def resolve_url(url: str | None) -> str:
+    return url or os.environ.get("SPECFLEET_DB") or DEFAULT_URL
+
+
+def alembic_config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+class Store:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self._insert = (postgresql.insert if engine.dialect.name == "postgresql"
+                        else sqlite.insert)
+
+    def current_revision(self) -> str | None:
+        with self.engine.connect() as c:
+            return MigrationContext.configure(c).get_current_revision()
+
+    def create_sweep(self, sweep_id: str, job: dict, inventory: str | None) -> None:
+        with self.engine.begin() as c:
+            c.execute(insert(Sweep).values(
+                id=sweep_id, created_at=datetime.now(timezone.utc), status="running",
+                inventory=inventory, job=job,
+                target_fingerprint=job["models"]["target"].get("fingerprint"),
+                draft_fingerprint=job["models"]["draft"].get("fingerprint")))
+
+    def finish_sweep(self, sweep_id: str, outcomes: dict[str, tuple[str, str | None]]) -> str:
+        statuses = {s for s, _ in outcomes.values()}
+        status = "ok" if statuses == {"ok"} else ("failed" if "ok" not in statuses else "partial")
+        with self.engine.begin() as c:
+            for node, (st, detail) in outcomes.items():
+                c.execute(self._insert(NodeOutcome).values(
+                    sweep_id=sweep_id, node=node, status=st, detail=detail
+                ).on_conflict_do_nothing())
+            c.execute(update(Sweep).where(Sweep.id == sweep_id).values(
+                status=status, finished_at=datetime.now(timezone.utc)))
+        return status
+
+    def ingest(self, sweep_id: str, node: str, events: list[dict]) -> int:
+        """Store events (and their runs) once; returns how many events were new."""
+        if not events:
+            return 0
+        rows = [{"sweep_id": sweep_id, "node": node, "seq": e["seq"], "type": e["type"],
+                 "ts": e["ts"], "payload": e} for e in events]
+        runs = [_run_row(sweep_id, node, e) for e in events if e["type"] == "generation"]
+        with self.engine.begin() as c:
+            res = c.execute(self._insert(Event).on_conflict_do_nothing().returning(Event.seq),
+                            rows)
+            new = len(res.all())
+            if runs:
+                c.execute(self._insert(Run).on_conflict_do_nothing(), runs)
+        return new
+
+    def latest_sweep_id(self) -> str | None:
+        with self.engine.connect() as c:
+            return c.execute(select(Sweep.id).order_by(Sweep.created_at.desc()).limit(1)
+                             ).scalar_one_or_none()
+
+
+def _run_row(sweep_id: str, node: str, e: dict) -> dict:
+    row = {k: e.get(k) for k in RUN_COLUMNS}
+    row.update(sweep_id=sweep_id, node=node, seq=e["seq"],
+               knob_value=None if e.get("knob_value") is None else str(e["knob_value"]),
+               temperature=e["config"]["temperature"])
+    return row
+
+
+def open_store(url: str | None = None, migrate: bool = True) -> Store:
+    """Open (and by default migrate to head) the store at ``url``."""
+    url = resolve_url(url)
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        engine = create_engine(url)
+        if migrate:
+            upgrade(engine, url)
+    except SQLAlchemyError as e:
+        raise StoreError(f"cannot open store {engine_url_for_humans(url)}: "
+                         f"{e.__class__.__name__}: {str(e).splitlines()[0]}") from None
+    return Store(engine)
+
+
+def upgrade(engine: Engine, url: str, revision: str = "head") -> None:
+    cfg = alembic_config(url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def downgrade(engine: Engine, url: str, revision: str) -> None:
+    cfg = alembic_config(url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
+
+
+def engine_url_for_humans(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url

@@ -1,0 +1,180 @@
+"""How the controller reaches a node: SSH (asyncssh) or the local machine.
+
+Both transports offer the same three operations — run a command, copy a folder,
+stream a command's stdout line by line — so dispatch code never branches on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncssh
+
+from .errors import RemoteError, RemoteTimeoutError, UnreachableError
+from .inventory import Host
+
+# The default key exchange costs ~80 ms of CPU per connection on small machines.
+KEX_ALGS = ["curve25519-sha256", "curve25519-sha256@libssh.org", "ecdh-sha2-nistp256"]
+
+
+@dataclass(frozen=True)
+class SSHOptions:
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts, strict
+    connect_timeout: float = 10.0
+    keepalive_interval: float = 15.0
+
+
+@dataclass
+class Result:
+    exit_status: int
+    stdout: str
+    stderr: str
+
+
+class LocalTransport:
+    """The controller's own machine, without SSH (the embedded demo default)."""
+
+    def __init__(self, host: Host):
+        self.host = host
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return None
+
+    async def home(self) -> str:
+        return os.path.expanduser("~")
+
+    async def run(self, command: str, check: bool = True) -> Result:
+        proc = await asyncio.create_subprocess_shell(
+            command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+        res = Result(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+        if check and res.exit_status != 0:
+            raise RemoteError(self.host.name, command, res.exit_status, res.stderr)
+        return res
+
+    async def write_text(self, remote: str, text: str) -> None:
+        await asyncio.to_thread(Path(remote).write_text, text, encoding="utf-8")
+
+    async def put_dir(self, local: Path, remote: str) -> None:
+        await asyncio.to_thread(shutil.copytree, local, remote, dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("__pycache__"))
+
+    async def stream_lines(self, command: str) -> AsyncIterator[str]:
+        proc = await asyncio.create_subprocess_shell(
+            command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            limit=1 << 24)
+        stderr_task = asyncio.create_task(proc.stderr.read())
+        async for raw in proc.stdout:
+            yield raw.decode(errors="replace")
+        await proc.wait()
+        err = (await stderr_task).decode(errors="replace")
+        if proc.returncode != 0:
+            raise RemoteError(self.host.name, command, proc.returncode, err)
+
+
+class SSHTransport:
+    """One asyncssh connection per host, reused for every channel."""
+
+    def __init__(self, host: Host, options: SSHOptions):
+        self.host, self.options = host, options
+        self.conn: asyncssh.SSHClientConnection | None = None
+
+    async def __aenter__(self):
+        h, o = self.host, self.options
+        kwargs = {"port": h.port, "known_hosts": o.known_hosts or os.path.expanduser(
+            "~/.ssh/known_hosts"), "kex_algs": KEX_ALGS,
+            "keepalive_interval": o.keepalive_interval, "connect_timeout": o.connect_timeout}
+        if h.user:
+            kwargs["username"] = h.user
+        if h.key_file:
+            kwargs["client_keys"] = [os.path.expanduser(h.key_file)]
+        try:
+            self.conn = await asyncssh.connect(h.address, **kwargs)
+        except asyncio.TimeoutError:
+            raise RemoteTimeoutError(h.name, f"no answer from {h.address}:{h.port} "
+                                             f"within {o.connect_timeout:g}s") from None
+        except asyncssh.HostKeyNotVerifiable as e:
+            raise UnreachableError(h.name, f"host key not verifiable ({e.reason}); "
+                                           "add it to known_hosts") from None
+        except (OSError, asyncssh.Error) as e:
+            reason = getattr(e, "reason", None) or getattr(e, "strerror", None) or str(e)
+            raise UnreachableError(h.name, f"{h.address}:{h.port}: {reason}") from None
+        return self
+
+    async def __aexit__(self, *exc):
+        if self.conn is not None:
+            self.conn.close()
+            await self.conn.wait_closed()
+
+    async def home(self) -> str:
+        return (await self.run('printf %s "$HOME"')).stdout
+
+    async def run(self, command: str, check: bool = True) -> Result:
+        try:
+            r = await self.conn.run(command, check=False)
+        except (OSError, asyncssh.Error) as e:
+            raise UnreachableError(self.host.name, f"connection lost: {e}") from None
+        if r.exit_status is None:  # the session died mid-command: not a success
+            raise UnreachableError(self.host.name, f"connection lost during `{command}`")
+        res = Result(r.exit_status, str(r.stdout or ""), str(r.stderr or ""))
+        if check and res.exit_status != 0:
+            raise RemoteError(self.host.name, command, res.exit_status, res.stderr)
+        return res
+
+    async def write_text(self, remote: str, text: str) -> None:
+        try:
+            r = await self.conn.run(f"cat > {q(remote)}", input=text, check=False)
+        except (OSError, asyncssh.Error) as e:
+            raise UnreachableError(self.host.name, f"connection lost: {e}") from None
+        if r.exit_status != 0:
+            raise RemoteError(self.host.name, f"cat > {remote}", r.exit_status,
+                              str(r.stderr or ""))
+
+    async def put_dir(self, local: Path, remote: str) -> None:
+        try:
+            async with self.conn.start_sftp_client() as sftp:
+                await sftp.makedirs(remote, exist_ok=True)
+                for path in sorted(local.rglob("*")):
+                    if "__pycache__" in path.parts:
+                        continue
+                    dest = f"{remote}/{path.relative_to(local).as_posix()}"
+                    if path.is_dir():
+                        await sftp.makedirs(dest, exist_ok=True)
+                    else:
+                        await sftp.put(str(path), dest)
+        except (OSError, asyncssh.Error) as e:
+            raise UnreachableError(self.host.name, f"copy to {remote} failed: {e}") from None
+
+    async def stream_lines(self, command: str) -> AsyncIterator[str]:
+        try:
+            async with self.conn.create_process(command) as proc:
+                stderr_task = asyncio.create_task(proc.stderr.read())
+                async for line in proc.stdout:
+                    yield line
+                await proc.wait(check=False)
+                err = await stderr_task
+        except (OSError, asyncssh.Error) as e:
+            raise UnreachableError(self.host.name, f"connection lost: {e}") from None
+        if proc.exit_status is None:
+            raise UnreachableError(self.host.name, f"connection lost during `{command}`")
+        if proc.exit_status != 0:
+            raise RemoteError(self.host.name, command, proc.exit_status, err)
+
+
+def connect(host: Host, options: SSHOptions | None = None):
+    """The transport for a host, used as ``async with connect(host) as t``."""
+    return LocalTransport(host) if host.is_local else SSHTransport(host, options or SSHOptions())
+
+
+def q(arg: str) -> str:
+    """Quote one remote shell argument."""
+    return shlex.quote(arg)

@@ -1,0 +1,80 @@
+"""Shared fixtures: the model pair, a real sshd fleet, a real PostgreSQL database."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.fleet import start_fleet, stop_fleet
+
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+@pytest.fixture(scope="session")
+def shared_dir():
+    """A world-readable scratch folder: sshd node users must read the models in it."""
+    d = Path(tempfile.mkdtemp(prefix="specfleet-test-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def model_pair(shared_dir) -> Path:
+    from orchestrator.demo_models import build_demo_models
+
+    out = shared_dir / "models"
+    record = build_demo_models(out, log=lambda m: None)
+    assert record["reused"], "the committed pair should match its build key on this machine"
+    for p in out.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return out
+
+
+@pytest.fixture(scope="session")
+def fleet():
+    f = start_fleet(2, sys.executable)
+    try:
+        # The node users must be able to run the agent's interpreter (the project venv).
+        probe = subprocess.run(["su", "-s", "/bin/sh", f.nodes[0].user, "-c",
+                                f"{sys.executable} -c 'import mlx_lm'"],
+                               capture_output=True, text=True)
+        assert probe.returncode == 0, (
+            f"node users cannot run {sys.executable}: {probe.stderr.strip()} "
+            "(clone the project into a world-readable folder)")
+        yield f
+    finally:
+        stop_fleet(f)
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh PostgreSQL database, dropped afterwards."""
+    from sqlalchemy import create_engine, text
+
+    name = f"specfleet_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    with admin.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return request.getfixturevalue("pg_url")
