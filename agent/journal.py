@@ -17,13 +17,17 @@ from typing import IO
 from . import SCHEMA
 
 
-def last_seq(path: Path) -> int:
-    """Highest sequence number in a journal; a torn last line is ignored."""
+def recover(path: Path) -> int:
+    """Cut a torn last line (a crash mid-write) and return the highest sequence number."""
     if not path.exists():
         return 0
     seq = 0
-    with open(path, "rb") as f:
-        for line in f:
+    with open(path, "r+b") as f:
+        data = f.read()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):  # never fsynced as a whole event: drop it
+            f.truncate(end)
+        for line in data[:end].splitlines():
             try:
                 seq = max(seq, int(json.loads(line)["seq"]))
             except (ValueError, KeyError, TypeError):
@@ -35,7 +39,7 @@ class Journal:
     def __init__(self, path: Path, echo: IO[str] | None = sys.stdout):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.seq = last_seq(path)
+        self.seq = recover(path)
         self._f = open(path, "a", encoding="utf-8")
         self._echo = echo
 

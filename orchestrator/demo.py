@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from .demo_models import build_demo_models
@@ -21,9 +22,10 @@ def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print) -> Path
     models = workdir / "models"
     build_demo_models(models, log=log)
     store = open_store(f"sqlite:///{workdir / 'specfleet.db'}")
-    hosts = load_inventory(LOCAL_INVENTORY).hosts
+    # Keep the demo self-contained: the local node's files live in the workdir.
+    hosts = [replace(h, root=str(workdir / "node")) for h in load_inventory(LOCAL_INVENTORY).hosts]
     job = build_job(models, max_tokens=max_tokens)
-    result = run_sweep(list(hosts), job, store, inventory=str(LOCAL_INVENTORY))
+    result = run_sweep(hosts, job, store, inventory=str(LOCAL_INVENTORY))
     events = workdir / "events.jsonl"
     if result.status != "ok":
         details = "; ".join(f"{o.host}: {o.detail}" for o in result.outcomes if o.detail)

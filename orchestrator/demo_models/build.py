@@ -67,22 +67,28 @@ def _openblas_env() -> dict[str, str]:
     return env
 
 
-def build_demo_models(out: Path, *, retrain: bool = False, log=print) -> dict:
+def build_demo_models(out: Path, *, retrain: bool = False, log=print,
+                      committed: Path = COMMITTED) -> dict:
     """Write ``out/target`` and ``out/draft``; return the build record."""
     key = build_key()
-    record_path = COMMITTED / "BUILD.json"
+    record_path = committed / "BUILD.json"
     record = json.loads(record_path.read_text()) if record_path.exists() else None
     out.mkdir(parents=True, exist_ok=True)
     if not retrain and record and record["key"] == key["key"]:
         for rel, sha in record["files"].items():
-            src, dst = COMMITTED / rel, out / rel
+            src, dst = committed / rel, out / rel
             if file_sha256(src) != sha:
                 raise SpecfleetError(f"committed model file {src} does not match BUILD.json; "
                                      "run `specfleet demo-models build --retrain`")
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
+        shutil.copyfile(record_path, out / "BUILD.json")
         log(f"demo models: reused committed pair (build key {key['key'][:12]})")
         return {**record, "reused": True}
+    local = _verified_record(out, key["key"])
+    if not retrain and local:
+        log(f"demo models: {out} already holds build key {key['key'][:12]}")
+        return {**local, "reused": True}
     log(f"demo models: training (build key {key['key'][:12]}); this takes minutes")
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         # A child process, so LD_PRELOAD of OpenBLAS takes effect before mlx loads.
@@ -96,7 +102,24 @@ def build_demo_models(out: Path, *, retrain: bool = False, log=print) -> dict:
             if (out / m).exists():
                 shutil.rmtree(out / m)
             os.replace(Path(tmp) / m, out / m)
-    record = {**key, "files": _manifest(out), "reused": False}
+    record = {**key, "files": _manifest(out)}
+    (out / "BUILD.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return {**record, "reused": False}
+
+
+def _verified_record(folder: Path, key: str) -> dict | None:
+    """The build record of a folder trained earlier, if its key and files still match."""
+    try:
+        record = json.loads((folder / "BUILD.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if record.get("key") != key:
+        return None
+    try:
+        if any(file_sha256(folder / rel) != sha for rel, sha in record["files"].items()):
+            return None
+    except OSError:
+        return None
     return record
 
 

@@ -1,0 +1,38 @@
+"""Keep the README, .ci/run and --help honest."""
+
+import re
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def test_quick_start_has_the_two_commands_and_ci_runs_the_test_one():
+    quick = README.split("## Quick start", 1)[1].split("##", 1)[0]
+    commands = re.findall(r"^(make \w+)", quick, re.M)
+    assert commands == ["make demo", "make test"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "exec make test" in ci
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+
+
+def test_every_specfleet_command_in_the_readme_exists():
+    runner = CliRunner()
+    for line in re.findall(r"^specfleet ([a-z -]+?)(?= [A-Za-z./-]*[/.]| --|$)", README, re.M):
+        words = [w for w in line.split() if not w.startswith("-")]
+        result = runner.invoke(main, [*words, "--help"])
+        assert result.exit_code == 0, (line, result.output)
+
+
+def test_help_explains_each_command():
+    runner = CliRunner()
+    for cmd in (["sweep"], ["review"], ["demo"], ["demo-models", "build"], ["db", "upgrade"],
+                ["inventory", "list"]):
+        out = runner.invoke(main, [*cmd, "--help"]).output
+        assert "Usage: " in out and len(out.splitlines()) > 4, cmd
+    assert "SPECFLEET_DB" in runner.invoke(main, ["sweep", "--help"]).output

@@ -1,0 +1,101 @@
+"""The review page: rendered from a real local sweep, opened in headless Chromium."""
+
+from html.parser import HTMLParser
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import update
+
+from orchestrator.cli import main
+from orchestrator.dispatch import run_sweep
+from orchestrator.inventory import Host
+from orchestrator.jobspec import build_job
+from orchestrator.review import review_data
+from orchestrator.store import open_store
+from orchestrator.store.models import Run
+from tests.browser import dump_dom
+
+HOSTILE = '<script>document.title="pwned"</script><img src=x onerror=alert(1)>'
+
+
+class Tables(HTMLParser):
+    """Collects the cells of every table with class ``results``."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self._cell, self.scripts, self.imgs = [], None, 0, 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table" and "results" in (a.get("class") or ""):
+            self.tables.append({"workload": a.get("data-workload"), "rows": []})
+        elif tag == "tr" and self.tables and a.get("data-mode"):
+            self.tables[-1]["rows"].append([])
+        elif tag == "td" and self.tables and self.tables[-1]["rows"]:
+            self._cell = ""
+        elif tag == "script":
+            self.scripts += 1
+        elif tag == "img":
+            self.imgs += 1
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._cell is not None:
+            self.tables[-1]["rows"][-1].append(self._cell.strip())
+            self._cell = None
+
+
+@pytest.fixture(scope="module")
+def reviewed_store(model_pair, tmp_path_factory):
+    d = tmp_path_factory.mktemp("review")
+    url = f"sqlite:///{d / 'store.db'}"
+    store = open_store(url)
+    local = Host(name="local", address="localhost", connection="local",
+                 python=__import__("sys").executable, root=str(d / "node"))
+    job = build_job(model_pair, max_tokens=40, draft_widths=[2, 4])
+    result = run_sweep([local], job, store, progress=None)
+    assert result.ok, result.outcomes
+    with store.engine.begin() as c:  # model output is untrusted text
+        c.execute(update(Run).where(Run.mode == "baseline").values(output_text=HOSTILE))
+    return url, d, result.sweep_id
+
+
+def test_review_table_in_headless_chromium(reviewed_store):
+    url, d, sweep_id = reviewed_store
+    out = d / "review.html"
+    result = CliRunner().invoke(main, ["review", "--db", url, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert str(out) in result.output
+    parser = Tables()
+    parser.feed(dump_dom(out))
+    assert {t["workload"] for t in parser.tables} == {"code", "prose"}
+    for t in parser.tables:
+        labels = [r[0] for r in t["rows"]]
+        assert labels == ["baseline (autoregressive)", "speculative, draft width 2",
+                          "speculative, draft width 4"]
+        base, k2 = t["rows"][0], t["rows"][1]
+        assert base[3] == "1.00×" and k2[3].endswith("×")
+        assert float(k2[4]) > 0  # acceptance
+        assert k2[8] == "identical"
+    assert parser.scripts == 0 and parser.imgs == 0  # model output stayed text
+    assert "pwned" not in dump_dom(out).split("<title>")[1].split("</title>")[0]
+
+
+def test_review_numbers_match_the_store(reviewed_store):
+    url, _, sweep_id = reviewed_store
+    data = review_data(open_store(url), sweep_id)
+    for section in data["sections"]:
+        base = section["rows"][0]
+        for row in section["rows"][1:]:
+            assert row.speedup == pytest.approx(row.decode_tok_s / base.decode_tok_s)
+            assert 0 < row.acceptance_rate <= 1
+
+
+def test_review_of_an_empty_store_says_what_to_do(tmp_path):
+    result = CliRunner().invoke(main, ["review", "--db", f"sqlite:///{tmp_path / 'e.db'}",
+                                       "--out", str(tmp_path / "r.html")])
+    assert result.exit_code == 1
+    assert "Error: the store holds no sweeps yet; run `specfleet sweep` first" in result.output

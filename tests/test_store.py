@@ -1,0 +1,71 @@
+"""The same migrations and ingest on SQLite and on a real PostgreSQL database."""
+
+import json
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, func, inspect, select
+
+from orchestrator.errors import StoreError
+from orchestrator.store import open_store
+from orchestrator.store.db import downgrade, upgrade
+from orchestrator.store.models import Base, Event, Run
+
+JOB = {"schema": 1, "models": {"target": {"fingerprint": "sha256:t"},
+                               "draft": {"fingerprint": "sha256:d"}}}
+
+
+def _generation(seq: int, index: int, mode: str = "speculative") -> dict:
+    return {"schema": 1, "seq": seq, "type": "generation", "ts": 1000.0 + seq,
+            "run_index": index, "workload": "code", "prompt_sha256": "ab" * 32, "mode": mode,
+            "knob": "num_draft_tokens", "knob_value": 3, "num_draft_tokens": 3,
+            "config": {"temperature": 0.0}, "repetition": 0, "generated_tokens": 10,
+            "ttft_ms": 5.0, "decode_tok_s": 100.0, "itl_p50_ms": 1.0, "itl_p95_ms": 2.0,
+            "drafted_tokens": 9, "accepted_tokens": 6, "acceptance_rate": 0.6667,
+            "peak_mlx_memory_bytes": 1 << 20, "exact_match": True, "first_divergence": None,
+            "output_text": "x = 1"}
+
+
+def _events():
+    return [{"schema": 1, "seq": 1, "type": "job_started", "ts": 1000.0},
+            _generation(2, 0, "baseline"), _generation(3, 1),
+            {"schema": 1, "seq": 4, "type": "job_finished", "ts": 1004.0}]
+
+
+def test_migrations_match_models(any_url):
+    store = open_store(any_url)
+    assert store.current_revision() == "0001"
+    with store.engine.connect() as c:
+        diff = compare_metadata(MigrationContext.configure(c), Base.metadata)
+    assert diff == []
+
+
+def test_ingest_twice_stores_once(any_url):
+    store = open_store(any_url)
+    store.create_sweep("s1", JOB, None)
+    assert store.ingest("s1", "node1", _events()) == 4
+    assert store.ingest("s1", "node1", _events()) == 0
+    # an overlapping batch (a reconnecting reader) adds only what is new
+    more = _events()[2:] + [{"schema": 1, "seq": 5, "type": "note", "ts": 1005.0}]
+    assert store.ingest("s1", "node1", more) == 1
+    with store.engine.connect() as c:
+        assert c.scalar(select(func.count()).select_from(Event)) == 5
+        assert c.scalar(select(func.count()).select_from(Run)) == 2
+        payload = c.scalar(select(Event.payload).where(Event.seq == 3))
+    assert payload == json.loads(json.dumps(_generation(3, 1)))
+
+
+def test_downgrade_and_upgrade_keep_working(any_url):
+    store = open_store(any_url)
+    downgrade(store.engine, any_url, "base")
+    assert "runs" not in inspect(create_engine(any_url)).get_table_names()
+    upgrade(store.engine, any_url)
+    assert {"runs", "events", "sweeps", "node_outcomes"} <= set(
+        inspect(create_engine(any_url)).get_table_names())
+
+
+def test_unopenable_store_is_a_clear_error(tmp_path):
+    with pytest.raises(StoreError, match=r"cannot open store postgresql\+psycopg://nobody@"
+                                         r"127.0.0.1:1/x"):
+        open_store("postgresql+psycopg://nobody@127.0.0.1:1/x")

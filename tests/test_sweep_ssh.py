@@ -1,0 +1,113 @@
+"""The controller drives real agents on real sshd nodes; one node is unreachable."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import func, select
+
+from orchestrator.cli import main
+from orchestrator.store import open_store
+from orchestrator.store.models import Event, NodeOutcome, Run
+
+SWEEP_ARGS = ["--max-tokens", "48", "--draft-widths", "2,4"]
+
+
+def _node_journal(node, sweep_id: str) -> list[dict]:
+    path = node.home / ".specfleet" / "jobs" / f"{sweep_id}.events.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def ssh_sweep(fleet, model_pair, tmp_path_factory):
+    d = tmp_path_factory.mktemp("sweep")
+    inv = d / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml(extra_hosts={
+        "ghost": {"ansible_host": "127.0.1.99", "ansible_port": 9, "ansible_user": "nobody"}}))
+    db = f"sqlite:///{d / 'store.db'}"
+    failed = d / "failed.txt"
+    result = CliRunner().invoke(main, [
+        "sweep", "-i", str(inv), "--models", str(model_pair), "--known-hosts",
+        str(fleet.known_hosts), "--db", db, "--failed-hosts-file", str(failed), "--json",
+        *SWEEP_ARGS])
+    return result, db, failed, inv
+
+
+def test_unreachable_node_is_named_and_others_are_kept(ssh_sweep, fleet):
+    result, db, failed, _ = ssh_sweep
+    assert result.exit_code == 1, result.output
+    out = json.loads(result.stdout)
+    by_host = {o["host"]: o for o in out["outcomes"]}
+    assert by_host["ghost"]["status"] == "unreachable"
+    assert "127.0.1.99:9" in by_host["ghost"]["detail"]
+    assert by_host["node1"]["status"] == by_host["node2"]["status"] == "ok"
+    assert out["status"] == "partial"
+    assert failed.read_text() == "ghost\n"
+    store = open_store(db)
+    with store.engine.connect() as c:
+        per_node = dict(c.execute(select(Run.node, func.count()).group_by(Run.node)).all())
+        outcomes = dict(c.execute(select(NodeOutcome.node, NodeOutcome.status)).all())
+    assert per_node == {"node1": 8, "node2": 8}  # 2 workloads × 2 widths × (baseline, spec)
+    assert outcomes == {"node1": "ok", "node2": "ok", "ghost": "unreachable"}
+
+
+def test_store_holds_exactly_the_node_journals(ssh_sweep, fleet):
+    result, db, _, _ = ssh_sweep
+    sweep_id = json.loads(result.stdout)["sweep_id"]
+    store = open_store(db)
+    for node in fleet.nodes:
+        journal = _node_journal(node, sweep_id)
+        with store.engine.connect() as c:
+            stored = list(c.execute(select(Event.payload).where(Event.node == node.name)
+                                    .order_by(Event.seq)).scalars())
+        assert stored == journal
+        assert journal[-1]["type"] == "job_finished"
+        gens = [e for e in journal if e["type"] == "generation"]
+        assert all(g["exact_match"] for g in gens if g["mode"] == "speculative")
+
+
+def test_agent_runs_as_the_node_user(ssh_sweep, fleet):
+    result, *_ = ssh_sweep
+    sweep_id = json.loads(result.stdout)["sweep_id"]
+    for node in fleet.nodes:
+        started = _node_journal(node, sweep_id)[0]
+        assert started["type"] == "job_started"
+        job = node.home / ".specfleet" / "jobs" / f"{sweep_id}.json"
+        assert Path(job).stat().st_uid != 0
+        # weights were pushed into the node's own content-addressed folder
+        models = json.loads(job.read_text())["models"]
+        assert models["target"]["path"].startswith(str(node.home))
+
+
+def test_unknown_host_key_is_unreachable_not_trusted(fleet, model_pair, tmp_path):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    empty_known = tmp_path / "known_hosts"
+    empty_known.write_text("")
+    result = CliRunner().invoke(main, [
+        "sweep", "-i", str(inv), "--limit", "node1", "--models", str(model_pair),
+        "--known-hosts", str(empty_known), "--db", f"sqlite:///{tmp_path / 's.db'}",
+        *SWEEP_ARGS])
+    assert result.exit_code == 1
+    assert "node1" in result.output and "unreachable" in result.output
+    assert "host key not verifiable" in result.output
+
+
+def test_sweep_into_postgresql(fleet, model_pair, tmp_path, pg_url):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    args = ["sweep", "-i", str(inv), "--limit", "node2", "--models", str(model_pair),
+            "--known-hosts", str(fleet.known_hosts), "--db", pg_url, "--json",
+            "-w", "code", "--max-tokens", "32", "--draft-widths", "3"]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    sweep_id = json.loads(first.stdout)["sweep_id"]
+    store = open_store(pg_url)
+    journal = _node_journal(fleet.nodes[1], sweep_id)
+    # ingesting the node's journal again (a reconnecting controller) adds nothing
+    assert store.ingest(sweep_id, "node2", journal) == 0
+    with store.engine.connect() as c:
+        assert c.scalar(select(func.count()).select_from(Event)
+                        .where(Event.sweep_id == sweep_id)) == len(journal)
+        assert c.scalar(select(func.count()).select_from(Run)) == 2
