@@ -114,7 +114,7 @@ def sweep(inventory_path, limit, models_dir, workloads, max_tokens, repetitions,
 
     Exits non-zero if any node was not ok; the other nodes' results are stored.
     """
-    from .dispatch import run_sweep
+    from .dispatch import StderrProgress, run_sweep
     from .inventory import load_inventory
     from .jobspec import build_job
     from .store import open_store
@@ -126,7 +126,8 @@ def sweep(inventory_path, limit, models_dir, workloads, max_tokens, repetitions,
                     repetitions=repetitions, draft_widths=widths)
     store = open_store(db_url)
     ssh = SSHOptions(known_hosts=str(known_hosts) if known_hosts else None)
-    result = run_sweep(hosts, job, store, inventory=str(inventory_path), ssh=ssh)
+    result = run_sweep(hosts, job, store, inventory=str(inventory_path), ssh=ssh,
+                       progress=StderrProgress())
     _report_sweep(result, failed_hosts_file, as_json)
 
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .demo_models import build_demo_models
-from .dispatch import run_sweep
+from .dispatch import StderrProgress, run_sweep
 from .errors import SpecfleetError
 from .inventory import load_inventory
 from .jobspec import build_job
@@ -25,7 +25,8 @@ def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print) -> Path
     # Keep the demo self-contained: the local node's files live in the workdir.
     hosts = [replace(h, root=str(workdir / "node")) for h in load_inventory(LOCAL_INVENTORY).hosts]
     job = build_job(models, max_tokens=max_tokens)
-    result = run_sweep(hosts, job, store, inventory=str(LOCAL_INVENTORY))
+    result = run_sweep(hosts, job, store, inventory=str(LOCAL_INVENTORY),
+                       progress=StderrProgress())
     events = workdir / "events.jsonl"
     if result.status != "ok":
         details = "; ".join(f"{o.host}: {o.detail}" for o in result.outcomes if o.detail)

@@ -105,17 +105,28 @@ async def run_on_host(host: Host, job: dict, store: Store, sweep_id: str,
     return NodeOutcome(host.name, "ok", None, stored)
 
 
-def _stderr_progress(node: str, event: dict) -> None:
-    if event["type"] == "plan":
-        print(f"[{node}] {event['total_generations']} generations planned", file=sys.stderr)
-    elif event["type"] == "generation":
-        rate = event.get("decode_tok_s")
-        acc = event.get("acceptance_rate")
-        print(f"[{node}] {event['run_index'] + 1} {event['workload']:<6} {event['mode']:<11} "
-              f"k={event['num_draft_tokens']} {rate or 0:7.1f} tok/s"
-              + (f"  acceptance {acc:.2f}" if acc is not None else ""), file=sys.stderr)
-    elif event["type"] == "job_failed":
-        print(f"[{node}] agent failed: {event['message']}", file=sys.stderr)
+class StderrProgress:
+    """One line per event worth showing: runs done / total, config, tok/s, acceptance."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream, self.total = stream, {}
+
+    def __call__(self, node: str, event: dict) -> None:
+        kind = event["type"]
+        if kind == "plan":
+            self.total[node] = event["total_generations"]
+            line = f"{event['total_generations']} generations planned"
+        elif kind == "generation":
+            acc = event.get("acceptance_rate")
+            line = (f"{event['run_index'] + 1:>3}/{self.total.get(node, '?')} "
+                    f"{event['workload']:<8} {event['mode']:<11} k={event['num_draft_tokens']} "
+                    f"{event.get('decode_tok_s') or 0:7.1f} tok/s"
+                    + (f"  acceptance {acc:.2f}" if acc is not None else ""))
+        elif kind == "job_failed":
+            line = f"agent failed: {event['message']}"
+        else:
+            return
+        print(f"[{node}] {line}", file=self.stream, flush=True)
 
 
 async def _sweep(hosts: list[Host], job: dict, store: Store, sweep_id: str, ssh: SSHOptions,
@@ -141,7 +152,7 @@ async def _sweep(hosts: list[Host], job: dict, store: Store, sweep_id: str, ssh:
 
 
 def run_sweep(hosts: list[Host], job: dict, store: Store, *, inventory: str | None = None,
-              ssh: SSHOptions | None = None, progress=_stderr_progress,
+              ssh: SSHOptions | None = None, progress=None,
               concurrency: int = 64) -> SweepResult:
     """Run ``job`` on every host; record the sweep and each node's outcome."""
     sweep_id = uuid.uuid4().hex[:12]

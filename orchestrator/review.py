@@ -77,7 +77,7 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
             cand = [r for r in rs if r.mode == "speculative" and r.num_draft_tokens == k]
             rows.append(_row(f"speculative, draft width {k}", "speculative", k, cand, base_rate))
         sections.append({"node": node, "workload": workload, "rows": rows,
-                         "prompt_sha256": rs[0].prompt_sha256})
+                         "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows)})
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes}
 
 
@@ -91,6 +91,23 @@ def _row(label, mode, k, runs, base_rate) -> Row:
                ttft_ms=_median(r.ttft_ms for r in runs),
                peak_memory_mb=mem / 1e6 if mem else None, exactness=_exactness(runs),
                sample_output=runs[0].output_text if runs else "")
+
+
+def _verdict(rows: list[Row]) -> str:
+    """One sentence a reader can act on: does speculation pay here, and at which width."""
+    spec = [r for r in rows if r.mode == "speculative" and r.speedup is not None]
+    if not spec:
+        return "No speculative runs measured."
+    best = max(spec, key=lambda r: r.speedup)
+    inexact = [r for r in spec if r.exactness.startswith("diverged")]
+    if inexact:
+        widths = ", ".join(str(r.num_draft_tokens) for r in inexact)
+        return f"Output changed under speculation (draft width {widths}): do not ship."
+    if best.speedup < 1:
+        return (f"Speculation is a net loss here: best is draft width {best.num_draft_tokens} "
+                f"at {best.speedup:.2f}× the baseline. Keep autoregressive decoding.")
+    return (f"Best: draft width {best.num_draft_tokens} at {best.speedup:.2f}× the baseline "
+            f"(acceptance {_fmt(best.acceptance_rate, '.2f')}).")
 
 
 def _fmt(value, spec: str = ".1f", missing: str = "–") -> str:

@@ -99,3 +99,13 @@ def test_review_of_an_empty_store_says_what_to_do(tmp_path):
                                        "--out", str(tmp_path / "r.html")])
     assert result.exit_code == 1
     assert "Error: the store holds no sweeps yet; run `specfleet sweep` first" in result.output
+
+
+def test_review_states_the_verdict(reviewed_store):
+    url, _, sweep_id = reviewed_store
+    for section in review_data(open_store(url), sweep_id)["sections"]:
+        best = max(section["rows"][1:], key=lambda r: r.speedup)
+        if best.speedup < 1:
+            assert section["verdict"].startswith("Speculation is a net loss here")
+        else:
+            assert section["verdict"].startswith(f"Best: draft width {best.num_draft_tokens}")

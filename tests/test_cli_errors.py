@@ -1,0 +1,64 @@
+"""Bad input through the CLI: the message a user sees, and the store left intact."""
+
+from click.testing import CliRunner
+from sqlalchemy import func, select
+
+from orchestrator.cli import main
+from orchestrator.store import open_store
+from orchestrator.store.models import Event
+
+JOB = {"schema": 1, "models": {"target": {}, "draft": {}}}
+
+
+def _seeded_store(url: str) -> int:
+    store = open_store(url)
+    store.create_sweep("earlier", JOB, None)
+    return store.ingest("earlier", "n1", [{"schema": 1, "seq": i, "type": "x", "ts": 1.0}
+                                          for i in range(1, 6)])
+
+
+def _events(url: str) -> int:
+    with open_store(url).engine.connect() as c:
+        return c.scalar(select(func.count()).select_from(Event))
+
+
+def test_missing_inventory(tmp_path, model_pair):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    assert _seeded_store(url) == 5
+    r = CliRunner().invoke(main, ["sweep", "-i", str(tmp_path / "none.yml"), "--models",
+                                  str(model_pair), "--db", url])
+    assert r.exit_code == 1
+    assert r.output.strip() == f"Error: {tmp_path / 'none.yml'}: file not found"
+    assert _events(url) == 5
+
+
+def test_malformed_inventory_names_file_and_line(tmp_path, model_pair):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    _seeded_store(url)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    mac1:\n      ansible_host: 10.0.0.1\n"
+                   "     ansible_port: 22\n")
+    r = CliRunner().invoke(main, ["sweep", "-i", str(inv), "--models", str(model_pair),
+                                  "--db", url])
+    assert r.exit_code == 1
+    assert r.output.startswith(f"Error: {inv}:5: invalid YAML")
+    assert _events(url) == 5
+
+
+def test_models_folder_without_a_pair(tmp_path):
+    empty = tmp_path / "models"
+    empty.mkdir()
+    r = CliRunner().invoke(main, ["sweep", "--models", str(empty), "--db",
+                                  f"sqlite:///{tmp_path / 's.db'}"])
+    assert r.exit_code == 1
+    assert f"model directory {empty / 'target'} does not exist" in r.output
+    assert f"specfleet demo-models build {empty}" in r.output
+
+
+def test_malformed_prompt_file_names_the_line(tmp_path, model_pair):
+    prompts = tmp_path / "mine.jsonl"
+    prompts.write_text('{"name": "x", "prompt": "hi",\n')
+    r = CliRunner().invoke(main, ["sweep", "--models", str(model_pair), "-w", str(prompts),
+                                  "--db", f"sqlite:///{tmp_path / 's.db'}"])
+    assert r.exit_code == 1
+    assert f"Error: {prompts}:1: invalid JSON" in r.output
