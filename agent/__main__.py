@@ -18,17 +18,24 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--journal", type=Path, default=None,
                      help="journal file (default: JOB with suffix .events.jsonl)")
     run.add_argument("--quiet", action="store_true", help="do not echo events to stdout")
+    run.add_argument("--resume", action="store_true",
+                     help="skip generations this job already journaled (after a crash)")
+    run.add_argument("--lock", type=Path, default=None,
+                     help="node lock file (default ~/.specfleet/agent.lock)")
+    run.add_argument("--cache-dir", type=Path, default=None,
+                     help="fingerprint cache folder (default ~/.specfleet/cache)")
     sub.add_parser("version", help="print agent version and protocol schema as JSON")
     args = p.parse_args(argv)
     if args.cmd == "version":
-        from .runner import installed_versions
+        from .checks import installed_versions
 
         print(json.dumps({"agent_version": AGENT_VERSION, "schema": SCHEMA,
                           "python": sys.version.split()[0], **installed_versions()}))
         return 0
     from .runner import main_run
 
-    return main_run(args.job, args.journal, echo=not args.quiet)
+    return main_run(args.job, args.journal, echo=not args.quiet, resume=args.resume,
+                    lock_path=args.lock, cache_dir=args.cache_dir)
 
 
 if __name__ == "__main__":

@@ -29,3 +29,17 @@ class ModelLoadError(AgentError):
 
     exit_code = 4
     kind = "model_load_failed"
+
+
+class NodeBusy(AgentError):
+    """Another agent holds the node lock."""
+
+    exit_code = 5
+    kind = "node_busy"
+
+
+class SpeculationUnsupported(AgentError):
+    """The pair cannot run speculative decoding (tokenizers differ, cache not trimmable)."""
+
+    exit_code = 6
+    kind = "speculation_unsupported"

@@ -1,4 +1,8 @@
-"""The job spec (controller → agent), schema 1, parsed into frozen dataclasses."""
+"""The job spec (controller → agent), schema 1, parsed into frozen dataclasses.
+
+Unknown keys are errors: a typo in a knob name must not silently fall back to a
+default and measure the wrong thing.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,14 @@ from .errors import JobFileError
 
 KNOBS = ("num_draft_tokens", "temperature", "top_k", "top_p", "min_p")
 SAMPLING_DEFAULTS = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
+BUCKETS = ("short", "medium", "long")
+JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline", "base", "knobs",
+            "repetitions", "warmup_tokens", "decode_skip_tokens", "seed", "telemetry_interval_s",
+            "cv_threshold", "memory_bandwidth_gbs", "soak", "quality_tasks", "sweep_id"}
+WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
+                 "max_tokens", "description"}
+SOAK_KEYS = {"duration_s", "num_draft_tokens", "max_tokens", "workload", "rss_growth_limit",
+             "sample_every_s"}
 
 
 @dataclass(frozen=True)
@@ -38,11 +50,18 @@ class Job:
     workloads: tuple[Workload, ...]
     base: dict
     knobs: dict
+    baseline: dict = field(default_factory=dict)
+    mode: str = "sweep"
     repetitions: int = 1
     warmup_tokens: int = 16
     decode_skip_tokens: int = 64
     seed: int = 0
     pins: dict = field(default_factory=dict)
+    telemetry_interval_s: float = 0.5
+    cv_threshold: float = 0.10
+    memory_bandwidth_gbs: float | None = None
+    soak: dict = field(default_factory=dict)
+    quality_tasks: tuple = ()
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -59,6 +78,29 @@ def _require(d: dict, key: str, typ, path: Path, where: str):
     return d[key]
 
 
+def _no_unknown(d: dict, allowed: set, path: Path, where: str) -> None:
+    unknown = sorted(set(d) - allowed)
+    if unknown:
+        raise _fail(path, f"{where}: unknown key{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}")
+
+
+def check_knob(name: str, value, path: Path, where: str) -> None:
+    """Refuse values mlx-lm would reject or silently misread."""
+    ok = {
+        "num_draft_tokens": isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+        "temperature": isinstance(value, (int, float)) and value >= 0,
+        "top_k": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+        "top_p": isinstance(value, (int, float)) and 0 < value <= 1,
+        "min_p": isinstance(value, (int, float)) and 0 <= value < 1,
+    }[name]
+    if not ok:
+        rule = {"num_draft_tokens": "an integer ≥ 1", "temperature": "a number ≥ 0",
+                "top_k": "an integer ≥ 0 (0 = off)", "top_p": "a number in (0, 1]",
+                "min_p": "a number in [0, 1)"}[name]
+        raise _fail(path, f"{where}: {name}={value!r} is not valid; it must be {rule}")
+
+
 def load_job(path: str | Path) -> Job:
     """Read and validate a job file; errors name the file (and line for JSON errors)."""
     path = Path(path)
@@ -73,46 +115,85 @@ def load_job(path: str | Path) -> Job:
     return parse_job(raw, path)
 
 
+def _workload(w, i: int, path: Path) -> Workload:
+    where = f"workloads[{i}]"
+    if not isinstance(w, dict):
+        raise _fail(path, f"{where}: expected an object")
+    _no_unknown(w, WORKLOAD_KEYS, path, where)
+    name = _require(w, "name", str, path, where)
+    if "prompt_file" in w:
+        pf = Path(_require(w, "prompt_file", str, path, where))
+        try:
+            prompt = pf.read_text(encoding="utf-8")
+        except OSError as e:
+            raise _fail(path, f"{where} ({name}): prompt file {pf}: {e.strerror}") from None
+    else:
+        prompt = _require(w, "prompt", str, path, where)
+    sha = hashlib.sha256(prompt.encode()).hexdigest()
+    if w.get("prompt_sha256") not in (None, sha):
+        raise _fail(path, f"{where} ({name}): prompt sha256 is {sha}, the job expects "
+                          f"{w['prompt_sha256']} (prompt file changed?)")
+    bucket = w.get("context_bucket", "short")
+    if bucket not in BUCKETS:
+        raise _fail(path, f"{where}.context_bucket: {bucket!r} is not one of {', '.join(BUCKETS)}")
+    max_tokens = _require(w, "max_tokens", int, path, where)
+    if max_tokens < 1:
+        raise _fail(path, f"{where}.max_tokens: must be ≥ 1")
+    return Workload(name=name, prompt=prompt, max_tokens=max_tokens, prompt_sha256=sha,
+                    kind=w.get("kind", "prose"), context_bucket=bucket)
+
+
 def parse_job(raw, path: Path = Path("<job>")) -> Job:
     if not isinstance(raw, dict):
         raise _fail(path, "a job must be a JSON object")
     schema = raw.get("schema")
     if schema != SCHEMA:
         raise _fail(path, f"unsupported job schema {schema!r}; this agent speaks schema {SCHEMA}")
+    _no_unknown(raw, JOB_KEYS, path, "job")
     models = _require(raw, "models", dict, path, "job")
     refs = {}
     for role in ("target", "draft"):
         m = _require(models, role, dict, path, "models")
+        _no_unknown(m, {"path", "fingerprint", "source"}, path, f"models.{role}")
         refs[role] = ModelRef(_require(m, "path", str, path, f"models.{role}"),
                               m.get("fingerprint"))
-    workloads = []
-    for i, w in enumerate(_require(raw, "workloads", list, path, "job")):
-        where = f"workloads[{i}]"
-        if not isinstance(w, dict):
-            raise _fail(path, f"{where}: expected an object")
-        prompt = _require(w, "prompt", str, path, where)
-        sha = hashlib.sha256(prompt.encode()).hexdigest()
-        if w.get("prompt_sha256") not in (None, sha):
-            raise _fail(path, f"{where}: prompt does not match its prompt_sha256")
-        workloads.append(Workload(
-            name=_require(w, "name", str, path, where), prompt=prompt,
-            max_tokens=_require(w, "max_tokens", int, path, where), prompt_sha256=sha,
-            kind=w.get("kind", "prose"), context_bucket=w.get("context_bucket", "short")))
+    workloads = [_workload(w, i, path)
+                 for i, w in enumerate(_require(raw, "workloads", list, path, "job"))]
     if not workloads:
         raise _fail(path, "job has no workloads")
+    names = [w.name for w in workloads]
+    if len(set(names)) != len(names):
+        raise _fail(path, "workload names must be unique")
     base = {**SAMPLING_DEFAULTS, "num_draft_tokens": 3, **raw.get("base", {})}
+    baseline = raw.get("baseline", {})
     knobs = raw.get("knobs", {"num_draft_tokens": [2, 3, 4, 6]})
+    for where, d in (("base", base), ("baseline", baseline)):
+        for k, v in d.items():
+            if k not in KNOBS:
+                raise _fail(path, f"{where}: unknown setting {k!r}; known: {', '.join(KNOBS)}")
+            check_knob(k, v, path, where)
     for k, values in knobs.items():
         if k not in KNOBS:
             raise _fail(path, f"knobs: unknown knob {k!r}; known: {', '.join(KNOBS)}")
         if not isinstance(values, list) or not values:
             raise _fail(path, f"knobs.{k}: expected a non-empty list")
-    for k in base:
-        if k not in KNOBS:
-            raise _fail(path, f"base: unknown setting {k!r}; known: {', '.join(KNOBS)}")
+        for v in values:
+            check_knob(k, v, path, f"knobs.{k}")
+    mode = raw.get("mode", "sweep")
+    if mode not in ("sweep", "soak"):
+        raise _fail(path, f"mode: {mode!r} is not one of sweep, soak")
+    soak = raw.get("soak", {})
+    _no_unknown(soak, SOAK_KEYS, path, "soak")
+    reps = raw.get("repetitions", 1)
+    if not isinstance(reps, int) or reps < 1:
+        raise _fail(path, "repetitions: must be an integer ≥ 1")
     return Job(
         job_id=_require(raw, "job_id", str, path, "job"), target=refs["target"],
         draft=refs["draft"], workloads=tuple(workloads), base=base, knobs=knobs,
-        repetitions=int(raw.get("repetitions", 1)), warmup_tokens=int(raw.get("warmup_tokens", 16)),
+        baseline=baseline, mode=mode, repetitions=reps,
+        warmup_tokens=int(raw.get("warmup_tokens", 16)),
         decode_skip_tokens=int(raw.get("decode_skip_tokens", 64)), seed=int(raw.get("seed", 0)),
-        pins=raw.get("pins", {}), raw=raw)
+        pins=raw.get("pins", {}), telemetry_interval_s=float(raw.get("telemetry_interval_s", 0.5)),
+        cv_threshold=float(raw.get("cv_threshold", 0.10)),
+        memory_bandwidth_gbs=raw.get("memory_bandwidth_gbs"), soak=soak,
+        quality_tasks=tuple(raw.get("quality_tasks", ())), raw=raw)

@@ -42,10 +42,12 @@ class Journal:
         self.seq = recover(path)
         self._f = open(path, "a", encoding="utf-8")
         self._echo = echo
+        self.job_id: str | None = None  # stamped on every event once the job is known
 
     def emit(self, type_: str, **fields) -> dict:
         self.seq += 1
-        event = {"schema": SCHEMA, "seq": self.seq, "type": type_, "ts": time.time(), **fields}
+        event = {"schema": SCHEMA, "seq": self.seq, "type": type_, "ts": time.time(),
+                 "job_id": self.job_id, **fields}
         line = json.dumps(event, separators=(",", ":"), allow_nan=False) + "\n"
         self._f.write(line)
         self._f.flush()

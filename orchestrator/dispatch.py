@@ -76,7 +76,8 @@ async def run_on_host(host: Host, job: dict, store: Store, sweep_id: str,
         journal = f"{root}/jobs/{sweep_id}.events.jsonl"
         await t.write_text(job_path, json.dumps(node_job))
         cmd = (f"cd {q(root + '/agent_pkg')} && exec {q(host.python)} -m agent run "
-               f"{q(job_path)} --journal {q(journal)}")
+               f"{q(job_path)} --journal {q(journal)} --lock {q(root + '/agent.lock')} "
+               f"--cache-dir {q(root + '/cache')}")
         batch: list[dict] = []
         failure: dict | None = None
         try:

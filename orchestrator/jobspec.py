@@ -13,45 +13,76 @@ from agent.fingerprint import fingerprint
 from .errors import ConfigError
 
 PROMPTS = Path(__file__).parent / "prompts"
-DEFAULT_WORKLOADS = ("code", "prose")
+TASKS = Path(__file__).parent / "tasks" / "quality.jsonl"
+DEFAULT_WORKLOADS = ("code", "memo", "translation")
+BUCKETS = ("short", "medium", "long")
 
 
-def load_workload(name_or_path: str) -> dict:
-    """A shipped workload by name (``code``, ``prose``) or a user's JSONL prompt file."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = PROMPTS / f"{name_or_path}.jsonl"
+def _read_jsonl(path: Path, required: set[str]) -> list[dict]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        known = ", ".join(sorted(p.stem for p in PROMPTS.glob("*.jsonl")))
-        raise ConfigError(f"no workload {name_or_path!r} (shipped: {known})", str(path)) from None
+        raise ConfigError("file not found", str(path)) from None
     out = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            w = json.loads(line)
+            rec = json.loads(line)
         except json.JSONDecodeError as e:
             raise ConfigError(f"invalid JSON: {e.msg}", str(path), lineno) from None
-        missing = {"name", "prompt", "max_tokens"} - set(w)
+        if not isinstance(rec, dict):
+            raise ConfigError("each line must be a JSON object", str(path), lineno)
+        missing = required - set(rec)
         if missing:
-            raise ConfigError(f"prompt record lacks {', '.join(sorted(missing))}", str(path),
-                              lineno)
-        sha = hashlib.sha256(w["prompt"].encode()).hexdigest()
-        if w.get("prompt_sha256", sha) != sha:
-            raise ConfigError("prompt text does not match its prompt_sha256 (edited?)",
-                              str(path), lineno)
-        out.append({**w, "prompt_sha256": sha})
-    if len(out) != 1:
-        raise ConfigError(f"expected one prompt record, found {len(out)}", str(path))
-    return out[0]
+            raise ConfigError(f"record lacks {', '.join(sorted(missing))}", str(path), lineno)
+        if "prompt" in rec:
+            sha = hashlib.sha256(rec["prompt"].encode()).hexdigest()
+            if rec.get("prompt_sha256", sha) != sha:
+                raise ConfigError("prompt text does not match its prompt_sha256 (edited?)",
+                                  str(path), lineno)
+            rec = {**rec, "prompt_sha256": sha}
+        out.append(rec)
+    return out
+
+
+def load_workloads(spec: str, buckets: tuple[str, ...] = ("short",)) -> list[dict]:
+    """Prompts for one ``-w`` value: a shipped family (``code``: its records in the chosen
+    context buckets), one shipped record (``code-long``), or a user's JSONL file (all of it).
+    """
+    needed = {"name", "prompt", "max_tokens"}
+    path = Path(spec)
+    if path.suffix == ".jsonl":
+        return _read_jsonl(path, needed)
+    family = PROMPTS / f"{spec.split('-')[0]}.jsonl"
+    if not family.exists():
+        known = ", ".join(sorted(p.stem for p in PROMPTS.glob("*.jsonl")))
+        raise ConfigError(f"no workload {spec!r} (shipped: {known}; or give a .jsonl file)")
+    records = _read_jsonl(family, needed)
+    if spec == family.stem:
+        chosen = [r for r in records if r.get("context_bucket", "short") in buckets]
+    else:
+        chosen = [r for r in records if r["name"] == spec]
+    if not chosen:
+        raise ConfigError(f"workload {spec!r} has nothing in context buckets "
+                          f"{', '.join(buckets)}", str(family))
+    return chosen
+
+
+def load_quality_tasks(path: Path = TASKS) -> list[dict]:
+    return _read_jsonl(path, {"id", "prompt", "max_tokens", "check"})
 
 
 def build_job(models_dir: Path, workloads: list[str] | None = None, *,
-              max_tokens: int | None = None, repetitions: int = 1,
-              draft_widths: list[int] | None = None, pins: dict | None = None) -> dict:
+              buckets: tuple[str, ...] = ("short",), max_tokens: int | None = None,
+              repetitions: int = 1, draft_widths: list[int] | None = None,
+              pins: dict | None = None, quality: bool = False,
+              memory_bandwidth_gbs: float | None = None) -> dict:
     """A schema-1 job for the pair in ``models_dir`` (``target/`` and ``draft/``)."""
+    bad = set(buckets) - set(BUCKETS)
+    if bad:
+        raise ConfigError(f"unknown context bucket {', '.join(sorted(bad))}; "
+                          f"choose from {', '.join(BUCKETS)}")
     models = {}
     for role in ("target", "draft"):
         d = models_dir / role
@@ -60,10 +91,10 @@ def build_job(models_dir: Path, workloads: list[str] | None = None, *,
         except FileNotFoundError as e:
             raise ConfigError(f"{e}; build the pair with `specfleet demo-models build "
                               f"{models_dir}`", str(d)) from None
-    ws = [load_workload(w) for w in (workloads or DEFAULT_WORKLOADS)]
+    ws = [w for spec in (workloads or DEFAULT_WORKLOADS) for w in load_workloads(spec, buckets)]
     if max_tokens:
         ws = [{**w, "max_tokens": max_tokens} for w in ws]
-    return {
+    job = {
         "schema": SCHEMA, "job_id": uuid.uuid4().hex[:12], "models": models, "workloads": ws,
         "base": {"num_draft_tokens": 3, "temperature": 0.0, "top_k": 0, "top_p": 1.0,
                  "min_p": 0.0},
@@ -71,3 +102,8 @@ def build_job(models_dir: Path, workloads: list[str] | None = None, *,
         "repetitions": repetitions, "warmup_tokens": 16, "decode_skip_tokens": 64, "seed": 0,
         "pins": pins or {},
     }
+    if quality:
+        job["quality_tasks"] = load_quality_tasks()
+    if memory_bandwidth_gbs:
+        job["memory_bandwidth_gbs"] = memory_bandwidth_gbs
+    return job

@@ -55,7 +55,7 @@ def reviewed_store(model_pair, tmp_path_factory):
     store = open_store(url)
     local = Host(name="local", address="localhost", connection="local",
                  python=__import__("sys").executable, root=str(d / "node"))
-    job = build_job(model_pair, max_tokens=40, draft_widths=[2, 4])
+    job = build_job(model_pair, ["code", "memo"], max_tokens=40, draft_widths=[2, 4])
     result = run_sweep([local], job, store, progress=None)
     assert result.ok, result.outcomes
     with store.engine.begin() as c:  # model output is untrusted text
@@ -71,7 +71,7 @@ def test_review_table_in_headless_chromium(reviewed_store):
     assert str(out) in result.output
     parser = Tables()
     parser.feed(dump_dom(out))
-    assert {t["workload"] for t in parser.tables} == {"code", "prose"}
+    assert {t["workload"] for t in parser.tables} == {"code", "memo"}
     for t in parser.tables:
         labels = [r[0] for r in t["rows"]]
         assert labels == ["baseline (autoregressive)", "speculative, draft width 2",

@@ -11,7 +11,7 @@ from orchestrator.cli import main
 from orchestrator.store import open_store
 from orchestrator.store.models import Event, NodeOutcome, Run
 
-SWEEP_ARGS = ["--max-tokens", "48", "--draft-widths", "2,4"]
+SWEEP_ARGS = ["--max-tokens", "48", "--draft-widths", "2,4", "-w", "code", "-w", "memo"]
 
 
 def _node_journal(node, sweep_id: str) -> list[dict]:

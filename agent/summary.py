@@ -1,0 +1,84 @@
+"""Per-config summaries across repetitions, and the sampled-output distribution test."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections import Counter
+
+from .stats import percentile
+
+SUMMARY_METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate",
+                   "peak_mlx_memory_bytes", "bandwidth_utilisation")
+
+
+def describe(values: list[float]) -> dict:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return {"n": 0, "median": None, "p95": None, "cv": None}
+    mean = statistics.fmean(vals)
+    cv = statistics.stdev(vals) / mean if len(vals) >= 2 and mean else None
+    return {"n": len(vals), "median": statistics.median(vals), "p95": percentile(vals, 95),
+            "cv": round(cv, 4) if cv is not None else None}
+
+
+def config_summary(gens: list[dict], cv_threshold: float) -> dict:
+    """Median / p95 / CV per metric; a config whose decode rate varies ≥ threshold is unreliable."""
+    out = {m: describe([g.get(m) for g in gens]) for m in SUMMARY_METRICS}
+    reasons = []
+    cv = out["decode_tok_s"]["cv"]
+    if cv is not None and cv >= cv_threshold:
+        reasons.append(f"decode tok/s CV {cv:.0%} ≥ {cv_threshold:.0%}: rerun with more "
+                       "repetitions or check the node for background load")
+    bad = [g for g in gens if g.get("unreliable")]
+    if bad:
+        reasons.append(f"{len(bad)} of {len(gens)} trials unreliable "
+                       f"({'; '.join(sorted({r for g in bad for r in g['unreliable_reasons']}))})")
+    exact = [g.get("exact_match") for g in gens]
+    return {"metrics": out, "trials": len(gens), "unreliable": bool(reasons),
+            "unreliable_reasons": reasons,
+            "exact": None if any(e is None for e in exact) else all(exact)}
+
+
+def ngram_counts(token_lists: list[list[int]], n: int, prefix: int) -> Counter:
+    c: Counter = Counter()
+    for toks in token_lists:
+        toks = toks[:prefix]
+        c.update(tuple(toks[i:i + n]) for i in range(len(toks) - n + 1))
+    return c
+
+
+def _tv_distance(a: Counter, b: Counter) -> float:
+    na, nb = sum(a.values()) or 1, sum(b.values()) or 1
+    return 0.5 * sum(abs(a[k] / na - b[k] / nb) for k in set(a) | set(b))
+
+
+def distribution_test(baseline: list[list[int]], candidate: list[list[int]], *, n: int = 1,
+                      prefix: int = 32, permutations: int = 2000, seed: int = 0) -> dict:
+    """Two-sample permutation test on n-gram frequencies of sampled outputs.
+
+    Statistic: total-variation distance between the pooled n-gram histograms of the
+    first ``prefix`` tokens of each run. Runs (not tokens) are permuted between the two
+    groups, so tokens within a run stay dependent as they are. With a handful of runs
+    per side the test only catches gross changes (e.g. a sampler that ignores
+    temperature); a small p-value is evidence of a different distribution, a large one
+    is *not* proof of equality.
+    """
+    if len(baseline) < 2 or len(candidate) < 2:
+        return {"p_value": None, "statistic": None, "runs": [len(baseline), len(candidate)],
+                "note": "needs ≥ 2 sampled runs per side"}
+    observed = _tv_distance(ngram_counts(baseline, n, prefix), ngram_counts(candidate, n, prefix))
+    pooled = baseline + candidate
+    rng = random.Random(seed)
+    hits = 0
+    for _ in range(permutations):
+        rng.shuffle(pooled)
+        a, b = pooled[:len(baseline)], pooled[len(baseline):]
+        if _tv_distance(ngram_counts(a, n, prefix), ngram_counts(b, n, prefix)) >= observed:
+            hits += 1
+    # distinct splits bound the smallest attainable p-value
+    splits = math.comb(len(pooled), len(baseline))
+    return {"p_value": round((hits + 1) / (permutations + 1), 4), "statistic": round(observed, 4),
+            "runs": [len(baseline), len(candidate)], "min_attainable_p": round(1 / splits, 4),
+            "ngram": n, "prefix_tokens": prefix}

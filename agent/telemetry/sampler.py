@@ -1,0 +1,142 @@
+"""Background sampling of machine state and what a generation saw of it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from . import linux, macos
+
+PRESSURE_ORDER = {None: -1, "normal": 0, "warn": 1, "critical": 2}
+REPLAY_ENV = "SPECFLEET_TELEMETRY_REPLAY"
+
+
+def _rss_bytes() -> int | None:
+    try:
+        import psutil  # optional on nodes; the only way to read current RSS on macOS
+
+        return psutil.Process().memory_info().rss
+    except ImportError:
+        pass
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return None
+
+
+def _replay_reader(folder: Path):
+    """macOS readings from captured outputs (``therm.txt``, ``batt.txt``, …) in a folder."""
+
+    def outputs(name: str) -> str:
+        p = folder / f"{name}.txt"
+        return p.read_text() if p.exists() else ""
+
+    return lambda: macos.read(outputs)
+
+
+def read_snapshot() -> dict:
+    """One reading of the machine with a timestamp and this process's RSS."""
+    replay = os.environ.get(REPLAY_ENV)
+    if replay:
+        snap = _replay_reader(Path(replay))()
+        snap["source"] = "replay"
+    elif sys.platform == "darwin":
+        snap = macos.read()
+        snap["source"] = "macos"
+    else:
+        snap = linux.read()
+        snap["source"] = "linux"
+    snap["ts"] = time.time()
+    snap["rss_bytes"] = _rss_bytes()
+    return snap
+
+
+class Sampler:
+    """Reads the machine every ``interval`` seconds in a daemon thread."""
+
+    def __init__(self, interval: float = 0.5, reader=read_snapshot):
+        self.interval, self.reader = interval, reader
+        self.samples: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.mark()
+
+    def mark(self) -> int:
+        """Take a reading now; return its index (use as a window boundary)."""
+        snap = self.reader()
+        with self._lock:
+            self.samples.append(snap)
+            return len(self.samples) - 1
+
+    def window(self, start: int, end: int) -> list[dict]:
+        with self._lock:
+            return list(self.samples[start:end + 1])
+
+
+def _delta(samples: list[dict], key: str) -> int | None:
+    vals = [s[key] for s in samples if s.get(key) is not None]
+    return vals[-1] - vals[0] if len(vals) >= 2 else (0 if vals else None)
+
+
+def _any(samples: list[dict], key: str, value=True):
+    vals = [s.get(key) for s in samples if s.get(key) is not None]
+    return None if not vals else any(v == value for v in vals)
+
+
+def summarise_window(samples: list[dict]) -> dict:
+    """What the machine did between two marks, as flat fields for a generation event."""
+    speed = [s["cpu_speed_limit_pct"] for s in samples if s.get("cpu_speed_limit_pct") is not None]
+    swap = [s["swap_used_bytes"] for s in samples if s.get("swap_used_bytes") is not None]
+    rss = [s["rss_bytes"] for s in samples if s.get("rss_bytes") is not None]
+    sources = [s.get("power_source") for s in samples if s.get("power_source")]
+    throttle_events = _delta(samples, "throttle_events_total")
+    throttled = _any(samples, "thermal_throttled")
+    if throttle_events:
+        throttled = True
+    return {
+        "telemetry_samples": len(samples),
+        "telemetry_source": samples[0].get("source") if samples else None,
+        "thermal_throttled": throttled,
+        "cpu_speed_limit_min_pct": min(speed) if speed else None,
+        "power_source": "battery" if "battery" in sources else (sources[0] if sources else None),
+        "low_power_mode": _any(samples, "low_power_mode"),
+        "swap_used_before_bytes": swap[0] if swap else None,
+        "swap_used_after_bytes": swap[-1] if swap else None,
+        "swap_in_bytes": _delta(samples, "swap_in_bytes_total"),
+        "memory_pressure": max((s.get("memory_pressure") for s in samples),
+                               key=lambda p: PRESSURE_ORDER.get(p, -1), default=None),
+        "rss_peak_bytes": max(rss) if rss else None,
+    }
+
+
+def unreliable_reasons(t: dict) -> list[str]:
+    """Why numbers measured in this window cannot be trusted (empty when they can)."""
+    reasons = []
+    if t.get("thermal_throttled"):
+        limit = t.get("cpu_speed_limit_min_pct")
+        reasons.append("thermal throttling" + (f" (CPU speed limit {limit}%)" if limit else ""))
+    if t.get("power_source") == "battery":
+        reasons.append("ran on battery")
+    if t.get("low_power_mode"):
+        reasons.append("low-power mode")
+    if t.get("swap_in_bytes"):
+        reasons.append(f"swapped in {t['swap_in_bytes']} bytes")
+    return reasons
