@@ -241,16 +241,24 @@ def _summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
                      mode=mode, knob=None if mode == "baseline" else gs[0]["knob"],
                      knob_value=None if mode == "baseline" else gs[0]["knob_value"],
                      num_draft_tokens=gs[0]["num_draft_tokens"], config=cfg, **s)
-    by_bucket: dict[tuple, list[int]] = {}
+    by_bucket: dict[tuple, list[dict]] = {}
     for g in gens:
         if g["mode"] == "speculative":
-            acc = by_bucket.setdefault((g["context_bucket"], g["num_draft_tokens"]), [0, 0])
-            acc[0] += g["drafted_tokens"]
-            acc[1] += g["accepted_tokens"]
-    journal.emit("acceptance_by_bucket", rows=[
-        {"context_bucket": b, "num_draft_tokens": k, "drafted_tokens": d, "accepted_tokens": a,
-         "acceptance_rate": round(a / d, 4) if d else None}
-        for (b, k), (d, a) in sorted(by_bucket.items())])
+            by_bucket.setdefault((g["context_bucket"], g["num_draft_tokens"]), []).append(g)
+    rows = []
+    for (bucket, k), gs in sorted(by_bucket.items()):
+        d = sum(g["drafted_tokens"] for g in gs)
+        a = sum(g["accepted_tokens"] for g in gs)
+        pos = []
+        for p in range(k):
+            pd = sum(g["acceptance_by_position"][p]["drafted"] for g in gs)
+            pa = sum(g["acceptance_by_position"][p]["accepted"] for g in gs)
+            pos.append({"position": p + 1, "drafted": pd, "accepted": pa,
+                        "rate": round(pa / pd, 4) if pd else None})
+        rows.append({"context_bucket": bucket, "num_draft_tokens": k, "drafted_tokens": d,
+                     "accepted_tokens": a, "acceptance_rate": round(a / d, 4) if d else None,
+                     "acceptance_by_position": pos})
+    journal.emit("acceptance_by_bucket", rows=rows)
 
 
 def _quality(job: Job, journal: Journal, sweep: Sweep) -> None:

@@ -97,7 +97,14 @@ def inventory_list(inventory_path: Path, limit: str | None, as_json: bool):
 @click.option("--models", "models_dir", type=click.Path(path_type=Path), required=True,
               help="Folder with target/ and draft/ (see `specfleet demo-models build`).")
 @click.option("-w", "--workload", "workloads", multiple=True,
-              help="Shipped workload name (code, prose) or a JSONL prompt file. Repeatable.")
+              help="Shipped workload (code, memo, translation; or one record such as "
+                   "code-long) or a JSONL prompt file. Repeatable. Default: all three shipped.")
+@click.option("--context", "buckets", default="short", show_default=True,
+              help="Context buckets for shipped workloads: short,medium,long.")
+@click.option("--quality/--no-quality", default=False, show_default=True,
+              help="Also run the frozen JSON/tool-call task set per config (pass rate).")
+@click.option("--pin", "pins", multiple=True, metavar="DIST=VERSION",
+              help="Refuse nodes whose installed version differs, e.g. --pin mlx-lm=0.32.2.")
 @click.option("--max-tokens", type=int, default=None, help="Override each workload's ceiling.")
 @click.option("--repetitions", type=int, default=1, show_default=True)
 @click.option("--draft-widths", default="2,3,4,6", show_default=True,
@@ -108,8 +115,8 @@ def inventory_list(inventory_path: Path, limit: str | None, as_json: bool):
               help="Write the names of hosts that were not ok here.")
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep result as JSON.")
-def sweep(inventory_path, limit, models_dir, workloads, max_tokens, repetitions, draft_widths,
-          known_hosts, failed_hosts_file, db_url, as_json):
+def sweep(inventory_path, limit, models_dir, workloads, buckets, quality, pins, max_tokens,
+          repetitions, draft_widths, known_hosts, failed_hosts_file, db_url, as_json):
     """Run a draft-width sweep against the autoregressive baseline on each node.
 
     Exits non-zero if any node was not ok; the other nodes' results are stored.
@@ -122,8 +129,15 @@ def sweep(inventory_path, limit, models_dir, workloads, max_tokens, repetitions,
 
     hosts = load_inventory(inventory_path).select(limit)
     widths = [int(x) for x in draft_widths.split(",") if x.strip()]
+    pinned = {}
+    for p in pins:
+        dist, sep, version = p.partition("=")
+        if not sep or not dist or not version:
+            raise click.BadParameter(f"{p!r}: expected DIST=VERSION", param_hint="--pin")
+        pinned[dist] = version
     job = build_job(models_dir, list(workloads) or None, max_tokens=max_tokens,
-                    repetitions=repetitions, draft_widths=widths)
+                    repetitions=repetitions, draft_widths=widths, pins=pinned, quality=quality,
+                    buckets=tuple(b.strip() for b in buckets.split(",") if b.strip()))
     store = open_store(db_url)
     ssh = SSHOptions(known_hosts=str(known_hosts) if known_hosts else None)
     result = run_sweep(hosts, job, store, inventory=str(inventory_path), ssh=ssh,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from importlib import metadata
 from pathlib import Path
 
 from .demo_models import build_demo_models
@@ -24,7 +25,9 @@ def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print) -> Path
     store = open_store(f"sqlite:///{workdir / 'specfleet.db'}")
     # Keep the demo self-contained: the local node's files live in the workdir.
     hosts = [replace(h, root=str(workdir / "node")) for h in load_inventory(LOCAL_INVENTORY).hosts]
-    job = build_job(models, max_tokens=max_tokens)
+    # Pin what this machine runs, so the agent's environment check is exercised too.
+    job = build_job(models, max_tokens=max_tokens, quality=True,
+                    pins={d: metadata.version(d) for d in ("mlx", "mlx-lm")})
     result = run_sweep(hosts, job, store, inventory=str(LOCAL_INVENTORY),
                        progress=StderrProgress())
     events = workdir / "events.jsonl"

@@ -72,6 +72,8 @@ async def run_on_host(host: Host, job: dict, store: Store, sweep_id: str,
                     f"{q(root + '/models')}")
         await t.put_dir(AGENT_DIR, f"{root}/agent_pkg/agent")
         node_job = await _push_models(t, job, root)
+        if host.vars.get("specfleet_memory_bandwidth_gbs"):  # per-node roofline override
+            node_job["memory_bandwidth_gbs"] = float(host.vars["specfleet_memory_bandwidth_gbs"])
         job_path = f"{root}/jobs/{sweep_id}.json"
         journal = f"{root}/jobs/{sweep_id}.events.jsonl"
         await t.write_text(job_path, json.dumps(node_job))
@@ -123,6 +125,9 @@ class StderrProgress:
                     f"{event['workload']:<8} {event['mode']:<11} k={event['num_draft_tokens']} "
                     f"{event.get('decode_tok_s') or 0:7.1f} tok/s"
                     + (f"  acceptance {acc:.2f}" if acc is not None else ""))
+        elif kind == "quality":
+            line = (f"quality {event['mode']} k={event['num_draft_tokens']}: "
+                    f"{event['passed']}/{event['tasks']} tasks passed")
         elif kind == "job_failed":
             line = f"agent failed: {event['message']}"
         else:

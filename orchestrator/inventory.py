@@ -14,7 +14,8 @@ from pathlib import Path
 from .errors import ConfigError
 from .yamlfile import line_of, load_yaml
 
-SPECFLEET_VARS = {"specfleet_python", "specfleet_root", "specfleet_chip", "specfleet_labels"}
+SPECFLEET_VARS = {"specfleet_python", "specfleet_root", "specfleet_chip", "specfleet_labels",
+                  "specfleet_memory_bandwidth_gbs"}
 ANSIBLE_VARS = {"ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file",
                 "ansible_connection"}
 

@@ -7,7 +7,7 @@ measured in the same sweep, on the same node and prompt, with the same sampling.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from .errors import SpecfleetError
 from .store import Store
-from .store.models import NodeOutcome, Run, Sweep
+from .store.models import Event, NodeOutcome, Run, Sweep
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 
@@ -35,6 +35,9 @@ class Row:
     peak_memory_mb: float | None
     exactness: str
     sample_output: str
+    task_pass_rate: float | None = None
+    unreliable: int = 0
+    unreliable_reasons: tuple[str, ...] = ()
 
 
 def _median(values) -> float | None:
@@ -64,6 +67,9 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                               .order_by(Run.node, Run.run_index)))
         outcomes = list(c.scalars(select(NodeOutcome).where(NodeOutcome.sweep_id == sweep_id)
                                   .order_by(NodeOutcome.node)))
+        quality = {(e.node, e.payload["num_draft_tokens"]): e.payload["pass_rate"]
+                   for e in c.scalars(select(Event).where(Event.sweep_id == sweep_id,
+                                                          Event.type == "quality"))}
         c.expunge_all()
     groups: dict[tuple[str, str], list] = {}
     for r in runs:
@@ -76,7 +82,10 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         for k in sorted({r.num_draft_tokens for r in rs if r.mode == "speculative"}):
             cand = [r for r in rs if r.mode == "speculative" and r.num_draft_tokens == k]
             rows.append(_row(f"speculative, draft width {k}", "speculative", k, cand, base_rate))
+        rows = [replace(r, task_pass_rate=quality.get((node, r.num_draft_tokens)))
+                for r in rows]
         sections.append({"node": node, "workload": workload, "rows": rows,
+                         "context_bucket": rs[0].context_bucket or "short",
                          "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows)})
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes}
 
@@ -90,7 +99,10 @@ def _row(label, mode, k, runs, base_rate) -> Row:
                itl_p95_ms=_median(r.itl_p95_ms for r in runs),
                ttft_ms=_median(r.ttft_ms for r in runs),
                peak_memory_mb=mem / 1e6 if mem else None, exactness=_exactness(runs),
-               sample_output=runs[0].output_text if runs else "")
+               sample_output=runs[0].output_text if runs else "",
+               unreliable=sum(1 for r in runs if r.unreliable),
+               unreliable_reasons=tuple(sorted({x for r in runs
+                                                for x in r.unreliable_reasons or []})))
 
 
 def _verdict(rows: list[Row]) -> str:

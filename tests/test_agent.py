@@ -149,3 +149,16 @@ def test_journal_continues_sequence_after_restart(tmp_path, model_pair):
     assert last["seq"] == 42 and last["type"] == "job_failed"
     lines = journal.read_text().splitlines()
     assert len(lines) == 2 and '"torn' not in journal.read_text()
+
+
+def test_acceptance_split_by_context_bucket_and_position(sweep_events):
+    events = sweep_events[0]
+    rows = next(e for e in events if e["type"] == "acceptance_by_bucket")["rows"]
+    gens = [e for e in events if e["type"] == "generation" and e["mode"] == "speculative"]
+    for row in rows:
+        mine = [g for g in gens if g["num_draft_tokens"] == row["num_draft_tokens"]
+                and g["context_bucket"] == row["context_bucket"]]
+        assert row["accepted_tokens"] == sum(g["accepted_tokens"] for g in mine)
+        assert len(row["acceptance_by_position"]) == row["num_draft_tokens"]
+        rates = [p["rate"] for p in row["acceptance_by_position"]]
+        assert rates == sorted(rates, reverse=True)  # a later position needs all earlier ones

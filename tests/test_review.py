@@ -55,7 +55,8 @@ def reviewed_store(model_pair, tmp_path_factory):
     store = open_store(url)
     local = Host(name="local", address="localhost", connection="local",
                  python=__import__("sys").executable, root=str(d / "node"))
-    job = build_job(model_pair, ["code", "memo"], max_tokens=40, draft_widths=[2, 4])
+    job = build_job(model_pair, ["code", "memo"], max_tokens=40, draft_widths=[2, 4],
+                    quality=True)
     result = run_sweep([local], job, store, progress=None)
     assert result.ok, result.outcomes
     with store.engine.begin() as c:  # model output is untrusted text
@@ -80,6 +81,9 @@ def test_review_table_in_headless_chromium(reviewed_store):
         assert base[3] == "1.00×" and k2[3].endswith("×")
         assert float(k2[4]) > 0  # acceptance
         assert k2[8] == "identical"
+        # the frozen task set ran per config; the tiny pair fails it the same way everywhere
+        assert base[9] == k2[9] == "0%"
+        assert t["rows"][2][10] == "0/1"  # no unreliable trials on this machine
     assert parser.scripts == 0 and parser.imgs == 0  # model output stayed text
     assert "pwned" not in dump_dom(out).split("<title>")[1].split("</title>")[0]
 

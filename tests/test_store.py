@@ -1,6 +1,7 @@
 """The same migrations and ingest on SQLite and on a real PostgreSQL database."""
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -9,8 +10,11 @@ from sqlalchemy import create_engine, func, inspect, select
 
 from orchestrator.errors import StoreError
 from orchestrator.store import open_store
-from orchestrator.store.db import downgrade, upgrade
-from orchestrator.store.models import Base, Event, Run
+from orchestrator.store.db import _run_row, downgrade, upgrade
+from orchestrator.store.models import Base, Event, Run, Sweep
+
+NEW_IN_0002 = {"context_bucket", "itl_p99_ms", "swap_in_bytes", "bandwidth_utilisation",
+               "unreliable", "unreliable_reasons"}
 
 JOB = {"schema": 1, "models": {"target": {"fingerprint": "sha256:t"},
                                "draft": {"fingerprint": "sha256:d"}}}
@@ -35,7 +39,7 @@ def _events():
 
 def test_migrations_match_models(any_url):
     store = open_store(any_url)
-    assert store.current_revision() == "0001"
+    assert store.current_revision() == "0002"
     with store.engine.connect() as c:
         diff = compare_metadata(MigrationContext.configure(c), Base.metadata)
     assert diff == []
@@ -69,3 +73,19 @@ def test_unopenable_store_is_a_clear_error(tmp_path):
     with pytest.raises(StoreError, match=r"cannot open store postgresql\+psycopg://nobody@"
                                          r"127.0.0.1:1/x"):
         open_store("postgresql+psycopg://nobody@127.0.0.1:1/x")
+
+
+def test_upgrade_from_0001_keeps_stored_runs(any_url):
+    store = open_store(any_url, migrate=False)
+    upgrade(store.engine, any_url, "0001")
+    with store.engine.begin() as c:  # a row written by the spine's schema
+        c.execute(Sweep.__table__.insert().values(
+            id="old", created_at=datetime.now(timezone.utc), status="ok", job=JOB))
+        row = {k: v for k, v in _run_row("old", "n1", _generation(2, 0)).items()
+               if k in {c.name for c in Run.__table__.columns} - NEW_IN_0002}
+        c.execute(Run.__table__.insert().values(**row))
+    upgrade(store.engine, any_url)
+    assert store.current_revision() == "0002"
+    with store.engine.connect() as c:
+        r = c.execute(select(Run.workload, Run.acceptance_rate, Run.unreliable)).one()
+    assert tuple(r) == ("code", 0.6667, None)

@@ -23,7 +23,9 @@ MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 RUN_COLUMNS = ("run_index", "workload", "prompt_sha256", "mode", "knob", "num_draft_tokens",
                "repetition", "generated_tokens", "ttft_ms", "decode_tok_s", "itl_p50_ms",
                "itl_p95_ms", "drafted_tokens", "accepted_tokens", "acceptance_rate",
-               "peak_mlx_memory_bytes", "exact_match", "first_divergence", "output_text")
+               "peak_mlx_memory_bytes", "exact_match", "first_divergence", "output_text",
+               "context_bucket", "itl_p99_ms", "swap_in_bytes", "bandwidth_utilisation",
+               "unreliable", "unreliable_reasons")
 
 
 def resolve_url(url: str | None) -> str:

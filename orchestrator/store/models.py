@@ -96,3 +96,10 @@ class Run(Base):
     exact_match: Mapped[bool | None] = mapped_column(Boolean)
     first_divergence: Mapped[int | None] = mapped_column(Integer)
     output_text: Mapped[str] = mapped_column(Text)
+    # added in 0002: what the review needs from the agent's richer events
+    context_bucket: Mapped[str | None] = mapped_column(String(16))
+    itl_p99_ms: Mapped[float | None] = mapped_column(Float)
+    swap_in_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    bandwidth_utilisation: Mapped[float | None] = mapped_column(Float)
+    unreliable: Mapped[bool | None] = mapped_column(Boolean)
+    unreliable_reasons: Mapped[list | None] = mapped_column(JSON)
