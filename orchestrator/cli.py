@@ -69,7 +69,75 @@ def inventory():
 inventory_option = click.option(
     "-i", "--inventory", "inventory_path", type=click.Path(path_type=Path),
     default=DEFAULT_INVENTORY, show_default=True, help="Inventory file or folder.")
-limit_option = click.option("--limit", default=None, help="Hosts or groups, e.g. 'mac1:lab'.")
+limit_option = click.option(
+    "--limit", default=None,
+    help="Ansible host pattern: 'lab', 'a:b', 'lab:!mac3', 'lab:&studio', 'mac-*', '@retry-file'.")
+
+
+def fleet_options(fn):
+    """Inventory, --limit, SSH trust and fan-out options shared by every fleet command."""
+    opts = [
+        inventory_option, limit_option,
+        click.option("--known-hosts", type=click.Path(dir_okay=False), default=None,
+                     help="known_hosts file (default ~/.ssh/known_hosts); keys are checked "
+                          "strictly."),
+        click.option("--accept-new-host-keys", is_flag=True,
+                     help="Trust and record keys of hosts not yet in known_hosts (a changed "
+                          "key is still refused)."),
+        click.option("--ssh-config", type=click.Path(dir_okay=False), default=None,
+                     help="OpenSSH client config (default ~/.ssh/config when present)."),
+        click.option("--concurrency", type=int, default=64, show_default=True,
+                     help="Hosts worked on at once."),
+        click.option("--connect-timeout", type=float, default=10.0, show_default=True),
+        click.option("--failed-hosts-file", type=click.Path(dir_okay=False, path_type=Path),
+                     default=Path("specfleet.retry"), show_default=True,
+                     help="Where the hosts that were not ok are written, for --limit @FILE."),
+        click.option("--json", "as_json", is_flag=True, help="Print results as JSON."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _ssh(kw: dict):
+    from .transport import SSHOptions
+
+    return SSHOptions(known_hosts=kw.pop("known_hosts"),
+                      accept_new_host_keys=kw.pop("accept_new_host_keys"),
+                      ssh_config=kw.pop("ssh_config"), concurrency=kw.pop("concurrency"),
+                      connect_timeout=kw.pop("connect_timeout"))
+
+
+def _hosts(kw: dict):
+    from .inventory import load_inventory
+
+    path = kw.pop("inventory_path")
+    return load_inventory(path).select(kw.pop("limit")), str(path)
+
+
+def _report(outcomes, retry_file: Path, as_json: bool, extra: dict | None = None,
+            describe=None) -> None:
+    """Per-host lines (or JSON), a summary, the retry file; exit 1 if any host was not ok."""
+    from .fanout import not_ok, summary_line, write_retry_file
+
+    written = write_retry_file(outcomes, retry_file)
+    if as_json:
+        click.echo(json.dumps({**(extra or {}), "summary": summary_line(outcomes),
+                               "outcomes": [o.as_dict() for o in outcomes],
+                               "retry_file": str(written) if written else None},
+                              indent=2, default=str))
+    else:
+        for o in outcomes:
+            text = describe(o) if describe and o.status == "ok" else (o.detail or "")
+            click.echo(f"{o.host:<20} {o.status:<12} {text}")
+            if o.stderr_tail:
+                for line in o.stderr_tail.splitlines():
+                    click.echo(f"{'':<20} | {line}")
+        click.echo(summary_line(outcomes))
+        if written:
+            click.echo(f"retry the hosts that were not ok with --limit @{written}")
+    if not_ok(outcomes):
+        sys.exit(1)
 
 
 @inventory.command("list")
@@ -92,8 +160,7 @@ def inventory_list(inventory_path: Path, limit: str | None, as_json: bool):
 
 
 @main.command()
-@inventory_option
-@limit_option
+@fleet_options
 @click.option("--models", "models_dir", type=click.Path(path_type=Path), required=True,
               help="Folder with target/ and draft/ (see `specfleet demo-models build`).")
 @click.option("-w", "--workload", "workloads", multiple=True,
@@ -109,25 +176,19 @@ def inventory_list(inventory_path: Path, limit: str | None, as_json: bool):
 @click.option("--repetitions", type=int, default=1, show_default=True)
 @click.option("--draft-widths", default="2,3,4,6", show_default=True,
               help="num_draft_tokens values to sweep.")
-@click.option("--known-hosts", type=click.Path(path_type=Path), default=None,
-              help="known_hosts file (default ~/.ssh/known_hosts); host keys are checked.")
-@click.option("--failed-hosts-file", type=click.Path(path_type=Path), default=None,
-              help="Write the names of hosts that were not ok here.")
 @db_option
-@click.option("--json", "as_json", is_flag=True, help="Print the sweep result as JSON.")
-def sweep(inventory_path, limit, models_dir, workloads, buckets, quality, pins, max_tokens,
-          repetitions, draft_widths, known_hosts, failed_hosts_file, db_url, as_json):
+def sweep(models_dir, workloads, buckets, quality, pins, max_tokens, repetitions, draft_widths,
+          db_url, failed_hosts_file, as_json, **kw):
     """Run a draft-width sweep against the autoregressive baseline on each node.
 
     Exits non-zero if any node was not ok; the other nodes' results are stored.
     """
     from .dispatch import StderrProgress, run_sweep
-    from .inventory import load_inventory
     from .jobspec import build_job
     from .store import open_store
-    from .transport import SSHOptions
 
-    hosts = load_inventory(inventory_path).select(limit)
+    ssh = _ssh(kw)
+    hosts, inventory_path = _hosts(kw)
     widths = [int(x) for x in draft_widths.split(",") if x.strip()]
     pinned = {}
     for p in pins:
@@ -139,27 +200,58 @@ def sweep(inventory_path, limit, models_dir, workloads, buckets, quality, pins, 
                     repetitions=repetitions, draft_widths=widths, pins=pinned, quality=quality,
                     buckets=tuple(b.strip() for b in buckets.split(",") if b.strip()))
     store = open_store(db_url)
-    ssh = SSHOptions(known_hosts=str(known_hosts) if known_hosts else None)
-    result = run_sweep(hosts, job, store, inventory=str(inventory_path), ssh=ssh,
+    result = run_sweep(hosts, job, store, inventory=inventory_path, ssh=ssh,
                        progress=StderrProgress())
-    _report_sweep(result, failed_hosts_file, as_json)
+    _report(result.outcomes, failed_hosts_file, as_json,
+            extra={"sweep_id": result.sweep_id, "status": result.status},
+            describe=lambda o: f"{o.value['events']} events")
+    click.echo(f"sweep {result.sweep_id}: {result.status}", err=True)
 
 
-def _report_sweep(result, failed_hosts_file: Path | None, as_json: bool) -> None:
-    bad = [o for o in result.outcomes if o.status != "ok"]
-    if failed_hosts_file:
-        failed_hosts_file.write_text("".join(f"{o.host}\n" for o in bad))
-    if as_json:
-        click.echo(json.dumps({"sweep_id": result.sweep_id, "status": result.status,
-                               "outcomes": [o.__dict__ for o in result.outcomes]}, indent=2))
-    else:
-        for o in result.outcomes:
-            click.echo(f"{o.host:<20} {o.status:<12} {o.events:>5} events"
-                       + (f"  {o.detail}" if o.detail else ""))
-        click.echo(f"sweep {result.sweep_id}: {result.status} "
-                   f"({len(result.outcomes) - len(bad)}/{len(result.outcomes)} nodes ok)")
-    if bad:
-        sys.exit(1)
+@main.group()
+def fleet():
+    """Look at the nodes: facts, reachability."""
+
+
+def _gib(n) -> str:
+    return "-" if n is None else f"{n / 2**30:.0f} GiB"
+
+
+def _describe_facts(o) -> str:
+    f = o.value
+    lock = f["lock"]
+    busy = f"busy ({lock['holder']['job_id']})" if lock.get("held") and lock.get("holder") \
+        else ("busy" if lock.get("held") else "idle")
+    power = f["power_source"] or "-"
+    if f.get("battery_percent") is not None:
+        power += f" {f['battery_percent']}%"
+    flags = [x for x, on in (("low-power", f.get("low_power_mode")),
+                             ("THROTTLED", f.get("thermal_throttled"))) if on]
+    return (f"{f['os_name']} {f['os_version'] or ''} ({f['os_build'] or '-'}) · "
+            f"{f['chip'] or '?'} · {_gib(f['ram_bytes'])} RAM · "
+            f"{f['gpu_cores'] or '-'} GPU cores · {_gib(f['disk_free_bytes'])} free · "
+            f"python {f['python_version'] or 'MISSING'} · {power} · {busy}"
+            + (" · " + ", ".join(flags) if flags else ""))
+
+
+@fleet.command("facts")
+@fleet_options
+@db_option
+def fleet_facts(db_url, failed_hosts_file, as_json, **kw):
+    """Collect and store each node's facts: OS and build, chip, RAM, GPU cores, free disk,
+    Python, power source and battery, low-power mode, thermal state, uptime, node lock."""
+    from .facts import collect
+    from .fanout import run_fan_out
+    from .store import open_store
+
+    ssh = _ssh(kw)
+    hosts, _ = _hosts(kw)
+    outcomes = run_fan_out(hosts, collect, ssh)
+    store = open_store(db_url)
+    for o in outcomes:
+        if o.status == "ok":
+            store.add_facts(o.host, o.value)
+    _report(outcomes, failed_hosts_file, as_json, describe=_describe_facts)
 
 
 @main.command()

@@ -34,7 +34,8 @@ def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print) -> Path
     if result.status != "ok":
         details = "; ".join(f"{o.host}: {o.detail}" for o in result.outcomes if o.detail)
         raise SpecfleetError(f"demo sweep {result.sweep_id} did not finish: {details}")
-    log(f"sweep {result.sweep_id}: {sum(o.events for o in result.outcomes)} events stored")
+    log(f"sweep {result.sweep_id}: {sum(o.value['events'] for o in result.outcomes)} "
+        "events stored")
     _export_events(store, result.sweep_id, events)
     log(f"events written to {events}")
     return render_review(store, workdir / "review.html", result.sweep_id)

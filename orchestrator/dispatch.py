@@ -6,7 +6,6 @@ stops the others (gather with ``return_exceptions``).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import uuid
@@ -16,35 +15,28 @@ from pathlib import Path
 
 import agent
 
-from .errors import RemoteError, SpecfleetError, UnreachableError
+from .errors import RemoteError
+from .fanout import Outcome, run_fan_out
 from .inventory import Host
 from .store import Store
-from .transport import SSHOptions, connect, q
+from .transport import SSHOptions, q
 
 AGENT_DIR = Path(agent.__file__).resolve().parent
 INGEST_BATCH = 64
 
 
 @dataclass
-class NodeOutcome:
-    host: str
-    status: str  # ok | failed | unreachable
-    detail: str | None = None
-    events: int = 0
-
-
-@dataclass
 class SweepResult:
     sweep_id: str
     status: str
-    outcomes: list[NodeOutcome] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
 
-def _expand(root: str, home: str) -> str:
+def expand_root(root: str, home: str) -> str:
     return home + root[1:] if root == "~" or root.startswith("~/") else root
 
 
@@ -63,49 +55,49 @@ async def _push_models(t, job: dict, root: str) -> dict:
     return job
 
 
-async def run_on_host(host: Host, job: dict, store: Store, sweep_id: str,
-                      ssh: SSHOptions, progress: Callable[[str, dict], None]) -> NodeOutcome:
+async def run_on_host(host: Host, t, job: dict, store: Store, sweep_id: str,
+                      progress: Callable[[str, dict], None]) -> Outcome:
+    """Push agent, weights and job; run the agent; ingest its events as they arrive."""
     stored = 0
-    async with connect(host, ssh) as t:
-        root = _expand(host.root, await t.home())
-        await t.run(f"mkdir -p {q(root + '/agent_pkg')} {q(root + '/jobs')} "
-                    f"{q(root + '/models')}")
-        await t.put_dir(AGENT_DIR, f"{root}/agent_pkg/agent")
-        node_job = await _push_models(t, job, root)
-        if host.vars.get("specfleet_memory_bandwidth_gbs"):  # per-node roofline override
-            node_job["memory_bandwidth_gbs"] = float(host.vars["specfleet_memory_bandwidth_gbs"])
-        job_path = f"{root}/jobs/{sweep_id}.json"
-        journal = f"{root}/jobs/{sweep_id}.events.jsonl"
-        await t.write_text(job_path, json.dumps(node_job))
-        cmd = (f"cd {q(root + '/agent_pkg')} && exec {q(host.python)} -m agent run "
-               f"{q(job_path)} --journal {q(journal)} --lock {q(root + '/agent.lock')} "
-               f"--cache-dir {q(root + '/cache')}")
-        batch: list[dict] = []
-        failure: dict | None = None
-        try:
-            async for line in t.stream_lines(cmd):
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # not an event (a library printing to stdout)
-                if not isinstance(event, dict) or "seq" not in event:
-                    continue
-                batch.append(event)
-                progress(host.name, event)
-                if event["type"] == "job_failed":
-                    failure = event
-                if len(batch) >= INGEST_BATCH or event["type"] != "generation":
-                    stored += store.ingest(sweep_id, host.name, batch)
-                    batch = []
-        except RemoteError as e:
-            stored += store.ingest(sweep_id, host.name, batch)
-            batch = []
-            msg = failure["message"] if failure else (e.stderr.strip().splitlines() or [""])[-1]
-            return NodeOutcome(host.name, "failed", f"agent exited {e.exit_status}: {msg}",
-                               stored)
-        finally:
-            stored += store.ingest(sweep_id, host.name, batch)
-    return NodeOutcome(host.name, "ok", None, stored)
+    root = expand_root(host.root, await t.home())
+    await t.run(f"mkdir -p {q(root + '/agent_pkg')} {q(root + '/jobs')} {q(root + '/models')}")
+    await t.put_dir(AGENT_DIR, f"{root}/agent_pkg/agent")
+    node_job = await _push_models(t, job, root)
+    if host.vars.get("specfleet_memory_bandwidth_gbs"):  # per-node roofline override
+        node_job["memory_bandwidth_gbs"] = float(host.vars["specfleet_memory_bandwidth_gbs"])
+    job_path = f"{root}/jobs/{sweep_id}.json"
+    journal = f"{root}/jobs/{sweep_id}.events.jsonl"
+    await t.write_text(job_path, json.dumps(node_job))
+    cmd = (f"cd {q(root + '/agent_pkg')} && exec {q(host.python)} -m agent run "
+           f"{q(job_path)} --journal {q(journal)} --lock {q(root + '/agent.lock')} "
+           f"--cache-dir {q(root + '/cache')}")
+    batch: list[dict] = []
+    failure: dict | None = None
+    try:
+        async for line in t.stream_lines(cmd):
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # not an event (a library printing to stdout)
+            if not isinstance(event, dict) or "seq" not in event:
+                continue
+            batch.append(event)
+            progress(host.name, event)
+            if event["type"] == "job_failed":
+                failure = event
+            if len(batch) >= INGEST_BATCH or event["type"] != "generation":
+                stored += store.ingest(sweep_id, host.name, batch)
+                batch = []
+    except RemoteError as e:
+        stored += store.ingest(sweep_id, host.name, batch)
+        batch = []
+        msg = failure["message"] if failure else (e.stderr.strip().splitlines() or [""])[-1]
+        return Outcome(host.name, "failed", f"agent exited {e.exit_status}: {msg}",
+                       value={"events": stored}, command=e.command, exit_status=e.exit_status,
+                       stderr_tail="\n".join(e.stderr.strip().splitlines()[-5:]))
+    finally:
+        stored += store.ingest(sweep_id, host.name, batch)
+    return Outcome(host.name, "ok", value={"events": stored})
 
 
 class StderrProgress:
@@ -135,36 +127,14 @@ class StderrProgress:
         print(f"[{node}] {line}", file=self.stream, flush=True)
 
 
-async def _sweep(hosts: list[Host], job: dict, store: Store, sweep_id: str, ssh: SSHOptions,
-                 progress, concurrency: int) -> list[NodeOutcome]:
-    sem = asyncio.Semaphore(concurrency)
-
-    async def one(h: Host) -> NodeOutcome:
-        async with sem:
-            return await run_on_host(h, job, store, sweep_id, ssh, progress)
-
-    results = await asyncio.gather(*(one(h) for h in hosts), return_exceptions=True)
-    outcomes = []
-    for h, r in zip(hosts, results):
-        if isinstance(r, NodeOutcome):
-            outcomes.append(r)
-        elif isinstance(r, UnreachableError):
-            outcomes.append(NodeOutcome(h.name, "unreachable", r.reason))
-        elif isinstance(r, SpecfleetError):
-            outcomes.append(NodeOutcome(h.name, "failed", str(r)))
-        else:
-            raise r
-    return outcomes
-
-
 def run_sweep(hosts: list[Host], job: dict, store: Store, *, inventory: str | None = None,
-              ssh: SSHOptions | None = None, progress=None,
-              concurrency: int = 64) -> SweepResult:
+              ssh: SSHOptions | None = None, progress=None) -> SweepResult:
     """Run ``job`` on every host; record the sweep and each node's outcome."""
     sweep_id = uuid.uuid4().hex[:12]
     job = {**job, "job_id": sweep_id}
     store.create_sweep(sweep_id, job, inventory)
-    outcomes = asyncio.run(_sweep(hosts, job, store, sweep_id, ssh or SSHOptions(),
-                                  progress or (lambda n, e: None), concurrency))
+    progress = progress or (lambda n, e: None)
+    outcomes = run_fan_out(
+        hosts, lambda h, t: run_on_host(h, t, job, store, sweep_id, progress), ssh)
     status = store.finish_sweep(sweep_id, {o.host: (o.status, o.detail) for o in outcomes})
     return SweepResult(sweep_id, status, outcomes)

@@ -25,9 +25,17 @@ KEX_ALGS = ["curve25519-sha256", "curve25519-sha256@libssh.org", "ecdh-sha2-nist
 
 @dataclass(frozen=True)
 class SSHOptions:
-    known_hosts: str | None = None  # None: ~/.ssh/known_hosts, strict
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts, checked strictly
+    accept_new_host_keys: bool = False  # like StrictHostKeyChecking=accept-new
+    ssh_config: str | None = None  # None: ~/.ssh/config when it exists (asyncssh's default)
     connect_timeout: float = 10.0
-    keepalive_interval: float = 15.0
+    keepalive_interval: float = 15.0  # asyncssh sends none unless asked
+    keepalive_count_max: int = 3
+    concurrency: int = 64
+
+    @property
+    def known_hosts_path(self) -> str:
+        return self.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
 
 
 @dataclass
@@ -90,25 +98,47 @@ class SSHTransport:
 
     async def __aenter__(self):
         h, o = self.host, self.options
-        kwargs = {"port": h.port, "known_hosts": o.known_hosts or os.path.expanduser(
-            "~/.ssh/known_hosts"), "kex_algs": KEX_ALGS,
-            "keepalive_interval": o.keepalive_interval, "connect_timeout": o.connect_timeout}
+        try:
+            self.conn = await self._connect(o.known_hosts_path)
+        except asyncssh.HostKeyNotVerifiable as e:
+            known = _known_key_exists(o.known_hosts_path, h.address, h.port)
+            if known or not o.accept_new_host_keys:
+                why = ("the host key differs from the one in known_hosts — refusing (possible "
+                       "man-in-the-middle; remove the old key only if the node was reinstalled)"
+                       if known else f"host key not verifiable ({e.reason}); add it to "
+                       f"{o.known_hosts_path} or pass --accept-new-host-keys")
+                raise UnreachableError(h.name, why) from None
+            self.conn = await self._connect(None)
+            _append_known_host(o.known_hosts_path, h.address, h.port,
+                               self.conn.get_server_host_key())
+        return self
+
+    async def _connect(self, known_hosts):
+        h, o = self.host, self.options
+        kwargs = {"port": h.port, "known_hosts": known_hosts, "kex_algs": KEX_ALGS,
+                  "keepalive_interval": o.keepalive_interval,
+                  "keepalive_count_max": o.keepalive_count_max,
+                  "connect_timeout": o.connect_timeout}
+        if o.ssh_config:
+            kwargs["config"] = [o.ssh_config]
         if h.user:
             kwargs["username"] = h.user
         if h.key_file:
             kwargs["client_keys"] = [os.path.expanduser(h.key_file)]
         try:
-            self.conn = await asyncssh.connect(h.address, **kwargs)
+            return await asyncssh.connect(h.address, **kwargs)
+        except asyncssh.HostKeyNotVerifiable:
+            raise
         except asyncio.TimeoutError:
             raise RemoteTimeoutError(h.name, f"no answer from {h.address}:{h.port} "
                                              f"within {o.connect_timeout:g}s") from None
-        except asyncssh.HostKeyNotVerifiable as e:
-            raise UnreachableError(h.name, f"host key not verifiable ({e.reason}); "
-                                           "add it to known_hosts") from None
+        except asyncssh.PermissionDenied as e:
+            raise UnreachableError(h.name, f"{h.address}:{h.port}: permission denied for user "
+                                           f"{h.user or '(default)'} ({e.reason}); check "
+                                           "ansible_user and the key") from None
         except (OSError, asyncssh.Error) as e:
             reason = getattr(e, "reason", None) or getattr(e, "strerror", None) or str(e)
             raise UnreachableError(h.name, f"{h.address}:{h.port}: {reason}") from None
-        return self
 
     async def __aexit__(self, *exc):
         if self.conn is not None:
@@ -168,6 +198,23 @@ class SSHTransport:
             raise UnreachableError(self.host.name, f"connection lost during `{command}`")
         if proc.exit_status != 0:
             raise RemoteError(self.host.name, command, proc.exit_status, err)
+
+
+def _known_key_exists(path: str, address: str, port: int) -> bool:
+    try:
+        keys = asyncssh.read_known_hosts(path).match(address, address, port)[0]
+    except (OSError, ValueError):
+        return False
+    return bool(keys)
+
+
+def _append_known_host(path: str, address: str, port: int, key) -> None:
+    """Record a first-seen host key (``--accept-new-host-keys``)."""
+    name = address if port == 22 else f"[{address}]:{port}"
+    line = f"{name} {key.export_public_key().decode().strip()}\n"
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "a") as f:
+        f.write(line)
 
 
 def connect(host: Host, options: SSHOptions | None = None):

@@ -88,7 +88,7 @@ def test_unknown_host_key_is_unreachable_not_trusted(fleet, model_pair, tmp_path
     result = CliRunner().invoke(main, [
         "sweep", "-i", str(inv), "--limit", "node1", "--models", str(model_pair),
         "--known-hosts", str(empty_known), "--db", f"sqlite:///{tmp_path / 's.db'}",
-        *SWEEP_ARGS])
+        "--failed-hosts-file", str(tmp_path / "retry"), *SWEEP_ARGS])
     assert result.exit_code == 1
     assert "node1" in result.output and "unreachable" in result.output
     assert "host key not verifiable" in result.output

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import StoreError
-from .models import Event, NodeOutcome, Run, Sweep
+from .models import Event, NodeFacts, NodeOutcome, Run, Sweep
 
 DEFAULT_URL = "sqlite:///specfleet.db"
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
@@ -83,6 +83,19 @@ class Store:
             if runs:
                 c.execute(self._insert(Run).on_conflict_do_nothing(), runs)
         return new
+
+    def add_facts(self, node: str, facts: dict) -> None:
+        with self.engine.begin() as c:
+            c.execute(insert(NodeFacts).values(
+                node=node, collected_at=datetime.now(timezone.utc), os_build=facts.get("os_build"),
+                chip=facts.get("chip"), ram_bytes=facts.get("ram_bytes"), facts=facts))
+
+    def latest_facts(self) -> dict[str, dict]:
+        """The newest facts snapshot per node."""
+        with self.engine.connect() as c:
+            rows = c.execute(select(NodeFacts.node, NodeFacts.facts)
+                             .order_by(NodeFacts.collected_at)).all()
+        return {node: facts for node, facts in rows}
 
     def latest_sweep_id(self) -> str | None:
         with self.engine.connect() as c:

@@ -103,3 +103,17 @@ class Run(Base):
     bandwidth_utilisation: Mapped[float | None] = mapped_column(Float)
     unreliable: Mapped[bool | None] = mapped_column(Boolean)
     unreliable_reasons: Mapped[list | None] = mapped_column(JSON)
+
+
+class NodeFacts(Base):
+    """A snapshot of what a node reported (`specfleet fleet facts`)."""
+
+    __tablename__ = "node_facts"
+    __table_args__ = (Index("ix_node_facts_node_time", "node", "collected_at"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(255))
+    collected_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    os_build: Mapped[str | None] = mapped_column(String(64))
+    chip: Mapped[str | None] = mapped_column(String(128))
+    ram_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    facts: Mapped[dict] = mapped_column(JSON)
