@@ -15,6 +15,7 @@ from pathlib import Path
 
 import agent
 
+from .blobs import CONTROLLER_CACHE, push_model
 from .errors import RemoteError
 from .fanout import Outcome, run_fan_out
 from .inventory import Host
@@ -40,29 +41,20 @@ def expand_root(root: str, home: str) -> str:
     return home + root[1:] if root == "~" or root.startswith("~/") else root
 
 
-async def _push_models(t, job: dict, root: str) -> dict:
-    """Copy each model once per fingerprint; rename into place only when complete."""
-    job = json.loads(json.dumps(job))
-    for role, m in job["models"].items():
-        dest = f"{root}/models/{m['fingerprint'].split(':')[-1][:24]}/{role}"
-        probe = await t.run(f"test -f {q(dest + '/.complete')}", check=False)
-        if probe.exit_status != 0:
-            tmp = f"{dest}.partial-{uuid.uuid4().hex[:8]}"
-            await t.put_dir(Path(m["path"]), tmp)
-            await t.run(f"touch {q(tmp + '/.complete')} && rm -rf {q(dest)} && "
-                        f"mv {q(tmp)} {q(dest)}")
-        m["path"] = dest
-    return job
-
-
 async def run_on_host(host: Host, t, job: dict, store: Store, sweep_id: str,
                       progress: Callable[[str, dict], None]) -> Outcome:
     """Push agent, weights and job; run the agent; ingest its events as they arrive."""
     stored = 0
     root = expand_root(host.root, await t.home())
-    await t.run(f"mkdir -p {q(root + '/agent_pkg')} {q(root + '/jobs')} {q(root + '/models')}")
+    await t.run(f"mkdir -p {q(root + '/agent_pkg')} {q(root + '/jobs')}")
     await t.put_dir(AGENT_DIR, f"{root}/agent_pkg/agent")
-    node_job = await _push_models(t, job, root)
+    report = await push_model(
+        t, host.name, host.python, root,
+        {role: Path(m["path"]) for role, m in job["models"].items()},
+        CONTROLLER_CACHE / "fingerprints.json")
+    node_job = json.loads(json.dumps(job))
+    for role, m in node_job["models"].items():
+        m["path"] = report.paths[role]["path"]
     if host.vars.get("specfleet_memory_bandwidth_gbs"):  # per-node roofline override
         node_job["memory_bandwidth_gbs"] = float(host.vars["specfleet_memory_bandwidth_gbs"])
     job_path = f"{root}/jobs/{sweep_id}.json"

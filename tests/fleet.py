@@ -32,6 +32,21 @@ class Fleet:
     python: str
     nodes: list[Node] = field(default_factory=list)
 
+    def host(self, i: int = 0, **overrides):
+        """An inventory Host for node ``i`` (the library's own type, not a stand-in)."""
+        from orchestrator.inventory import Host
+
+        n = self.nodes[i]
+        kw = dict(name=n.name, address=n.address, port=n.port, user=n.user,
+                  key_file=str(self.client_key), python=self.python)
+        kw.update(overrides)
+        return Host(**kw)
+
+    def ssh_options(self, **kw):
+        from orchestrator.transport import SSHOptions
+
+        return SSHOptions(known_hosts=str(self.known_hosts), **kw)
+
     def inventory_yaml(self, extra_hosts: dict | None = None) -> str:
         lines = ["all:", "  vars:", f"    ansible_ssh_private_key_file: {self.client_key}",
                  f"    specfleet_python: {self.python}", "  children:", "    lab:",

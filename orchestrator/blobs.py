@@ -1,0 +1,177 @@
+"""Content-addressed weights on nodes: ``ROOT/blobs/<sha256>`` plus snapshot folders.
+
+A model becomes ``ROOT/models/<fingerprint>/<role>/<file>`` — symlinks into the blob
+store — so two models sharing a tokenizer store it once, and a re-push moves nothing.
+Only missing blobs travel; an interrupted transfer continues from the bytes already
+in ``<sha256>.partial``; every blob is verified by sha256 before an atomic rename, and
+a blob that no longer matches its name is deleted and sent again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.fingerprint import cached_fingerprint, model_files
+
+from .errors import RemoteError, SpecfleetError
+from .transport import q
+
+CONTROLLER_CACHE = Path(os.environ.get("SPECFLEET_CACHE", "~/.cache/specfleet")).expanduser()
+
+# Runs on the node with its Python: blob states, free space, verify-and-rename.
+NODE_HELPER = r'''
+import hashlib, json, os, shutil, sys
+root, cmd, arg = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+blobs = os.path.join(root, "blobs")
+os.makedirs(blobs, exist_ok=True)
+cache_path = os.path.join(blobs, ".verified.json")
+try:
+    cache = json.load(open(cache_path))
+except Exception:
+    cache = {}
+def sha(p):
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for c in iter(lambda: f.read(1 << 20), b""):
+            h.update(c)
+    return h.hexdigest()
+def verified(name, path):
+    st = os.stat(path)
+    key = [st.st_size, st.st_mtime_ns]
+    if cache.get(name) == key:
+        return True
+    if sha(path) == name:
+        cache[name] = key
+        return True
+    return False
+out = {}
+if cmd == "status":
+    for b in arg:
+        p = os.path.join(blobs, b["sha256"])
+        if os.path.exists(p):
+            if os.path.getsize(p) == b["size"] and verified(b["sha256"], p):
+                out[b["sha256"]] = "ok"
+                continue
+            os.remove(p)
+            cache.pop(b["sha256"], None)
+            out[b["sha256"]] = "corrupt"
+        else:
+            part = p + ".partial"
+            n = os.path.getsize(part) if os.path.exists(part) else 0
+            if n > b["size"]:
+                os.remove(part)
+                n = 0
+            out[b["sha256"]] = "partial:%d" % n if n else "missing"
+    out["_free_bytes"] = shutil.disk_usage(blobs).free
+elif cmd == "commit":
+    for name in arg:
+        part = os.path.join(blobs, name + ".partial")
+        if sha(part) == name:
+            os.replace(part, os.path.join(blobs, name))
+            verified(name, os.path.join(blobs, name))
+            out[name] = "ok"
+        else:
+            os.remove(part)
+            out[name] = "mismatch"
+elif cmd == "snapshot":
+    dest, files = arg["dest"], arg["files"]
+    tmp = dest + ".tmp-%d" % os.getpid()
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for f in files:
+        os.symlink(os.path.relpath(os.path.join(blobs, f["sha256"]), tmp),
+                   os.path.join(tmp, f["path"]))
+    if os.path.isdir(dest):
+        shutil.rmtree(dest)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    os.replace(tmp, dest)
+    out["ok"] = True
+tmp = cache_path + ".%d" % os.getpid()
+json.dump(cache, open(tmp, "w"))
+os.replace(tmp, cache_path)
+print(json.dumps(out))
+'''
+
+
+class NodeDiskFull(SpecfleetError):
+    """The node lacks the free space a transfer needs."""
+
+
+@dataclass
+class PushReport:
+    files: int = 0
+    sent_bytes: int = 0
+    skipped_bytes: int = 0
+    resumed_bytes: int = 0
+    resent_corrupt: int = 0
+    seconds: float = 0.0
+    paths: dict = field(default_factory=dict)
+
+
+async def _helper(t, python: str, root: str, cmd: str, arg) -> dict:
+    res = await t.run(f"{q(python)} -c {q(NODE_HELPER)} {q(root)} {cmd} {q(json.dumps(arg))}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def local_manifest(model_dir: Path, cache_file: Path) -> tuple[str, list[dict]]:
+    fp, _ = cached_fingerprint(model_dir, cache_file)
+    cache = json.loads(cache_file.read_text())
+    files = []
+    for p in model_files(model_dir.resolve()):
+        files.append({"path": p.name, "size": p.stat().st_size,
+                      "sha256": cache[str(p)]["sha256"], "local": str(p)})
+    return fp, files
+
+
+async def push_model(t, host_name: str, python: str, root: str, models: dict[str, Path],
+                     cache_file: Path, progress=None) -> PushReport:
+    """Make ``ROOT/models/<fp>/<role>`` exist on the node for every role in ``models``."""
+    t0 = time.monotonic()
+    report = PushReport()
+    plan = {}
+    for role, d in models.items():
+        fp, files = local_manifest(Path(d), cache_file)
+        plan[role] = (fp, files)
+    blobs = {f["sha256"]: f for _, files in plan.values() for f in files}
+    state = await _helper(t, python, root, "status",
+                          [{"sha256": s, "size": f["size"]} for s, f in blobs.items()])
+    todo = {s: st for s, st in state.items() if not s.startswith("_") and st != "ok"}
+    need = sum(blobs[s]["size"] - (int(st.split(":")[1]) if st.startswith("partial") else 0)
+               for s, st in todo.items())
+    if need > state["_free_bytes"]:
+        raise NodeDiskFull(f"{host_name}: {root} has {state['_free_bytes'] / 2**20:.1f} MiB "
+                           f"free but the model needs {need / 2**20:.1f} MiB more; free space "
+                           "or point specfleet_root at a bigger volume")
+    report.skipped_bytes = sum(f["size"] for s, f in blobs.items() if s not in todo)
+    report.resent_corrupt = sum(1 for st in todo.values() if st == "corrupt")
+    for _attempt in range(2):  # a blob that arrives corrupted is sent once more
+        for sha, st in todo.items():
+            offset = int(st.split(":")[1]) if st.startswith("partial") else 0
+            report.resumed_bytes += offset
+            try:
+                report.sent_bytes += await t.append_file(
+                    Path(blobs[sha]["local"]), f"{root}/blobs/{sha}.partial", offset, progress)
+            except RemoteError as e:
+                if "No space left" in e.stderr:
+                    raise NodeDiskFull(f"{host_name}: no space left on the node while writing "
+                                       f"{root}/blobs ({blobs[sha]['path']})") from None
+                raise
+        committed = await _helper(t, python, root, "commit", list(todo))
+        todo = {s: "missing" for s, r in committed.items() if r != "ok"}
+        if not todo:
+            break
+    if todo:
+        raise SpecfleetError(f"{host_name}: blobs still differ after re-sending: "
+                             f"{', '.join(sorted(todo))[:200]}")
+    for role, (fp, files) in plan.items():
+        dest = f"{root}/models/{fp.split(':')[-1][:24]}/{role}"
+        await _helper(t, python, root, "snapshot", {
+            "dest": dest, "files": [{"path": f["path"], "sha256": f["sha256"]} for f in files]})
+        report.paths[role] = {"path": dest, "fingerprint": fp}
+    report.files = len(blobs)
+    report.seconds = round(time.monotonic() - t0, 3)
+    return report
