@@ -10,6 +10,7 @@ import asyncio
 import os
 import shlex
 import shutil
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +153,11 @@ class SSHTransport:
             raise UnreachableError(h.name, f"{h.address}:{h.port}: permission denied for user "
                                            f"{h.user or '(default)'} ({e.reason}); check "
                                            "ansible_user and the key") from None
+        except ConnectionRefusedError:
+            raise UnreachableError(h.name, f"{h.address}:{h.port}: connection refused (is sshd "
+                                           "running and ansible_port right?)") from None
+        except socket.gaierror as e:
+            raise UnreachableError(h.name, f"cannot resolve {h.address}: {e.strerror}") from None
         except (OSError, asyncssh.Error) as e:
             reason = getattr(e, "reason", None) or getattr(e, "strerror", None) or str(e)
             raise UnreachableError(h.name, f"{h.address}:{h.port}: {reason}") from None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet import start_fleet, stop_fleet
+from tests.fleet import add_netns_node, start_fleet, stop_fleet
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
@@ -48,6 +48,27 @@ def fleet():
         assert probe.returncode == 0, (
             f"node users cannot run {sys.executable}: {probe.stderr.strip()} "
             "(clone the project into a world-readable folder)")
+        yield f
+    finally:
+        stop_fleet(f)
+
+
+@pytest.fixture(scope="session")
+def big_fleet():
+    """Ten sshd nodes for fan-out behaviour (no model work on them)."""
+    f = start_fleet(10, sys.executable)
+    try:
+        yield f
+    finally:
+        stop_fleet(f)
+
+
+@pytest.fixture(scope="session")
+def netns_fleet():
+    """One node behind a veth pair in its own network namespace: its link can be cut."""
+    f = start_fleet(0, sys.executable)
+    try:
+        add_netns_node(f, 1)
         yield f
     finally:
         stop_fleet(f)

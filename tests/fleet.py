@@ -22,6 +22,9 @@ class Node:
     user: str
     home: Path
     proc: subprocess.Popen | None = None
+    netns: str | None = None
+    link: str | None = None
+    ns_link: str | None = None
 
 
 @dataclass
@@ -77,6 +80,41 @@ def _wait_listening(address: str, port: int, timeout: float = 10.0) -> None:
     raise RuntimeError(f"sshd on {address}:{port} did not start")
 
 
+def _add_node(fleet: Fleet, i: int, address: str, port: int, netns: str | None = None,
+              name: str | None = None) -> Node:
+    """A user with a 0700 home and the client key, a host key, and an sshd for it."""
+    base, key = fleet.base, fleet.client_key
+    tag = base.name.rsplit("-", 1)[-1][:6].lower()
+    user = f"sf{tag}{i}"[:31]
+    home = base / f"home{i}"
+    subprocess.run(["useradd", "-M", "-d", str(home), "-s", "/bin/sh", "-p", "*", user],
+                   check=True)
+    (home / ".ssh").mkdir(parents=True)
+    shutil.copy(key.with_suffix(".pub"), home / ".ssh" / "authorized_keys")
+    subprocess.run(["chown", "-R", f"{user}:{user}", str(home)], check=True)
+    home.chmod(0o700)
+    hostkey = base / f"host{i}_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey)],
+                   check=True)
+    cfg = base / f"sshd{i}.conf"
+    cfg.write_text("\n".join([
+        f"ListenAddress {address}:{port}", f"HostKey {hostkey}", f"PidFile {base}/sshd{i}.pid",
+        "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+        "PubkeyAuthentication yes", f"AllowUsers {user}", "MaxStartups 200:30:400",
+        "MaxSessions 100", "StrictModes yes", "Subsystem sftp internal-sftp", "LogLevel INFO",
+        ""]))
+    cmd = [SSHD, "-D", "-f", str(cfg), "-E", str(base / f"sshd{i}.log")]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    node = Node(name or f"node{i}", address, port, user, home, subprocess.Popen(cmd))
+    node.netns = netns
+    fleet.nodes.append(node)
+    with open(fleet.known_hosts, "a") as f:
+        f.write(f"[{address}]:{port} " + " ".join(
+            hostkey.with_suffix(".pub").read_text().split()[:2]) + "\n")
+    return node
+
+
 def start_fleet(count: int, python: str) -> Fleet:
     if os.geteuid() != 0 or not Path(SSHD).exists():
         raise RuntimeError("the sshd fleet needs root and openssh-server (make test installs it)")
@@ -85,38 +123,45 @@ def start_fleet(count: int, python: str) -> Fleet:
     key = base / "client_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     fleet = Fleet(base=base, client_key=key, known_hosts=base / "known_hosts", python=python)
+    fleet.known_hosts.write_text("")
     Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
-    known = []
-    tag = base.name.rsplit("-", 1)[-1][:6].lower()
     for i in range(1, count + 1):
-        user = f"sf{tag}{i}"[:31]
-        home = base / f"home{i}"
-        subprocess.run(["useradd", "-M", "-d", str(home), "-s", "/bin/sh", "-p", "*", user],
-                       check=True)
-        (home / ".ssh").mkdir(parents=True)
-        shutil.copy(key.with_suffix(".pub"), home / ".ssh" / "authorized_keys")
-        subprocess.run(["chown", "-R", f"{user}:{user}", str(home)], check=True)
-        home.chmod(0o700)
-        hostkey = base / f"host{i}_ed25519"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey)],
-                       check=True)
         address = f"127.0.1.{i}"
-        port = _free_port(address)
-        cfg = base / f"sshd{i}.conf"
-        cfg.write_text("\n".join([
-            f"ListenAddress {address}:{port}", f"HostKey {hostkey}", f"PidFile {base}/sshd{i}.pid",
-            "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
-            "PubkeyAuthentication yes", f"AllowUsers {user}", "MaxStartups 200:30:400",
-            "StrictModes yes", "Subsystem sftp internal-sftp", "LogLevel INFO", ""]))
-        proc = subprocess.Popen([SSHD, "-D", "-f", str(cfg), "-E", str(base / f"sshd{i}.log")])
-        node = Node(f"node{i}", address, port, user, home, proc)
-        fleet.nodes.append(node)
-        known.append(f"[{address}]:{port} " + " ".join(
-            hostkey.with_suffix(".pub").read_text().split()[:2]))
-    fleet.known_hosts.write_text("\n".join(known) + "\n")
+        _add_node(fleet, i, address, _free_port(address))
     for n in fleet.nodes:
         _wait_listening(n.address, n.port)
     return fleet
+
+
+def add_netns_node(fleet: Fleet, i: int) -> Node:
+    """A node in its own network namespace behind a veth pair, so a test can cut its link."""
+    tag = fleet.base.name.rsplit("-", 1)[-1][:4].lower()
+    ns, host_if, ns_if = f"sf{tag}{i}", f"sfh{tag}{i}", f"sfn{tag}{i}"
+    a, b = f"10.213.{i}.1", f"10.213.{i}.2"
+    for cmd in (["ip", "netns", "add", ns],
+                ["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if],
+                ["ip", "link", "set", ns_if, "netns", ns],
+                ["ip", "addr", "add", f"{a}/30", "dev", host_if],
+                ["ip", "link", "set", host_if, "up"],
+                ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{b}/30", "dev", ns_if],
+                ["ip", "netns", "exec", ns, "ip", "link", "set", ns_if, "up"],
+                ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"]):
+        subprocess.run(cmd, check=True)
+    node = _add_node(fleet, i, b, 22, netns=ns, name=f"netnode{i}")
+    node.link, node.ns_link = host_if, ns_if
+    _wait_listening(b, 22)
+    return node
+
+
+def set_link(node: Node, up: bool, side: str = "controller") -> None:
+    """Bring the veth down on the controller's side (a cut cable) or the node's side (the
+    node vanished: packets to it are silently lost)."""
+    state = "up" if up else "down"
+    if side == "controller":
+        subprocess.run(["ip", "link", "set", node.link, state], check=True)
+    else:
+        subprocess.run(["ip", "netns", "exec", node.netns, "ip", "link", "set", node.ns_link,
+                        state], check=True)
 
 
 def stop_fleet(fleet: Fleet) -> None:
@@ -129,4 +174,7 @@ def stop_fleet(fleet: Fleet) -> None:
                 n.proc.kill()
         subprocess.run(["pkill", "-KILL", "-u", n.user], check=False)
         subprocess.run(["userdel", n.user], check=False, capture_output=True)
+        if getattr(n, "netns", None):
+            subprocess.run(["ip", "link", "del", n.link], check=False, capture_output=True)
+            subprocess.run(["ip", "netns", "del", n.netns], check=False, capture_output=True)
     shutil.rmtree(fleet.base, ignore_errors=True)
