@@ -127,16 +127,16 @@ def local_manifest(model_dir: Path, cache_file: Path) -> tuple[str, list[dict]]:
     return fp, files
 
 
-async def push_model(t, host_name: str, python: str, root: str, models: dict[str, Path],
-                     cache_file: Path, progress=None) -> PushReport:
-    """Make ``ROOT/models/<fp>/<role>`` exist on the node for every role in ``models``."""
+async def push_files(t, host_name: str, python: str, root: str,
+                     groups: dict[str, list[dict]], progress=None) -> PushReport:
+    """Make each ``ROOT/<dest>`` a folder of links to blobs holding the given files.
+
+    ``groups`` maps a destination (relative to root) to files ``{path, sha256, size,
+    local}``; ``path`` is the link's name in that folder.
+    """
     t0 = time.monotonic()
     report = PushReport()
-    plan = {}
-    for role, d in models.items():
-        fp, files = local_manifest(Path(d), cache_file)
-        plan[role] = (fp, files)
-    blobs = {f["sha256"]: f for _, files in plan.values() for f in files}
+    blobs = {f["sha256"]: f for files in groups.values() for f in files}
     state = await _helper(t, python, root, "status",
                           [{"sha256": s, "size": f["size"]} for s, f in blobs.items()])
     todo = {s: st for s, st in state.items() if not s.startswith("_") and st != "ok"}
@@ -144,8 +144,8 @@ async def push_model(t, host_name: str, python: str, root: str, models: dict[str
                for s, st in todo.items())
     if need > state["_free_bytes"]:
         raise NodeDiskFull(f"{host_name}: {root} has {state['_free_bytes'] / 2**20:.1f} MiB "
-                           f"free but the model needs {need / 2**20:.1f} MiB more; free space "
-                           "or point specfleet_root at a bigger volume")
+                           f"free but the transfer needs {need / 2**20:.1f} MiB more; free "
+                           "space or point specfleet_root at a bigger volume")
     report.skipped_bytes = sum(f["size"] for s, f in blobs.items() if s not in todo)
     report.resent_corrupt = sum(1 for st in todo.values() if st == "corrupt")
     for _attempt in range(2):  # a blob that arrives corrupted is sent once more
@@ -167,11 +167,25 @@ async def push_model(t, host_name: str, python: str, root: str, models: dict[str
     if todo:
         raise SpecfleetError(f"{host_name}: blobs still differ after re-sending: "
                              f"{', '.join(sorted(todo))[:200]}")
-    for role, (fp, files) in plan.items():
-        dest = f"{root}/models/{fp.split(':')[-1][:24]}/{role}"
+    for dest, files in groups.items():
         await _helper(t, python, root, "snapshot", {
-            "dest": dest, "files": [{"path": f["path"], "sha256": f["sha256"]} for f in files]})
-        report.paths[role] = {"path": dest, "fingerprint": fp}
+            "dest": f"{root}/{dest}",
+            "files": [{"path": f["path"], "sha256": f["sha256"]} for f in files]})
+        report.paths[dest] = f"{root}/{dest}"
     report.files = len(blobs)
     report.seconds = round(time.monotonic() - t0, 3)
+    return report
+
+
+async def push_model(t, host_name: str, python: str, root: str, models: dict[str, Path],
+                     cache_file: Path, progress=None) -> PushReport:
+    """Make ``ROOT/models/<fp>/<role>`` exist on the node for every role in ``models``."""
+    groups, prints = {}, {}
+    for role, d in models.items():
+        fp, files = local_manifest(Path(d), cache_file)
+        dest = f"models/{fp.split(':')[-1][:24]}/{role}"
+        groups[dest], prints[role] = files, (dest, fp)
+    report = await push_files(t, host_name, python, root, groups, progress)
+    report.paths = {role: {"path": f"{root}/{dest}", "fingerprint": fp}
+                    for role, (dest, fp) in prints.items()}
     return report

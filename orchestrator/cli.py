@@ -254,6 +254,64 @@ def fleet_facts(db_url, failed_hosts_file, as_json, **kw):
     _report(outcomes, failed_hosts_file, as_json, describe=_describe_facts)
 
 
+class TransferProgress:
+    """Bytes and rate per host on stderr, at most twice a second per host."""
+
+    def __init__(self):
+        self.sent: dict[str, int] = {}
+        self.t0: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    def for_host(self, host: str):
+        import time
+
+        self.t0[host] = time.monotonic()
+        self.sent[host] = 0
+
+        def cb(n: int) -> None:
+            now = time.monotonic()
+            self.sent[host] += n
+            if now - self.last.get(host, 0) >= 0.5:
+                self.last[host] = now
+                rate = self.sent[host] / max(now - self.t0[host], 1e-6)
+                click.echo(f"[{host}] sent {self.sent[host] / 2**20:8.1f} MiB "
+                           f"({rate / 2**20:6.1f} MiB/s)", err=True)
+        return cb
+
+
+@main.command()
+@fleet_options
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
+@db_option
+def provision(plan_path, db_url, failed_hosts_file, as_json, **kw):
+    """Make each node ready for PLAN, idempotently: the pinned environment (hash-locked
+    wheels installed offline), the agent artefact, and the model pair as verified blobs."""
+    from .fanout import run_fan_out
+    from .plan import load_plan
+    from .provision import provision_host
+    from .store import open_store
+
+    plan = load_plan(plan_path)
+    ssh = _ssh(kw)
+    hosts, _ = _hosts(kw)
+    bars = TransferProgress()
+    outcomes = run_fan_out(
+        hosts, lambda h, t: provision_host(h, t, plan, bars.for_host(h.name)), ssh)
+    store = open_store(db_url)
+    for o in outcomes:
+        store.add_provision(o.host, plan.sha256, o.status,
+                            o.value if o.status == "ok" else {"detail": o.detail})
+
+    def describe(o) -> str:
+        v = o.value
+        return (f"env {v['env_id']} {v['env']} · agent {v['agent_id']} {v['agent']} · "
+                f"weights sent {v['weights_sent_bytes'] / 2**20:.1f} MiB, skipped "
+                f"{v['weights_skipped_bytes'] / 2**20:.1f} MiB · {v['seconds']:.1f}s")
+
+    _report(outcomes, failed_hosts_file, as_json, extra={"plan": str(plan_path)},
+            describe=describe)
+
+
 @main.command()
 @click.option("--sweep", "sweep_id", default=None, help="Sweep id (default: the latest).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),

@@ -20,6 +20,7 @@ from .yamlfile import LineDict, load_yaml
 
 SPECFLEET_VARS = {
     "specfleet_python": "interpreter with mlx-lm on the node (default python3)",
+    "specfleet_base_python": "interpreter that `provision` builds envs from (default python3)",
     "specfleet_root": "folder for agent, envs, blobs and journals (default ~/.specfleet)",
     "specfleet_chip": "chip name when the node cannot report it (e.g. M2 Max)",
     "specfleet_memory_bandwidth_gbs": "memory bandwidth override for the roofline",

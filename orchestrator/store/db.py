@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import StoreError
-from .models import Event, NodeFacts, NodeOutcome, Run, Sweep
+from .models import Event, NodeFacts, NodeOutcome, ProvisionRun, Run, Sweep
 
 DEFAULT_URL = "sqlite:///specfleet.db"
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
@@ -89,6 +89,13 @@ class Store:
             c.execute(insert(NodeFacts).values(
                 node=node, collected_at=datetime.now(timezone.utc), os_build=facts.get("os_build"),
                 chip=facts.get("chip"), ram_bytes=facts.get("ram_bytes"), facts=facts))
+
+    def add_provision(self, node: str, plan_sha256: str, status: str, details: dict) -> None:
+        with self.engine.begin() as c:
+            c.execute(insert(ProvisionRun).values(
+                node=node, created_at=datetime.now(timezone.utc), plan_sha256=plan_sha256,
+                status=status, env_id=details.get("env_id"), agent_id=details.get("agent_id"),
+                seconds=details.get("seconds"), details=details))
 
     def latest_facts(self) -> dict[str, dict]:
         """The newest facts snapshot per node."""

@@ -117,3 +117,18 @@ class NodeFacts(Base):
     chip: Mapped[str | None] = mapped_column(String(128))
     ram_bytes: Mapped[int | None] = mapped_column(BigInteger)
     facts: Mapped[dict] = mapped_column(JSON)
+
+
+class ProvisionRun(Base):
+    """What `specfleet provision` did on one node: installed, pushed, skipped, how long."""
+
+    __tablename__ = "provision_runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(255), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    plan_sha256: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    env_id: Mapped[str | None] = mapped_column(String(32))
+    agent_id: Mapped[str | None] = mapped_column(String(32))
+    seconds: Mapped[float | None] = mapped_column(Float)
+    details: Mapped[dict] = mapped_column(JSON)

@@ -1,0 +1,95 @@
+"""Provisioning real sshd nodes from a plan: offline hash-locked env, agent, weights."""
+
+import json
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+from orchestrator.errors import ConfigError
+from orchestrator.plan import load_plan
+from orchestrator.store import open_store
+
+
+def write_plan(tmp_path, model_pair, python="3.11", extra=""):
+    p = tmp_path / "plan.yml"
+    p.write_text(f"""# provisioning test plan
+environment:
+  python: "{python}"
+  packages: ["mlx==0.32.4", "mlx-lm==0.32.2"]
+models:
+  target: {model_pair / 'target'}
+  draft: {model_pair / 'draft'}
+{extra}""")
+    return p
+
+
+def provision(fleet, tmp_path, plan, *extra):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml().replace(
+        "  vars:\n", "  vars:\n    specfleet_base_python: /usr/bin/python3\n"))
+    return CliRunner().invoke(main, [
+        "provision", str(plan), "-i", str(inv), "--known-hosts", str(fleet.known_hosts),
+        "--db", f"sqlite:///{tmp_path / 's.db'}", "--failed-hosts-file",
+        str(tmp_path / "retry"), "--json", *extra])
+
+
+@pytest.fixture(scope="module")
+def provisioned(fleet, model_pair, tmp_path_factory):
+    d = tmp_path_factory.mktemp("prov")
+    plan = write_plan(d, model_pair)
+    first = provision(fleet, d, plan)
+    second = provision(fleet, d, plan)
+    return d, first, second
+
+
+def test_first_provision_installs_env_agent_and_weights(provisioned, fleet):
+    d, first, _ = provisioned
+    assert first.exit_code == 0, first.output
+    out = {o["host"]: o for o in json.loads(first.stdout)["outcomes"]}
+    for n in fleet.nodes:
+        v = out[n.name]["value"]
+        assert v["env"] == "created" and v["agent"] == "pushed"
+        assert v["versions"]["mlx"] == "0.32.4" and v["versions"]["mlx-lm"] == "0.32.2"
+        assert v["weights_sent_bytes"] > 0
+        env = n.home / ".specfleet" / "envs" / v["env_id"]
+        assert (env / ".complete").exists()
+        # the env was installed from pushed wheels only: pip reports no index was used
+        frozen = subprocess.run(["su", "-s", "/bin/sh", n.user, "-c",
+                                 f"{env}/bin/python -m pip freeze"], capture_output=True,
+                                text=True).stdout
+        assert "mlx-lm==0.32.2" in frozen and "mlx-cpu==0.32.4" in frozen
+    ids = {out[n.name]["value"]["env_id"] for n in fleet.nodes}
+    assert len(ids) == 1  # same platform, same lock, same env id
+
+
+def test_second_provision_reuses_everything(provisioned, fleet):
+    d, first, second = provisioned
+    assert second.exit_code == 0, second.output
+    for o in json.loads(second.stdout)["outcomes"]:
+        v = o["value"]
+        assert v["env"] == "reused" and v["env_seconds"] < 1.0
+        assert v["agent"] == "present" and v["weights_sent_bytes"] == 0
+        assert v["wheels_sent_bytes"] == 0
+    rows = open_store(f"sqlite:///{d / 's.db'}").engine.connect().exec_driver_sql(
+        "select node, status, env_id from provision_runs").all()
+    assert len(rows) == 4 and {r[1] for r in rows} == {"ok"}
+
+
+def test_python_mismatch_is_a_failed_host_with_advice(fleet, model_pair, tmp_path):
+    plan = write_plan(tmp_path, model_pair, python="3.12")
+    r = provision(fleet, tmp_path, plan, "--limit", "node1")
+    assert r.exit_code == 1
+    o = json.loads(r.stdout)["outcomes"][0]
+    assert o["status"] == "failed"
+    assert "runs Python 3.11.2 but the plan pins 3.12; set specfleet_base_python" in o["detail"]
+
+
+def test_plan_errors_name_file_and_line(tmp_path, model_pair):
+    p = write_plan(tmp_path, model_pair, extra="sweeps: {}\n")
+    with pytest.raises(ConfigError, match=r"plan.yml:8: plan: unknown key 'sweeps'"):
+        load_plan(p)
+    p.write_text("environment:\n  python: 3\n  packages: [mlx]\nmodels: {}\n")
+    with pytest.raises(ConfigError, match=r"plan.yml:2: environment.python: expected MAJOR"):
+        load_plan(p)
