@@ -254,6 +254,44 @@ def fleet_facts(db_url, failed_hosts_file, as_json, **kw):
     _report(outcomes, failed_hosts_file, as_json, describe=_describe_facts)
 
 
+@main.group()
+def node():
+    """One-time privileged node preparation (fabric, sudo)."""
+
+
+@node.command("prepare")
+@inventory_option
+@limit_option
+@click.option("--known-hosts", type=click.Path(dir_okay=False), default=None,
+              help="known_hosts file (default ~/.ssh/known_hosts); unknown keys are refused.")
+@click.option("--ask-become-pass", is_flag=True, help="Prompt for the sudo password.")
+@click.option("--check", is_flag=True, help="Show what would change; change nothing.")
+@click.option("--failed-hosts-file", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("specfleet.retry"), show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def node_prepare(ask_become_pass, check, known_hosts, failed_hosts_file, as_json, **kw):
+    """Keep Macs awake on AC (pmset), keep Spotlight out of the specfleet root, create the
+    root owned by the benchmark user. Host by host, with sudo."""
+    import os
+
+    from .prepare import prepare_host
+
+    hosts, _ = _hosts(kw)
+    password = click.prompt("BECOME password", hide_input=True, err=True) \
+        if ask_become_pass else None
+    known = known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+    outcomes = []
+    for h in hosts:  # one at a time: a sudo prompt per host must stay readable
+        o = prepare_host(h, known, password, check)
+        outcomes.append(o)
+        if not as_json:
+            for s in o.value or []:
+                click.echo(f"[{h.name}] {s['state']:<22} {s['step']}", err=True)
+
+    _report(outcomes, failed_hosts_file, as_json,
+            describe=lambda o: ", ".join(sorted({s["state"] for s in o.value})))
+
+
 class TransferProgress:
     """Bytes and rate per host on stderr, at most twice a second per host."""
 
