@@ -15,7 +15,13 @@ from agent.telemetry.macos import parse_pmset_batt, parse_pmset_g, parse_pmset_t
 from .inventory import Host
 from .transport import q
 
-LOCK_PROBE = r'''import fcntl, os, sys
+# One Python start per node (it costs more than every other probe together): the
+# interpreter's path and version, and whether another agent holds the node lock.
+PY_PROBE = r'''import sys
+print(sys.executable)
+print("%d.%d.%d" % sys.version_info[:3])
+print("@@lock")
+import fcntl, os
 p = sys.argv[1]
 if not os.path.exists(p):
     print("free"); sys.exit()
@@ -29,28 +35,25 @@ except BlockingIOError:
 def facts_script(root: str, python: str) -> str:
     """The POSIX sh the node runs; every section starts with ``@@name``."""
     r, py = q(root), q(python)
+    mac = ["s sw_vers; sw_vers", "s brand; sysctl -n machdep.cpu.brand_string",
+           "s hw_model; sysctl -n hw.model", "s memsize; sysctl -n hw.memsize",
+           "s sp_hardware; system_profiler -detailLevel mini SPHardwareDataType",
+           "s sp_displays; system_profiler SPDisplaysDataType",
+           "s batt; pmset -g batt", "s pmset; pmset -g", "s therm; pmset -g therm",
+           "s boottime; sysctl kern.boottime"]
+    linux = ["s os_release; cat /etc/os-release",
+             "s cpuinfo; grep -m1 'model name' /proc/cpuinfo",
+             "s nproc; getconf _NPROCESSORS_ONLN", "s meminfo; grep MemTotal /proc/meminfo",
+             "s uptime; cat /proc/uptime",
+             "s power_supply; for d in /sys/class/power_supply/*; do [ -e \"$d/type\" ] && "
+             "echo \"$(basename \"$d\") $(cat \"$d/type\") $(cat \"$d/online\" 2>/dev/null) "
+             "$(cat \"$d/status\" 2>/dev/null) $(cat \"$d/capacity\" 2>/dev/null)\"; done"]
     return "\n".join([
-        "s() { echo \"@@$1\"; }",
-        "s now; date +%s", "s uname; uname -srm", "s hostname; hostname",
-        "s sw_vers; sw_vers 2>/dev/null", "s os_release; cat /etc/os-release 2>/dev/null",
-        "s brand; sysctl -n machdep.cpu.brand_string 2>/dev/null",
-        "s hw_model; sysctl -n hw.model 2>/dev/null",
-        "s memsize; sysctl -n hw.memsize 2>/dev/null",
-        "s sp_hardware; system_profiler -detailLevel mini SPHardwareDataType 2>/dev/null",
-        "s sp_displays; system_profiler SPDisplaysDataType 2>/dev/null",
-        "s cpuinfo; grep -m1 'model name' /proc/cpuinfo 2>/dev/null",
-        "s nproc; getconf _NPROCESSORS_ONLN 2>/dev/null",
-        "s meminfo; grep MemTotal /proc/meminfo 2>/dev/null",
-        f"s df; if [ -d {r} ]; then df -Pk {r}; else df -Pk ~; fi 2>/dev/null",
-        f"s python; {py} -c 'import sys, platform; print(sys.executable); "
-        "print(platform.python_version())' 2>&1",
-        "s batt; pmset -g batt 2>/dev/null", "s pmset; pmset -g 2>/dev/null",
-        "s therm; pmset -g therm 2>/dev/null", "s boottime; sysctl kern.boottime 2>/dev/null",
-        "s uptime; cat /proc/uptime 2>/dev/null",
-        "s power_supply; for d in /sys/class/power_supply/*; do [ -e \"$d/type\" ] && "
-        "echo \"$(basename \"$d\") $(cat \"$d/type\") $(cat \"$d/online\" 2>/dev/null) "
-        "$(cat \"$d/status\" 2>/dev/null) $(cat \"$d/capacity\" 2>/dev/null)\"; done",
-        f"s lock; {py} -c {q(LOCK_PROBE)} {q(root + '/agent.lock')} 2>/dev/null",
+        "s() { echo \"@@$1\"; }", "exec 2>/dev/null",
+        "s now; date +%s", "s uname; uname -srm", "s hostname; uname -n",
+        "if [ \"$(uname -s)\" = Darwin ]; then", *mac, "else", *linux, "fi",
+        f"s df; if [ -d {r} ]; then df -Pk {r}; else df -Pk ~; fi",
+        f"s python; {py} -S -c {q(PY_PROBE)} {q(root + '/agent.lock')} 2>&1",
         "exit 0",
     ])
 

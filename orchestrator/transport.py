@@ -23,6 +23,9 @@ from .inventory import Host
 CHUNK = 1 << 20
 # The default key exchange costs ~80 ms of CPU per connection on small machines.
 KEX_ALGS = ["curve25519-sha256", "curve25519-sha256@libssh.org", "ecdh-sha2-nistp256"]
+# AES-GCM runs on AES-NI / ARMv8 crypto units: several times chacha20's speed for weights.
+CIPHERS = ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
+           "aes128-ctr", "aes256-ctr"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,7 @@ class SSHTransport:
     async def _connect(self, known_hosts):
         h, o = self.host, self.options
         kwargs = {"port": h.port, "known_hosts": known_hosts, "kex_algs": KEX_ALGS,
+                  "encryption_algs": CIPHERS, "compression_algs": None,
                   "keepalive_interval": o.keepalive_interval,
                   "keepalive_count_max": o.keepalive_count_max,
                   "connect_timeout": o.connect_timeout}

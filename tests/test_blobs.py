@@ -106,7 +106,7 @@ def test_full_disk_is_a_clear_error(fleet, model_pair, tmp_path):
         with pytest.raises(NodeDiskFull) as e:
             push(fleet, host, {"target": model_pair / "target"}, tmp_path / "fp.json")
         msg = str(e.value)
-        assert msg.startswith("node1: ") and "MiB free but the model needs" in msg
+        assert msg.startswith("node1: ") and "MiB free but the transfer needs" in msg
         assert "point specfleet_root at a bigger volume" in msg
         assert not list((small / "blobs").glob("*.partial"))  # nothing half-written
     finally:
