@@ -9,6 +9,7 @@ a blob that no longer matches its name is deleted and sent again.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -20,6 +21,7 @@ from agent.fingerprint import cached_fingerprint, model_files
 from .errors import RemoteError, SpecfleetError
 from .transport import q
 
+STREAMS = 4  # blobs in flight per node: many small wheels would otherwise go one by one
 CONTROLLER_CACHE = Path(os.environ.get("SPECFLEET_CACHE", "~/.cache/specfleet")).expanduser()
 
 # Runs on the node with its Python: blob states, free space, verify-and-rename.
@@ -67,16 +69,38 @@ if cmd == "status":
                 n = 0
             out[b["sha256"]] = "partial:%d" % n if n else "missing"
     out["_free_bytes"] = shutil.disk_usage(blobs).free
-elif cmd == "commit":
-    for name in arg:
-        part = os.path.join(blobs, name + ".partial")
-        if sha(part) == name:
-            os.replace(part, os.path.join(blobs, name))
-            verified(name, os.path.join(blobs, name))
-            out[name] = "ok"
-        else:
-            os.remove(part)
-            out[name] = "mismatch"
+elif cmd == "receive":
+    # Append stdin to <sha>.partial, hashing as bytes arrive (verification overlaps the
+    # transfer), then rename into place only if the whole blob matches its name.
+    name, size = arg["sha256"], arg["size"]
+    part = os.path.join(blobs, name + ".partial")
+    h = hashlib.sha256()
+    have = 0
+    if os.path.exists(part):
+        with open(part, "rb") as f:
+            for c in iter(lambda: f.read(1 << 20), b""):
+                h.update(c)
+                have += len(c)
+    src = sys.stdin.buffer
+    with open(part, "ab") as dst:
+        while True:
+            c = src.read1(1 << 20) if hasattr(src, "read1") else src.read(1 << 20)
+            if not c:
+                break
+            dst.write(c)
+            h.update(c)
+            have += len(c)
+    if have == size and h.hexdigest() == name:
+        final = os.path.join(blobs, name)
+        os.replace(part, final)
+        st = os.stat(final)
+        cache[name] = [st.st_size, st.st_mtime_ns]
+        out[name] = "ok"
+    elif have < size:
+        out[name] = "short:%d" % have
+    else:
+        os.remove(part)
+        out[name] = "mismatch"
 elif cmd == "snapshot":
     dest, files = arg["dest"], arg["files"]
     tmp = dest + ".tmp-%d" % os.getpid()
@@ -148,20 +172,28 @@ async def push_files(t, host_name: str, python: str, root: str,
                            "space or point specfleet_root at a bigger volume")
     report.skipped_bytes = sum(f["size"] for s, f in blobs.items() if s not in todo)
     report.resent_corrupt = sum(1 for st in todo.values() if st == "corrupt")
-    for _attempt in range(2):  # a blob that arrives corrupted is sent once more
-        for sha, st in todo.items():
-            offset = int(st.split(":")[1]) if st.startswith("partial") else 0
-            report.resumed_bytes += offset
+    sem = asyncio.Semaphore(STREAMS)
+
+    async def send(sha: str, st: str) -> tuple[str, str]:
+        offset = int(st.split(":")[1]) if st.startswith("partial") else 0
+        b = blobs[sha]
+        async with sem:
+            cmd = (f"{q(python)} -c {q(NODE_HELPER)} {q(root)} receive "
+                   f"{q(json.dumps({'sha256': sha, 'size': b['size']}))}")
             try:
-                report.sent_bytes += await t.append_file(
-                    Path(blobs[sha]["local"]), f"{root}/blobs/{sha}.partial", offset, progress)
+                res, n = await t.stream_file(Path(b["local"]), offset, cmd, progress)
             except RemoteError as e:
                 if "No space left" in e.stderr:
                     raise NodeDiskFull(f"{host_name}: no space left on the node while writing "
-                                       f"{root}/blobs ({blobs[sha]['path']})") from None
+                                       f"{root}/blobs ({b['path']})") from None
                 raise
-        committed = await _helper(t, python, root, "commit", list(todo))
-        todo = {s: "missing" for s, r in committed.items() if r != "ok"}
+        report.resumed_bytes += offset
+        report.sent_bytes += n
+        return sha, json.loads(res.stdout.strip().splitlines()[-1])[sha]
+
+    for _attempt in range(2):  # a blob that arrives corrupted is sent once more
+        results = await asyncio.gather(*(send(s, st) for s, st in todo.items()))
+        todo = {s: "missing" for s, r in results if r != "ok"}
         if not todo:
             break
     if todo:

@@ -78,19 +78,27 @@ class LocalTransport:
     async def write_text(self, remote: str, text: str) -> None:
         await asyncio.to_thread(Path(remote).write_text, text, encoding="utf-8")
 
-    async def append_file(self, local: Path, remote: str, offset: int, progress=None) -> int:
-        """Append ``local[offset:]`` to ``remote``; returns bytes sent."""
-        def copy() -> int:
-            sent = 0
-            with open(local, "rb") as src, open(remote, "ab") as dst:
-                src.seek(offset)
-                for chunk in iter(lambda: src.read(CHUNK), b""):
-                    dst.write(chunk)
-                    sent += len(chunk)
-                    if progress:
-                        progress(len(chunk))
-            return sent
-        return await asyncio.to_thread(copy)
+    async def stream_file(self, local: Path, offset: int, command: str,
+                          progress=None) -> tuple[Result, int]:
+        """Run ``command`` with ``local[offset:]`` on its stdin; returns (result, bytes)."""
+        proc = await asyncio.create_subprocess_shell(
+            command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        sent = 0
+        with open(local, "rb") as src:
+            src.seek(offset)
+            for chunk in iter(lambda: src.read(CHUNK), b""):
+                proc.stdin.write(chunk)
+                await proc.stdin.drain()
+                sent += len(chunk)
+                if progress:
+                    progress(len(chunk))
+        proc.stdin.close()
+        out, err = await proc.communicate()
+        res = Result(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+        if res.exit_status != 0:
+            raise RemoteError(self.host.name, command, res.exit_status, res.stderr)
+        return res, sent
 
     async def put_dir(self, local: Path, remote: str) -> None:
         await asyncio.to_thread(shutil.copytree, local, remote, dirs_exist_ok=True,
@@ -195,13 +203,13 @@ class SSHTransport:
             raise RemoteError(self.host.name, f"cat > {remote}", r.exit_status,
                               str(r.stderr or ""))
 
-    async def append_file(self, local: Path, remote: str, offset: int, progress=None) -> int:
-        """Stream ``local[offset:]`` into ``cat >> remote`` over one channel.
+    async def stream_file(self, local: Path, offset: int, command: str,
+                          progress=None) -> tuple[Result, int]:
+        """Run ``command`` with ``local[offset:]`` on its stdin over one channel.
 
         A plain byte stream keeps the pipe full (no per-block round trips as with SFTP
         writes); a dropped session leaves a shorter file that the next push resumes.
         """
-        command = f"exec cat >> {q(remote)}"
         sent = 0
         try:
             async with self.conn.create_process(command, encoding=None) as proc:
@@ -216,15 +224,16 @@ class SSHTransport:
                         if progress:
                             progress(len(chunk))
                 proc.stdin.write_eof()
-                await proc.wait(check=False)
-                err = (await proc.stderr.read()).decode(errors="replace")
+                done = await proc.wait(check=False)  # collects what stdout/stderr still hold
+                out = (done.stdout or b"").decode(errors="replace")
+                err = (done.stderr or b"").decode(errors="replace")
         except (OSError, asyncssh.Error) as e:
-            raise UnreachableError(self.host.name, f"transfer to {remote} broke: {e}") from None
+            raise UnreachableError(self.host.name, f"transfer broke: {e}") from None
         if proc.exit_status is None:
-            raise UnreachableError(self.host.name, f"connection lost while writing {remote}")
+            raise UnreachableError(self.host.name, "connection lost during a transfer")
         if proc.exit_status != 0:
-            raise RemoteError(self.host.name, command, proc.exit_status, err)
-        return sent
+            raise RemoteError(self.host.name, command[:120], proc.exit_status, err)
+        return Result(proc.exit_status, out, err), sent
 
     async def put_dir(self, local: Path, remote: str) -> None:
         try:
