@@ -149,7 +149,7 @@ def inventory_list(inventory_path: Path, limit: str | None, as_json: bool):
     from .inventory import load_inventory
 
     hosts = load_inventory(inventory_path).select(limit)
-    rows = [{"name": h.name, "address": h.address, "port": h.port, "user": h.user,
+    rows = [{"name": h.name, "address": h.address, "port": h.port or 22, "user": h.user,
              "connection": h.connection, "groups": list(h.groups)} for h in hosts]
     if as_json:
         click.echo(json.dumps(rows, indent=2))

@@ -36,7 +36,7 @@ INVENTORY_NAMES = ("hosts.yml", "hosts.yaml", "hosts.ini", "hosts", "inventory.y
 class Host:
     name: str
     address: str
-    port: int = 22
+    port: int | None = None  # None: ~/.ssh/config decides (else 22)
     user: str | None = None
     key_file: str | None = None
     connection: str = "ssh"
@@ -48,6 +48,10 @@ class Host:
     @property
     def is_local(self) -> bool:
         return self.connection == "local"
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.address}:{self.port or 22}"
 
 
 @dataclass(frozen=True)
@@ -249,10 +253,11 @@ def _host(name: str, hvars: dict, origin: dict, groups: tuple[str, ...]) -> Host
             hint = f"did you mean {close[0]}?" if close else \
                 "known: " + ", ".join(sorted(SPECFLEET_VARS))
             raise err(f"unknown variable {key!r} ({hint})", key)
-    port = hvars.get("ansible_port", 22)
+    port = hvars.get("ansible_port")
     if isinstance(port, str) and port.isdigit():
         port = int(port)
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool)
+                             or not 0 < port < 65536):
         raise err(f"ansible_port must be a port number, got {port!r}", "ansible_port")
     connection = hvars.get("ansible_connection", "ssh")
     if connection not in ("ssh", "local"):

@@ -73,7 +73,7 @@ def prepare_host(host: Host, known_hosts: str, password: str | None, check: bool
             msg = f"host key not in {known_hosts}; refusing (fabric's accept-any is disabled)"
         return Outcome(host.name, "unreachable", msg)
     except (TimeoutError, OSError) as e:
-        return Outcome(host.name, "unreachable", f"{host.address}:{host.port}: {e}")
+        return Outcome(host.name, "unreachable", f"{host.endpoint}: {e}")
     try:
         home = c.run('printf %s "$HOME"', hide=True).stdout
         root = home + host.root[1:] if host.root.startswith("~") else host.root

@@ -129,7 +129,7 @@ class SSHTransport:
         try:
             self.conn = await self._connect(o.known_hosts_path)
         except asyncssh.HostKeyNotVerifiable as e:
-            known = _known_key_exists(o.known_hosts_path, h.address, h.port)
+            known = _known_key_exists(o.known_hosts_path, h.address, h.port or 22)
             if known or not o.accept_new_host_keys:
                 why = ("the host key differs from the one in known_hosts — refusing (possible "
                        "man-in-the-middle; remove the old key only if the node was reinstalled)"
@@ -137,17 +137,20 @@ class SSHTransport:
                        f"{o.known_hosts_path} or pass --accept-new-host-keys")
                 raise UnreachableError(h.name, why) from None
             self.conn = await self._connect(None)
-            _append_known_host(o.known_hosts_path, h.address, h.port,
+            peer = self.conn.get_extra_info("peername")
+            _append_known_host(o.known_hosts_path, h.address, peer[1] if peer else h.port or 22,
                                self.conn.get_server_host_key())
         return self
 
     async def _connect(self, known_hosts):
         h, o = self.host, self.options
-        kwargs = {"port": h.port, "known_hosts": known_hosts, "kex_algs": KEX_ALGS,
+        kwargs = {"known_hosts": known_hosts, "kex_algs": KEX_ALGS,
                   "encryption_algs": CIPHERS, "compression_algs": None,
                   "keepalive_interval": o.keepalive_interval,
                   "keepalive_count_max": o.keepalive_count_max,
                   "connect_timeout": o.connect_timeout}
+        if h.port:
+            kwargs["port"] = h.port
         if o.ssh_config:
             kwargs["config"] = [o.ssh_config]
         if h.user:
@@ -159,20 +162,20 @@ class SSHTransport:
         except asyncssh.HostKeyNotVerifiable:
             raise
         except asyncio.TimeoutError:
-            raise RemoteTimeoutError(h.name, f"no answer from {h.address}:{h.port} "
+            raise RemoteTimeoutError(h.name, f"no answer from {h.endpoint} "
                                              f"within {o.connect_timeout:g}s") from None
         except asyncssh.PermissionDenied as e:
-            raise UnreachableError(h.name, f"{h.address}:{h.port}: permission denied for user "
+            raise UnreachableError(h.name, f"{h.endpoint}: permission denied for user "
                                            f"{h.user or '(default)'} ({e.reason}); check "
                                            "ansible_user and the key") from None
         except ConnectionRefusedError:
-            raise UnreachableError(h.name, f"{h.address}:{h.port}: connection refused (is sshd "
+            raise UnreachableError(h.name, f"{h.endpoint}: connection refused (is sshd "
                                            "running and ansible_port right?)") from None
         except socket.gaierror as e:
             raise UnreachableError(h.name, f"cannot resolve {h.address}: {e.strerror}") from None
         except (OSError, asyncssh.Error) as e:
             reason = getattr(e, "reason", None) or getattr(e, "strerror", None) or str(e)
-            raise UnreachableError(h.name, f"{h.address}:{h.port}: {reason}") from None
+            raise UnreachableError(h.name, f"{h.endpoint}: {reason}") from None
 
     async def __aexit__(self, *exc):
         if self.conn is not None:

@@ -168,3 +168,23 @@ def test_concurrency_is_bounded(big_fleet, concurrency):
     opts = big_fleet.ssh_options(concurrency=concurrency)
     out = run_fan_out([big_fleet.host(i) for i in range(10)], work, opts)
     assert all(o.status == "ok" for o in out) and peak[0] == concurrency
+
+
+def test_ssh_config_aliases_are_honoured(fleet, tmp_path):
+    """A host known only by its ~/.ssh/config alias: HostName, Port, User, IdentityFile."""
+    from orchestrator.inventory import load_inventory
+
+    n = fleet.nodes[0]
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Host benchbox\n  HostName {n.address}\n  Port {n.port}\n  User {n.user}\n"
+                   f"  IdentityFile {fleet.client_key}\n")
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("[lab]\nbenchbox\n")
+    host = load_inventory(inv).hosts[0]
+    assert host.port is None and host.user is None
+
+    async def who(h, t):
+        return (await t.run("id -un")).stdout.strip()
+
+    out = run_fan_out([host], who, fleet.ssh_options(ssh_config=str(cfg)))[0]
+    assert out.status == "ok" and out.value == n.user
