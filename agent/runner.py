@@ -24,6 +24,9 @@ from .roofline import bytes_per_token, chip_bandwidth_gbs, kv_bytes_per_position
 from .roofline import utilisation as bw_utilisation
 from .summary import config_summary, distribution_test
 
+TELEMETRY_KEYS = ("ts", "swap_used_bytes", "swap_in_bytes_total", "rss_bytes", "memory_pressure",
+                  "thermal_throttled", "cpu_speed_limit_pct", "power_source", "low_power_mode")
+
 
 def candidate_configs(job: Job) -> list[tuple[str, object, dict]]:
     """One knob at a time around the base config, without repeating a config."""
@@ -117,9 +120,11 @@ class Sweep:
         m = generate_once(self.target, self.tokenizer, prompt_ids or self.prompts[w.name], cfg,
                           max_tokens or w.max_tokens, draft_model=self.draft if speculative
                           else None, seed=seed, decode_skip=self.job.decode_skip_tokens)
-        t = summarise_window(self.sampler.window(start, self.sampler.mark()))
+        window = self.sampler.window(start, self.sampler.mark())
+        t = summarise_window(window)
         reasons = unreliable_reasons(t)
-        m.update(t, unreliable=bool(reasons), unreliable_reasons=reasons)
+        m.update(t, unreliable=bool(reasons), unreliable_reasons=reasons,
+                 telemetry=[{k: s.get(k) for k in TELEMETRY_KEYS} for s in window])
         m.update(self._roofline(m, speculative))
         return m
 

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from .errors import SpecfleetError
 from .store import Store
-from .store.models import Event, NodeOutcome, Run, Sweep
+from .store.models import Event, Measurement, NodeOutcome, Sweep
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 
@@ -45,7 +45,7 @@ def _median(values) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def _exactness(runs: list[Run]) -> str:
+def _exactness(runs: list[Measurement]) -> str:
     flags = [r.exact_match for r in runs]
     if any(f is False for f in flags):
         first = min(r.first_divergence for r in runs if r.exact_match is False)
@@ -63,8 +63,8 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         sweep = c.get(Sweep, sweep_id)
         if sweep is None:
             raise SpecfleetError(f"no sweep {sweep_id!r} in the store")
-        runs = list(c.scalars(select(Run).where(Run.sweep_id == sweep_id)
-                              .order_by(Run.node, Run.run_index)))
+        runs = list(c.scalars(select(Measurement).where(Measurement.sweep_id == sweep_id)
+                              .order_by(Measurement.node, Measurement.run_index)))
         outcomes = list(c.scalars(select(NodeOutcome).where(NodeOutcome.sweep_id == sweep_id)
                                   .order_by(NodeOutcome.node)))
         quality = {(e.node, e.payload["num_draft_tokens"]): e.payload["pass_rate"]

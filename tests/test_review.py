@@ -12,7 +12,7 @@ from orchestrator.inventory import Host
 from orchestrator.jobspec import build_job
 from orchestrator.review import review_data
 from orchestrator.store import open_store
-from orchestrator.store.models import Run
+from orchestrator.store.models import Measurement
 from tests.browser import dump_dom
 
 HOSTILE = '<script>document.title="pwned"</script><img src=x onerror=alert(1)>'
@@ -60,7 +60,8 @@ def reviewed_store(model_pair, tmp_path_factory):
     result = run_sweep([local], job, store, progress=None)
     assert result.ok, result.outcomes
     with store.engine.begin() as c:  # model output is untrusted text
-        c.execute(update(Run).where(Run.mode == "baseline").values(output_text=HOSTILE))
+        c.execute(update(Measurement).where(Measurement.mode == "baseline")
+                  .values(output_text=HOSTILE))
     return url, d, result.sweep_id
 
 

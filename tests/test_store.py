@@ -7,12 +7,14 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, func, inspect, select
+from sqlalchemy import JSON, DateTime, create_engine, func, inspect, select
+from sqlalchemy import column as sa_column
+from sqlalchemy import table as sa_table
 
 from orchestrator.errors import StoreError
 from orchestrator.store import open_store
-from orchestrator.store.db import _run_row, alembic_config, downgrade, upgrade
-from orchestrator.store.models import Base, Event, Run, Sweep
+from orchestrator.store.db import _measurement_row, alembic_config, downgrade, upgrade
+from orchestrator.store.models import Base, Event, Measurement
 
 HEAD = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
 NEW_IN_0002 = {"context_bucket", "itl_p99_ms", "swap_in_bytes", "bandwidth_utilisation",
@@ -57,7 +59,7 @@ def test_ingest_twice_stores_once(any_url):
     assert store.ingest("s1", "node1", more) == 1
     with store.engine.connect() as c:
         assert c.scalar(select(func.count()).select_from(Event)) == 5
-        assert c.scalar(select(func.count()).select_from(Run)) == 2
+        assert c.scalar(select(func.count()).select_from(Measurement)) == 2
         payload = c.scalar(select(Event.payload).where(Event.seq == 3))
     assert payload == json.loads(json.dumps(_generation(3, 1)))
 
@@ -67,7 +69,8 @@ def test_downgrade_and_upgrade_keep_working(any_url):
     downgrade(store.engine, any_url, "base")
     assert "runs" not in inspect(create_engine(any_url)).get_table_names()
     upgrade(store.engine, any_url)
-    assert {"runs", "events", "sweeps", "node_outcomes"} <= set(
+    assert {"runs", "measurements", "events", "sweeps", "node_outcomes", "node_leases",
+            "telemetry_samples", "plans", "environments", "models", "sweep_nodes"} <= set(
         inspect(create_engine(any_url)).get_table_names())
 
 
@@ -80,14 +83,20 @@ def test_unopenable_store_is_a_clear_error(tmp_path):
 def test_upgrade_from_0001_keeps_stored_runs(any_url):
     store = open_store(any_url, migrate=False)
     upgrade(store.engine, any_url, "0001")
-    with store.engine.begin() as c:  # a row written by the spine's schema
-        c.execute(Sweep.__table__.insert().values(
+    spine_columns = {c.name for c in Measurement.__table__.columns} - NEW_IN_0002
+    spine_runs = sa_table("runs", *(sa_column(n) for n in spine_columns))
+    spine_sweeps = sa_table("sweeps", sa_column("id"), sa_column("status"),
+                            sa_column("created_at", DateTime(timezone=True)),
+                            sa_column("job", JSON()))
+    with store.engine.begin() as c:  # rows written by the spine's schema
+        c.execute(spine_sweeps.insert().values(
             id="old", created_at=datetime.now(timezone.utc), status="ok", job=JOB))
-        row = {k: v for k, v in _run_row("old", "n1", _generation(2, 0)).items()
-               if k in {c.name for c in Run.__table__.columns} - NEW_IN_0002}
-        c.execute(Run.__table__.insert().values(**row))
+        row = {k: v for k, v in _measurement_row("old", "n1", _generation(2, 0)).items()
+               if k in spine_columns}
+        c.execute(spine_runs.insert().values(**row))
     upgrade(store.engine, any_url)
     assert store.current_revision() == HEAD
-    with store.engine.connect() as c:
-        r = c.execute(select(Run.workload, Run.acceptance_rate, Run.unreliable)).one()
+    with store.engine.connect() as c:  # the per-generation rows now live in "measurements"
+        r = c.execute(select(Measurement.workload, Measurement.acceptance_rate,
+                             Measurement.unreliable)).one()
     assert tuple(r) == ("code", 0.6667, None)

@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 
 from orchestrator.cli import main
 from orchestrator.store import open_store
-from orchestrator.store.models import Event, NodeOutcome, Run
+from orchestrator.store.models import Event, Measurement, NodeOutcome, Run, TelemetrySample
 
 SWEEP_ARGS = ["--max-tokens", "48", "--draft-widths", "2,4", "-w", "code", "-w", "memo"]
 
@@ -46,9 +46,16 @@ def test_unreachable_node_is_named_and_others_are_kept(ssh_sweep, fleet):
     assert failed.read_text() == "ghost\n"
     store = open_store(db)
     with store.engine.connect() as c:
-        per_node = dict(c.execute(select(Run.node, func.count()).group_by(Run.node)).all())
+        per_node = dict(c.execute(select(Measurement.node, func.count())
+                                  .group_by(Measurement.node)).all())
+        configs = dict(c.execute(select(Run.node, func.count()).group_by(Run.node)).all())
+        samples = c.scalar(select(func.count()).select_from(TelemetrySample))
+        ident = c.execute(select(Run.mlx_lm_version, Run.target_fingerprint)).first()
         outcomes = dict(c.execute(select(NodeOutcome.node, NodeOutcome.status)).all())
     assert per_node == {"node1": 8, "node2": 8}  # 2 workloads × 2 widths × (baseline, spec)
+    assert configs == {"node1": 6, "node2": 6}  # per workload: baseline + 2 widths
+    assert samples >= 2 * 8 * 2  # every generation brought its telemetry window (≥2 readings)
+    assert ident[0] == "0.32.2" and ident[1].startswith("sha256:")
     assert outcomes == {"node1": "ok", "node2": "ok", "ghost": "unreachable"}
 
 
@@ -110,4 +117,4 @@ def test_sweep_into_postgresql(fleet, model_pair, tmp_path, pg_url):
     with store.engine.connect() as c:
         assert c.scalar(select(func.count()).select_from(Event)
                         .where(Event.sweep_id == sweep_id)) == len(journal)
-        assert c.scalar(select(func.count()).select_from(Run)) == 2
+        assert c.scalar(select(func.count()).select_from(Measurement)) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,12 +16,22 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import StoreError
-from .models import Event, NodeFacts, NodeOutcome, ProvisionRun, Run, Sweep
+from .models import (
+    Event,
+    Measurement,
+    NodeFacts,
+    NodeOutcome,
+    ProvisionRun,
+    Run,
+    Sweep,
+    SweepNode,
+    TelemetrySample,
+)
 
 DEFAULT_URL = "sqlite:///specfleet.db"
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 
-RUN_COLUMNS = ("run_index", "workload", "prompt_sha256", "mode", "knob", "num_draft_tokens",
+MEASUREMENT_COLUMNS = ("run_index", "workload", "prompt_sha256", "mode", "knob", "num_draft_tokens",
                "repetition", "generated_tokens", "ttft_ms", "decode_tok_s", "itl_p50_ms",
                "itl_p95_ms", "drafted_tokens", "accepted_tokens", "acceptance_rate",
                "peak_mlx_memory_bytes", "exact_match", "first_divergence", "output_text",
@@ -75,14 +86,56 @@ class Store:
             return 0
         rows = [{"sweep_id": sweep_id, "node": node, "seq": e["seq"], "type": e["type"],
                  "ts": e["ts"], "payload": e} for e in events]
-        runs = [_run_row(sweep_id, node, e) for e in events if e["type"] == "generation"]
+        gens = [e for e in events if e["type"] == "generation"]
+        measurements = [_measurement_row(sweep_id, node, e) for e in gens]
+        samples = [_sample_row(sweep_id, node, e["seq"], i, s)
+                   for e in gens for i, s in enumerate(e.get("telemetry") or [])]
         with self.engine.begin() as c:
             res = c.execute(self._insert(Event).on_conflict_do_nothing().returning(Event.seq),
                             rows)
             new = len(res.all())
-            if runs:
-                c.execute(self._insert(Run).on_conflict_do_nothing(), runs)
+            for e in events:
+                if e["type"] == "environment_checked":
+                    self._set_identity(c, sweep_id, node, e)
+            if measurements:
+                c.execute(self._insert(Measurement).on_conflict_do_nothing(), measurements)
+            if samples:
+                c.execute(self._insert(TelemetrySample).on_conflict_do_nothing(), samples)
+            summaries = [e for e in events if e["type"] == "config_summary"]
+            if summaries:
+                identity = self._identity(c, sweep_id, node)
+                c.execute(self._insert(Run).on_conflict_do_nothing(),
+                          [_run_row(sweep_id, node, e, identity) for e in summaries])
         return new
+
+    def _set_identity(self, c, sweep_id: str, node: str, e: dict) -> None:
+        facts = c.execute(select(NodeFacts.facts).where(NodeFacts.node == node)
+                          .order_by(NodeFacts.collected_at.desc()).limit(1)).scalar()
+        sweep_env = c.execute(select(SweepNode.identity).where(
+            SweepNode.sweep_id == sweep_id, SweepNode.node == node)).scalar() or {}
+        identity = {**sweep_env, "mlx_version": e["versions"].get("mlx"),
+                    "mlx_lm_version": e["versions"].get("mlx-lm"),
+                    "target_fingerprint": e["fingerprints"]["target"],
+                    "draft_fingerprint": e["fingerprints"]["draft"],
+                    "os_build": (facts or {}).get("os_build"),
+                    "chip": (facts or {}).get("chip")}
+        now = datetime.now(timezone.utc)
+        stmt = self._insert(SweepNode).values(sweep_id=sweep_id, node=node, state="running",
+                                              identity=identity, updated_at=now)
+        c.execute(stmt.on_conflict_do_update(index_elements=["sweep_id", "node"],
+                                             set_={"identity": identity, "updated_at": now}))
+
+    def _identity(self, c, sweep_id: str, node: str) -> dict:
+        ident = c.execute(select(SweepNode.identity).where(
+            SweepNode.sweep_id == sweep_id, SweepNode.node == node)).scalar()
+        if ident is None:  # an old journal without environment_checked: rebuild from events
+            e = c.execute(select(Event.payload).where(
+                Event.sweep_id == sweep_id, Event.node == node,
+                Event.type == "environment_checked")).scalar()
+            if e:
+                self._set_identity(c, sweep_id, node, e)
+                return self._identity(c, sweep_id, node)
+        return ident or {}
 
     def add_facts(self, node: str, facts: dict) -> None:
         with self.engine.begin() as c:
@@ -110,12 +163,42 @@ class Store:
                              ).scalar_one_or_none()
 
 
-def _run_row(sweep_id: str, node: str, e: dict) -> dict:
-    row = {k: e.get(k) for k in RUN_COLUMNS}
+def _measurement_row(sweep_id: str, node: str, e: dict) -> dict:
+    row = {k: e.get(k) for k in MEASUREMENT_COLUMNS}
     row.update(sweep_id=sweep_id, node=node, seq=e["seq"],
                knob_value=None if e.get("knob_value") is None else str(e["knob_value"]),
                temperature=e["config"]["temperature"])
     return row
+
+
+SAMPLE_KEYS = ("swap_used_bytes", "swap_in_bytes_total", "rss_bytes", "memory_pressure",
+               "thermal_throttled", "cpu_speed_limit_pct", "power_source", "low_power_mode")
+
+
+def _sample_row(sweep_id: str, node: str, seq: int, idx: int, s: dict) -> dict:
+    return {"sweep_id": sweep_id, "node": node, "seq": seq, "idx": idx, "ts": s["ts"],
+            **{k: s.get(k) for k in SAMPLE_KEYS}}
+
+
+def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
+    m = e["metrics"]
+    return {
+        "sweep_id": sweep_id, "node": node, "workload": e["workload"],
+        "context_bucket": e.get("context_bucket"), "mode": e["mode"], "knob": e.get("knob"),
+        "knob_value": None if e.get("knob_value") is None else str(e["knob_value"]),
+        "num_draft_tokens": e["num_draft_tokens"],
+        "config_key": json.dumps(e["config"], sort_keys=True)[:255], "config": e["config"],
+        "trials": e["trials"], "decode_tok_s_median": m["decode_tok_s"]["median"],
+        "decode_tok_s_p95": m["decode_tok_s"]["p95"], "decode_tok_s_cv": m["decode_tok_s"]["cv"],
+        "acceptance_median": m["acceptance_rate"]["median"], "unreliable": e["unreliable"],
+        "summary": {k: e.get(k) for k in ("metrics", "unreliable_reasons", "exact",
+                                          "distribution")},
+        "env_id": identity.get("env_id"), "mlx_version": identity.get("mlx_version"),
+        "mlx_lm_version": identity.get("mlx_lm_version"),
+        "target_fingerprint": identity.get("target_fingerprint"),
+        "draft_fingerprint": identity.get("draft_fingerprint"),
+        "prompt_sha256": e.get("prompt_sha256"), "os_build": identity.get("os_build"),
+        "chip": identity.get("chip"), "power_source": identity.get("power_source")}
 
 
 def open_store(url: str | None = None, migrate: bool = True) -> Store:

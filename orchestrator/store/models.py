@@ -26,6 +26,7 @@ class Base(DeclarativeBase):
 
 class Sweep(Base):
     __tablename__ = "sweeps"
+    __table_args__ = (Index("ix_sweeps_created", "created_at"),)
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -34,6 +35,10 @@ class Sweep(Base):
     job: Mapped[dict] = mapped_column(JSON)
     target_fingerprint: Mapped[str | None] = mapped_column(String(80))
     draft_fingerprint: Mapped[str | None] = mapped_column(String(80))
+    # added in 0005
+    plan_id: Mapped[str | None] = mapped_column(ForeignKey("plans.id"))
+    trigger: Mapped[str | None] = mapped_column(String(16))  # manual | nightly
+    controller: Mapped[str | None] = mapped_column(String(255))
 
 
 class NodeOutcome(Base):
@@ -63,13 +68,13 @@ class Event(Base):
     payload: Mapped[dict] = mapped_column(JSON)
 
 
-class Run(Base):
+class Measurement(Base):
     """One measured generation: one config, one workload, one repetition, on one node."""
 
-    __tablename__ = "runs"
+    __tablename__ = "measurements"
     __table_args__ = (
-        UniqueConstraint("sweep_id", "node", "run_index", name="uq_runs_index"),
-        Index("ix_runs_series", "node", "workload", "mode", "num_draft_tokens"),
+        UniqueConstraint("sweep_id", "node", "run_index", name="uq_measurements_index"),
+        Index("ix_measurements_series", "node", "workload", "mode", "num_draft_tokens"),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
@@ -132,3 +137,127 @@ class ProvisionRun(Base):
     agent_id: Mapped[str | None] = mapped_column(String(32))
     seconds: Mapped[float | None] = mapped_column(Float)
     details: Mapped[dict] = mapped_column(JSON)
+
+
+class Plan(Base):
+    """A locked plan: the plan as written and the lock (wheels, fingerprints, prompt hashes)."""
+
+    __tablename__ = "plans"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the lock
+    name: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    plan: Mapped[dict] = mapped_column(JSON)
+    lock: Mapped[dict] = mapped_column(JSON)
+
+
+class Environment(Base):
+    """An exact set of wheels for one platform; env_id is the hash of its lock."""
+
+    __tablename__ = "environments"
+    env_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    platform: Mapped[str] = mapped_column(String(128))
+    python: Mapped[str] = mapped_column(String(16))
+    wheels: Mapped[list] = mapped_column(JSON)
+
+
+class ModelRecord(Base):
+    """A model by fingerprint: its manifest and where it came from."""
+
+    __tablename__ = "models"
+    fingerprint: Mapped[str] = mapped_column(String(80), primary_key=True)
+    role: Mapped[str | None] = mapped_column(String(16))
+    source: Mapped[str | None] = mapped_column(String(255))
+    revision: Mapped[str | None] = mapped_column(String(255))
+    manifest: Mapped[list] = mapped_column(JSON)
+
+
+class SweepNode(Base):
+    """A node's part of a sweep: where its agent and journal live, and its state."""
+
+    __tablename__ = "sweep_nodes"
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))  # launching | running | finished | ...
+    pid: Mapped[int | None] = mapped_column(Integer)
+    root: Mapped[str | None] = mapped_column(Text)
+    job_path: Mapped[str | None] = mapped_column(Text)
+    journal_path: Mapped[str | None] = mapped_column(Text)
+    agent_dir: Mapped[str | None] = mapped_column(Text)
+    python: Mapped[str | None] = mapped_column(Text)
+    identity: Mapped[dict | None] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class NodeLease(Base):
+    """Who benchmarks a node right now: several controllers share one PostgreSQL."""
+
+    __tablename__ = "node_leases"
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))
+    sweep_id: Mapped[str | None] = mapped_column(String(64))
+    acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Run(Base):
+    """One generation config on one node in one sweep, with its identity and summary."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        UniqueConstraint("sweep_id", "node", "workload", "mode", "config_key",
+                         name="uq_runs_config"),
+        Index("ix_runs_series", "chip", "workload", "context_bucket", "target_fingerprint",
+              "draft_fingerprint"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(String(255))
+    workload: Mapped[str] = mapped_column(String(128))
+    context_bucket: Mapped[str | None] = mapped_column(String(16))
+    mode: Mapped[str] = mapped_column(String(16))
+    knob: Mapped[str | None] = mapped_column(String(32))
+    knob_value: Mapped[str | None] = mapped_column(String(32))
+    num_draft_tokens: Mapped[int] = mapped_column(Integer)
+    config_key: Mapped[str] = mapped_column(String(255))
+    config: Mapped[dict] = mapped_column(JSON)
+    trials: Mapped[int] = mapped_column(Integer)
+    decode_tok_s_median: Mapped[float | None] = mapped_column(Float)
+    decode_tok_s_p95: Mapped[float | None] = mapped_column(Float)
+    decode_tok_s_cv: Mapped[float | None] = mapped_column(Float)
+    acceptance_median: Mapped[float | None] = mapped_column(Float)
+    unreliable: Mapped[bool] = mapped_column(Boolean)
+    summary: Mapped[dict] = mapped_column(JSON)
+    # identity: results whose identity differs are never averaged together
+    env_id: Mapped[str | None] = mapped_column(String(32))
+    mlx_version: Mapped[str | None] = mapped_column(String(32))
+    mlx_lm_version: Mapped[str | None] = mapped_column(String(32))
+    target_fingerprint: Mapped[str | None] = mapped_column(String(80))
+    draft_fingerprint: Mapped[str | None] = mapped_column(String(80))
+    prompt_sha256: Mapped[str | None] = mapped_column(String(64))
+    os_build: Mapped[str | None] = mapped_column(String(64))
+    chip: Mapped[str | None] = mapped_column(String(128))
+    power_source: Mapped[str | None] = mapped_column(String(16))
+
+
+class TelemetrySample(Base):
+    """One reading of a node's machine state during a generation (~2 Hz)."""
+
+    __tablename__ = "telemetry_samples"
+    __table_args__ = (UniqueConstraint("sweep_id", "node", "seq", "idx",
+                                       name="uq_telemetry_sample"),)
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(String(255))
+    seq: Mapped[int] = mapped_column(Integer)
+    idx: Mapped[int] = mapped_column(Integer)
+    ts: Mapped[float] = mapped_column(Float)
+    swap_used_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    swap_in_bytes_total: Mapped[int | None] = mapped_column(BigInteger)
+    rss_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    memory_pressure: Mapped[str | None] = mapped_column(String(16))
+    thermal_throttled: Mapped[bool | None] = mapped_column(Boolean)
+    cpu_speed_limit_pct: Mapped[int | None] = mapped_column(Integer)
+    power_source: Mapped[str | None] = mapped_column(String(16))
+    low_power_mode: Mapped[bool | None] = mapped_column(Boolean)
