@@ -255,6 +255,45 @@ def fleet_facts(db_url, failed_hosts_file, as_json, **kw):
 
 
 @main.group()
+def plan():
+    """Plans (YAML) and their locks: exact wheels, weight fingerprints, prompt hashes."""
+
+
+@plan.command("lock")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the lock's summary as JSON.")
+def plan_lock(plan_path, as_json):
+    """Write PLAN.lock.json next to PLAN. Sweeps run only from a lock."""
+    from .plan import load_lock, load_plan, write_lock
+
+    out = write_lock(load_plan(plan_path), lambda m: click.echo(m, err=True))
+    doc = load_lock(out)
+    summary = {"lock": str(out), "lock_id": doc["lock_id"],
+               "environments": {d: e["env_id"] for d, e in doc["platforms"].items()},
+               "models": {r: doc["models"][r]["fingerprint"] for r in ("target", "draft")},
+               "prompts": doc["prompts"]}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(f"wrote {out}")
+        for d, e in summary["environments"].items():
+            click.echo(f"  env {e}  {d}")
+        for r, fp in summary["models"].items():
+            click.echo(f"  {r:<7} {fp}")
+        click.echo(f"  {len(doc['prompts'])} prompts, {len(doc['job']['workloads'])} workloads")
+
+
+@plan.command("check")
+@click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
+def plan_check(lock_path):
+    """Verify that LOCK still matches its plan, weights and prompts."""
+    from .plan import load_lock, verify_lock
+
+    verify_lock(load_lock(lock_path), lock_path)
+    click.echo(f"{lock_path}: matches its plan, weights and prompts")
+
+
+@main.group()
 def node():
     """One-time privileged node preparation (fabric, sudo)."""
 
@@ -317,27 +356,41 @@ class TransferProgress:
         return cb
 
 
+def _lock_from(path: Path, log) -> tuple[dict, Path]:
+    """A verified lock from a lock file, or from a plan (locked on the fly)."""
+    from .plan import load_lock, load_plan, verify_lock, write_lock
+
+    if path.suffix == ".json":
+        doc = load_lock(path)
+        verify_lock(doc, path)
+        return doc, path
+    out = write_lock(load_plan(path), log)
+    log(f"locked {path} → {out}")
+    return load_lock(out), out
+
+
 @main.command()
 @fleet_options
 @click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
 @db_option
 def provision(plan_path, db_url, failed_hosts_file, as_json, **kw):
-    """Make each node ready for PLAN, idempotently: the pinned environment (hash-locked
-    wheels installed offline), the agent artefact, and the model pair as verified blobs."""
+    """Make each node ready for PLAN (a plan, or its .lock.json), idempotently: the pinned
+    environment (hash-locked wheels installed offline), the agent artefact, and the model
+    pair as verified blobs."""
     from .fanout import run_fan_out
-    from .plan import load_plan
     from .provision import provision_host
     from .store import open_store
 
-    plan = load_plan(plan_path)
+    doc, _ = _lock_from(plan_path, lambda m: click.echo(m, err=True))
+    store = open_store(db_url)
+    store.record_lock(doc)
     ssh = _ssh(kw)
     hosts, _ = _hosts(kw)
     bars = TransferProgress()
     outcomes = run_fan_out(
-        hosts, lambda h, t: provision_host(h, t, plan, bars.for_host(h.name)), ssh)
-    store = open_store(db_url)
+        hosts, lambda h, t: provision_host(h, t, doc, bars.for_host(h.name)), ssh)
     for o in outcomes:
-        store.add_provision(o.host, plan.sha256, o.status,
+        store.add_provision(o.host, doc["plan_sha256"], o.status,
                             o.value if o.status == "ok" else {"detail": o.detail})
 
     def describe(o) -> str:

@@ -1,21 +1,72 @@
-"""Plan files (YAML): the pinned environment and the model pair a fleet should run.
+"""Plan files (YAML) and their locks.
 
-Only the parts provisioning needs live here; unknown keys are errors with file:line.
+A plan says what to measure: pinned environment, model pair, workloads, the sweep
+(base config, knobs, repetitions), gates and which nodes. ``specfleet plan lock``
+freezes it into ``PLAN.lock.json``: exact wheels with sha256 per node platform, weight
+fingerprints and prompt hashes. A sweep runs only from a lock, and a lock that no
+longer matches its plan or files is refused with what changed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import platform
+import sys
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
+
+from agent import SCHEMA
+from agent.fingerprint import manifest
 
 from .errors import ConfigError
 from .yamlfile import line_of, load_yaml
 
-TOP_KEYS = {"name", "environment", "models", "workloads", "sweep", "gates", "nodes"}
-ENV_KEYS = {"python", "packages"}
-MODEL_KEYS = {"target", "draft", "source", "revision"}
+# key → type, or a nested spec; lists are written [type]
+SPEC = {
+    "name": str,
+    "environment": {"python": str, "packages": [str], "platforms": [str]},
+    "models": {"target": str, "draft": str, "source": str, "revision": str},
+    "workloads": {"use": [str], "context": [str], "max_tokens": int, "quality": bool},
+    "sweep": {"base": dict, "baseline": dict, "knobs": dict, "repetitions": int,
+              "warmup_tokens": int, "seed": int, "cv_threshold": float},
+    "gates": {"acceptance_floor": float, "min_speedup": float, "itl_p95_ceiling_ms": float,
+              "swap_ceiling_bytes": int, "ttft_regression_limit": float},
+    "nodes": {"limit": str, "labels": [str]},
+}
+REQUIRED = {"environment": ("python", "packages"), "models": ("target", "draft")}
+TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true/false",
+              dict: "a mapping"}
+LOCK_SCHEMA = 1
+
+
+def _check(data, spec: dict, path: Path, where: str) -> None:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'plan'}: expected a mapping", str(path), line_of(data))
+    for key, value in data.items():
+        here = f"{where}.{key}" if where else key
+        if key not in spec:
+            raise ConfigError(f"{where or 'plan'}: unknown key {key!r} (allowed: "
+                              f"{', '.join(sorted(spec))})", str(path), line_of(data, key))
+        want = spec[key]
+        if isinstance(want, dict):
+            _check(value, want, path, here)
+        elif isinstance(want, list):
+            if not isinstance(value, list) or not all(_is(v, want[0]) for v in value):
+                raise ConfigError(f"{here}: expected a list of {TYPE_NAMES[want[0]]}s",
+                                  str(path), line_of(data, key))
+        elif not _is(value, want):
+            raise ConfigError(f"{here}: expected {TYPE_NAMES[want]}, got "
+                              f"{type(value).__name__} {value!r}", str(path), line_of(data, key))
+
+
+def _is(value, typ) -> bool:
+    if typ is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if typ is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, typ)
 
 
 @dataclass(frozen=True)
@@ -30,47 +81,205 @@ class Plan:
     def sha256(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
 
+    @property
+    def name(self) -> str:
+        return self.raw.get("name") or self.path.stem
 
-def _no_unknown(d: dict, allowed: set, path: Path, where: str) -> None:
-    for key in d:
-        if key not in allowed:
-            raise ConfigError(f"{where}: unknown key {key!r} (allowed: "
-                              f"{', '.join(sorted(allowed))})", str(path), line_of(d, key))
+    def section(self, key: str) -> dict:
+        return self.raw.get(key) or {}
 
 
 def load_plan(path: str | Path) -> Plan:
     path = Path(path)
     data = load_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError("a plan is a YAML mapping", str(path))
-    _no_unknown(data, TOP_KEYS, path, "plan")
-    env = data.get("environment")
-    if not isinstance(env, dict):
-        raise ConfigError("plan: 'environment' (python, packages) is required", str(path),
-                          line_of(data, "environment"))
-    _no_unknown(env, ENV_KEYS, path, "environment")
-    python = str(env.get("python", ""))
-    if not python or python.count(".") != 1:
+    _check(data, SPEC, path, "")
+    for section, keys in REQUIRED.items():
+        if section not in data:
+            raise ConfigError(f"plan: '{section}' ({', '.join(keys)}) is required", str(path),
+                              line_of(data))
+        for k in keys:
+            if k not in data[section]:
+                raise ConfigError(f"{section}.{k}: required", str(path),
+                                  line_of(data, section))
+    env = data["environment"]
+    python = env["python"]
+    if python.count(".") != 1:
         raise ConfigError(f"environment.python: expected MAJOR.MINOR such as '3.11', got "
                           f"{python!r}", str(path), line_of(env, "python"))
-    packages = env.get("packages")
-    if not isinstance(packages, list) or not packages or \
-            not all(isinstance(p, str) and "==" in p for p in packages):
-        raise ConfigError("environment.packages: a list of exact pins like 'mlx-lm==0.32.2'",
-                          str(path), line_of(env, "packages"))
-    models = data.get("models")
-    if not isinstance(models, dict):
-        raise ConfigError("plan: 'models' (target, draft) is required", str(path),
-                          line_of(data, "models"))
-    _no_unknown(models, MODEL_KEYS, path, "models")
+    if not env["packages"] or not all("==" in p for p in env["packages"]):
+        raise ConfigError("environment.packages: exact pins like 'mlx-lm==0.32.2'", str(path),
+                          line_of(env, "packages"))
     pair = {}
     for role in ("target", "draft"):
-        if role not in models:
-            raise ConfigError(f"models.{role}: required", str(path), line_of(models))
-        p = (path.parent / str(models[role])).resolve()
+        p = (path.parent / data["models"][role]).resolve()
         if not p.is_dir():
             raise ConfigError(f"models.{role}: {p} is not a folder", str(path),
-                              line_of(models, role))
+                              line_of(data["models"], role))
         pair[role] = p
-    return Plan(path=path, python=python, packages=tuple(packages), models=pair,
+    knobs = (data.get("sweep") or {}).get("knobs") or {}
+    from agent.errors import JobFileError
+    from agent.job import KNOBS, check_knob
+
+    for k, values in knobs.items():
+        if k not in KNOBS or not isinstance(values, list):
+            raise ConfigError(f"sweep.knobs.{k}: unknown knob or not a list (knobs: "
+                              f"{', '.join(KNOBS)})", str(path), line_of(knobs, k))
+        for v in values:
+            try:
+                check_knob(k, v, path, f"sweep.knobs.{k}")
+            except JobFileError as e:
+                raise ConfigError(str(e).split(": ", 1)[1], str(path), line_of(knobs, k)) \
+                    from None
+    return Plan(path=path, python=python, packages=tuple(env["packages"]), models=pair,
                 raw=json.loads(json.dumps(data)))
+
+
+# -- platforms a lock resolves wheels for ------------------------------------------
+
+def controller_platform() -> str:
+    if sys.platform == "darwin":
+        return f"macos-{platform.mac_ver()[0].split('.')[0]}-{platform.machine()}"
+    libc, version = platform.libc_ver()
+    return f"linux-{platform.machine()}-{libc}{version}"
+
+
+def platform_node(desc: str, python: str) -> dict:
+    """``macos-14-arm64`` / ``linux-x86_64-glibc2.36`` → the probe dict the resolver takes."""
+    parts = desc.split("-")
+    if parts[0] == "macos" and len(parts) == 3:
+        return {"sys_platform": "darwin", "machine": parts[2], "python": python,
+                "python_full": python, "libc": ["", ""], "mac_ver": f"{parts[1]}.0",
+                "implementation": "cpython"}
+    if parts[0] == "linux" and len(parts) == 3 and parts[2].startswith("glibc"):
+        return {"sys_platform": "linux", "machine": parts[1], "python": python,
+                "python_full": python, "libc": ["glibc", parts[2][5:]], "mac_ver": "",
+                "implementation": "cpython"}
+    raise ConfigError(f"environment.platforms: {desc!r} is not macos-MAJOR-ARCH or "
+                      "linux-ARCH-glibcX.Y")
+
+
+def platform_matches(desc: str, node: dict) -> bool:
+    """Can a node with this probe run the wheels locked for ``desc``?"""
+    want = platform_node(desc, node["python"])
+    if want["sys_platform"] != node["sys_platform"] or want["machine"] != node["machine"]:
+        return False
+    if node["sys_platform"] == "darwin":
+        return int(node["mac_ver"].split(".")[0] or 0) >= int(want["mac_ver"].split(".")[0])
+    have = tuple(int(x) for x in node["libc"][1].split("."))
+    need = tuple(int(x) for x in want["libc"][1].split("."))
+    return node["libc"][0] == "glibc" and have >= need
+
+
+# -- the lock ----------------------------------------------------------------------
+
+def build_lock(plan: Plan, log=print) -> dict:
+    """Resolve everything a sweep needs into one JSON document."""
+    from .jobspec import load_quality_tasks, load_workloads
+    from .wheelhouse import resolve
+
+    env = plan.section("environment")
+    platforms = env.get("platforms") or sorted({"macos-14-arm64", controller_platform()})
+    locked = {}
+    for desc in platforms:
+        lock = resolve(plan.packages, plan.python, platform_node(desc, plan.python), log)
+        locked[desc] = {"env_id": lock.env_id, "platform_key": lock.platform_key,
+                        "wheels": list(lock.wheels)}
+    models = {role: {"path": str(d), "manifest": manifest(d)} for role, d in plan.models.items()}
+    for m in models.values():
+        m["fingerprint"] = "sha256:" + hashlib.sha256(json.dumps(
+            m["manifest"], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    w = plan.section("workloads")
+    buckets = tuple(w.get("context") or ("short",))
+    workloads = [r for spec in (w.get("use") or ("code", "memo", "translation"))
+                 for r in load_workloads(str(plan.path.parent / spec) if spec.endswith(
+                     ".jsonl") else spec, buckets)]
+    if w.get("max_tokens"):
+        workloads = [{**r, "max_tokens": w["max_tokens"]} for r in workloads]
+    sweep = plan.section("sweep")
+    job = {"schema": SCHEMA, "base": {"num_draft_tokens": 3, "temperature": 0.0, "top_k": 0,
+                                      "top_p": 1.0, "min_p": 0.0, **(sweep.get("base") or {})},
+           "baseline": sweep.get("baseline") or {},
+           "knobs": sweep.get("knobs") or {"num_draft_tokens": [2, 3, 4, 6]},
+           "repetitions": sweep.get("repetitions", 1),
+           "warmup_tokens": sweep.get("warmup_tokens", 16), "seed": sweep.get("seed", 0),
+           "decode_skip_tokens": 64, "cv_threshold": sweep.get("cv_threshold", 0.10),
+           "workloads": workloads,
+           "pins": {p.split("==")[0].split("[")[0].strip(): p.split("==")[1].strip()
+                    for p in plan.packages}}
+    if w.get("quality"):
+        job["quality_tasks"] = load_quality_tasks()
+    doc = {"lock_schema": LOCK_SCHEMA, "name": plan.name, "plan_path": str(plan.path.resolve()),
+           "plan_sha256": plan.sha256, "plan": plan.raw,
+           "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "python": plan.python, "packages": list(plan.packages), "platforms": locked,
+           "models": {**models, "source": plan.section("models").get("source"),
+                      "revision": plan.section("models").get("revision")},
+           "prompts": {r["name"]: r["prompt_sha256"] for r in workloads},
+           "job": job, "gates": plan.section("gates"), "nodes": plan.section("nodes")}
+    doc["lock_id"] = hashlib.sha256(json.dumps(
+        {k: v for k, v in doc.items() if k != "created_at"}, sort_keys=True).encode()
+    ).hexdigest()
+    return doc
+
+
+def lock_path_for(plan_path: Path) -> Path:
+    return plan_path.with_name(plan_path.name + ".lock.json") if plan_path.suffix not in (
+        ".yml", ".yaml") else plan_path.with_suffix(".lock.json")
+
+
+def write_lock(plan: Plan, log=print) -> Path:
+    out = lock_path_for(plan.path)
+    doc = build_lock(plan, log)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    tmp.replace(out)
+    return out
+
+
+def load_lock(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError("lock file not found; create it with `specfleet plan lock PLAN`",
+                          str(path)) from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"invalid JSON at column {e.colno}: {e.msg}", str(path),
+                          e.lineno) from None
+    if doc.get("lock_schema") != LOCK_SCHEMA:
+        raise ConfigError(f"lock schema {doc.get('lock_schema')!r} is not {LOCK_SCHEMA}; "
+                          "re-lock the plan with this specfleet", str(path))
+    return doc
+
+
+def verify_lock(doc: dict, lock_file: Path) -> None:
+    """Refuse a lock whose plan, weights or prompts changed since it was written."""
+    changes = []
+    plan_path = Path(doc["plan_path"])
+    if not plan_path.exists():
+        changes.append(f"the plan {plan_path} is gone")
+    elif hashlib.sha256(plan_path.read_bytes()).hexdigest() != doc["plan_sha256"]:
+        try:
+            now = load_plan(plan_path).raw
+        except ConfigError as e:
+            now = {"<invalid>": str(e)}
+        keys = sorted(k for k in set(now) | set(doc["plan"]) if now.get(k) != doc["plan"].get(k))
+        changes.append(f"the plan changed ({', '.join(keys) or 'comments/whitespace'})")
+    for role in ("target", "draft"):
+        m = doc["models"][role]
+        d = Path(m["path"])
+        if not d.is_dir():
+            changes.append(f"{role} model folder {d} is gone")
+            continue
+        now = {f["path"]: f for f in manifest(d)}
+        was = {f["path"]: f for f in m["manifest"]}
+        diff = sorted(p for p in set(now) | set(was) if now.get(p) != was.get(p))
+        if diff:
+            changes.append(f"{role} weights changed: {', '.join(diff)}")
+    for w in doc["job"]["workloads"]:
+        if hashlib.sha256(w["prompt"].encode()).hexdigest() != w["prompt_sha256"]:
+            changes.append(f"prompt {w['name']} changed")
+    if changes:
+        raise ConfigError("the lock no longer matches: " + "; ".join(changes) +
+                          ". Re-lock with `specfleet plan lock` and review the change.",
+                          str(lock_file))

@@ -11,18 +11,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import threading
 import time
 from pathlib import Path
+
+from agent.fingerprint import file_sha256
 
 from .blobs import CONTROLLER_CACHE, push_files, push_model
 from .dispatch import AGENT_DIR, expand_root
 from .errors import RemoteError, SpecfleetError
 from .inventory import Host
-from .plan import Plan
+from .plan import platform_matches, platform_node
 from .transport import q
-from .wheelhouse import PROBE, ResolveError, resolve
+from .wheelhouse import PROBE, Lock, ResolveError, resolve
 
-_resolve_locks: dict[str, asyncio.Lock] = {}
+_resolve_locks: dict[str, threading.Lock] = {}
+_verified: dict[tuple, Lock] = {}
 
 
 def agent_artefact() -> tuple[str, list[Path]]:
@@ -38,16 +42,53 @@ def base_python(host: Host) -> str:
     return str(host.vars.get("specfleet_base_python", "python3"))
 
 
-async def _env(t, host: Host, root: str, plan: Plan, node: dict, progress) -> dict:
-    key = json.dumps(node, sort_keys=True)
-    lock_guard = _resolve_locks.setdefault(key, asyncio.Lock())
-    async with lock_guard:  # one resolution per platform, even with many hosts at once
-        lock = await asyncio.to_thread(resolve, plan.packages, plan.python, node,
-                                       lambda m: None)
+def locked_wheelhouse(doc: dict, desc: str) -> Lock:
+    """The lock's wheels for one platform, present in the controller cache and verified."""
+    with _resolve_locks.setdefault(desc, threading.Lock()):  # once per platform, not per host
+        key = (desc, doc["platforms"][desc]["env_id"])
+        if key not in _verified:
+            _verified[key] = _locked_wheelhouse(doc, desc)
+        return _verified[key]
+
+
+def _locked_wheelhouse(doc: dict, desc: str) -> Lock:
+    entry = doc["platforms"][desc]
+    folder = CONTROLLER_CACHE / "wheelhouses" / entry["platform_key"]
+    ok = all((folder / w["file"]).exists() and file_sha256(folder / w["file"]) == w["sha256"]
+             for w in entry["wheels"])
+    if not ok:  # cache gone or tampered with: fetch again, and it must be the same bytes
+        again = resolve(tuple(doc["packages"]), doc["python"],
+                        platform_node(desc, doc["python"]), lambda m: None)
+        if again.env_id != entry["env_id"]:
+            raise SpecfleetError(f"the wheels for {desc} no longer resolve to the locked set "
+                                 f"(env {entry['env_id']} locked, {again.env_id} now); "
+                                 "re-lock the plan")
+    return Lock(env_id=entry["env_id"], python=doc["python"],
+                platform_key=entry["platform_key"], wheels=tuple(entry["wheels"]),
+                folder=folder)
+
+
+def platform_for(doc: dict, node: dict, host: Host) -> str:
+    if node["python"] != doc["python"]:
+        raise SpecfleetError(f"{host.name}: the node runs Python {node['python_full']} but the "
+                             f"plan pins {doc['python']}; set specfleet_base_python to a "
+                             f"{doc['python']} interpreter")
+    for desc in doc["platforms"]:
+        if platform_matches(desc, node):
+            return desc
+    have = f"{node['sys_platform']} {node['machine']} {' '.join(node['libc'])}{node['mac_ver']}"
+    raise SpecfleetError(f"{host.name}: no locked environment fits this node ({have.strip()}); "
+                         f"locked: {', '.join(doc['platforms'])}. Add it to "
+                         "environment.platforms and re-lock")
+
+
+async def _env(t, host: Host, root: str, doc: dict, node: dict, progress) -> dict:
+    desc = platform_for(doc, node, host)
+    lock = await asyncio.to_thread(locked_wheelhouse, doc, desc)
     env_dir = f"{root}/envs/{lock.env_id}"
     t0 = time.monotonic()
     if (await t.run(f"test -f {q(env_dir + '/.complete')}", check=False)).exit_status == 0:
-        return {"env_id": lock.env_id, "env": "reused", "env_seconds":
+        return {"env_id": lock.env_id, "platform_lock": desc, "env": "reused", "env_seconds":
                 round(time.monotonic() - t0, 3), "wheels_sent_bytes": 0,
                 "env_python": f"{env_dir}/bin/python"}
     wheels = [{"path": w["file"], "sha256": w["sha256"], "size": w["size"],
@@ -64,7 +105,7 @@ async def _env(t, host: Host, root: str, plan: Plan, node: dict, progress) -> di
                 f"--require-hashes -r {q(req)}")
     await t.write_text(f"{env_dir}/.complete", json.dumps(
         {"env_id": lock.env_id, "wheels": [w["file"] for w in lock.wheels]}))
-    return {"env_id": lock.env_id, "env": "created",
+    return {"env_id": lock.env_id, "platform_lock": desc, "env": "created",
             "env_seconds": round(time.monotonic() - t0, 3),
             "wheels_sent_bytes": report.sent_bytes, "env_python": f"{env_dir}/bin/python"}
 
@@ -80,7 +121,7 @@ async def _agent(t, root: str) -> dict:
     return {"agent_id": agent_id, "agent": "pushed", "agent_dir": dest}
 
 
-async def provision_host(host: Host, t, plan: Plan, progress=None) -> dict:
+async def provision_host(host: Host, t, doc: dict, progress=None) -> dict:
     """Env, agent and weights on one node; returns what was done and how long it took."""
     t0 = time.monotonic()
     root = expand_root(host.root, await t.home())
@@ -91,21 +132,22 @@ async def provision_host(host: Host, t, plan: Plan, progress=None) -> dict:
         raise SpecfleetError(f"{host.name}: no usable Python at {base_python(host)!r} "
                              f"({e.stderr.strip()[-200:]}); set specfleet_base_python") from None
     try:
-        env = await _env(t, host, root, plan, node, progress)
+        env = await _env(t, host, root, doc, node, progress)
     except ResolveError as e:
         raise SpecfleetError(f"{host.name}: {e}") from None
     agent = await _agent(t, root)
-    weights = await push_model(t, host.name, base_python(host), root, plan.models,
+    weights = await push_model(t, host.name, base_python(host), root,
+                               {r: Path(doc["models"][r]["path"]) for r in ("target", "draft")},
                                CONTROLLER_CACHE / "fingerprints.json", progress)
     check = await t.run(f"cd {q(agent['agent_dir'])} && {q(env['env_python'])} -m agent version")
     versions = json.loads(check.stdout)
-    for pin in plan.packages:
+    for pin in doc["packages"]:
         name, version = pin.split("==")
         name = name.split("[")[0].strip()
         if versions.get(name) not in (None, version.strip()):
             raise SpecfleetError(f"{host.name}: env {env['env_id']} has {name} "
                                  f"{versions.get(name)}, the plan pins {version}")
-    return {**env, **agent, "platform": f"{node['sys_platform']}-{node['machine']}",
+    return {**env, **agent, "root": root, "platform": f"{node['sys_platform']}-{node['machine']}",
             "python": node["python_full"], "versions": versions,
             "models": weights.paths, "weights_sent_bytes": weights.sent_bytes,
             "weights_skipped_bytes": weights.skipped_bytes,

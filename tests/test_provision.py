@@ -91,7 +91,13 @@ def test_plan_errors_name_file_and_line(tmp_path, model_pair):
     with pytest.raises(ConfigError, match=r"plan.yml:8: plan: unknown key 'sweeps'"):
         load_plan(p)
     p.write_text("environment:\n  python: 3\n  packages: [mlx]\nmodels: {}\n")
-    with pytest.raises(ConfigError, match=r"plan.yml:2: environment.python: expected MAJOR"):
+    with pytest.raises(ConfigError, match=r"plan.yml:2: environment.python: expected a "
+                                          r"string, got int 3"):
+        load_plan(p)
+    p.write_text("environment:\n  python: '3.11'\n  packages: [mlx==1]\n"
+                 "models: {target: a, draft: b}\nsweep:\n  repetitions: three\n")
+    with pytest.raises(ConfigError, match=r"plan.yml:6: sweep.repetitions: expected an "
+                                          r"integer, got str 'three'"):
         load_plan(p)
 
 

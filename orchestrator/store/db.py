@@ -17,10 +17,13 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import StoreError
 from .models import (
+    Environment,
     Event,
     Measurement,
+    ModelRecord,
     NodeFacts,
     NodeOutcome,
+    Plan,
     ProvisionRun,
     Run,
     Sweep,
@@ -149,6 +152,23 @@ class Store:
                 node=node, created_at=datetime.now(timezone.utc), plan_sha256=plan_sha256,
                 status=status, env_id=details.get("env_id"), agent_id=details.get("agent_id"),
                 seconds=details.get("seconds"), details=details))
+
+    def record_lock(self, doc: dict) -> None:
+        """Plan, environments and models of a lock, once (idempotent)."""
+        with self.engine.begin() as c:
+            c.execute(self._insert(Plan).values(
+                id=doc["lock_id"], name=doc["name"], created_at=datetime.now(timezone.utc),
+                plan=doc["plan"], lock=doc).on_conflict_do_nothing())
+            for desc, entry in doc["platforms"].items():
+                c.execute(self._insert(Environment).values(
+                    env_id=entry["env_id"], platform=desc, python=doc["python"],
+                    wheels=entry["wheels"]).on_conflict_do_nothing())
+            for role in ("target", "draft"):
+                m = doc["models"][role]
+                c.execute(self._insert(ModelRecord).values(
+                    fingerprint=m["fingerprint"], role=role, source=doc["models"].get("source"),
+                    revision=doc["models"].get("revision"), manifest=m["manifest"]
+                ).on_conflict_do_nothing())
 
     def latest_facts(self) -> dict[str, dict]:
         """The newest facts snapshot per node."""
