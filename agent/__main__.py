@@ -24,6 +24,14 @@ def main(argv: list[str] | None = None) -> int:
                      help="node lock file (default ~/.specfleet/agent.lock)")
     run.add_argument("--cache-dir", type=Path, default=None,
                      help="fingerprint cache folder (default ~/.specfleet/cache)")
+    run.add_argument("--detach", action="store_true",
+                     help="run in the background (new session, survives the SSH session); "
+                          "print the pid and write it to JOURNAL.pid")
+    fol = sub.add_parser("follow", help="print journal events after --from-seq as they come")
+    fol.add_argument("journal", type=Path)
+    fol.add_argument("--from-seq", type=int, default=0)
+    fol.add_argument("--pid", type=int, default=None,
+                     help="agent pid (default: from JOURNAL.pid); exit when it is gone")
     sub.add_parser("version", help="print agent version and protocol schema as JSON")
     args = p.parse_args(argv)
     if args.cmd == "version":
@@ -32,10 +40,45 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"agent_version": AGENT_VERSION, "schema": SCHEMA,
                           "python": sys.version.split()[0], **installed_versions()}))
         return 0
+    if args.cmd == "follow":
+        from .follow import follow, read_pid
+
+        return follow(args.journal, args.from_seq, args.pid or read_pid(args.journal))
     from .runner import main_run
 
-    return main_run(args.job, args.journal, echo=not args.quiet, resume=args.resume,
-                    lock_path=args.lock, cache_dir=args.cache_dir)
+    journal = args.journal or args.job.with_suffix(".events.jsonl")
+    if args.detach:
+        _detach(journal)
+    return main_run(args.job, journal, echo=not (args.quiet or args.detach),
+                    resume=args.resume, lock_path=args.lock, cache_dir=args.cache_dir)
+
+
+def _detach(journal: Path) -> None:
+    """Double fork into a new session; the parent prints the pid and exits."""
+    import os
+
+    from .follow import pid_file
+
+    r, w = os.pipe()
+    if os.fork() > 0:  # the caller's process: wait for the grandchild's pid, print, exit
+        os.close(w)
+        pid = os.read(r, 64).decode().strip()
+        print(json.dumps({"pid": int(pid), "journal": str(journal)}))
+        sys.stdout.flush()
+        os._exit(0)
+    os.close(r)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    pid_file(journal).write_text(f"{os.getpid()}\n")
+    os.write(w, str(os.getpid()).encode())
+    os.close(w)
+    out = os.open(str(journal) + ".out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
 
 
 if __name__ == "__main__":

@@ -161,47 +161,55 @@ def inventory_list(inventory_path: Path, limit: str | None, as_json: bool):
 
 @main.command()
 @fleet_options
-@click.option("--models", "models_dir", type=click.Path(path_type=Path), required=True,
-              help="Folder with target/ and draft/ (see `specfleet demo-models build`).")
-@click.option("-w", "--workload", "workloads", multiple=True,
-              help="Shipped workload (code, memo, translation; or one record such as "
-                   "code-long) or a JSONL prompt file. Repeatable. Default: all three shipped.")
-@click.option("--context", "buckets", default="short", show_default=True,
-              help="Context buckets for shipped workloads: short,medium,long.")
-@click.option("--quality/--no-quality", default=False, show_default=True,
-              help="Also run the frozen JSON/tool-call task set per config (pass rate).")
-@click.option("--pin", "pins", multiple=True, metavar="DIST=VERSION",
-              help="Refuse nodes whose installed version differs, e.g. --pin mlx-lm=0.32.2.")
-@click.option("--max-tokens", type=int, default=None, help="Override each workload's ceiling.")
-@click.option("--repetitions", type=int, default=1, show_default=True)
-@click.option("--draft-widths", default="2,3,4,6", show_default=True,
-              help="num_draft_tokens values to sweep.")
+@click.argument("lock_path", metavar="[LOCK]", required=False,
+                type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--attach", "attach_id", metavar="SWEEP_ID", default=None,
+              help="Re-attach to a sweep's running agents and ingest what they wrote.")
+@click.option("--resume", "resume_id", metavar="SWEEP_ID", default=None,
+              help="Restart a sweep's dead agents; they measure only what is missing.")
+@click.option("--provision/--no-provision", default=True, show_default=True,
+              help="Install the locked env on nodes first (--no-provision: nodes bring "
+                   "specfleet_python; the agent still checks the pins).")
+@click.option("--reconnect-timeout", type=float, default=120.0, show_default=True,
+              help="Seconds to keep reconnecting to a node whose link dropped.")
 @db_option
-def sweep(models_dir, workloads, buckets, quality, pins, max_tokens, repetitions, draft_widths,
-          db_url, failed_hosts_file, as_json, **kw):
-    """Run a draft-width sweep against the autoregressive baseline on each node.
+def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
+          failed_hosts_file, as_json, **kw):
+    """Run the sweep a LOCK describes on each node (LOCK = PLAN.lock.json).
 
-    Exits non-zero if any node was not ok; the other nodes' results are stored.
+    Agents run detached on the nodes and journal every event; the controller follows the
+    journals into the store, reconnecting after dropped links. If the controller dies,
+    `--attach SWEEP_ID` picks up; if an agent died, `--resume SWEEP_ID`. Exits non-zero if
+    any node was not ok; the other nodes' results are stored.
     """
-    from .dispatch import StderrProgress, run_sweep
-    from .jobspec import build_job
+    from .dispatch import StderrProgress, SweepOptions, continue_sweep, start_sweep
     from .store import open_store
 
+    if sum(x is not None for x in (lock_path, attach_id, resume_id)) != 1:
+        raise click.UsageError("give a LOCK, or --attach SWEEP_ID, or --resume SWEEP_ID")
     ssh = _ssh(kw)
-    hosts, inventory_path = _hosts(kw)
-    widths = [int(x) for x in draft_widths.split(",") if x.strip()]
-    pinned = {}
-    for p in pins:
-        dist, sep, version = p.partition("=")
-        if not sep or not dist or not version:
-            raise click.BadParameter(f"{p!r}: expected DIST=VERSION", param_hint="--pin")
-        pinned[dist] = version
-    job = build_job(models_dir, list(workloads) or None, max_tokens=max_tokens,
-                    repetitions=repetitions, draft_widths=widths, pins=pinned, quality=quality,
-                    buckets=tuple(b.strip() for b in buckets.split(",") if b.strip()))
+    inventory_path = kw["inventory_path"]
+    doc = None
+    if lock_path:
+        doc, _ = _lock_from(lock_path, lambda m: click.echo(m, err=True))
+        if kw["limit"] is None and doc["nodes"].get("limit"):
+            kw["limit"] = doc["nodes"]["limit"]
+    hosts, _ = _hosts(kw)
     store = open_store(db_url)
-    result = run_sweep(hosts, job, store, inventory=inventory_path, ssh=ssh,
-                       progress=StderrProgress())
+    opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout)
+    sweep_id = attach_id or resume_id
+    try:
+        if doc is not None:
+            result = start_sweep(doc, hosts, store, inventory=str(inventory_path), opts=opts,
+                                 progress=StderrProgress())
+        else:
+            result = continue_sweep(sweep_id, hosts, store, resume=resume_id is not None,
+                                    opts=opts, progress=StderrProgress())
+    except KeyboardInterrupt:
+        click.echo("interrupted: the agents keep running on the nodes; pick the sweep up "
+                   "again with `specfleet sweep --attach SWEEP_ID` (see `specfleet runs "
+                   "list`)", err=True)
+        sys.exit(130)
     _report(result.outcomes, failed_hosts_file, as_json,
             extra={"sweep_id": result.sweep_id, "status": result.status},
             describe=lambda o: f"{o.value['events']} events")

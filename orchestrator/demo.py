@@ -2,53 +2,64 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
+from sqlalchemy import select
+
 from .demo_models import build_demo_models
-from .dispatch import StderrProgress, run_sweep
+from .dispatch import StderrProgress, SweepOptions, start_sweep
 from .errors import SpecfleetError
 from .inventory import load_inventory
-from .jobspec import build_job
+from .plan import load_lock, load_plan, write_lock
 from .review import render_review
 from .store import open_store
+from .store.models import Event
 
 LOCAL_INVENTORY = Path(__file__).resolve().parents[1] / "inventory" / "local.yml"
 
 
+def demo_plan(models: Path, max_tokens: int | None = None) -> str:
+    """A plan for the demo pair on this machine: its own Python and installed versions."""
+    pins = [f"{d}=={metadata.version(d)}" for d in ("mlx", "mlx-lm")]
+    lines = ["# The embedded demo: this machine, the project's own model pair.",
+             "name: demo", "environment:",
+             f'  python: "{sys.version_info.major}.{sys.version_info.minor}"',
+             f"  packages: {json.dumps(pins)}",
+             "  platforms: []   # unmanaged: the local node runs the controller's Python",
+             "models:", f"  target: {models / 'target'}", f"  draft: {models / 'draft'}",
+             "workloads:", "  use: [code, memo, translation]", "  context: [short]",
+             "  quality: true"]
+    if max_tokens:
+        lines.append(f"  max_tokens: {max_tokens}")
+    lines += ["sweep:", "  knobs: {num_draft_tokens: [2, 3, 4, 6]}", "  repetitions: 1"]
+    return "\n".join(lines) + "\n"
+
+
 def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print) -> Path:
-    """Build models, sweep the local node, render the review; returns the review path."""
+    """Build models, lock a plan, sweep the local node, render the review."""
     workdir = workdir.resolve()
     models = workdir / "models"
     build_demo_models(models, log=log)
+    plan_path = workdir / "demo-plan.yml"
+    plan_path.write_text(demo_plan(models, max_tokens))
+    doc = load_lock(write_lock(load_plan(plan_path), log))
     store = open_store(f"sqlite:///{workdir / 'specfleet.db'}")
     # Keep the demo self-contained: the local node's files live in the workdir.
     hosts = [replace(h, root=str(workdir / "node")) for h in load_inventory(LOCAL_INVENTORY).hosts]
-    # Pin what this machine runs, so the agent's environment check is exercised too.
-    job = build_job(models, max_tokens=max_tokens, quality=True,
-                    pins={d: metadata.version(d) for d in ("mlx", "mlx-lm")})
-    result = run_sweep(hosts, job, store, inventory=str(LOCAL_INVENTORY),
-                       progress=StderrProgress())
-    events = workdir / "events.jsonl"
+    result = start_sweep(doc, hosts, store, inventory=str(LOCAL_INVENTORY),
+                         opts=SweepOptions(provision=False), progress=StderrProgress())
     if result.status != "ok":
         details = "; ".join(f"{o.host}: {o.detail}" for o in result.outcomes if o.detail)
         raise SpecfleetError(f"demo sweep {result.sweep_id} did not finish: {details}")
-    log(f"sweep {result.sweep_id}: {sum(o.value['events'] for o in result.outcomes)} "
-        "events stored")
-    _export_events(store, result.sweep_id, events)
-    log(f"events written to {events}")
-    return render_review(store, workdir / "review.html", result.sweep_id)
-
-
-def _export_events(store, sweep_id: str, path: Path) -> None:
-    import json
-
-    from sqlalchemy import select
-
-    from .store.models import Event
-
+    events = workdir / "events.jsonl"
     with store.engine.connect() as c:
-        rows = c.execute(select(Event.payload).where(Event.sweep_id == sweep_id)
+        rows = c.execute(select(Event.payload).where(Event.sweep_id == result.sweep_id)
                          .order_by(Event.node, Event.seq)).scalars()
-        path.write_text("".join(json.dumps(p, separators=(",", ":")) + "\n" for p in rows))
+        events.write_text("".join(json.dumps(p, separators=(",", ":")) + "\n" for p in rows))
+    log(f"sweep {result.sweep_id}: {sum(o.value['events'] for o in result.outcomes)} events "
+        f"stored; events written to {events}")
+    return render_review(store, workdir / "review.html", result.sweep_id)

@@ -1,26 +1,34 @@
-"""Sweeps: push agent, weights and job to each node, run, stream events into the store.
+"""Sweeps across the fleet: lease each node, launch the agent detached, follow its journal.
 
-Every node gets an outcome — ok, failed or unreachable — and one bad node never
-stops the others (gather with ``return_exceptions``).
+The agent runs in its own session on the node and journals every event to disk, so
+neither a dropped SSH link nor a dead controller loses anything: the controller
+follows the journal from the last sequence number it stored, reconnecting with
+backoff, and ``--attach`` / ``--resume`` pick a sweep up again later.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import socket
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy.exc import SQLAlchemyError
+
 import agent
 
 from .blobs import CONTROLLER_CACHE, push_model
-from .errors import RemoteError
+from .errors import SpecfleetError, StoreError, UnreachableError
 from .fanout import Outcome, run_fan_out
 from .inventory import Host
 from .store import Store
-from .transport import SSHOptions, q
+from .transport import SSHOptions, connect, q
 
 AGENT_DIR = Path(agent.__file__).resolve().parent
 INGEST_BATCH = 64
@@ -37,59 +45,22 @@ class SweepResult:
         return self.status == "ok"
 
 
+@dataclass
+class SweepOptions:
+    ssh: SSHOptions = field(default_factory=SSHOptions)
+    provision: bool = True
+    reconnect_timeout_s: float = 120.0
+    store_retry_timeout_s: float = 120.0
+    lease_ttl_s: float = 120.0
+    trigger: str = "manual"
+
+
 def expand_root(root: str, home: str) -> str:
     return home + root[1:] if root == "~" or root.startswith("~/") else root
 
 
-async def run_on_host(host: Host, t, job: dict, store: Store, sweep_id: str,
-                      progress: Callable[[str, dict], None]) -> Outcome:
-    """Push agent, weights and job; run the agent; ingest its events as they arrive."""
-    stored = 0
-    root = expand_root(host.root, await t.home())
-    await t.run(f"mkdir -p {q(root + '/agent_pkg')} {q(root + '/jobs')}")
-    await t.put_dir(AGENT_DIR, f"{root}/agent_pkg/agent")
-    report = await push_model(
-        t, host.name, host.python, root,
-        {role: Path(m["path"]) for role, m in job["models"].items()},
-        CONTROLLER_CACHE / "fingerprints.json")
-    node_job = json.loads(json.dumps(job))
-    for role, m in node_job["models"].items():
-        m["path"] = report.paths[role]["path"]
-    if host.vars.get("specfleet_memory_bandwidth_gbs"):  # per-node roofline override
-        node_job["memory_bandwidth_gbs"] = float(host.vars["specfleet_memory_bandwidth_gbs"])
-    job_path = f"{root}/jobs/{sweep_id}.json"
-    journal = f"{root}/jobs/{sweep_id}.events.jsonl"
-    await t.write_text(job_path, json.dumps(node_job))
-    cmd = (f"cd {q(root + '/agent_pkg')} && exec {q(host.python)} -m agent run "
-           f"{q(job_path)} --journal {q(journal)} --lock {q(root + '/agent.lock')} "
-           f"--cache-dir {q(root + '/cache')}")
-    batch: list[dict] = []
-    failure: dict | None = None
-    try:
-        async for line in t.stream_lines(cmd):
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # not an event (a library printing to stdout)
-            if not isinstance(event, dict) or "seq" not in event:
-                continue
-            batch.append(event)
-            progress(host.name, event)
-            if event["type"] == "job_failed":
-                failure = event
-            if len(batch) >= INGEST_BATCH or event["type"] != "generation":
-                stored += store.ingest(sweep_id, host.name, batch)
-                batch = []
-    except RemoteError as e:
-        stored += store.ingest(sweep_id, host.name, batch)
-        batch = []
-        msg = failure["message"] if failure else (e.stderr.strip().splitlines() or [""])[-1]
-        return Outcome(host.name, "failed", f"agent exited {e.exit_status}: {msg}",
-                       value={"events": stored}, command=e.command, exit_status=e.exit_status,
-                       stderr_tail="\n".join(e.stderr.strip().splitlines()[-5:]))
-    finally:
-        stored += store.ingest(sweep_id, host.name, batch)
-    return Outcome(host.name, "ok", value={"events": stored})
+def controller_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 class StderrProgress:
@@ -114,19 +85,254 @@ class StderrProgress:
                     f"{event['passed']}/{event['tasks']} tasks passed")
         elif kind == "job_failed":
             line = f"agent failed: {event['message']}"
+        elif kind == "follow":
+            line = event["message"]
         else:
             return
         print(f"[{node}] {line}", file=self.stream, flush=True)
 
 
-def run_sweep(hosts: list[Host], job: dict, store: Store, *, inventory: str | None = None,
-              ssh: SSHOptions | None = None, progress=None) -> SweepResult:
-    """Run ``job`` on every host; record the sweep and each node's outcome."""
+class NodeRun:
+    """One node's part of a sweep, from lease to final outcome."""
+
+    def __init__(self, host: Host, store: Store, sweep_id: str, holder: str,
+                 opts: SweepOptions, progress: Callable[[str, dict], None]):
+        self.host, self.store, self.sweep_id, self.holder = host, store, sweep_id, holder
+        self.opts, self.progress = opts, progress
+        self.started = False  # once an agent runs, its lease outlives this controller
+
+    def say(self, message: str) -> None:
+        self.progress(self.host.name, {"type": "follow", "message": message})
+
+    # -- leases ------------------------------------------------------------------------
+
+    def lease(self) -> None:
+        lease = self.store.acquire_lease(self.host.name, self.holder, self.sweep_id,
+                                         self.opts.lease_ttl_s)
+        if not lease["ours"]:
+            raise SpecfleetError(
+                f"node busy: leased by {lease['holder']} for sweep {lease['sweep_id']} until "
+                f"{lease['expires_at']:%Y-%m-%d %H:%M:%S}")
+
+    async def keep_lease(self) -> None:
+        while True:
+            await asyncio.sleep(self.opts.lease_ttl_s / 3)
+            try:
+                await asyncio.to_thread(self.lease)
+            except (SQLAlchemyError, SpecfleetError):
+                pass  # the store may be restarting; the next renewal tries again
+
+    # -- launch ------------------------------------------------------------------------
+
+    async def launch(self, t, doc: dict, job: dict) -> None:
+        from .provision import _agent, provision_host
+
+        h = self.host
+        root = expand_root(h.root, await t.home())
+        if self.opts.provision:
+            d = await provision_host(h, t, doc)
+            python, agent_dir, models = d["env_python"], d["agent_dir"], d["models"]
+        else:  # the node brings its own Python (specfleet_python); the agent checks pins
+            await t.run(f"mkdir -p {q(root)}")
+            agent_dir = (await _agent(t, root))["agent_dir"]
+            python = h.python
+            report = await push_model(t, h.name, python, root,
+                                      {r: Path(doc["models"][r]["path"])
+                                       for r in ("target", "draft")},
+                                      CONTROLLER_CACHE / "fingerprints.json")
+            models = report.paths
+        node_job = json.loads(json.dumps(job))
+        node_job["job_id"] = self.sweep_id
+        node_job["models"] = {r: {"path": models[r]["path"],
+                                  "fingerprint": doc["models"][r]["fingerprint"]}
+                              for r in ("target", "draft")}
+        if h.vars.get("specfleet_memory_bandwidth_gbs"):  # per-node roofline override
+            node_job["memory_bandwidth_gbs"] = float(h.vars["specfleet_memory_bandwidth_gbs"])
+        jobs = f"{root}/jobs"
+        job_path, journal = f"{jobs}/{self.sweep_id}.json", f"{jobs}/{self.sweep_id}.events.jsonl"
+        await t.run(f"mkdir -p {q(jobs)}")
+        await t.write_text(job_path, json.dumps(node_job))
+        self.store.set_sweep_node(self.sweep_id, h.name, state="launching", root=root,
+                                  job_path=job_path, journal_path=journal, agent_dir=agent_dir,
+                                  python=python)
+        await self.start_agent(t, resume=False)
+
+    async def start_agent(self, t, resume: bool) -> None:
+        sn = self._row()
+        cmd = (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent run {q(sn.job_path)} "
+               f"--journal {q(sn.journal_path)} --lock {q(sn.root + '/agent.lock')} "
+               f"--cache-dir {q(sn.root + '/cache')} --detach" + (" --resume" if resume else ""))
+        res = await t.run(cmd)
+        pid = json.loads(res.stdout.strip().splitlines()[-1])["pid"]
+        self.store.set_sweep_node(self.sweep_id, self.host.name, state="running", pid=pid)
+        self.started = True
+        self.say(f"agent {'resumed' if resume else 'started'} (pid {pid}), detached")
+
+    def _row(self):
+        rows = [r for r in self.store.sweep_nodes(self.sweep_id) if r.node == self.host.name]
+        if not rows:
+            raise SpecfleetError(f"{self.host.name}: not part of sweep {self.sweep_id}")
+        return rows[0]
+
+    # -- follow ------------------------------------------------------------------------
+
+    async def ingest(self, batch: list[dict]) -> None:
+        """Store a batch, retrying while the store is down (the journal keeps everything)."""
+        if not batch:
+            return
+        deadline = time.monotonic() + self.opts.store_retry_timeout_s
+        delay = 0.5
+        while True:
+            try:
+                await asyncio.to_thread(self.store.ingest, self.sweep_id, self.host.name, batch)
+                return
+            except SQLAlchemyError as e:
+                msg = str(e).splitlines()[0]
+                if "disk is full" in msg or "No space left" in msg:
+                    raise StoreError(f"the controller's store is out of disk space ({msg}); "
+                                     "free space, then `specfleet sweep --attach "
+                                     f"{self.sweep_id}` (the node's journal keeps every "
+                                     "event)") from None
+                if time.monotonic() > deadline:
+                    raise StoreError(f"the store stayed unavailable ({msg}); the node's journal "
+                                     f"keeps every event: `specfleet sweep --attach "
+                                     f"{self.sweep_id}` once it is back") from None
+                self.say(f"store unavailable ({msg[:80]}); retrying in {delay:.1f}s")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10)
+
+    async def follow_once(self, t) -> None:
+        sn = self._row()
+        last = await asyncio.to_thread(self.store.last_seq, self.sweep_id, self.host.name)
+        cmd = (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent follow "
+               f"{q(sn.journal_path)} --from-seq {last} --pid {sn.pid or 0}")
+        batch: list[dict] = []
+        try:
+            async for line in t.stream_lines(cmd):
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if not isinstance(event, dict) or "seq" not in event:
+                    continue
+                batch.append(event)
+                self.progress(self.host.name, event)
+                if len(batch) >= INGEST_BATCH or event["type"] != "generation":
+                    await self.ingest(batch)
+                    batch = []
+        finally:
+            await self.ingest(batch)
+
+    async def follow(self, t) -> None:
+        """Follow until the agent is done; on a dropped link reconnect and go on."""
+        deadline = None
+        delay = 0.5
+        while True:
+            try:
+                if t is None:
+                    async with connect(self.host, self.opts.ssh) as t2:
+                        await self.follow_once(t2)
+                else:
+                    await self.follow_once(t)
+                return
+            except UnreachableError as e:
+                t = None
+                deadline = deadline or time.monotonic() + self.opts.reconnect_timeout_s
+                if time.monotonic() > deadline:
+                    raise UnreachableError(
+                        self.host.name, f"lost the node ({e.reason}); its agent may still be "
+                        f"running: `specfleet sweep --attach {self.sweep_id}`") from None
+                self.say(f"link lost ({e.reason[:80]}); reconnecting in {delay:.1f}s")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10)
+
+    def outcome(self) -> Outcome:
+        last = self.store.last_event(self.sweep_id, self.host.name)
+        kind = last and last["type"]
+        if kind == "job_finished":
+            self.store.set_sweep_node(self.sweep_id, self.host.name, state="finished")
+            return Outcome(self.host.name, "ok", value={
+                "events": self.store.last_seq(self.sweep_id, self.host.name),
+                "generations": last.get("generations")})
+        if kind == "job_failed":
+            self.store.set_sweep_node(self.sweep_id, self.host.name, state="failed")
+            return Outcome(self.host.name, "failed", f"agent: {last['message']}",
+                           exit_status=last.get("exit_code"))
+        self.store.set_sweep_node(self.sweep_id, self.host.name, state="died")
+        return Outcome(self.host.name, "failed",
+                       f"the agent stopped before finishing (last event: {kind or 'none'}); "
+                       f"run `specfleet sweep --resume {self.sweep_id}` to measure only what "
+                       "is missing")
+
+    # -- the three ways in -------------------------------------------------------------
+
+    async def run(self, t, mode: str, doc: dict | None = None, job: dict | None = None):
+        await asyncio.to_thread(self.lease)
+        keeper = asyncio.create_task(self.keep_lease())
+        try:
+            if mode == "start":
+                await self.launch(t, doc, job)
+            elif mode == "resume":
+                self.started = True
+                sn = self._row()
+                if sn.state == "finished":
+                    return self.outcome()
+                alive = await t.run(f"kill -0 {int(sn.pid or 0)} 2>/dev/null", check=False)
+                if alive.exit_status != 0:
+                    await self.start_agent(t, resume=True)
+            else:
+                self.started = True
+                if self._row().state == "finished":
+                    return self.outcome()
+            await self.follow(t)
+            return await asyncio.to_thread(self.outcome)
+        finally:
+            keeper.cancel()
+            final = self.store.last_event(self.sweep_id, self.host.name) or {}
+            if not self.started or final.get("type") in ("job_finished", "job_failed"):
+                self.store.release_lease(self.host.name, self.holder)
+
+
+def _run(hosts: list[Host], store: Store, sweep_id: str, opts: SweepOptions, progress,
+         mode: str, doc: dict | None = None, job: dict | None = None) -> list[Outcome]:
+    holder = controller_id()
+
+    async def one(h: Host, t) -> Outcome:
+        return await NodeRun(h, store, sweep_id, holder, opts, progress).run(t, mode, doc, job)
+
+    return run_fan_out(hosts, one, opts.ssh)
+
+
+def start_sweep(doc: dict, hosts: list[Host], store: Store, *, inventory: str | None = None,
+                opts: SweepOptions | None = None, progress=None) -> SweepResult:
+    """Create the sweep record and run the lock's job on every host."""
+    opts = opts or SweepOptions()
     sweep_id = uuid.uuid4().hex[:12]
-    job = {**job, "job_id": sweep_id}
-    store.create_sweep(sweep_id, job, inventory)
-    progress = progress or (lambda n, e: None)
-    outcomes = run_fan_out(
-        hosts, lambda h, t: run_on_host(h, t, job, store, sweep_id, progress), ssh)
+    job = doc["job"]
+    store.record_lock(doc)
+    store.create_sweep(sweep_id, {**job, "models": {r: {"fingerprint": doc["models"][r][
+        "fingerprint"]} for r in ("target", "draft")}}, inventory, plan_id=doc["lock_id"],
+        trigger=opts.trigger, controller=controller_id())
+    outcomes = _run(hosts, store, sweep_id, opts, progress or (lambda n, e: None), "start",
+                    doc, job)
     status = store.finish_sweep(sweep_id, {o.host: (o.status, o.detail) for o in outcomes})
     return SweepResult(sweep_id, status, outcomes)
+
+
+def continue_sweep(sweep_id: str, hosts: list[Host], store: Store, *, resume: bool,
+                   opts: SweepOptions | None = None, progress=None) -> SweepResult:
+    """``--attach``: follow running agents; ``--resume``: restart dead ones with --resume."""
+    opts = opts or SweepOptions()
+    if store.sweep(sweep_id) is None:
+        raise SpecfleetError(f"no sweep {sweep_id!r} in the store")
+    names = {r.node for r in store.sweep_nodes(sweep_id)}
+    chosen = [h for h in hosts if h.name in names]
+    missing = names - {h.name for h in chosen}
+    if missing:
+        raise SpecfleetError(f"sweep {sweep_id} ran on {', '.join(sorted(missing))}, which the "
+                             "inventory (or --limit) does not include")
+    outcomes = _run(chosen, store, sweep_id, opts, progress or (lambda n, e: None),
+                    "resume" if resume else "attach")
+    status = store.finish_sweep(sweep_id, {o.host: (o.status, o.detail) for o in outcomes})
+    return SweepResult(sweep_id, status, outcomes)
+

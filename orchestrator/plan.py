@@ -178,7 +178,9 @@ def build_lock(plan: Plan, log=print) -> dict:
     from .wheelhouse import resolve
 
     env = plan.section("environment")
-    platforms = env.get("platforms") or sorted({"macos-14-arm64", controller_platform()})
+    # An empty list means unmanaged: nodes bring their own Python, the agent checks pins.
+    platforms = env["platforms"] if "platforms" in env else sorted(
+        {"macos-14-arm64", controller_platform()})
     locked = {}
     for desc in platforms:
         lock = resolve(plan.packages, plan.python, platform_node(desc, plan.python), log)

@@ -73,6 +73,9 @@ def platform_for(doc: dict, node: dict, host: Host) -> str:
         raise SpecfleetError(f"{host.name}: the node runs Python {node['python_full']} but the "
                              f"plan pins {doc['python']}; set specfleet_base_python to a "
                              f"{doc['python']} interpreter")
+    if not doc["platforms"]:
+        raise SpecfleetError(f"{host.name}: this lock manages no environments (its plan sets "
+                             "environment.platforms: []); sweep with --no-provision")
     for desc in doc["platforms"]:
         if platform_matches(desc, node):
             return desc

@@ -6,6 +6,7 @@ from sqlalchemy import func, select
 from orchestrator.cli import main
 from orchestrator.store import open_store
 from orchestrator.store.models import Event
+from tests.locks import make_lock, plan_text
 
 JOB = {"schema": 1, "models": {"target": {}, "draft": {}}}
 
@@ -25,8 +26,9 @@ def _events(url: str) -> int:
 def test_missing_inventory(tmp_path, model_pair):
     url = f"sqlite:///{tmp_path / 's.db'}"
     assert _seeded_store(url) == 5
-    r = CliRunner().invoke(main, ["sweep", "-i", str(tmp_path / "none.yml"), "--models",
-                                  str(model_pair), "--db", url])
+    lock = make_lock(tmp_path, model_pair)
+    r = CliRunner().invoke(main, ["sweep", str(lock), "-i", str(tmp_path / "none.yml"),
+                                  "--db", url])
     assert r.exit_code == 1
     assert r.output.strip() == f"Error: {tmp_path / 'none.yml'}: file not found"
     assert _events(url) == 5
@@ -38,27 +40,33 @@ def test_malformed_inventory_names_file_and_line(tmp_path, model_pair):
     inv = tmp_path / "hosts.yml"
     inv.write_text("all:\n  hosts:\n    mac1:\n      ansible_host: 10.0.0.1\n"
                    "     ansible_port: 22\n")
-    r = CliRunner().invoke(main, ["sweep", "-i", str(inv), "--models", str(model_pair),
-                                  "--db", url])
+    lock = make_lock(tmp_path, model_pair)
+    r = CliRunner().invoke(main, ["sweep", str(lock), "-i", str(inv), "--db", url])
     assert r.exit_code == 1
     assert r.output.startswith(f"Error: {inv}:5: invalid YAML")
     assert _events(url) == 5
 
 
-def test_models_folder_without_a_pair(tmp_path):
-    empty = tmp_path / "models"
-    empty.mkdir()
-    r = CliRunner().invoke(main, ["sweep", "--models", str(empty), "--db",
-                                  f"sqlite:///{tmp_path / 's.db'}"])
+def test_plan_whose_model_folder_is_missing(tmp_path, model_pair):
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(tmp_path / "nowhere"))
+    r = CliRunner().invoke(main, ["plan", "lock", str(plan)])
     assert r.exit_code == 1
-    assert f"model directory {empty / 'target'} does not exist" in r.output
-    assert f"specfleet demo-models build {empty}" in r.output
+    assert f"Error: {plan}:7: models.target: {tmp_path / 'nowhere' / 'target'} is not a " \
+        "folder" in r.output
 
 
 def test_malformed_prompt_file_names_the_line(tmp_path, model_pair):
     prompts = tmp_path / "mine.jsonl"
     prompts.write_text('{"name": "x", "prompt": "hi",\n')
-    r = CliRunner().invoke(main, ["sweep", "--models", str(model_pair), "-w", str(prompts),
-                                  "--db", f"sqlite:///{tmp_path / 's.db'}"])
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, use=("mine.jsonl",)))
+    r = CliRunner().invoke(main, ["plan", "lock", str(plan)])
     assert r.exit_code == 1
     assert f"Error: {prompts}:1: invalid JSON" in r.output
+
+
+def test_sweep_needs_exactly_one_of_lock_attach_resume(tmp_path):
+    r = CliRunner().invoke(main, ["sweep", "--db", f"sqlite:///{tmp_path / 's.db'}"])
+    assert r.exit_code == 2
+    assert "give a LOCK, or --attach SWEEP_ID, or --resume SWEEP_ID" in r.output

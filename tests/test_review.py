@@ -7,13 +7,14 @@ from click.testing import CliRunner
 from sqlalchemy import update
 
 from orchestrator.cli import main
-from orchestrator.dispatch import run_sweep
+from orchestrator.dispatch import SweepOptions, start_sweep
 from orchestrator.inventory import Host
-from orchestrator.jobspec import build_job
+from orchestrator.plan import load_lock
 from orchestrator.review import review_data
 from orchestrator.store import open_store
 from orchestrator.store.models import Measurement
 from tests.browser import dump_dom
+from tests.locks import make_lock
 
 HOSTILE = '<script>document.title="pwned"</script><img src=x onerror=alert(1)>'
 
@@ -55,9 +56,9 @@ def reviewed_store(model_pair, tmp_path_factory):
     store = open_store(url)
     local = Host(name="local", address="localhost", connection="local",
                  python=__import__("sys").executable, root=str(d / "node"))
-    job = build_job(model_pair, ["code", "memo"], max_tokens=40, draft_widths=[2, 4],
-                    quality=True)
-    result = run_sweep([local], job, store, progress=None)
+    doc = load_lock(make_lock(d, model_pair, use=("code", "memo"), widths=(2, 4),
+                              max_tokens=40, quality=True))
+    result = start_sweep(doc, [local], store, opts=SweepOptions(provision=False))
     assert result.ok, result.outcomes
     with store.engine.begin() as c:  # model output is untrusted text
         c.execute(update(Measurement).where(Measurement.mode == "baseline")

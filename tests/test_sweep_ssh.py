@@ -10,8 +10,9 @@ from sqlalchemy import func, select
 from orchestrator.cli import main
 from orchestrator.store import open_store
 from orchestrator.store.models import Event, Measurement, NodeOutcome, Run, TelemetrySample
+from tests.locks import make_lock
 
-SWEEP_ARGS = ["--max-tokens", "48", "--draft-widths", "2,4", "-w", "code", "-w", "memo"]
+SWEEP_ARGS = ["--no-provision"]
 
 
 def _node_journal(node, sweep_id: str) -> list[dict]:
@@ -27,8 +28,9 @@ def ssh_sweep(fleet, model_pair, tmp_path_factory):
         "ghost": {"ansible_host": "127.0.1.99", "ansible_port": 9, "ansible_user": "nobody"}}))
     db = f"sqlite:///{d / 'store.db'}"
     failed = d / "failed.txt"
+    lock = make_lock(d, model_pair, use=("code", "memo"), widths=(2, 4), max_tokens=48)
     result = CliRunner().invoke(main, [
-        "sweep", "-i", str(inv), "--models", str(model_pair), "--known-hosts",
+        "sweep", str(lock), "-i", str(inv), "--known-hosts",
         str(fleet.known_hosts), "--db", db, "--failed-hosts-file", str(failed), "--json",
         *SWEEP_ARGS])
     return result, db, failed, inv
@@ -92,8 +94,9 @@ def test_unknown_host_key_is_unreachable_not_trusted(fleet, model_pair, tmp_path
     inv.write_text(fleet.inventory_yaml())
     empty_known = tmp_path / "known_hosts"
     empty_known.write_text("")
+    lock = make_lock(tmp_path, model_pair)
     result = CliRunner().invoke(main, [
-        "sweep", "-i", str(inv), "--limit", "node1", "--models", str(model_pair),
+        "sweep", str(lock), "-i", str(inv), "--limit", "node1",
         "--known-hosts", str(empty_known), "--db", f"sqlite:///{tmp_path / 's.db'}",
         "--failed-hosts-file", str(tmp_path / "retry"), *SWEEP_ARGS])
     assert result.exit_code == 1
@@ -104,9 +107,10 @@ def test_unknown_host_key_is_unreachable_not_trusted(fleet, model_pair, tmp_path
 def test_sweep_into_postgresql(fleet, model_pair, tmp_path, pg_url):
     inv = tmp_path / "hosts.yml"
     inv.write_text(fleet.inventory_yaml())
-    args = ["sweep", "-i", str(inv), "--limit", "node2", "--models", str(model_pair),
+    lock = make_lock(tmp_path, model_pair, widths=(3,))
+    args = ["sweep", str(lock), "-i", str(inv), "--limit", "node2", "--no-provision",
             "--known-hosts", str(fleet.known_hosts), "--db", pg_url, "--json",
-            "-w", "code", "--max-tokens", "32", "--draft-widths", "3"]
+            "--failed-hosts-file", str(tmp_path / "retry")]
     first = CliRunner().invoke(main, args)
     assert first.exit_code == 0, first.output
     sweep_id = json.loads(first.stdout)["sweep_id"]

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, insert, select, update
+from sqlalchemy import create_engine, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from ..errors import StoreError
 from .models import (
@@ -22,6 +23,7 @@ from .models import (
     Measurement,
     ModelRecord,
     NodeFacts,
+    NodeLease,
     NodeOutcome,
     Plan,
     ProvisionRun,
@@ -63,22 +65,102 @@ class Store:
         with self.engine.connect() as c:
             return MigrationContext.configure(c).get_current_revision()
 
-    def create_sweep(self, sweep_id: str, job: dict, inventory: str | None) -> None:
+    def create_sweep(self, sweep_id: str, job: dict, inventory: str | None, *,
+                     plan_id: str | None = None, trigger: str = "manual",
+                     controller: str | None = None) -> None:
         with self.engine.begin() as c:
             c.execute(insert(Sweep).values(
                 id=sweep_id, created_at=datetime.now(timezone.utc), status="running",
-                inventory=inventory, job=job,
+                inventory=inventory, job=job, plan_id=plan_id, trigger=trigger,
+                controller=controller,
                 target_fingerprint=job["models"]["target"].get("fingerprint"),
                 draft_fingerprint=job["models"]["draft"].get("fingerprint")))
 
+    def sweep(self, sweep_id: str) -> Sweep | None:
+        with Session(self.engine) as s:
+            row = s.get(Sweep, sweep_id)
+            if row is not None:
+                s.expunge(row)
+            return row
+
+    def last_seq(self, sweep_id: str, node: str) -> int:
+        with self.engine.connect() as c:
+            return c.execute(select(func.max(Event.seq)).where(
+                Event.sweep_id == sweep_id, Event.node == node)).scalar() or 0
+
+    def last_event(self, sweep_id: str, node: str) -> dict | None:
+        with self.engine.connect() as c:
+            return c.execute(select(Event.payload).where(
+                Event.sweep_id == sweep_id, Event.node == node).order_by(Event.seq.desc())
+                .limit(1)).scalar()
+
+    def planned_total(self, sweep_id: str, node: str) -> int | None:
+        with self.engine.connect() as c:
+            p = c.execute(select(Event.payload).where(
+                Event.sweep_id == sweep_id, Event.node == node, Event.type == "plan")
+                .order_by(Event.seq.desc()).limit(1)).scalar()
+        return p["total_generations"] if p else None
+
+    def set_sweep_node(self, sweep_id: str, node: str, **fields) -> None:
+        now = datetime.now(timezone.utc)
+        with self.engine.begin() as c:
+            stmt = self._insert(SweepNode).values(sweep_id=sweep_id, node=node,
+                                                  state=fields.pop("state", "launching"),
+                                                  updated_at=now, **fields)
+            c.execute(stmt.on_conflict_do_update(
+                index_elements=["sweep_id", "node"],
+                set_={**{k: stmt.excluded[k] for k in fields}, "state": stmt.excluded.state,
+                      "updated_at": now}))
+
+    def sweep_nodes(self, sweep_id: str) -> list[SweepNode]:
+        with Session(self.engine) as s:
+            rows = list(s.scalars(select(SweepNode).where(SweepNode.sweep_id == sweep_id)
+                                  .order_by(SweepNode.node)))
+            s.expunge_all()
+            return rows
+
+    # -- leases: several controllers, one PostgreSQL ---------------------------------
+
+    def acquire_lease(self, node: str, holder: str, sweep_id: str, ttl_s: float) -> dict:
+        """Take or renew the node's lease; returns the lease as it now stands.
+
+        Succeeds when the node is free, the old lease expired, or it is ours (same holder,
+        or the same sweep being re-attached). One statement, so two controllers racing
+        for a node cannot both win.
+        """
+        now = datetime.now(timezone.utc)
+        until = now + timedelta(seconds=ttl_s)
+        stmt = self._insert(NodeLease).values(node=node, holder=holder, sweep_id=sweep_id,
+                                              acquired_at=now, expires_at=until)
+        t = NodeLease.__table__
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["node"],
+            set_={"holder": holder, "sweep_id": sweep_id, "expires_at": until,
+                  "acquired_at": now},
+            where=(t.c.expires_at < now) | (t.c.holder == holder) | (t.c.sweep_id == sweep_id))
+        with self.engine.begin() as c:
+            c.execute(stmt)
+            row = c.execute(select(NodeLease).where(NodeLease.node == node)).one()
+        return {"node": row.node, "holder": row.holder, "sweep_id": row.sweep_id,
+                "expires_at": row.expires_at, "ours": row.holder == holder}
+
+    def release_lease(self, node: str, holder: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(delete(NodeLease).where(NodeLease.node == node,
+                                              NodeLease.holder == holder))
+
     def finish_sweep(self, sweep_id: str, outcomes: dict[str, tuple[str, str | None]]) -> str:
-        statuses = {s for s, _ in outcomes.values()}
-        status = "ok" if statuses == {"ok"} else ("failed" if "ok" not in statuses else "partial")
         with self.engine.begin() as c:
             for node, (st, detail) in outcomes.items():
-                c.execute(self._insert(NodeOutcome).values(
-                    sweep_id=sweep_id, node=node, status=st, detail=detail
-                ).on_conflict_do_nothing())
+                stmt = self._insert(NodeOutcome).values(sweep_id=sweep_id, node=node, status=st,
+                                                        detail=detail)
+                c.execute(stmt.on_conflict_do_update(
+                    index_elements=["sweep_id", "node"],
+                    set_={"status": st, "detail": detail}))
+            statuses = set(c.execute(select(NodeOutcome.status).where(
+                NodeOutcome.sweep_id == sweep_id)).scalars())
+        status = "ok" if statuses == {"ok"} else ("failed" if "ok" not in statuses else "partial")
+        with self.engine.begin() as c:
             c.execute(update(Sweep).where(Sweep.id == sweep_id).values(
                 status=status, finished_at=datetime.now(timezone.utc)))
         return status
@@ -227,7 +309,8 @@ def open_store(url: str | None = None, migrate: bool = True) -> Store:
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     try:
-        engine = create_engine(url)
+        # pre_ping: after a PostgreSQL restart, stale pooled connections are replaced
+        engine = create_engine(url, pool_pre_ping=True)
         if migrate:
             upgrade(engine, url)
     except SQLAlchemyError as e:
