@@ -200,15 +200,17 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
     sweep_id = attach_id or resume_id
     try:
         if doc is not None:
-            result = start_sweep(doc, hosts, store, inventory=str(inventory_path), opts=opts,
-                                 progress=StderrProgress())
+            result = start_sweep(
+                doc, hosts, store, inventory=str(inventory_path), opts=opts,
+                progress=StderrProgress(), announce=lambda sid: click.echo(
+                    f"sweep {sid} started on {len(hosts)} node(s)", err=True))
         else:
             result = continue_sweep(sweep_id, hosts, store, resume=resume_id is not None,
                                     opts=opts, progress=StderrProgress())
     except KeyboardInterrupt:
         click.echo("interrupted: the agents keep running on the nodes; pick the sweep up "
-                   "again with `specfleet sweep --attach SWEEP_ID` (see `specfleet runs "
-                   "list`)", err=True)
+                   "again with `specfleet sweep --attach SWEEP_ID` (the id is printed above; "
+                   "`specfleet sweeps list` shows it too)", err=True)
         sys.exit(130)
     _report(result.outcomes, failed_hosts_file, as_json,
             extra={"sweep_id": result.sweep_id, "status": result.status},

@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 import agent
 
 from .blobs import CONTROLLER_CACHE, push_model
-from .errors import SpecfleetError, StoreError, UnreachableError
+from .errors import RemoteError, SpecfleetError, StoreError, UnreachableError
 from .fanout import Outcome, run_fan_out
 from .inventory import Host
 from .store import Store
@@ -32,6 +32,7 @@ from .transport import SSHOptions, connect, q
 
 AGENT_DIR = Path(agent.__file__).resolve().parent
 INGEST_BATCH = 64
+INGEST_EVERY_S = 0.25
 
 
 @dataclass
@@ -207,6 +208,7 @@ class NodeRun:
         cmd = (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent follow "
                f"{q(sn.journal_path)} --from-seq {last} --pid {sn.pid or 0}")
         batch: list[dict] = []
+        flushed = time.monotonic()
         try:
             async for line in t.stream_lines(cmd):
                 try:
@@ -217,14 +219,20 @@ class NodeRun:
                     continue
                 batch.append(event)
                 self.progress(self.host.name, event)
-                if len(batch) >= INGEST_BATCH or event["type"] != "generation":
+                # batches make ingest cheap; the time bound keeps the store live
+                if len(batch) >= INGEST_BATCH or event["type"] != "generation" or \
+                        time.monotonic() - flushed > INGEST_EVERY_S:
                     await self.ingest(batch)
-                    batch = []
+                    batch, flushed = [], time.monotonic()
         finally:
             await self.ingest(batch)
 
     async def follow(self, t) -> None:
-        """Follow until the agent is done; on a dropped link reconnect and go on."""
+        """Follow until the agent is done; on a dropped link reconnect and go on.
+
+        A follower that died with the link (non-zero exit) or a store that blinked while
+        we asked it where to resume are retried the same way; the journal keeps it all.
+        """
         deadline = None
         delay = 0.5
         while True:
@@ -235,14 +243,16 @@ class NodeRun:
                 else:
                     await self.follow_once(t)
                 return
-            except UnreachableError as e:
+            except (UnreachableError, RemoteError, SQLAlchemyError) as e:
+                why = getattr(e, "reason", None) or str(e).splitlines()[0]
                 t = None
-                deadline = deadline or time.monotonic() + self.opts.reconnect_timeout_s
+                deadline = deadline or time.monotonic() + max(
+                    self.opts.reconnect_timeout_s, self.opts.store_retry_timeout_s)
                 if time.monotonic() > deadline:
                     raise UnreachableError(
-                        self.host.name, f"lost the node ({e.reason}); its agent may still be "
+                        self.host.name, f"lost the node ({why}); its agent may still be "
                         f"running: `specfleet sweep --attach {self.sweep_id}`") from None
-                self.say(f"link lost ({e.reason[:80]}); reconnecting in {delay:.1f}s")
+                self.say(f"link lost ({why[:80]}); reconnecting in {delay:.1f}s")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10)
 
@@ -303,8 +313,18 @@ def _run(hosts: list[Host], store: Store, sweep_id: str, opts: SweepOptions, pro
     return run_fan_out(hosts, one, opts.ssh)
 
 
+def _finish(store: Store, sweep_id: str, outcomes: list[Outcome]) -> str:
+    try:
+        return store.finish_sweep(sweep_id, {o.host: (o.status, o.detail) for o in outcomes})
+    except SQLAlchemyError as e:
+        raise StoreError(f"could not record the outcome of sweep {sweep_id} "
+                         f"({str(e).splitlines()[0]}); the nodes' journals keep every event: "
+                         f"`specfleet sweep --attach {sweep_id}` once the store is back") from None
+
+
 def start_sweep(doc: dict, hosts: list[Host], store: Store, *, inventory: str | None = None,
-                opts: SweepOptions | None = None, progress=None) -> SweepResult:
+                opts: SweepOptions | None = None, progress=None,
+                announce=lambda sweep_id: None) -> SweepResult:
     """Create the sweep record and run the lock's job on every host."""
     opts = opts or SweepOptions()
     sweep_id = uuid.uuid4().hex[:12]
@@ -313,10 +333,10 @@ def start_sweep(doc: dict, hosts: list[Host], store: Store, *, inventory: str | 
     store.create_sweep(sweep_id, {**job, "models": {r: {"fingerprint": doc["models"][r][
         "fingerprint"]} for r in ("target", "draft")}}, inventory, plan_id=doc["lock_id"],
         trigger=opts.trigger, controller=controller_id())
+    announce(sweep_id)
     outcomes = _run(hosts, store, sweep_id, opts, progress or (lambda n, e: None), "start",
                     doc, job)
-    status = store.finish_sweep(sweep_id, {o.host: (o.status, o.detail) for o in outcomes})
-    return SweepResult(sweep_id, status, outcomes)
+    return SweepResult(sweep_id, _finish(store, sweep_id, outcomes), outcomes)
 
 
 def continue_sweep(sweep_id: str, hosts: list[Host], store: Store, *, resume: bool,
@@ -333,6 +353,5 @@ def continue_sweep(sweep_id: str, hosts: list[Host], store: Store, *, resume: bo
                              "inventory (or --limit) does not include")
     outcomes = _run(chosen, store, sweep_id, opts, progress or (lambda n, e: None),
                     "resume" if resume else "attach")
-    status = store.finish_sweep(sweep_id, {o.host: (o.status, o.detail) for o in outcomes})
-    return SweepResult(sweep_id, status, outcomes)
+    return SweepResult(sweep_id, _finish(store, sweep_id, outcomes), outcomes)
 

@@ -192,9 +192,9 @@ def build_lock(plan: Plan, log=print) -> dict:
             m["manifest"], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     w = plan.section("workloads")
     buckets = tuple(w.get("context") or ("short",))
-    workloads = [r for spec in (w.get("use") or ("code", "memo", "translation"))
-                 for r in load_workloads(str(plan.path.parent / spec) if spec.endswith(
-                     ".jsonl") else spec, buckets)]
+    sources = [str(plan.path.parent / spec) if spec.endswith(".jsonl") else spec
+               for spec in (w.get("use") or ("code", "memo", "translation"))]
+    workloads = [r for spec in sources for r in load_workloads(spec, buckets)]
     if w.get("max_tokens"):
         workloads = [{**r, "max_tokens": w["max_tokens"]} for r in workloads]
     sweep = plan.section("sweep")
@@ -217,6 +217,7 @@ def build_lock(plan: Plan, log=print) -> dict:
            "models": {**models, "source": plan.section("models").get("source"),
                       "revision": plan.section("models").get("revision")},
            "prompts": {r["name"]: r["prompt_sha256"] for r in workloads},
+           "prompt_sources": {"use": sources, "context": list(buckets)},
            "job": job, "gates": plan.section("gates"), "nodes": plan.section("nodes")}
     doc["lock_id"] = hashlib.sha256(json.dumps(
         {k: v for k, v in doc.items() if k != "created_at"}, sort_keys=True).encode()
@@ -278,9 +279,26 @@ def verify_lock(doc: dict, lock_file: Path) -> None:
         diff = sorted(p for p in set(now) | set(was) if now.get(p) != was.get(p))
         if diff:
             changes.append(f"{role} weights changed: {', '.join(diff)}")
-    for w in doc["job"]["workloads"]:
+    from .jobspec import load_workloads
+
+    src = doc["prompt_sources"]
+    try:
+        now = {r["name"]: r["prompt_sha256"] for spec in src["use"]
+               for r in load_workloads(spec, tuple(src["context"]))}
+    except ConfigError as e:
+        now = {}
+        changes.append(f"prompt files no longer load ({e})")
+    for name, sha in doc["prompts"].items():
+        if name not in now:
+            if now:
+                changes.append(f"prompt {name} is gone")
+        elif now[name] != sha:
+            changes.append(f"prompt {name} changed")
+    for name in sorted(set(now) - set(doc["prompts"])):
+        changes.append(f"prompt {name} was added")
+    for w in doc["job"]["workloads"]:  # the lock itself must not have been edited
         if hashlib.sha256(w["prompt"].encode()).hexdigest() != w["prompt_sha256"]:
-            changes.append(f"prompt {w['name']} changed")
+            changes.append(f"the lock's copy of prompt {w['name']} was edited")
     if changes:
         raise ConfigError("the lock no longer matches: " + "; ".join(changes) +
                           ". Re-lock with `specfleet plan lock` and review the change.",

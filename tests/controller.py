@@ -1,0 +1,75 @@
+"""Run the controller as a separate process, as users do, so tests can kill it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from orchestrator.store import open_store
+from orchestrator.store.models import Event, Measurement
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def specfleet(*args: str, log: Path) -> subprocess.Popen:
+    out = open(log, "ab")
+    return subprocess.Popen([sys.executable, "-c", "from orchestrator.cli import main; main()",
+                             *args], cwd=ROOT, stdout=out, stderr=out)
+
+
+def sweep_id_from(log: Path, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = re.search(r"sweep (\w{12}) started", log.read_text(errors="replace"))
+        if m:
+            return m.group(1)
+        time.sleep(0.1)
+    raise AssertionError(f"no sweep id in {log}:\n{log.read_text()[-3000:]}")
+
+
+def wait_for(pred, timeout: float = 120, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stored_generations(url: str, sweep_id: str, node: str) -> int:
+    with open_store(url, migrate=False).engine.connect() as c:
+        return c.scalar(select(func.count()).select_from(Measurement).where(
+            Measurement.sweep_id == sweep_id, Measurement.node == node))
+
+
+def stored_events(url: str, sweep_id: str, node: str) -> list[dict]:
+    with open_store(url, migrate=False).engine.connect() as c:
+        return list(c.execute(select(Event.payload).where(
+            Event.sweep_id == sweep_id, Event.node == node).order_by(Event.seq)).scalars())
+
+
+def journal(node, sweep_id: str) -> list[dict]:
+    path = node.home / ".specfleet" / "jobs" / f"{sweep_id}.events.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def kill_agent(node) -> None:
+    r = subprocess.run(["pkill", "-KILL", "-u", node.user, "-f", "agent run"], check=False)
+    assert r.returncode == 0, f"no agent of {node.user} to kill"
+
+
+def kill_link(node) -> None:
+    """Drop the node's SSH sessions (the sshd processes), not its detached agent."""
+    r = subprocess.run(["pkill", "-KILL", "-f", f"sshd: {node.user}"], check=False)
+    assert r.returncode == 0, f"no ssh session of {node.user} to kill"
+
+
+def agent_running(node) -> bool:
+    return subprocess.run(["pgrep", "-u", node.user, "-f", "agent run"],
+                          capture_output=True).returncode == 0

@@ -1,0 +1,79 @@
+"""Plans lock into exact inputs; a lock that no longer matches is refused with what changed."""
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+from orchestrator.errors import ConfigError
+from orchestrator.plan import load_lock, verify_lock
+from tests.locks import make_lock, plan_text
+
+
+@pytest.fixture
+def pair_copy(model_pair, tmp_path):
+    d = tmp_path / "pair"
+    shutil.copytree(model_pair, d)
+    return d
+
+
+def test_lock_freezes_weights_prompts_and_job(pair_copy, tmp_path):
+    lock = make_lock(tmp_path, pair_copy, use=("code", "memo"), widths=(2, 4),
+                     context=("short", "long"))
+    doc = load_lock(lock)
+    assert lock.name == "plan.lock.json"
+    assert set(doc["prompts"]) == {"code", "code-long", "memo", "memo-long"}
+    assert doc["models"]["target"]["fingerprint"].startswith("sha256:")
+    assert {f["path"] for f in doc["models"]["draft"]["manifest"]} >= {"model.safetensors",
+                                                                      "tokenizer.json"}
+    assert doc["job"]["knobs"] == {"num_draft_tokens": [2, 4]}
+    assert doc["job"]["pins"]["mlx-lm"] == "0.32.2"
+    verify_lock(doc, lock)  # fresh: matches
+
+
+def test_changed_plan_weights_or_prompts_are_named(pair_copy, tmp_path):
+    lock = make_lock(tmp_path, pair_copy)
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan.read_text().replace("repetitions: 1", "repetitions: 5"))
+    with open(pair_copy / "draft" / "model.safetensors", "r+b") as f:
+        f.seek(200)
+        f.write(b"\x01\x02")
+    with pytest.raises(ConfigError) as e:
+        verify_lock(load_lock(lock), lock)
+    msg = str(e.value)
+    assert msg.startswith(f"{lock}: the lock no longer matches: the plan changed (sweep); "
+                          "draft weights changed: model.safetensors")
+    assert msg.endswith("Re-lock with `specfleet plan lock` and review the change.")
+
+
+def test_changed_prompt_file_is_named(pair_copy, tmp_path):
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text(json.dumps({"name": "mine", "prompt": "def f(x):", "max_tokens": 16})
+                    + "\n")
+    lock = make_lock(tmp_path, pair_copy, use=("mine.jsonl",))
+    mine.write_text(json.dumps({"name": "mine", "prompt": "def g(y):", "max_tokens": 16})
+                    + "\n")
+    with pytest.raises(ConfigError, match="prompt mine changed"):
+        verify_lock(load_lock(lock), lock)
+
+
+def test_sweep_refuses_a_stale_lock_before_touching_anything(pair_copy, tmp_path):
+    lock = make_lock(tmp_path, pair_copy)
+    (tmp_path / "plan.yml").write_text(plan_text(pair_copy, widths=(2, 3)))
+    db = tmp_path / "s.db"
+    r = CliRunner().invoke(main, ["sweep", str(lock), "--db", f"sqlite:///{db}"])
+    assert r.exit_code == 1 and "the plan changed (sweep)" in r.output
+    assert not db.exists()  # nothing was written
+
+
+def test_plan_lock_cli_and_check(pair_copy, tmp_path):
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(pair_copy))
+    r = CliRunner().invoke(main, ["plan", "lock", str(plan), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["lock"] == str(tmp_path / "plan.lock.json") and out["environments"] == {}
+    r = CliRunner().invoke(main, ["plan", "check", out["lock"]])
+    assert r.exit_code == 0 and "matches its plan, weights and prompts" in r.output

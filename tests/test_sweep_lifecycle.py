@@ -1,0 +1,99 @@
+"""Kill each party mid-sweep — link, agent, controller — on five real sshd nodes with
+PostgreSQL as the store, then compare the store with the node journals event by event."""
+
+import json
+import signal
+
+import pytest
+
+from tests.controller import (
+    agent_running,
+    journal,
+    kill_agent,
+    kill_link,
+    specfleet,
+    stored_events,
+    stored_generations,
+    sweep_id_from,
+    wait_for,
+)
+from tests.locks import make_lock
+
+NODES = 5
+
+
+@pytest.fixture(scope="module")
+def five(big_fleet, model_pair, tmp_path_factory):
+    d = tmp_path_factory.mktemp("lifecycle")
+    inv = d / "hosts.yml"
+    inv.write_text(big_fleet.inventory_yaml())
+    lock = make_lock(d, model_pair, use=("code",), widths=(2, 3, 4, 6), repetitions=3,
+                     max_tokens=128)
+    return d, inv, lock
+
+
+def common(fleet, inv, url, d):
+    return ["-i", str(inv), "--limit", ",".join(f"node{i}" for i in range(1, NODES + 1)),
+            "--known-hosts", str(fleet.known_hosts), "--db", url, "--no-provision",
+            "--failed-hosts-file", str(d / "retry"), "--reconnect-timeout", "60"]
+
+
+def test_kill_link_agent_and_controller_then_attach_and_resume(big_fleet, five, pg_url):
+    d, inv, lock = five
+    nodes = big_fleet.nodes[:NODES]
+    total = 1 * 4 * 3 * 2  # workloads × widths × repetitions × (baseline, speculative)
+    log = d / "controller1.log"
+    ctl = specfleet("sweep", str(lock), *common(big_fleet, inv, pg_url, d), log=log)
+    sid = sweep_id_from(log)
+    wait_for(lambda: all(stored_generations(pg_url, sid, n.name) >= 2 for n in nodes),
+             what="every node to store a generation")
+    kill_link(nodes[2])     # node3: the SSH link dies; the controller must reconnect
+    kill_agent(nodes[3])    # node4: the agent dies; it must be resumed later
+    wait_for(lambda: stored_generations(pg_url, sid, "node3") >= 4, what="node3 to go on")
+    ctl.send_signal(signal.SIGKILL)  # the controller dies; agents keep running
+    ctl.wait()
+    assert any(agent_running(n) for n in nodes if n is not nodes[3])
+
+    attach_log = d / "attach.log"
+    att = specfleet("sweep", "--attach", sid, *common(big_fleet, inv, pg_url, d), "--json",
+                    log=attach_log)
+    assert att.wait(timeout=600) == 1  # node4's agent is dead: not ok until resumed
+    out = json.loads(attach_log.read_text()[attach_log.read_text().index("{\n"):])
+    by = {o["host"]: o for o in out["outcomes"]}
+    assert by["node4"]["status"] == "failed"
+    assert f"specfleet sweep --resume {sid}" in by["node4"]["detail"]
+    assert all(by[f"node{i}"]["status"] == "ok" for i in (1, 2, 3, 5))
+
+    res = specfleet("sweep", "--resume", sid, *common(big_fleet, inv, pg_url, d),
+                    log=d / "resume.log")
+    assert res.wait(timeout=600) == 0, (d / "resume.log").read_text()[-3000:]
+
+    for n in nodes:  # zero lost, zero duplicated: the store is exactly the journal
+        j = journal(n, sid)
+        assert stored_events(pg_url, sid, n.name) == j
+        assert [e["seq"] for e in j] == list(range(1, len(j) + 1))
+        runs = sorted(e["run_index"] for e in j if e["type"] == "generation")
+        assert runs == list(range(total)), n.name
+        assert j[-1]["type"] == "job_finished"
+    assert any(e["type"] == "plan" and e["already_done"] > 0
+               for e in journal(nodes[3], sid))  # node4 resumed, did not start over
+
+
+def test_ctrl_c_leaves_agents_running_and_attach_finishes(fleet, model_pair, tmp_path,
+                                                           sqlite_url):
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=3, max_tokens=64)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    args = ["-i", str(inv), "--limit", "node1", "--known-hosts", str(fleet.known_hosts),
+            "--db", sqlite_url, "--no-provision", "--failed-hosts-file", str(tmp_path / "r")]
+    log = tmp_path / "c.log"
+    ctl = specfleet("sweep", str(lock), *args, log=log)
+    sid = sweep_id_from(log)
+    wait_for(lambda: stored_generations(sqlite_url, sid, "node1") >= 1, what="a generation")
+    ctl.send_signal(signal.SIGINT)
+    assert ctl.wait(timeout=60) == 130
+    assert "interrupted: the agents keep running on the nodes" in log.read_text()
+    assert agent_running(fleet.nodes[0])
+    att = specfleet("sweep", "--attach", sid, *args, log=tmp_path / "a.log")
+    assert att.wait(timeout=300) == 0, (tmp_path / "a.log").read_text()[-2000:]
+    assert stored_events(sqlite_url, sid, "node1") == journal(fleet.nodes[0], sid)
