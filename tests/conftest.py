@@ -78,9 +78,11 @@ def netns_fleet():
 def pg_url():
     """A fresh PostgreSQL database, dropped afterwards."""
     from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
 
     name = f"specfleet_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    # NullPool: a test may restart PostgreSQL, which kills pooled connections
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     with admin.connect() as c:
         c.execute(text(f'CREATE DATABASE "{name}"'))
     yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"

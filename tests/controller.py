@@ -73,3 +73,8 @@ def kill_link(node) -> None:
 def agent_running(node) -> bool:
     return subprocess.run(["pgrep", "-u", node.user, "-f", "agent run"],
                           capture_output=True).returncode == 0
+
+
+def json_from_log(text: str) -> dict:
+    """The --json document in a log that also holds progress lines."""
+    return json.JSONDecoder().raw_decode(text[text.index("{\n"):])[0]

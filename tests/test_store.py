@@ -100,3 +100,12 @@ def test_upgrade_from_0001_keeps_stored_runs(any_url):
         r = c.execute(select(Measurement.workload, Measurement.acceptance_rate,
                              Measurement.unreliable)).one()
     assert tuple(r) == ("code", 0.6667, None)
+
+
+def test_concurrent_first_opens_of_a_postgresql_store(pg_url):
+    """Two controllers starting against a fresh database both get a migrated store."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        stores = list(pool.map(lambda _: open_store(pg_url), range(4)))
+    assert {s.current_revision() for s in stores} == {HEAD}

@@ -1,7 +1,6 @@
 """Kill each party mid-sweep — link, agent, controller — on five real sshd nodes with
 PostgreSQL as the store, then compare the store with the node journals event by event."""
 
-import json
 import signal
 
 import pytest
@@ -9,6 +8,7 @@ import pytest
 from tests.controller import (
     agent_running,
     journal,
+    json_from_log,
     kill_agent,
     kill_link,
     specfleet,
@@ -58,7 +58,7 @@ def test_kill_link_agent_and_controller_then_attach_and_resume(big_fleet, five, 
     att = specfleet("sweep", "--attach", sid, *common(big_fleet, inv, pg_url, d), "--json",
                     log=attach_log)
     assert att.wait(timeout=600) == 1  # node4's agent is dead: not ok until resumed
-    out = json.loads(attach_log.read_text()[attach_log.read_text().index("{\n"):])
+    out = json_from_log(attach_log.read_text())
     by = {o["host"]: o for o in out["outcomes"]}
     assert by["node4"]["status"] == "failed"
     assert f"specfleet sweep --resume {sid}" in by["node4"]["detail"]

@@ -319,9 +319,15 @@ def open_store(url: str | None = None, migrate: bool = True) -> Store:
     return Store(engine)
 
 
+MIGRATION_LOCK = 0x5F5EC_F1EE7  # pg advisory lock key: one migrating controller at a time
+
+
 def upgrade(engine: Engine, url: str, revision: str = "head") -> None:
     cfg = alembic_config(url)
     with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            # Two controllers opening a fresh database at once would race on CREATE TABLE.
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 

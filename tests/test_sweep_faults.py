@@ -1,0 +1,102 @@
+"""Store and controller faults: two controllers, store down at start, PostgreSQL restarted
+mid-sweep, the controller's disk full."""
+
+import subprocess
+
+from sqlalchemy import create_engine, inspect
+
+from tests.controller import (
+    journal,
+    json_from_log,
+    specfleet,
+    stored_events,
+    stored_generations,
+    sweep_id_from,
+    wait_for,
+)
+from tests.locks import make_lock
+
+
+def args(fleet, inv, url, tmp_path, limit="node1", retry="retry"):
+    return ["-i", str(inv), "--limit", limit, "--known-hosts", str(fleet.known_hosts),
+            "--db", url, "--no-provision", "--failed-hosts-file", str(tmp_path / retry)]
+
+
+def test_two_controllers_never_benchmark_the_same_node(fleet, model_pair, tmp_path, pg_url):
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=2, max_tokens=64)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    a = specfleet("sweep", str(lock), *args(fleet, inv, pg_url, tmp_path, retry="ra"),
+                  "--json", log=tmp_path / "a.log")
+    b = specfleet("sweep", str(lock), *args(fleet, inv, pg_url, tmp_path, retry="rb"),
+                  "--json", log=tmp_path / "b.log")
+    codes = sorted([a.wait(timeout=300), b.wait(timeout=300)])
+    assert codes == [0, 1]
+    logs = [(tmp_path / n).read_text() for n in ("a.log", "b.log")]
+    loser = next(x for x in logs if '"status": "failed"' in x)
+    assert "node busy: leased by " in loser and " for sweep " in loser
+    winner = next(x for x in logs if x is not loser)
+    sid = json_from_log(winner)["sweep_id"]
+    assert stored_events(pg_url, sid, "node1") == journal(fleet.nodes[0], sid)
+
+
+def test_store_unreachable_at_start_writes_nothing(fleet, model_pair, tmp_path):
+    lock = make_lock(tmp_path, model_pair)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    jobs = fleet.nodes[0].home / ".specfleet" / "jobs"
+    before = set(jobs.iterdir()) if jobs.exists() else set()
+    p = specfleet("sweep", str(lock), *args(fleet, inv, "postgresql+psycopg://postgres@"
+                                             "127.0.0.1:1/nowhere", tmp_path),
+                  log=tmp_path / "c.log")
+    assert p.wait(timeout=60) == 1
+    out = (tmp_path / "c.log").read_text()
+    assert out.strip().splitlines()[-1].startswith(
+        "Error: cannot open store postgresql+psycopg://postgres@127.0.0.1:1/nowhere:")
+    after = set(jobs.iterdir()) if jobs.exists() else set()
+    assert after == before  # no node was touched
+
+
+def test_postgresql_restarted_mid_sweep(fleet, model_pair, tmp_path, pg_url):
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3, 4), repetitions=3, max_tokens=96)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    log = tmp_path / "c.log"
+    ctl = specfleet("sweep", str(lock), *args(fleet, inv, pg_url, tmp_path), log=log)
+    sid = sweep_id_from(log)
+    wait_for(lambda: stored_generations(pg_url, sid, "node1") >= 2, what="first generations")
+    cluster = subprocess.run(["ls", "/etc/postgresql"], capture_output=True,
+                             text=True).stdout.split()[0]
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", cluster, "main", "restart"],
+                   check=True)
+    assert ctl.wait(timeout=300) == 0, log.read_text()[-3000:]
+    assert stored_events(pg_url, sid, "node1") == journal(fleet.nodes[0], sid)
+
+
+def test_controller_disk_full_then_attach(fleet, model_pair, tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)], check=True)
+    try:
+        url = f"sqlite:///{small / 'store.db'}"
+        lock = make_lock(tmp_path, model_pair, widths=(2, 3, 4), repetitions=4, max_tokens=128)
+        inv = tmp_path / "hosts.yml"
+        inv.write_text(fleet.inventory_yaml())
+        log = tmp_path / "c.log"
+        ctl = specfleet("sweep", str(lock), *args(fleet, inv, url, tmp_path), "--json",
+                        log=log)
+        assert ctl.wait(timeout=300) == 1
+        out = log.read_text()
+        assert "out of disk space" in out and "--attach" in out
+        sid = sweep_id_from(log)
+        stored = stored_events(url, sid, "node1")
+        j = journal(fleet.nodes[0], sid)
+        assert stored == j[:len(stored)]  # what was stored is intact
+        subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True)
+        att = specfleet("sweep", "--attach", sid, *args(fleet, inv, url, tmp_path),
+                        log=tmp_path / "a.log")
+        assert att.wait(timeout=300) == 0, (tmp_path / "a.log").read_text()[-3000:]
+        assert stored_events(url, sid, "node1") == journal(fleet.nodes[0], sid)
+        assert "runs" in inspect(create_engine(url)).get_table_names()
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
