@@ -126,13 +126,19 @@ class NodeRun:
     # -- launch ------------------------------------------------------------------------
 
     async def launch(self, t, doc: dict, job: dict) -> None:
+        from .facts import collect
         from .provision import _agent, provision_host
 
         h = self.host
         root = expand_root(h.root, await t.home())
+        # The node's facts are part of every result's identity (chip, OS build, power).
+        facts = await collect(h, t)
+        await asyncio.to_thread(self.store.add_facts, h.name, facts)
+        env_id = None
         if self.opts.provision:
             d = await provision_host(h, t, doc)
             python, agent_dir, models = d["env_python"], d["agent_dir"], d["models"]
+            env_id = d["env_id"]
         else:  # the node brings its own Python (specfleet_python); the agent checks pins
             await t.run(f"mkdir -p {q(root)}")
             agent_dir = (await _agent(t, root))["agent_dir"]
@@ -155,7 +161,8 @@ class NodeRun:
         await t.write_text(job_path, json.dumps(node_job))
         self.store.set_sweep_node(self.sweep_id, h.name, state="launching", root=root,
                                   job_path=job_path, journal_path=journal, agent_dir=agent_dir,
-                                  python=python)
+                                  python=python, identity={
+                                      "env_id": env_id, "power_source": facts["power_source"]})
         await self.start_agent(t, resume=False)
 
     async def start_agent(self, t, resume: bool) -> None:

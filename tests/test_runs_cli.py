@@ -1,0 +1,75 @@
+"""Inspect and export: sweeps list, runs list/show as table, JSON and CSV; db migrations
+both ways through the CLI on SQLite and PostgreSQL."""
+
+import csv
+import io
+import json
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+from orchestrator.dispatch import SweepOptions, start_sweep
+from orchestrator.inventory import Host
+from orchestrator.plan import load_lock
+from orchestrator.store import open_store
+from tests.locks import make_lock
+
+
+@pytest.fixture(scope="module")
+def swept(model_pair, tmp_path_factory):
+    d = tmp_path_factory.mktemp("runs")
+    url = f"sqlite:///{d / 's.db'}"
+    doc = load_lock(make_lock(d, model_pair, widths=(2, 3), repetitions=2, max_tokens=24))
+    local = Host(name="local", address="localhost", connection="local", python=sys.executable,
+                 root=str(d / "node"))
+    r = start_sweep(doc, [local], open_store(url), opts=SweepOptions(provision=False))
+    assert r.ok
+    return url, r.sweep_id
+
+
+def test_sweeps_and_runs_listing(swept):
+    url, sid = swept
+    out = CliRunner().invoke(main, ["sweeps", "list", "--db", url, "--json"])
+    assert json.loads(out.output)[0] == {**json.loads(out.output)[0], "sweep_id": sid,
+                                         "status": "ok", "trigger": "manual",
+                                         "nodes": {"local": "ok"}}
+    rows = json.loads(CliRunner().invoke(main, ["runs", "list", "--db", url, "--json"]).output)
+    assert [(r["mode"], r["num_draft_tokens"]) for r in rows] == [
+        ("baseline", 0), ("speculative", 2), ("speculative", 3)]
+    assert all(r["trials"] == (4 if r["mode"] == "baseline" else 2) for r in rows)
+    assert rows[1]["mlx_lm_version"] == "0.32.2" and rows[1]["chip"]
+    table = CliRunner().invoke(main, ["runs", "list", "--db", url]).output.splitlines()
+    assert len(table) == 3 and table[1].split()[4:6] == ["speculative", "2"]
+    parsed = list(csv.DictReader(io.StringIO(
+        CliRunner().invoke(main, ["runs", "list", "--db", url, "--csv"]).output)))
+    assert [p["num_draft_tokens"] for p in parsed] == ["0", "2", "3"]
+
+
+def test_run_show_lists_every_generation(swept):
+    url, sid = swept
+    rid = json.loads(CliRunner().invoke(main, ["runs", "list", "--db", url, "--json"])
+                     .output)[1]["id"]
+    d = json.loads(CliRunner().invoke(main, ["runs", "show", str(rid), "--db", url,
+                                             "--json"]).output)
+    assert len(d["measurements"]) == 2 and d["summary"]["exact"] is True
+    assert d["decode_tok_s_median"] == pytest.approx(
+        sorted(m["decode_tok_s"] for m in d["measurements"])[0] / 2 +
+        sorted(m["decode_tok_s"] for m in d["measurements"])[1] / 2)
+    text = CliRunner().invoke(main, ["runs", "show", str(rid), "--db", url]).output
+    assert "#1" in text and "tok/s" in text
+    bad = CliRunner().invoke(main, ["runs", "show", "99999", "--db", url])
+    assert bad.exit_code == 1 and "no run 99999" in bad.output
+
+
+def test_db_downgrade_and_upgrade_through_the_cli(any_url):
+    r = CliRunner().invoke(main, ["db", "upgrade", "--db", any_url])
+    assert r.exit_code == 0 and "store at revision 0005" in r.output
+    r = CliRunner().invoke(main, ["db", "downgrade", "0002", "--db", any_url])
+    assert r.exit_code == 0 and r.output.strip() == "store at revision 0002"
+    assert CliRunner().invoke(main, ["db", "current", "--db", any_url]).output.strip() == "0002"
+    r = CliRunner().invoke(main, ["db", "downgrade", "base", "--db", any_url])
+    assert r.output.strip() == "store at revision base (empty)"
+    r = CliRunner().invoke(main, ["db", "upgrade", "--db", any_url])
+    assert "store at revision 0005" in r.output
