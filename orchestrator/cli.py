@@ -427,6 +427,106 @@ def review(sweep_id, out, db_url):
     click.echo(f"review written to {path.resolve()}")
 
 
+@main.command()
+@fleet_options
+@click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--provision/--no-provision", default=True, show_default=True)
+@db_option
+def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
+    """The scheduled sweep: refuses to start while a previous nightly of the same plan
+    runs, records trigger=nightly, prints one summary line, exits 1 if any node failed."""
+    from .dispatch import StderrProgress, SweepOptions, start_sweep
+    from .fanout import write_retry_file
+    from .schedule import NightlyGuard
+    from .store import open_store
+
+    doc, _ = _lock_from(lock_path, lambda m: None)
+    if kw["limit"] is None and doc["nodes"].get("limit"):
+        kw["limit"] = doc["nodes"]["limit"]
+    ssh = _ssh(kw)
+    hosts, inventory_path = _hosts(kw)
+    with NightlyGuard(doc["lock_id"]):
+        store = open_store(db_url)
+        result = start_sweep(doc, hosts, store, inventory=inventory_path,
+                             opts=SweepOptions(ssh=ssh, provision=provision, trigger="nightly"),
+                             progress=StderrProgress())
+    bad = [o for o in result.outcomes if o.status != "ok"]
+    ok = len(result.outcomes) - len(bad)
+    line = (f"nightly {doc['name']} sweep {result.sweep_id}: {result.status} "
+            f"({ok}/{len(result.outcomes)} nodes ok)")
+    if bad:
+        line += "; " + "; ".join(f"{o.host} {o.status}: {(o.detail or '')[:120]}" for o in bad)
+    click.echo(line, err=as_json)
+    if as_json:  # prints the JSON document and exits 1 if any node was not ok
+        _report(result.outcomes, failed_hosts_file, True,
+                extra={"sweep_id": result.sweep_id, "status": result.status})
+    write_retry_file(result.outcomes, failed_hosts_file)
+    sys.exit(1 if bad else 0)
+
+
+@main.group()
+def schedule():
+    """Nightly sweeps: launchd (macOS), systemd user timer (Linux), cron as fallback."""
+
+
+@schedule.command("install")
+@click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--at", "at", default="02:00", show_default=True, help="Daily time, HH:MM.")
+@click.option("--kind", type=click.Choice(["auto", "launchd", "systemd", "cron"]),
+              default="auto", show_default=True)
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write the files here (default: the scheduler's own folder / crontab).")
+@click.option("--enable/--no-enable", default=True, show_default=True,
+              help="Load the schedule into launchd / systemd after writing it.")
+@click.option("-i", "--inventory", "inventory_path", type=click.Path(path_type=Path),
+              default=None, help="Inventory the nightly run uses.")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Where the nightly's output goes (default: next to LOCK).")
+@db_option
+def schedule_install(lock_path, at, kind, dest, enable, inventory_path, log_path, db_url):
+    """Run `specfleet nightly LOCK` every day at --at."""
+    from .plan import load_lock, verify_lock
+    from .schedule import default_kind, install, render
+
+    doc = load_lock(lock_path)
+    verify_lock(doc, lock_path)
+    kind = default_kind() if kind == "auto" else kind
+    log = (log_path or lock_path.resolve().with_name(lock_path.stem + ".nightly.log"))
+    files = render(kind, lock_path, doc, at, db_url=db_url, inventory=inventory_path,
+                   log=log.resolve())
+    for p in install(kind, files, dest, enable):
+        click.echo(f"wrote {p}")
+    click.echo(f"nightly {doc['name']} at {at} via {kind}" + ("" if enable else
+                                                              " (not enabled)"))
+
+
+@schedule.command("list")
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True)
+def schedule_list(dest, as_json):
+    """Nightly schedules this user has installed."""
+    from .schedule import entries
+
+    rows = [{"name": e.name, "kind": e.kind, "at": e.at, "lock": e.lock, "path": str(e.path)}
+            for e in entries(dest)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    for r in rows if not as_json else []:
+        click.echo(f"{r['name']}  {r['kind']:<8} {r['at']}  {r['lock']}")
+
+
+@schedule.command("remove")
+@click.argument("name")
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--disable/--no-disable", default=True, show_default=True)
+def schedule_remove(name, dest, disable):
+    """Disable and delete the nightly schedule NAME (see `schedule list`)."""
+    from .schedule import remove
+
+    for p in remove(name, dest, disable):
+        click.echo(f"removed {p}")
+
+
 @main.group()
 def sweeps():
     """Sweeps in the store."""

@@ -1,0 +1,237 @@
+"""Nightly sweeps: launchd on macOS, a systemd user timer on Linux, a cron line otherwise.
+
+The scheduled command is ``specfleet nightly LOCK``. Files are rendered from
+``templates/schedule/``; ``install`` writes them (and enables them unless told not
+to), ``list`` finds them again, ``remove`` disables and deletes them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from .errors import ConfigError, SpecfleetError
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "schedule"
+PREFIX = "specfleet-nightly-"
+CRON_FILE = "specfleet.cron"  # with --dest, cron lines go to this file instead of crontab
+
+
+def _systemd_escape(value: str) -> str:
+    return str(value).replace("%", "%%")
+
+
+def _systemd_quote(value: str) -> str:
+    return '"' + _systemd_escape(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def environment() -> Environment:
+    # XML (plist) is escaped; unit files and cron lines are quoted by their own filters.
+    env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined,
+                      autoescape=select_autoescape(["plist.j2"]), keep_trailing_newline=True)
+    env.filters.update(systemd_escape=_systemd_escape, systemd_quote=_systemd_quote,
+                       systemd_argv=lambda argv: " ".join(_systemd_quote(a) for a in argv),
+                       shell_quote=shlex.quote)
+    return env
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    kind: str
+    path: Path
+    at: str
+    lock: str
+
+
+def default_kind() -> str:
+    if sys.platform == "darwin":
+        return "launchd"
+    ok = shutil.which("systemctl") and subprocess.run(
+        ["systemctl", "--user", "is-system-running"], capture_output=True).returncode in (0, 1)
+    return "systemd" if ok else "cron"
+
+
+def default_dest(kind: str) -> Path:
+    return {"launchd": Path("~/Library/LaunchAgents"),
+            "systemd": Path("~/.config/systemd/user")}.get(kind, Path("~")).expanduser()
+
+
+def parse_at(at: str) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d{1,2}):(\d{2})", at)
+    if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
+        raise ConfigError(f"--at {at!r}: expected HH:MM in 24-hour time, e.g. 02:00")
+    return int(m.group(1)), int(m.group(2))
+
+
+def render(kind: str, lock_path: Path, doc: dict, at: str, *, db_url: str | None,
+           inventory: Path | None, log: Path) -> dict[str, str]:
+    """File name → content for one nightly schedule."""
+    hour, minute = parse_at(at)
+    name = PREFIX + doc["lock_id"][:12]
+    exe = shutil.which("specfleet") or str(Path(sys.executable).with_name("specfleet"))
+    argv = [exe, "nightly", str(lock_path.resolve())]
+    if inventory:
+        argv += ["-i", str(inventory.resolve())]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if db_url:
+        env["SPECFLEET_DB"] = db_url
+    ctx = {"name": name, "label": "com.specfleet.nightly." + doc["lock_id"][:12],
+           "plan_name": doc["name"], "lock_id": doc["lock_id"], "argv": argv, "env": env,
+           "hour": hour, "minute": minute, "at": at, "workdir": str(lock_path.resolve().parent),
+           "log": str(log)}
+    j = environment()
+    if kind == "launchd":
+        return {f"{ctx['label']}.plist": j.get_template("launchd.plist.j2").render(**ctx)}
+    if kind == "systemd":
+        return {f"{name}.service": j.get_template("systemd.service.j2").render(**ctx),
+                f"{name}.timer": j.get_template("systemd.timer.j2").render(**ctx)}
+    if kind == "cron":
+        return {CRON_FILE: j.get_template("cron.j2").render(**ctx)}
+    raise ConfigError(f"--kind {kind!r}: choose launchd, systemd or cron")
+
+
+def _run(cmd: list[str], input: str | None = None) -> None:
+    p = subprocess.run(cmd, capture_output=True, text=True, input=input)
+    if p.returncode != 0:
+        raise SpecfleetError(f"`{' '.join(cmd)}` failed: {p.stderr.strip()[-300:]}")
+
+
+def install(kind: str, files: dict[str, str], dest: Path | None, enable: bool) -> list[Path]:
+    written = []
+    if kind == "cron" and dest is None:  # the user's crontab, our line replaced by name
+        name = files[CRON_FILE].rsplit("# ", 1)[1].strip()
+        current = subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout
+        kept = [ln for ln in current.splitlines() if not ln.endswith(f"# {name}")]
+        _run(["crontab", "-"], "\n".join([*kept, files[CRON_FILE].rstrip()]) + "\n")
+        return [Path("crontab")]
+    dest = dest or default_dest(kind)
+    dest.mkdir(parents=True, exist_ok=True)
+    for fname, text in files.items():
+        p = dest / fname
+        if kind == "cron" and p.exists():  # one file, many schedules: replace ours only
+            name = text.rsplit("# ", 1)[1].strip()
+            kept = [ln for ln in p.read_text().splitlines() if not ln.endswith(f"# {name}")]
+            text = "\n".join([*kept, text.rstrip()]) + "\n"
+        p.write_text(text)
+        written.append(p)
+    if enable:
+        if kind == "launchd":
+            _run(["launchctl", "bootstrap", f"gui/{os.getuid()}", str(written[0])])
+        elif kind == "systemd":
+            timer = next(p.name for p in written if p.suffix == ".timer")
+            _run(["systemctl", "--user", "daemon-reload"])
+            _run(["systemctl", "--user", "enable", "--now", timer])
+    return written
+
+
+def entries(dest: Path | None = None) -> list[Entry]:
+    found = []
+    for kind in ("launchd", "systemd"):
+        folder = dest or default_dest(kind)
+        if not folder.is_dir():
+            continue
+        for p in sorted(folder.iterdir()):
+            if kind == "launchd" and p.name.startswith("com.specfleet.nightly.") and \
+                    p.suffix == ".plist":
+                import plistlib
+
+                d = plistlib.loads(p.read_bytes())
+                at = f"{d['StartCalendarInterval']['Hour']:02d}:" \
+                     f"{d['StartCalendarInterval']['Minute']:02d}"
+                found.append(Entry(PREFIX + p.stem.rsplit(".", 1)[-1], kind, p, at,
+                                   d["ProgramArguments"][2]))
+            elif kind == "systemd" and p.name.startswith(PREFIX) and p.suffix == ".timer":
+                cal = re.search(r"OnCalendar=\*-\*-\* (\d\d:\d\d)", p.read_text())
+                svc = p.with_suffix(".service").read_text() if p.with_suffix(
+                    ".service").exists() else ""
+                lock = re.search(r'ExecStart="[^"]*" "nightly" "([^"]+)"', svc)
+                found.append(Entry(p.stem, kind, p, cal.group(1) if cal else "?",
+                                   lock.group(1) if lock else "?"))
+    cron_src = (dest / CRON_FILE).read_text() if dest and (dest / CRON_FILE).exists() else (
+        subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout
+        if dest is None and shutil.which("crontab") else "")
+    for line in cron_src.splitlines():
+        m = re.match(r"(\d+) (\d+) \* \* \* (.*) # (" + PREFIX + r"\w+)$", line)
+        if m:
+            words = shlex.split(m.group(3))
+            lock = words[words.index("nightly") + 1] if "nightly" in words else "?"
+            found.append(Entry(m.group(4), "cron", dest / CRON_FILE if dest else Path("crontab"),
+                               f"{int(m.group(2)):02d}:{int(m.group(1)):02d}", lock))
+    return found
+
+
+def remove(name: str, dest: Path | None = None, disable: bool = True) -> list[Path]:
+    hits = [e for e in entries(dest) if e.name == name]
+    if not hits:
+        raise SpecfleetError(f"no nightly schedule named {name!r} (`specfleet schedule list`)")
+    removed = []
+    for e in hits:
+        if e.kind == "launchd":
+            if disable:
+                _run(["launchctl", "bootout", f"gui/{os.getuid()}", str(e.path)])
+            e.path.unlink()
+            removed.append(e.path)
+        elif e.kind == "systemd":
+            if disable:
+                _run(["systemctl", "--user", "disable", "--now", e.path.name])
+            for p in (e.path, e.path.with_suffix(".service")):
+                p.unlink(missing_ok=True)
+                removed.append(p)
+        else:
+            text = e.path.read_text() if e.path.name == CRON_FILE else subprocess.run(
+                ["crontab", "-l"], capture_output=True, text=True).stdout
+            kept = "\n".join(ln for ln in text.splitlines() if not ln.endswith(f"# {name}"))
+            if e.path.name == CRON_FILE:
+                e.path.write_text(kept + ("\n" if kept else ""))
+            else:
+                _run(["crontab", "-"], kept + "\n")
+            removed.append(e.path)
+    return removed
+
+
+class NightlyGuard:
+    """One nightly per plan at a time on this controller (flock; freed if we die)."""
+
+    def __init__(self, lock_id: str):
+        from .blobs import CONTROLLER_CACHE
+
+        self.path = CONTROLLER_CACHE / f"nightly-{lock_id[:16]}.lock"
+        self.fd: int | None = None
+
+    def __enter__(self):
+        import fcntl
+        import json as _json
+        import time
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace")
+            os.close(fd)
+            try:
+                h = _json.loads(holder)
+                who = f"pid {h['pid']} since {h['started']}"
+            except (ValueError, KeyError):
+                who = "another process"
+            raise SpecfleetError(f"a nightly of this plan is still running ({who}); "
+                                 "not starting another") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, _json.dumps({"pid": os.getpid(), "started": time.strftime(
+            "%Y-%m-%dT%H:%M:%S%z")}).encode(), 0)
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
