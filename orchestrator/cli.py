@@ -527,6 +527,19 @@ def schedule_remove(name, dest, disable):
         click.echo(f"removed {p}")
 
 
+@main.command()
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--models/--no-models", default=True, show_default=True,
+              help="Also build the demo model pair into FOLDER/models.")
+def init(folder, models):
+    """Scaffold FOLDER: an inventory, a plan for the demo pair, each file explained."""
+    from .scaffold import init_project
+
+    for p in init_project(folder, with_models=models, log=lambda m: click.echo(m, err=True)):
+        click.echo(f"wrote {p}")
+    click.echo(f"next: specfleet plan lock {folder / 'plan.yml'}")
+
+
 @main.group()
 def sweeps():
     """Sweeps in the store."""

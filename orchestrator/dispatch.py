@@ -184,7 +184,7 @@ class NodeRun:
 
     # -- follow ------------------------------------------------------------------------
 
-    async def ingest(self, batch: list[dict]) -> None:
+    async def ingest(self, batch: list[dict], raw: list[str] | None = None) -> None:
         """Store a batch, retrying while the store is down (the journal keeps everything)."""
         if not batch:
             return
@@ -192,7 +192,8 @@ class NodeRun:
         delay = 0.5
         while True:
             try:
-                await asyncio.to_thread(self.store.ingest, self.sweep_id, self.host.name, batch)
+                await asyncio.to_thread(self.store.ingest, self.sweep_id, self.host.name, batch,
+                                        raw)
                 return
             except SQLAlchemyError as e:
                 msg = str(e).splitlines()[0]
@@ -215,6 +216,7 @@ class NodeRun:
         cmd = (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent follow "
                f"{q(sn.journal_path)} --from-seq {last} --pid {sn.pid or 0}")
         batch: list[dict] = []
+        raw: list[str] = []
         flushed = time.monotonic()
         try:
             async for line in t.stream_lines(cmd):
@@ -225,14 +227,15 @@ class NodeRun:
                 if not isinstance(event, dict) or "seq" not in event:
                     continue
                 batch.append(event)
+                raw.append(line.strip())  # stored as written: no second serialisation
                 self.progress(self.host.name, event)
                 # batches make ingest cheap; the time bound keeps the store live
                 if len(batch) >= INGEST_BATCH or event["type"] != "generation" or \
                         time.monotonic() - flushed > INGEST_EVERY_S:
-                    await self.ingest(batch)
-                    batch, flushed = [], time.monotonic()
+                    await self.ingest(batch, raw)
+                    batch, raw, flushed = [], [], time.monotonic()
         finally:
-            await self.ingest(batch)
+            await self.ingest(batch, raw)
 
     async def follow(self, t) -> None:
         """Follow until the agent is done; on a dropped link reconnect and go on.

@@ -20,7 +20,6 @@ from ..errors import StoreError
 from .models import (
     Environment,
     Event,
-    Measurement,
     ModelRecord,
     NodeFacts,
     NodeLease,
@@ -30,7 +29,6 @@ from .models import (
     Run,
     Sweep,
     SweepNode,
-    TelemetrySample,
 )
 
 DEFAULT_URL = "sqlite:///specfleet.db"
@@ -165,33 +163,75 @@ class Store:
                 status=status, finished_at=datetime.now(timezone.utc)))
         return status
 
-    def ingest(self, sweep_id: str, node: str, events: list[dict]) -> int:
-        """Store events (and their runs) once; returns how many events were new."""
+    def ingest(self, sweep_id: str, node: str, events: list[dict],
+               raw: list[str] | None = None) -> int:
+        """Store events (and their measurements, telemetry, runs) once; returns how many
+        events were new. ``raw`` are the journal lines the events were parsed from: stored
+        as they are, they need not be serialised again (ingest is the hot path)."""
         if not events:
             return 0
-        rows = [{"sweep_id": sweep_id, "node": node, "seq": e["seq"], "type": e["type"],
-                 "ts": e["ts"], "payload": e} for e in events]
+        payloads = raw or [json.dumps(e, separators=(",", ":")) for e in events]
+        rows = [(sweep_id, node, e["seq"], e["type"], e["ts"], p)
+                for e, p in zip(events, payloads, strict=True)]
         gens = [e for e in events if e["type"] == "generation"]
-        measurements = [_measurement_row(sweep_id, node, e) for e in gens]
-        samples = [_sample_row(sweep_id, node, e["seq"], i, s)
-                   for e in gens for i, s in enumerate(e.get("telemetry") or [])]
         with self.engine.begin() as c:
-            res = c.execute(self._insert(Event).on_conflict_do_nothing().returning(Event.seq),
-                            rows)
-            new = len(res.all())
+            new = self._bulk(c, "events", EVENT_COLUMNS, rows)
             for e in events:
                 if e["type"] == "environment_checked":
                     self._set_identity(c, sweep_id, node, e)
-            if measurements:
-                c.execute(self._insert(Measurement).on_conflict_do_nothing(), measurements)
-            if samples:
-                c.execute(self._insert(TelemetrySample).on_conflict_do_nothing(), samples)
+            if gens:
+                self._bulk(c, "measurements", MEASUREMENT_TABLE_COLUMNS,
+                           [_measurement_tuple(sweep_id, node, e) for e in gens])
+                samples = [(sweep_id, node, e["seq"], i, t["ts"], *(t.get(k) for k in SAMPLE_KEYS))
+                           for e in gens for i, t in enumerate(e.get("telemetry") or [])]
+                if samples:
+                    self._bulk(c, "telemetry_samples", SAMPLE_COLUMNS, samples)
             summaries = [e for e in events if e["type"] == "config_summary"]
             if summaries:
                 identity = self._identity(c, sweep_id, node)
                 c.execute(self._insert(Run).on_conflict_do_nothing(),
                           [_run_row(sweep_id, node, e, identity) for e in summaries])
         return new
+
+    def _bulk(self, c, table: str, columns: tuple[str, ...], rows: list[tuple]) -> int:
+        """INSERT … ON CONFLICT DO NOTHING straight through the driver's executemany.
+
+        SQLAlchemy's per-row parameter processing cost more than the database itself;
+        values here are already plain (JSON pre-serialised). Returns rows inserted.
+        """
+        cols = ", ".join(columns)
+        if self.engine.dialect.name == "postgresql":
+            import psycopg
+
+            cur = c.connection.driver_connection.cursor()
+            # Usually every row is new (the follower starts after the last stored seq):
+            # COPY straight in. If any row exists, undo that and take the idempotent path.
+            cur.execute("SAVEPOINT specfleet_bulk")
+            try:
+                with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as cp:
+                    for row in rows:
+                        cp.write_row(row)
+                cur.execute("RELEASE SAVEPOINT specfleet_bulk")
+                return len(rows)
+            except psycopg.errors.UniqueViolation:
+                cur.execute("ROLLBACK TO SAVEPOINT specfleet_bulk")
+            # COPY into a per-transaction scratch table, then one INSERT … SELECT that skips
+            # what is already stored.
+            scratch = f"_in_{table}"
+            cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {scratch} AS SELECT {cols} FROM "
+                        f"{table} WITH NO DATA")
+            with cur.copy(f"COPY {scratch} ({cols}) FROM STDIN") as cp:
+                for row in rows:
+                    cp.write_row(row)
+            cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {scratch} "
+                        "ON CONFLICT DO NOTHING")
+            inserted = cur.rowcount
+            cur.execute(f"TRUNCATE {scratch}")
+            return max(inserted, 0)
+        values = ", ".join("?" for _ in columns)
+        result = c.exec_driver_sql(f"INSERT INTO {table} ({cols}) VALUES ({values}) "
+                                   "ON CONFLICT DO NOTHING", rows)
+        return max(result.rowcount, 0)
 
     def _set_identity(self, c, sweep_id: str, node: str, e: dict) -> None:
         facts = c.execute(select(NodeFacts.facts).where(NodeFacts.node == node)
@@ -265,6 +305,20 @@ class Store:
                              ).scalar_one_or_none()
 
 
+EVENT_COLUMNS = ("sweep_id", "node", "seq", "type", "ts", "payload")
+MEASUREMENT_TABLE_COLUMNS = ("sweep_id", "node", "seq", "knob_value", "temperature",
+                             *MEASUREMENT_COLUMNS)
+
+
+def _measurement_tuple(sweep_id: str, node: str, e: dict) -> tuple:
+    reasons = e.get("unreliable_reasons")
+    return (sweep_id, node, e["seq"],
+            None if e.get("knob_value") is None else str(e["knob_value"]),
+            e["config"]["temperature"],
+            *(json.dumps(reasons) if k == "unreliable_reasons" and reasons is not None
+              else e.get(k) for k in MEASUREMENT_COLUMNS))
+
+
 def _measurement_row(sweep_id: str, node: str, e: dict) -> dict:
     row = {k: e.get(k) for k in MEASUREMENT_COLUMNS}
     row.update(sweep_id=sweep_id, node=node, seq=e["seq"],
@@ -275,11 +329,7 @@ def _measurement_row(sweep_id: str, node: str, e: dict) -> dict:
 
 SAMPLE_KEYS = ("swap_used_bytes", "swap_in_bytes_total", "rss_bytes", "memory_pressure",
                "thermal_throttled", "cpu_speed_limit_pct", "power_source", "low_power_mode")
-
-
-def _sample_row(sweep_id: str, node: str, seq: int, idx: int, s: dict) -> dict:
-    return {"sweep_id": sweep_id, "node": node, "seq": seq, "idx": idx, "ts": s["ts"],
-            **{k: s.get(k) for k in SAMPLE_KEYS}}
+SAMPLE_COLUMNS = ("sweep_id", "node", "seq", "idx", "ts", *SAMPLE_KEYS)
 
 
 def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:

@@ -1,0 +1,91 @@
+"""Ingest throughput into SQLite and PostgreSQL, side by side (target ≥ 50k events/s).
+
+Events are copies of a real generation event from a sweep of the demo pair (token
+times, telemetry window and all), renumbered; each batch goes through Store.ingest as
+the controller sends it, so measurements and telemetry rows are written too. Then the
+same events again, to time the idempotent path (everything already stored).
+
+    .venv/bin/python bench/ingest.py [--events 20000] [--batch 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sqlalchemy import create_engine, text  # noqa: E402
+
+from orchestrator.store import open_store  # noqa: E402
+
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+def sample_events(n: int) -> list[dict]:
+    """A real generation event from the demo pair, renumbered n times."""
+    from mlx_lm import load
+
+    from agent.generation import generate_once
+
+    m, tok = load(str(ROOT / "tests/data/demo-models/target"))
+    cfg = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "num_draft_tokens": 0}
+    g = generate_once(m, tok, tok.encode("def f(x):"), cfg, 64)
+    base = {"schema": 1, "type": "generation", "job_id": "bench", "workload": "code",
+            "prompt_sha256": "0" * 64, "mode": "baseline", "knob": "num_draft_tokens",
+            "knob_value": 2, "num_draft_tokens": 0, "config": cfg, "repetition": 0,
+            "telemetry": [{"ts": 1.0, "swap_used_bytes": 0, "rss_bytes": 1 << 27,
+                           "memory_pressure": "normal"}] * 2, **g}
+    return [{**base, "seq": i + 1, "ts": 1e9 + i, "run_index": i} for i in range(n)]
+
+
+def run(url: str, events: list[dict], batch: int) -> tuple[float, float]:
+    store = open_store(url)
+    sid = uuid.uuid4().hex[:12]
+    store.create_sweep(sid, {"models": {"target": {}, "draft": {}}}, None)
+    lines = [json.dumps(e, separators=(",", ":")) for e in events]  # as read from a journal
+    t0 = time.perf_counter()
+    for i in range(0, len(events), batch):
+        assert store.ingest(sid, "bench-node", events[i:i + batch],
+                            lines[i:i + batch]) == len(events[i:i + batch])
+    first = len(events) / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    for i in range(0, len(events), batch):
+        assert store.ingest(sid, "bench-node", events[i:i + batch], lines[i:i + batch]) == 0
+    again = len(events) / (time.perf_counter() - t0)
+    return first, again
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=20000)
+    ap.add_argument("--batch", type=int, default=1000)
+    args = ap.parse_args()
+    events = sample_events(args.events)
+    size = len(json.dumps(events[0]))
+    print(f"{args.events} generation events of {size} bytes each, batches of {args.batch}")
+    name = f"specfleet_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            results = {"SQLite": run(f"sqlite:///{d}/bench.db", events, args.batch),
+                       "PostgreSQL": run(f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}",
+                                         events, args.batch)}
+    finally:
+        with admin.connect() as c:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    print(f"{'store':<12}{'new events/s':>14}{'vs 50k':>8}{'again events/s':>17}")
+    for k, (first, again) in results.items():
+        print(f"{k:<12}{first:>14,.0f}{first / 50000:>7.2f}x{again:>17,.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""`specfleet init` scaffolds files that work as written: lock, then sweep the local node."""
+
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+from orchestrator.inventory import load_inventory
+from orchestrator.plan import load_lock, load_plan
+
+
+def test_init_then_lock_then_sweep(tmp_path):
+    d = tmp_path / "bench"
+    r = CliRunner().invoke(main, ["init", str(d)])
+    assert r.exit_code == 0, r.output
+    assert (d / "plan.yml").read_text().startswith("# specfleet plan:")
+    assert (d / "inventory" / "hosts.yml").read_text().startswith("# specfleet inventory")
+    assert load_inventory(d / "inventory").hosts[0].is_local
+    plan = load_plan(d / "plan.yml")
+    assert plan.section("gates")["min_speedup"] == 1.16
+    plan_file = d / "plan.yml"  # shrink the sweep so the test stays quick
+    plan_file.write_text(plan_file.read_text().replace("[2, 3, 4, 6]", "[2]").replace(
+        "repetitions: 3", "repetitions: 1").replace("quality: true", "quality: false")
+        .replace("use: [code, memo, translation]", "use: [code]"))
+    r = CliRunner().invoke(main, ["plan", "lock", str(plan_file)])
+    assert r.exit_code == 0, r.output
+    lock = d / "plan.lock.json"
+    assert load_lock(lock)["nodes"]["limit"] == "local"
+    r = CliRunner().invoke(main, ["sweep", str(lock), "-i", str(d / "inventory"),
+                                  "--no-provision", "--db", f"sqlite:///{d / 's.db'}",
+                                  "--failed-hosts-file", str(d / "retry")])
+    assert r.exit_code == 0, r.output
+    again = CliRunner().invoke(main, ["init", str(d)])
+    assert again.exit_code == 1 and "init does not overwrite files" in again.output
