@@ -9,6 +9,9 @@ from collections import Counter
 
 from .stats import percentile
 
+VALUE_METRICS = ("decode_tok_s", "acceptance_rate", "ttft_ms", "itl_p95_ms", "itl_p99_ms",
+                 "itl_p50_ms", "peak_mlx_memory_bytes", "swap_used_after_bytes", "swap_in_bytes",
+                 "prompt_tokens", "generated_tokens")
 SUMMARY_METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate",
                    "peak_mlx_memory_bytes", "bandwidth_utilisation")
 
@@ -36,7 +39,9 @@ def config_summary(gens: list[dict], cv_threshold: float) -> dict:
         reasons.append(f"{len(bad)} of {len(gens)} trials unreliable "
                        f"({'; '.join(sorted({r for g in bad for r in g['unreliable_reasons']}))})")
     exact = [g.get("exact_match") for g in gens]
-    return {"metrics": out, "trials": len(gens), "unreliable": bool(reasons),
+    # raw per-repetition values: the review's rank tests need them, not just the median
+    values = {m: [g.get(m) for g in gens] for m in VALUE_METRICS}
+    return {"metrics": out, "values": values, "trials": len(gens), "unreliable": bool(reasons),
             "unreliable_reasons": reasons,
             "exact": None if any(e is None for e in exact) else all(exact)}
 

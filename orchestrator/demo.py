@@ -15,6 +15,7 @@ from .dispatch import StderrProgress, SweepOptions, start_sweep
 from .errors import SpecfleetError
 from .inventory import load_inventory
 from .plan import load_lock, load_plan, write_lock
+from .report import write_review
 from .review import render_review
 from .store import open_store
 from .store.models import Event
@@ -62,4 +63,5 @@ def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print) -> Path
         events.write_text("".join(json.dumps(p, separators=(",", ":")) + "\n" for p in rows))
     log(f"sweep {result.sweep_id}: {sum(o.value['events'] for o in result.outcomes)} events "
         f"stored; events written to {events}")
-    return render_review(store, workdir / "review.html", result.sweep_id)
+    render_review(store, workdir / "sweep.html", result.sweep_id)
+    return write_review(store, workdir / "review.html")["html"]

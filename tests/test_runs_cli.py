@@ -15,6 +15,7 @@ from orchestrator.inventory import Host
 from orchestrator.plan import load_lock
 from orchestrator.store import open_store
 from tests.locks import make_lock
+from tests.test_store import HEAD
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +66,11 @@ def test_run_show_lists_every_generation(swept):
 
 def test_db_downgrade_and_upgrade_through_the_cli(any_url):
     r = CliRunner().invoke(main, ["db", "upgrade", "--db", any_url])
-    assert r.exit_code == 0 and "store at revision 0005" in r.output
+    assert r.exit_code == 0 and f"store at revision {HEAD}" in r.output
     r = CliRunner().invoke(main, ["db", "downgrade", "0002", "--db", any_url])
     assert r.exit_code == 0 and r.output.strip() == "store at revision 0002"
     assert CliRunner().invoke(main, ["db", "current", "--db", any_url]).output.strip() == "0002"
     r = CliRunner().invoke(main, ["db", "downgrade", "base", "--db", any_url])
     assert r.output.strip() == "store at revision base (empty)"
     r = CliRunner().invoke(main, ["db", "upgrade", "--db", any_url])
-    assert "store at revision 0005" in r.output
+    assert f"store at revision {HEAD}" in r.output

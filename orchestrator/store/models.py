@@ -261,3 +261,14 @@ class TelemetrySample(Base):
     cpu_speed_limit_pct: Mapped[int | None] = mapped_column(Integer)
     power_source: Mapped[str | None] = mapped_column(String(16))
     low_power_mode: Mapped[bool | None] = mapped_column(Boolean)
+
+
+class ReproCheck(Base):
+    """`specfleet repro`: did the same lock give the same numbers on several nodes?"""
+
+    __tablename__ = "repro_checks"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    reproducible: Mapped[bool] = mapped_column(Boolean)
+    report: Mapped[dict] = mapped_column(JSON)

@@ -1,0 +1,1 @@
+"""From stored runs to decisions: series, gates, signals → actions, regressions, repro."""

@@ -1,0 +1,115 @@
+"""Static SVG charts for the review (matplotlib, no network, inline in the page)."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("svg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
+                     "axes.spines.right": False, "figure.dpi": 96})
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]  # drop the XML prolog: the SVG is inlined into HTML
+
+
+def label(s: dict) -> str:
+    x = s["series"]
+    return f"{x['chip']} · {x['workload']} · {x['context_bucket']}"
+
+
+def acceptance_over_time(sections: list[dict]) -> str | None:
+    shown = [s for s in sections if s.get("trend")][:8]
+    if not shown:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    for s in shown:
+        pts = [p for p in s["trend"] if p["acceptance"] is not None]
+        ax.plot([p["date"] for p in pts], [p["acceptance"] for p in pts], marker="o",
+                label=f"{label(s)} (k={s['metrics']['best_k']})")
+    ax.axhline(0.55, color="#888", lw=0.8, ls="--")
+    ax.set_ylabel("acceptance (P50)")
+    ax.set_ylim(0, 1)
+    ax.tick_params(axis="x", rotation=45)
+    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title("Acceptance over time, best draft width per series")
+    return _svg(fig)
+
+
+def knee(speedup_by_k: dict) -> int | None:
+    """The smallest draft width within 5% of the best speedup: wider buys little more."""
+    pts = {int(k): v for k, v in speedup_by_k.items() if v}
+    if not pts:
+        return None
+    best = max(pts.values())
+    return min(k for k, v in pts.items() if v >= best * 0.95)
+
+
+def speedup_vs_width(sections: list[dict]) -> str | None:
+    shown = [s for s in sections if s.get("speedup_by_k")][:8]
+    if not shown:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    for s in shown:
+        pts = sorted((int(k), v) for k, v in s["speedup_by_k"].items() if v)
+        line, = ax.plot([k for k, _ in pts], [v for _, v in pts], marker="o", label=label(s))
+        kn = knee(s["speedup_by_k"])
+        if kn is not None:
+            ax.plot([kn], [dict(pts)[kn]], marker="*", ms=14, color=line.get_color())
+    ax.axhline(1.0, color="#b00020", lw=0.8)
+    ax.axhline(1.16, color="#0a7a2f", lw=0.8, ls="--")
+    ax.set_xlabel("draft width (num_draft_tokens); ★ = knee")
+    ax.set_ylabel("speedup vs baseline")
+    ax.legend(fontsize=7)
+    ax.set_title("Speedup by draft width")
+    return _svg(fig)
+
+
+def itl_distribution(sections: list[dict]) -> str | None:
+    shown = [s for s in sections if (s.get("itl_p95_values") or {}).get("best")][:6]
+    if not shown:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    data, names = [], []
+    for s in shown:
+        data += [s["itl_p95_values"]["baseline"] or [0], s["itl_p95_values"]["best"]]
+        names += [f"{s['series']['workload']}\nbaseline",
+                  f"{s['series']['workload']}\nk={s['metrics']['best_k']}"]
+    ax.boxplot(data)
+    ax.set_xticks(range(1, len(names) + 1), names, fontsize=7)
+    ax.set_ylabel("ITL p95 per trial (ms)")
+    ax.set_title("Inter-token latency: baseline vs best config")
+    return _svg(fig)
+
+
+def acceptance_by_position(sections: list[dict]) -> str | None:
+    shown = [s for s in sections if s.get("acceptance_by_position")][:6]
+    if not shown:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    for s in shown:
+        ys = s["acceptance_by_position"]
+        ax.plot(range(1, len(ys) + 1), ys, marker="o",
+                label=f"{label(s)} (k={s['metrics']['best_k']})")
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("accepted share")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    ax.set_title("Acceptance by draft position")
+    return _svg(fig)
+
+
+def all_charts(sections: list[dict]) -> dict[str, str]:
+    charts = {"acceptance_over_time": acceptance_over_time(sections),
+              "speedup_vs_width": speedup_vs_width(sections),
+              "itl_distribution": itl_distribution(sections),
+              "acceptance_by_position": acceptance_by_position(sections)}
+    return {k: v for k, v in charts.items() if v}

@@ -1,0 +1,403 @@
+"""The weekly review's analysis: series, gates, signals → actions, regressions, staleness.
+
+A series is node class (chip) × model pair (target, draft fingerprints) × workload ×
+context bucket. Within a week, numbers come only from the series' current identity
+(env id, mlx / mlx-lm versions, OS build, node, prompt hash): results with different
+identities are never pooled, and when the identity changed since an earlier period the
+review names the parts that changed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+
+from sqlalchemy import select
+
+from ..store import Store
+from ..store.models import Event, Run, Sweep
+from .ranktest import mann_whitney
+from .rules import Rule, fire
+
+IDENTITY = ("env_id", "mlx_version", "mlx_lm_version", "os_build", "node", "prompt_sha256",
+            "target_fingerprint", "draft_fingerprint")
+DEFAULT_GATES = {"min_speedup": 1.16, "itl_p95_ceiling_ms": 50.0, "acceptance_floor": 0.55,
+                 "ttft_regression_limit": 0.08, "swap_ceiling_bytes": 1.5e9,
+                 "task_pass_tolerance": 0.005, "failed_acceptance": 0.40,
+                 "failed_window_s": 300}
+REGRESSION_FACTOR = 1.1   # asv's default
+REGRESSION_P = 0.002
+MIN_REPS = 7               # below this, p < 0.002 is out of reach: "unconfirmed"
+STALE_DAYS = 14
+
+
+def iso_week_bounds(week: str | None, now: datetime | None = None) -> tuple[datetime, datetime,
+                                                                             str]:
+    """``2026-W48`` → [Monday 00:00, next Monday) in UTC, and the label."""
+    now = now or datetime.now(timezone.utc)
+    if week is None:
+        y, w, _ = now.isocalendar()
+        week = f"{y}-W{w:02d}"
+    y, w = week.split("-W")
+    start = datetime.combine(date.fromisocalendar(int(y), int(w), 1), datetime.min.time(),
+                             tzinfo=timezone.utc)
+    return start, start + timedelta(days=7), week
+
+
+@dataclass
+class RunRow:
+    run_id: int
+    sweep_id: str
+    at: datetime
+    node: str
+    series: tuple
+    mode: str
+    k: int
+    summary: dict
+    identity: dict
+    trigger: str | None
+    unreliable: bool
+
+
+def load_runs(store: Store, start: datetime, end: datetime) -> list[RunRow]:
+    with store.engine.connect() as c:
+        rows = c.execute(
+            select(Run, Sweep.created_at, Sweep.trigger).join(Sweep, Sweep.id == Run.sweep_id)
+            .where(Sweep.created_at >= start, Sweep.created_at < end)).all()
+    out = []
+    for r in rows:
+        created = r.created_at if r.created_at.tzinfo else r.created_at.replace(
+            tzinfo=timezone.utc)
+        series = (r.chip or r.node, r.target_fingerprint, r.draft_fingerprint, r.workload,
+                  r.context_bucket or "short")
+        ident = {k: getattr(r, k) for k in IDENTITY}
+        out.append(RunRow(r.id, r.sweep_id, created, r.node, series, r.mode,
+                          r.num_draft_tokens, r.summary or {}, ident, r.trigger, r.unreliable))
+    return out
+
+
+def _vals(runs: list[RunRow], metric: str) -> list[float]:
+    return [v for r in runs for v in (r.summary.get("values") or {}).get(metric) or []
+            if v is not None]
+
+
+def _med(v: list[float]) -> float | None:
+    return statistics.median(v) if v else None
+
+
+def _pct(v: list[float], q: float) -> float | None:
+    if not v:
+        return None
+    s = sorted(v)
+    pos = (len(s) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def identity_key(ident: dict) -> tuple:
+    return tuple(ident.get(k) for k in IDENTITY)
+
+
+def identity_changes(a: dict, b: dict) -> list[str]:
+    labels = {"env_id": "env id", "mlx_version": "mlx", "mlx_lm_version": "mlx-lm",
+              "os_build": "macOS build", "node": "node", "prompt_sha256": "prompts",
+              "target_fingerprint": "target weights", "draft_fingerprint": "draft weights"}
+    return [f"{labels[k]} {a.get(k) or '?'} → {b.get(k) or '?'}" for k in IDENTITY
+            if a.get(k) != b.get(k)]
+
+
+@dataclass
+class ConfigStats:
+    mode: str
+    k: int
+    runs: int
+    nights: int
+    decode_p50: float | None
+    decode_p95: float | None
+    acceptance_p50: float | None
+    speedup: float | None
+    ttft_p50: float | None
+    ttft_change: float | None
+    itl_p95: float | None
+    itl_p99: float | None
+    peak_memory: float | None
+    swap_peak: float | None
+    swap_in_nights: int
+    exact: bool | None
+    unreliable: int
+    unreliable_reasons: list[str]
+    task_pass_rate: float | None = None
+    gates: dict = field(default_factory=dict)
+    classification: str = ""
+
+
+def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> ConfigStats:
+    first = runs[0]
+    dec = _vals(runs, "decode_tok_s")
+    speedups = []
+    for r in runs:
+        b = base_by_sweep.get((r.sweep_id, r.node))
+        m = _med((r.summary.get("values") or {}).get("decode_tok_s") or [])
+        if b and m:
+            speedups.append(m / b["decode"])
+    ttft = _vals(runs, "ttft_ms")
+    base_ttft = [b["ttft"] for r in runs if (b := base_by_sweep.get((r.sweep_id, r.node)))
+                 and b["ttft"]]
+    swap = _vals(runs, "swap_used_after_bytes")
+    swap_in_nights = len({r.at.date() for r in runs
+                          if any((r.summary.get("values") or {}).get("swap_in_bytes") or [])})
+    exact_flags = [r.summary.get("exact") for r in runs]
+    reasons = sorted({x for r in runs for x in r.summary.get("unreliable_reasons") or []})
+    rates = [quality[(r.sweep_id, r.node, first.k)] for r in runs
+             if (r.sweep_id, r.node, first.k) in quality]
+    return ConfigStats(
+        mode=first.mode, k=first.k, runs=len(runs), nights=len({r.at.date() for r in runs}),
+        decode_p50=_med(dec), decode_p95=_pct(dec, 95),
+        acceptance_p50=_med(_vals(runs, "acceptance_rate")),
+        speedup=_med(speedups) if first.mode == "speculative" else 1.0,
+        ttft_p50=_med(ttft),
+        ttft_change=(_med(ttft) / _med(base_ttft) - 1) if ttft and base_ttft else None,
+        itl_p95=_med(_vals(runs, "itl_p95_ms")), itl_p99=_med(_vals(runs, "itl_p99_ms")),
+        peak_memory=_med(_vals(runs, "peak_mlx_memory_bytes")),
+        swap_peak=max(swap) if swap else None, swap_in_nights=swap_in_nights,
+        exact=None if any(e is None for e in exact_flags) else all(exact_flags),
+        unreliable=sum(1 for r in runs if r.unreliable), unreliable_reasons=reasons,
+        task_pass_rate=_med(rates) if rates else None)
+
+
+def evaluate_gates(c: ConfigStats, base: ConfigStats, accept_at_4: float | None, bucket: str,
+                   gates: dict, failed_windows: bool) -> dict:
+    """Each gate: passed / failed / n/a, with the number it was judged on."""
+    g = {}
+
+    def gate(name, value, ok):
+        g[name] = {"value": value, "passed": None if value is None else bool(ok)}
+
+    gate("speedup", c.speedup, c.speedup is not None and c.speedup >= gates["min_speedup"])
+    gate("itl_p95_ms", c.itl_p95, c.itl_p95 is not None and
+         c.itl_p95 <= gates["itl_p95_ceiling_ms"])
+    acc = accept_at_4 if accept_at_4 is not None else c.acceptance_p50
+    gate("acceptance_at_4", acc, acc is not None and acc >= gates["acceptance_floor"])
+    if bucket == "short":
+        gate("ttft_change", c.ttft_change, c.ttft_change is not None and
+             c.ttft_change <= gates["ttft_regression_limit"])
+    gate("swap_peak_bytes", c.swap_peak if c.swap_peak is not None else 0,
+         (c.swap_peak or 0) <= gates["swap_ceiling_bytes"])
+    gate("exact", c.exact, c.exact is True)
+    if c.task_pass_rate is not None and base.task_pass_rate is not None:
+        d = c.task_pass_rate - base.task_pass_rate
+        gate("task_pass_rate", d, abs(d) <= gates["task_pass_tolerance"])
+    else:
+        g["task_pass_rate"] = {"value": None, "passed": None}
+    g["not_failed"] = {"value": not failed_windows, "passed": not failed_windows}
+    return g
+
+
+def classify(c: ConfigStats) -> str:
+    if c.gates.get("not_failed", {}).get("passed") is False:
+        return "failed (acceptance below the floor for two consecutive five-minute windows)"
+    missed = [n for n, v in c.gates.items() if v["passed"] is False]
+    if not missed:
+        return "production candidate"
+    if len(missed) == 1:
+        return f"just misses: {missed[0]}"
+    return "not a candidate: misses " + ", ".join(missed)
+
+
+def failed_window_configs(store: Store, sweep_ids: list[str], floor: float,
+                          window_s: float) -> set[tuple]:
+    """(sweep, node, workload, k) whose acceptance stayed under ``floor`` for two
+    consecutive windows of ``window_s`` seconds (generation events by timestamp)."""
+    if not sweep_ids:
+        return set()
+    with store.engine.connect() as c:
+        rows = c.execute(select(Event.sweep_id, Event.node, Event.ts, Event.payload).where(
+            Event.sweep_id.in_(sweep_ids), Event.type == "generation")).all()
+    buckets: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for sid, node, ts, p in rows:
+        if p.get("mode") == "speculative" and p.get("acceptance_rate") is not None:
+            key = (sid, node, p["workload"], p["num_draft_tokens"])
+            buckets[key][int(ts // window_s)].append(p["acceptance_rate"])
+    failed = set()
+    for key, windows in buckets.items():
+        low = sorted(w for w, v in windows.items() if statistics.median(v) < floor)
+        if any(b - a == 1 for a, b in zip(low, low[1:])):
+            failed.add(key)
+    return failed
+
+
+def quality_rates(store: Store, sweep_ids: list[str]) -> dict:
+    if not sweep_ids:
+        return {}
+    with store.engine.connect() as c:
+        rows = c.execute(select(Event.sweep_id, Event.node, Event.payload).where(
+            Event.sweep_id.in_(sweep_ids), Event.type == "quality")).all()
+    return {(s, n, p["num_draft_tokens"]): p["pass_rate"] for s, n, p in rows}
+
+
+def regression(now: list[RunRow], then: list[RunRow], metric: str = "decode_tok_s") -> dict:
+    a, b = _vals(then, metric), _vals(now, metric)
+    if not a or not b:
+        return {"verdict": "no data", "ratio": None, "p": None, "n": [len(a), len(b)]}
+    ratio = _med(b) / _med(a) if _med(a) else None
+    mw = mann_whitney(a, b)
+    enough = len(a) >= MIN_REPS and len(b) >= MIN_REPS
+    big = ratio is not None and (ratio < 1 / REGRESSION_FACTOR or ratio > REGRESSION_FACTOR)
+    significant = mw["p"] is not None and mw["p"] < REGRESSION_P
+    if big and significant and enough:
+        verdict = "regression" if ratio < 1 else "improvement"
+    elif big or significant:
+        verdict = "unconfirmed"
+    else:
+        verdict = "stable"
+    return {"verdict": verdict, "ratio": ratio, "p": mw["p"], "n": [len(a), len(b)],
+            "then": _med(a), "now": _med(b)}
+
+
+def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | None = None,
+            now: datetime | None = None) -> dict:
+    gates = {**DEFAULT_GATES, **(gates or {})}
+    start, end, label = iso_week_bounds(week, now)
+    history = load_runs(store, start - timedelta(days=28), end)
+    this_week = [r for r in history if r.at >= start]
+    sweep_ids = sorted({r.sweep_id for r in this_week})
+    quality = quality_rates(store, sweep_ids)
+    failed = failed_window_configs(store, sweep_ids, gates["failed_acceptance"],
+                                   gates["failed_window_s"])
+    by_series: dict[tuple, list[RunRow]] = defaultdict(list)
+    for r in history:
+        by_series[r.series].append(r)
+    out = []
+    for key, runs in sorted(by_series.items(), key=lambda kv: kv[0]):
+        current = [r for r in runs if r.at >= start]
+        latest = max(runs, key=lambda r: r.at)
+        stale = (end - latest.at).days > STALE_DAYS or not current
+        ident = latest.identity
+        cur = [r for r in current if identity_key(r.identity) == identity_key(ident)]
+        mixed = len({identity_key(r.identity) for r in current}) > 1
+        section = {"series": {"chip": key[0], "target": key[1], "draft": key[2],
+                              "workload": key[3], "context_bucket": key[4]},
+                   "identity": ident, "stale": stale, "mixed_identities": mixed,
+                   "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
+                   "regressions": []}
+        if cur:
+            base_runs = [r for r in cur if r.mode == "baseline"]
+            base_by_sweep = {}
+            for r in base_runs:
+                v = r.summary.get("values") or {}
+                d, t = _med(v.get("decode_tok_s") or []), _med(v.get("ttft_ms") or [])
+                if d:
+                    base_by_sweep[(r.sweep_id, r.node)] = {"decode": d, "ttft": t}
+            configs = defaultdict(list)
+            for r in cur:
+                configs[(r.mode, r.k)].append(r)
+            stats = {ck: config_stats(rs, base_by_sweep, quality) for ck, rs in configs.items()}
+            base = stats.get(("baseline", 0))
+            acc4 = stats.get(("speculative", 4))
+            for (mode, k), c in sorted(stats.items(), key=lambda kv: (kv[0][0] != "baseline",
+                                                                       kv[0][1])):
+                if mode == "speculative" and base is not None:
+                    fw = any((r.sweep_id, r.node, key[3], k) in failed for r in configs[(mode, k)])
+                    c.gates = evaluate_gates(c, base, acc4.acceptance_p50 if acc4 else None,
+                                             key[4], gates, fw)
+                    c.classification = classify(c)
+                section["configs"].append(c.__dict__)
+            spec = [c for c in stats.values() if c.mode == "speculative" and c.speedup]
+            best = max(spec, key=lambda c: c.speedup) if spec else None
+            metrics = {
+                "best_k": best.k if best else None,
+                "best_speedup": best.speedup if best else None,
+                "best_acceptance": best.acceptance_p50 if best else None,
+                "acceptance_at_4": acc4.acceptance_p50 if acc4 else None,
+                "widest_k": max((c.k for c in spec), default=None),
+                "swap_peak_bytes": max((c.swap_peak or 0 for c in stats.values()), default=0),
+                "swap_in_nights": max((c.swap_in_nights for c in stats.values()), default=0),
+                "mem_increase": (best.peak_memory / base.peak_memory - 1)
+                if best and base and best.peak_memory and base.peak_memory else None,
+                "decode_share": _decode_share(base_runs),
+                "itl_spike": (best.itl_p99 / max(base.itl_p95 or 1e-9, 1e-9))
+                if best and base and best.itl_p99 else None,
+                "acceptance_cv": _cv(_vals(configs[("speculative", best.k)],
+                                           "acceptance_rate")) if best else None,
+                "candidates": sum(1 for c in stats.values()
+                                  if c.classification == "production candidate"),
+            }
+            section["metrics"] = metrics
+            section["signals"] = fire(rules, metrics)
+            for (mode, k) in sorted(configs):
+                earlier = [r for r in runs if r.mode == mode and r.k == k and r.at < start]
+                recent = [r for r in earlier if r.at >= start - timedelta(days=7)]
+                for period, then in (("week over week", recent),
+                                     ("vs last 4 weeks", earlier)):
+                    reg = regression(configs[(mode, k)], then)
+                    if reg["verdict"] in ("regression", "improvement", "unconfirmed"):
+                        prev = max(then, key=lambda r: r.at).identity if then else {}
+                        reg.update(config=f"{mode} k={k}", period=period,
+                                   cause=identity_changes(prev, ident) if then else [])
+                        section["regressions"].append(reg)
+            section["trend"] = _trend(runs, metrics["best_k"])
+            section["speedup_by_k"] = {c.k: c.speedup for c in spec}
+            section["itl_p95_values"] = {
+                "baseline": _vals(configs.get(("baseline", 0), []), "itl_p95_ms"),
+                "best": _vals(configs[("speculative", best.k)], "itl_p95_ms") if best else []}
+        out.append(section)
+    _positions(store, out, sweep_ids)
+    return {"week": label, "start": start.isoformat(), "end": end.isoformat(), "gates": gates,
+            "series": out, "sweeps": sweep_ids,
+            "counts": {"series": len(out), "runs_this_week": len(this_week),
+                       "stale": sum(1 for s in out if s["stale"])}}
+
+
+def _cv(v: list[float]) -> float | None:
+    if len(v) < 2:
+        return None
+    m = statistics.fmean(v)
+    return statistics.stdev(v) / m if m else None
+
+
+def _decode_share(base_runs: list[RunRow]) -> float | None:
+    """Share of a request's time spent decoding (the rest is TTFT), from the baseline."""
+    shares = []
+    for r in base_runs:
+        v = r.summary.get("values") or {}
+        for ttft, rate, n in zip(v.get("ttft_ms") or [], v.get("decode_tok_s") or [],
+                                 v.get("generated_tokens") or []):
+            if ttft is not None and rate and n:
+                decode_s = n / rate
+                shares.append(decode_s / (decode_s + ttft / 1000))
+    return _med(shares)
+
+
+def _trend(runs: list[RunRow], k: int | None) -> list[dict]:
+    """Per night over the whole window: acceptance and decode tok/s of the series' best k."""
+    nights: dict[date, list[RunRow]] = defaultdict(list)
+    for r in runs:
+        if r.mode == "speculative" and r.k == k:
+            nights[r.at.date()].append(r)
+    return [{"date": d.isoformat(), "acceptance": _med(_vals(rs, "acceptance_rate")),
+             "decode_tok_s": _med(_vals(rs, "decode_tok_s"))} for d, rs in sorted(nights.items())]
+
+
+def _positions(store: Store, sections: list[dict], sweep_ids: list[str], top: int = 6) -> None:
+    """Acceptance by draft position for the best config of the busiest series this week."""
+    want = [s for s in sections if s.get("metrics", {}).get("best_k")][:top]
+    if not want or not sweep_ids:
+        return
+    with store.engine.connect() as c:
+        rows = c.execute(select(Event.payload).where(
+            Event.sweep_id.in_(sweep_ids), Event.type == "generation")).scalars().all()
+    for s in want:
+        k, wl = s["metrics"]["best_k"], s["series"]["workload"]
+        drafted, accepted = [0] * k, [0] * k
+        for p in rows:
+            if p.get("mode") == "speculative" and p.get("num_draft_tokens") == k and \
+                    p.get("workload") == wl:
+                for pos in p.get("acceptance_by_position") or []:
+                    i = pos["position"] - 1
+                    if i < k:
+                        drafted[i] += pos["drafted"]
+                        accepted[i] += pos["accepted"]
+        s["acceptance_by_position"] = [a / d if d else None for a, d in zip(accepted, drafted)]

@@ -1,0 +1,81 @@
+"""Render the weekly review as HTML (self-contained, charts inline), Markdown and JSON."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from .analysis.charts import all_charts, label
+from .analysis.rules import DEFAULT_RULES, load_rules
+from .analysis.weekly import analyse
+from .review import TEMPLATES, _fmt
+from .store import Store
+
+FORMATS = ("html", "md", "json")
+
+
+def _num(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return "–" if v is None else str(v)
+
+
+def _md(text: str) -> str:
+    """Table-safe Markdown: pipes and newlines would break the row; markup is escaped."""
+    out = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    for ch in "*_`[]<>":
+        out = out.replace(ch, "\\" + ch)
+    return out
+
+
+def environment(html: bool) -> Environment:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined,
+                      autoescape=select_autoescape(["html.j2"]) if html else False)
+    env.filters.update(fmt=_fmt, num=_num, series_label=label, md=_md)
+    return env
+
+
+def repro_checks(store: Store, start: str, end: str) -> list[dict]:
+    from sqlalchemy import select
+
+    from .store.models import ReproCheck
+
+    with store.engine.connect() as c:
+        rows = c.execute(select(ReproCheck.report).where(
+            ReproCheck.created_at >= datetime.fromisoformat(start),
+            ReproCheck.created_at < datetime.fromisoformat(end))).scalars().all()
+    return list(rows)
+
+
+def write_review(store: Store, out: Path, *, week: str | None = None,
+                 formats: tuple[str, ...] = FORMATS, rules_file: Path = DEFAULT_RULES,
+                 gates: dict | None = None, now: datetime | None = None) -> dict[str, Path]:
+    """Analyse the week and write each format; ``out`` is a folder or an .html path."""
+    a = analyse(store, week, load_rules(rules_file), gates, now)
+    a["repro"] = repro_checks(store, a["start"], a["end"])
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    if out.suffix == ".html":
+        folder, stem = out.parent, out.stem
+    else:
+        folder, stem = out, f"review-{a['week']}"
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for fmt in formats:
+        path = folder / f"{stem}.{fmt}"
+        if fmt == "html":
+            text = environment(True).get_template("weekly.html.j2").render(
+                a=a, charts=all_charts(a["series"]), generated=generated, repro=a["repro"])
+        elif fmt == "md":
+            text = environment(False).get_template("weekly.md.j2").render(a=a)
+        elif fmt == "json":
+            text = json.dumps(a, indent=2, default=str)
+        else:
+            raise ValueError(fmt)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+        written[fmt] = path
+    return written
