@@ -60,6 +60,16 @@ def expand_root(root: str, home: str) -> str:
     return home + root[1:] if root == "~" or root.startswith("~/") else root
 
 
+def model_pair_name(doc: dict) -> str:
+    """The pair as people name it: the plan's models.source (and revision), else folders."""
+    m = doc["models"]
+    if m.get("source"):
+        return m["source"] + (f"@{m['revision']}" if m.get("revision") else "")
+    return " / ".join(Path(m[r]["path"]).name if Path(m[r]["path"]).name not in (
+        "target", "draft") else Path(m[r]["path"]).parent.name + "/" + r
+        for r in ("target", "draft"))
+
+
 def controller_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
@@ -162,7 +172,8 @@ class NodeRun:
         self.store.set_sweep_node(self.sweep_id, h.name, state="launching", root=root,
                                   job_path=job_path, journal_path=journal, agent_dir=agent_dir,
                                   python=python, identity={
-                                      "env_id": env_id, "power_source": facts["power_source"]})
+                                      "env_id": env_id, "power_source": facts["power_source"],
+                                      "model_pair": model_pair_name(doc)})
         await self.start_agent(t, resume=False)
 
     async def start_agent(self, t, resume: bool) -> None:

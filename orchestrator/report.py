@@ -11,6 +11,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from .analysis.charts import all_charts, label
 from .analysis.rules import DEFAULT_RULES, load_rules
 from .analysis.weekly import analyse
+from .errors import SpecfleetError
 from .review import TEMPLATES, _fmt
 from .store import Store
 
@@ -54,6 +55,8 @@ def write_review(store: Store, out: Path, *, week: str | None = None,
                  formats: tuple[str, ...] = FORMATS, rules_file: Path = DEFAULT_RULES,
                  gates: dict | None = None, now: datetime | None = None) -> dict[str, Path]:
     """Analyse the week and write each format; ``out`` is a folder or an .html path."""
+    if store.latest_sweep_id() is None:
+        raise SpecfleetError("the store holds no sweeps yet; run `specfleet sweep` first")
     a = analyse(store, week, load_rules(rules_file), gates, now)
     a["repro"] = repro_checks(store, a["start"], a["end"])
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

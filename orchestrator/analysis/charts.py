@@ -23,7 +23,7 @@ def _svg(fig) -> str:
 
 def label(s: dict) -> str:
     x = s["series"]
-    return f"{x['chip']} · {x['workload']} · {x['context_bucket']}"
+    return f"{x['chip']} · {x['model_pair']} · {x['workload']} · {x['context_bucket']}"
 
 
 def acceptance_over_time(sections: list[dict]) -> str | None:

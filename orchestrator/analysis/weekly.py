@@ -70,8 +70,9 @@ def load_runs(store: Store, start: datetime, end: datetime) -> list[RunRow]:
     for r in rows:
         created = r.created_at if r.created_at.tzinfo else r.created_at.replace(
             tzinfo=timezone.utc)
-        series = (r.chip or r.node, r.target_fingerprint, r.draft_fingerprint, r.workload,
-                  r.context_bucket or "short")
+        pair = r.model_pair or f"{(r.target_fingerprint or '?')[7:19]}/" \
+                               f"{(r.draft_fingerprint or '?')[7:19]}"
+        series = (r.chip or r.node, pair, r.workload, r.context_bucket or "short")
         ident = {k: getattr(r, k) for k in IDENTITY}
         out.append(RunRow(r.id, r.sweep_id, created, r.node, series, r.mode,
                           r.num_draft_tokens, r.summary or {}, ident, r.trigger, r.unreliable))
@@ -278,31 +279,41 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
         ident = latest.identity
         cur = [r for r in current if identity_key(r.identity) == identity_key(ident)]
         mixed = len({identity_key(r.identity) for r in current}) > 1
-        section = {"series": {"chip": key[0], "target": key[1], "draft": key[2],
-                              "workload": key[3], "context_bucket": key[4]},
+        section = {"series": {"chip": key[0], "model_pair": key[1], "workload": key[2],
+                              "context_bucket": key[3]},
                    "identity": ident, "stale": stale, "mixed_identities": mixed,
                    "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
                    "regressions": []}
         if cur:
-            base_runs = [r for r in cur if r.mode == "baseline"]
+            base_runs = [r for r in cur if r.mode == "baseline" and not r.unreliable]
             base_by_sweep = {}
             for r in base_runs:
                 v = r.summary.get("values") or {}
                 d, t = _med(v.get("decode_tok_s") or []), _med(v.get("ttft_ms") or [])
                 if d:
                     base_by_sweep[(r.sweep_id, r.node)] = {"decode": d, "ttft": t}
-            configs = defaultdict(list)
-            for r in cur:
-                configs[(r.mode, r.k)].append(r)
-            stats = {ck: config_stats(rs, base_by_sweep, quality) for ck, rs in configs.items()}
+            configs, shaky = defaultdict(list), defaultdict(list)
+            for r in cur:  # an unreliable trial is reported, never averaged in
+                (shaky if r.unreliable else configs)[(r.mode, r.k)].append(r)
+            for ck in shaky:
+                configs.setdefault(ck, [])
+            stats = {}
+            for ck, rs in configs.items():
+                st = config_stats(rs or shaky[ck], base_by_sweep, quality)
+                if rs:
+                    st.unreliable = len(shaky[ck])
+                    st.unreliable_reasons = sorted({x for r in shaky[ck] for x in
+                                                    r.summary.get("unreliable_reasons") or []})
+                    st.runs = len(rs) + len(shaky[ck])
+                stats[ck] = st
             base = stats.get(("baseline", 0))
             acc4 = stats.get(("speculative", 4))
             for (mode, k), c in sorted(stats.items(), key=lambda kv: (kv[0][0] != "baseline",
                                                                        kv[0][1])):
                 if mode == "speculative" and base is not None:
-                    fw = any((r.sweep_id, r.node, key[3], k) in failed for r in configs[(mode, k)])
+                    fw = any((r.sweep_id, r.node, key[2], k) in failed for r in configs[(mode, k)])
                     c.gates = evaluate_gates(c, base, acc4.acceptance_p50 if acc4 else None,
-                                             key[4], gates, fw)
+                                             key[3], gates, fw)
                     c.classification = classify(c)
                 section["configs"].append(c.__dict__)
             spec = [c for c in stats.values() if c.mode == "speculative" and c.speedup]
@@ -328,7 +339,8 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             section["metrics"] = metrics
             section["signals"] = fire(rules, metrics)
             for (mode, k) in sorted(configs):
-                earlier = [r for r in runs if r.mode == mode and r.k == k and r.at < start]
+                earlier = [r for r in runs if r.mode == mode and r.k == k and r.at < start
+                           and not r.unreliable]
                 recent = [r for r in earlier if r.at >= start - timedelta(days=7)]
                 for period, then in (("week over week", recent),
                                      ("vs last 4 weeks", earlier)):

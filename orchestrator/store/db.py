@@ -350,7 +350,8 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "target_fingerprint": identity.get("target_fingerprint"),
         "draft_fingerprint": identity.get("draft_fingerprint"),
         "prompt_sha256": e.get("prompt_sha256"), "os_build": identity.get("os_build"),
-        "chip": identity.get("chip"), "power_source": identity.get("power_source")}
+        "chip": identity.get("chip"), "power_source": identity.get("power_source"),
+        "model_pair": identity.get("model_pair")}
 
 
 def open_store(url: str | None = None, migrate: bool = True) -> Store:

@@ -238,6 +238,9 @@ class Run(Base):
     os_build: Mapped[str | None] = mapped_column(String(64))
     chip: Mapped[str | None] = mapped_column(String(128))
     power_source: Mapped[str | None] = mapped_column(String(16))
+    # added in 0006: the pair by name (plan's models.source/revision, else folder names),
+    # so a draft swap stays in its series and shows up as an identity change
+    model_pair: Mapped[str | None] = mapped_column(String(255))
 
 
 class TelemetrySample(Base):

@@ -1,0 +1,83 @@
+"""Plant histories straight into a store: nights of runs with chosen numbers and identity.
+
+Used by the review tests (known regressions, draft swaps, throttled nights, stale series,
+gate edges) and by bench/review_scale.py (a year of nightly sweeps for 100 nodes).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from datetime import datetime, timedelta
+
+from orchestrator.store import Store
+from orchestrator.store.models import Event, Run, Sweep
+
+BASE_IDENTITY = {"env_id": "env-a", "mlx_version": "0.32.4", "mlx_lm_version": "0.32.2",
+                 "os_build": "24A335", "prompt_sha256": "p" * 64,
+                 "target_fingerprint": "sha256:" + "t" * 64,
+                 "draft_fingerprint": "sha256:" + "d" * 64}
+
+
+def config_values(decode: float, reps: int = 3, *, acceptance=None, ttft=50.0, itl_p95=20.0,
+                  itl_p99=30.0, mem=1.0e9, swap=0, swap_in=0, tokens=256, jitter=0.01,
+                  rng=random) -> dict:
+    def j(v):
+        return None if v is None else v * (1 + rng.uniform(-jitter, jitter))
+    return {"decode_tok_s": [j(decode) for _ in range(reps)],
+            "acceptance_rate": [j(acceptance) for _ in range(reps)],
+            "ttft_ms": [j(ttft) for _ in range(reps)], "itl_p95_ms": [j(itl_p95)] * reps,
+            "itl_p99_ms": [j(itl_p99)] * reps, "itl_p50_ms": [itl_p95 / 4] * reps,
+            "peak_mlx_memory_bytes": [mem] * reps, "swap_used_after_bytes": [swap] * reps,
+            "swap_in_bytes": [swap_in] * reps, "generated_tokens": [tokens] * reps,
+            "prompt_tokens": [32] * reps}
+
+
+def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, workload: str,
+          configs: dict, bucket: str = "short", identity: dict | None = None,
+          unreliable: str | None = None, exact: bool = True, quality: dict | None = None,
+          sweep_id: str | None = None) -> str:
+    """One nightly sweep on one node: ``configs`` maps (mode, k) to config_values(...)."""
+    ident = {**BASE_IDENTITY, **(identity or {})}
+    sid = sweep_id or new_sweep(store, at)
+    with store.engine.begin() as c:
+        rows = []
+        for (mode, k), values in configs.items():
+            rows.append({
+                "sweep_id": sid, "node": node, "workload": workload, "context_bucket": bucket,
+                "mode": mode, "knob": None if mode == "baseline" else "num_draft_tokens",
+                "knob_value": None if mode == "baseline" else str(k), "num_draft_tokens": k,
+                "config_key": json.dumps({"k": k, "mode": mode}), "config": {"k": k},
+                "trials": len(values["decode_tok_s"]),
+                "decode_tok_s_median": sorted(values["decode_tok_s"])[len(values[
+                    "decode_tok_s"]) // 2], "decode_tok_s_p95": None, "decode_tok_s_cv": None,
+                "acceptance_median": None, "unreliable": unreliable is not None,
+                "summary": {"values": values, "exact": exact if mode == "speculative" else None,
+                            "unreliable_reasons": [unreliable] if unreliable else []},
+                "env_id": ident["env_id"], "mlx_version": ident["mlx_version"],
+                "mlx_lm_version": ident["mlx_lm_version"],
+                "target_fingerprint": ident["target_fingerprint"],
+                "draft_fingerprint": ident["draft_fingerprint"],
+                "prompt_sha256": ident["prompt_sha256"], "os_build": ident["os_build"],
+                "chip": chip, "power_source": "ac", "model_pair": pair})
+        c.execute(Run.__table__.insert(), rows)
+        if quality:
+            c.execute(Event.__table__.insert(), [
+                {"sweep_id": sid, "node": node, "seq": 1000 + i, "type": "quality",
+                 "ts": at.timestamp(), "payload": {"type": "quality", "num_draft_tokens": k,
+                                                   "pass_rate": rate}}
+                for i, (k, rate) in enumerate(quality.items())])
+    return sid
+
+
+def new_sweep(store: Store, at: datetime) -> str:
+    sid = uuid.uuid4().hex[:12]
+    with store.engine.begin() as c:
+        c.execute(Sweep.__table__.insert().values(id=sid, created_at=at, status="ok", job={},
+                                                  trigger="nightly"))
+    return sid
+
+
+def week_nights(week_start: datetime, nights: int = 7) -> list[datetime]:
+    return [week_start + timedelta(days=i, hours=2) for i in range(nights)]

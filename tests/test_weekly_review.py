@@ -1,0 +1,176 @@
+"""The weekly review against planted histories: each must produce the matching rows,
+causes and classifications; the page opens in headless Chromium."""
+
+import json
+import random
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.analysis.ranktest import mann_whitney
+from orchestrator.analysis.rules import load_rules
+from orchestrator.analysis.weekly import analyse
+from orchestrator.cli import main
+from orchestrator.errors import ConfigError
+from orchestrator.store import open_store
+from tests.browser import dump_dom
+from tests.history import config_values as V
+from tests.history import night, week_nights
+
+W20 = datetime(2026, 5, 11, tzinfo=timezone.utc)  # Monday of 2026-W20
+W19, W17 = W20 - timedelta(days=7), W20 - timedelta(days=21)
+NOW = W20 + timedelta(days=6, hours=12)
+
+
+def good_configs(rng, **over):
+    """A series that meets every gate; ``over`` changes the k=4 config to miss one."""
+    spec = dict(acceptance=0.70, ttft=51.5, itl_p95=20.0, swap=0)
+    exact = over.pop("exact", True)
+    spec.update(over)
+    decode = spec.pop("decode", 130.0)
+    return {("baseline", 0): V(100.0, rng=rng), ("speculative", 4): V(decode, rng=rng, **spec)
+            }, exact
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    rng = random.Random(7)
+    url = f"sqlite:///{tmp_path_factory.mktemp('weekly') / 's.db'}"
+    store = open_store(url)
+    common = dict(node="mac-01", chip="Apple M2 Max", bucket="short")
+    for at in week_nights(W19):
+        night(store, at, pair="llama-8b/llama-1b", workload="bump", **common,
+              configs={("baseline", 0): V(400, rng=rng)})
+        night(store, at, pair="qwen-7b/qwen-0.5b", workload="swap", **common,
+              configs={("baseline", 0): V(200, rng=rng),
+                       ("speculative", 3): V(500, acceptance=0.75, rng=rng)})
+        night(store, at, pair="llama-8b/llama-1b", workload="hot", **common,
+              configs={("baseline", 0): V(300, rng=rng)})
+    for at in week_nights(W20):
+        night(store, at, pair="llama-8b/llama-1b", workload="bump", **common,
+              configs={("baseline", 0): V(300, rng=rng)},
+              identity={"mlx_lm_version": "0.33.0"})
+        night(store, at, pair="qwen-7b/qwen-0.5b", workload="swap", **common,
+              configs={("baseline", 0): V(200, rng=rng),
+                       ("speculative", 3): V(350, acceptance=0.50, rng=rng)},
+              identity={"draft_fingerprint": "sha256:" + "e" * 64})
+        throttled = at == week_nights(W20)[3]
+        night(store, at, pair="llama-8b/llama-1b", workload="hot", **common,
+              configs={("baseline", 0): V(150 if throttled else 300, rng=rng)},
+              unreliable="thermal throttling (CPU speed limit 60%)" if throttled else None)
+        for name, over in [("good", {}), ("miss-speedup", {"decode": 110.0}),
+                           ("miss-itl", {"itl_p95": 60.0}), ("miss-acceptance",
+                                                               {"acceptance": 0.50}),
+                           ("miss-ttft", {"ttft": 56.5}), ("miss-swap", {"swap": 2e9}),
+                           ("miss-exact", {"exact": False}), ("miss-tasks", {})]:
+            cfgs, exact = good_configs(rng, **over)
+            night(store, at, pair="gemma-9b/gemma-2b", workload=name, **common, configs=cfgs,
+                  exact=exact, quality={0: 0.90, 4: 0.87 if name == "miss-tasks" else 0.90})
+    night(store, W17 + timedelta(hours=2), pair="old/old", workload="forgotten", **common,
+          configs={("baseline", 0): V(100, rng=rng)})
+    return store, url
+
+
+@pytest.fixture(scope="module")
+def analysis(planted):
+    store, _ = planted
+    a = analyse(store, "2026-W20", load_rules(), now=NOW)
+    return {s["series"]["workload"]: s for s in a["series"]}, a
+
+
+def test_version_bump_regression_names_its_cause(analysis):
+    s, _ = analysis
+    (reg,) = [r for r in s["bump"]["regressions"] if r["period"] == "week over week"]
+    assert reg["verdict"] == "regression" and reg["config"] == "baseline k=0"
+    assert reg["ratio"] == pytest.approx(0.75, abs=0.02) and reg["p"] < 0.002
+    assert reg["cause"] == ["mlx-lm 0.32.2 → 0.33.0"]
+
+
+def test_draft_swap_is_the_cause_and_stays_in_its_series(analysis):
+    s, _ = analysis
+    regs = [r for r in s["swap"]["regressions"] if r["config"] == "speculative k=3"
+            and r["period"] == "week over week"]
+    assert regs and regs[0]["verdict"] == "regression"
+    assert regs[0]["cause"] == ["draft weights sha256:" + "d" * 64 + " → sha256:" + "e" * 64]
+    assert not [r for r in s["swap"]["regressions"] if r["config"] == "baseline k=0"]
+
+
+def test_throttled_night_is_reported_not_averaged(analysis):
+    s, _ = analysis
+    (base,) = s["hot"]["configs"]
+    assert base["unreliable"] == 1 and base["runs"] == 7
+    assert base["unreliable_reasons"] == ["thermal throttling (CPU speed limit 60%)"]
+    assert base["decode_p50"] == pytest.approx(300, rel=0.02)
+    assert not s["hot"]["regressions"]  # one hot night is not a regression
+
+
+def test_stale_series_is_marked(analysis):
+    s, a = analysis
+    assert s["forgotten"]["stale"] and not s["good"]["stale"]
+    assert a["counts"]["stale"] == 1
+
+
+@pytest.mark.parametrize("name,gate", [
+    ("miss-speedup", "speedup"), ("miss-itl", "itl_p95_ms"),
+    ("miss-acceptance", "acceptance_at_4"), ("miss-ttft", "ttft_change"),
+    ("miss-swap", "swap_peak_bytes"), ("miss-exact", "exact"),
+    ("miss-tasks", "task_pass_rate")])
+def test_each_gate_just_missed(analysis, name, gate):
+    s, _ = analysis
+    spec = [c for c in s[name]["configs"] if c["mode"] == "speculative"][0]
+    assert spec["classification"] == f"just misses: {gate}"
+
+
+def test_series_meeting_every_gate_is_a_production_candidate(analysis):
+    s, _ = analysis
+    spec = [c for c in s["good"]["configs"] if c["mode"] == "speculative"][0]
+    assert spec["classification"] == "production candidate"
+    assert all(g["passed"] is not False for g in spec["gates"].values())
+    assert spec["speedup"] == pytest.approx(1.3, rel=0.02)
+    assert not [x for x in s["good"]["signals"] if x["rule"] != "fallback-order"]
+
+
+def test_signals_fire_with_their_evidence(analysis):
+    s, _ = analysis
+    rules = {x["rule"]: x for x in s["miss-swap"]["signals"]}
+    assert rules["swap-pressure"]["evidence"]["swap_peak_bytes"] == pytest.approx(2e9,
+                                                                                  rel=0.02)
+    assert rules["swap-pressure"]["action"].startswith("Reduce concurrency")
+    acc = {x["rule"] for x in s["swap"]["signals"]}
+    assert "stop-widening" not in acc  # 0.50 acceptance does not trip the 0.45 rule
+
+
+def test_review_files_and_browser(planted, tmp_path):
+    store, url = planted
+    r = CliRunner().invoke(main, ["review", "--week", "2026-W20", "--db", url, "--out",
+                                  str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    html, md, js = (tmp_path / f"review-2026-W20.{x}" for x in ("html", "md", "json"))
+    data = json.loads(js.read_text())
+    assert {x["series"]["workload"] for x in data["series"]} >= {"bump", "good", "forgotten"}
+    assert "| **regression** |" in md.read_text()
+    dom = dump_dom(html)
+    assert dom.count('class="results"') >= 10
+    assert dom.count("<svg") >= 3 and 'id="chart-speedup_vs_width"' in dom
+    assert "mlx-lm 0.32.2 → 0.33.0" in dom and "production candidate" in dom
+
+
+def test_bad_rules_file_names_file_and_line(tmp_path):
+    bad = tmp_path / "rules.yml"
+    bad.write_text("- id: x\n  when: __import__('os').system('id')\n  action: no\n")
+    with pytest.raises(ConfigError, match=r"rules.yml:2: rule x: only comparisons"):
+        load_rules(bad)
+
+
+def test_mann_whitney_matches_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(3)
+    for n1, n2, shift in [(7, 7, 1.0), (5, 9, 0.2), (30, 25, 0.5), (12, 12, 0.0)]:
+        a = [rng.gauss(0, 1) for _ in range(n1)]
+        b = [rng.gauss(shift, 1) for _ in range(n2)]
+        ours = mann_whitney(a, b)
+        ref = scipy_stats.mannwhitneyu(a, b, alternative="two-sided",
+                                       method="exact" if ours["method"] == "exact"
+                                       else "asymptotic")
+        assert ours["p"] == pytest.approx(ref.pvalue, rel=1e-6, abs=1e-9)
