@@ -450,6 +450,253 @@ def review(week, out, formats, rules_file, sweep_id, db_url):
                    f"{fmt} written to {path.resolve()}")
 
 
+@main.command()
+@fleet_options
+@click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--provision/--no-provision", default=True, show_default=True)
+@db_option
+def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
+    """The scheduled sweep: refuses to start while a previous nightly of the same plan
+    runs, records trigger=nightly, prints one summary line, exits 1 if any node failed."""
+    from .dispatch import StderrProgress, SweepOptions, start_sweep
+    from .fanout import write_retry_file
+    from .schedule import NightlyGuard
+    from .store import open_store
+
+    doc, _ = _lock_from(lock_path, lambda m: None)
+    if kw["limit"] is None and doc["nodes"].get("limit"):
+        kw["limit"] = doc["nodes"]["limit"]
+    ssh = _ssh(kw)
+    hosts, inventory_path = _hosts(kw)
+    with NightlyGuard(doc["lock_id"]):
+        store = open_store(db_url)
+        result = start_sweep(doc, hosts, store, inventory=inventory_path,
+                             opts=SweepOptions(ssh=ssh, provision=provision, trigger="nightly"),
+                             progress=StderrProgress())
+    bad = [o for o in result.outcomes if o.status != "ok"]
+    ok = len(result.outcomes) - len(bad)
+    line = (f"nightly {doc['name']} sweep {result.sweep_id}: {result.status} "
+            f"({ok}/{len(result.outcomes)} nodes ok)")
+    if bad:
+        line += "; " + "; ".join(f"{o.host} {o.status}: {(o.detail or '')[:120]}" for o in bad)
+    click.echo(line, err=as_json)
+    if as_json:  # prints the JSON document and exits 1 if any node was not ok
+        _report(result.outcomes, failed_hosts_file, True,
+                extra={"sweep_id": result.sweep_id, "status": result.status})
+    write_retry_file(result.outcomes, failed_hosts_file)
+    sys.exit(1 if bad else 0)
+
+
+@main.group()
+def schedule():
+    """Nightly sweeps: launchd (macOS), systemd user timer (Linux), cron as fallback."""
+
+
+@schedule.command("install")
+@click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--at", "at", default="02:00", show_default=True, help="Daily time, HH:MM.")
+@click.option("--kind", type=click.Choice(["auto", "launchd", "systemd", "cron"]),
+              default="auto", show_default=True)
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write the files here (default: the scheduler's own folder / crontab).")
+@click.option("--enable/--no-enable", default=True, show_default=True,
+              help="Load the schedule into launchd / systemd after writing it.")
+@click.option("-i", "--inventory", "inventory_path", type=click.Path(path_type=Path),
+              default=None, help="Inventory the nightly run uses.")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Where the nightly's output goes (default: next to LOCK).")
+@db_option
+def schedule_install(lock_path, at, kind, dest, enable, inventory_path, log_path, db_url):
+    """Run `specfleet nightly LOCK` every day at --at."""
+    from .plan import load_lock, verify_lock
+    from .schedule import default_kind, install, render
+
+    doc = load_lock(lock_path)
+    verify_lock(doc, lock_path)
+    kind = default_kind() if kind == "auto" else kind
+    log = (log_path or lock_path.resolve().with_name(lock_path.stem + ".nightly.log"))
+    files = render(kind, lock_path, doc, at, db_url=db_url, inventory=inventory_path,
+                   log=log.resolve())
+    for p in install(kind, files, dest, enable):
+        click.echo(f"wrote {p}")
+    click.echo(f"nightly {doc['name']} at {at} via {kind}" + ("" if enable else
+                                                              " (not enabled)"))
+
+
+@schedule.command("list")
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True)
+def schedule_list(dest, as_json):
+    """Nightly schedules this user has installed."""
+    from .schedule import entries
+
+    rows = [{"name": e.name, "kind": e.kind, "at": e.at, "lock": e.lock, "path": str(e.path)}
+            for e in entries(dest)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    for r in rows if not as_json else []:
+        click.echo(f"{r['name']}  {r['kind']:<8} {r['at']}  {r['lock']}")
+
+
+@schedule.command("remove")
+@click.argument("name")
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--disable/--no-disable", default=True, show_default=True)
+def schedule_remove(name, dest, disable):
+    """Disable and delete the nightly schedule NAME (see `schedule list`)."""
+    from .schedule import remove
+
+    for p in remove(name, dest, disable):
+        click.echo(f"removed {p}")
+
+
+@main.command()
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--models/--no-models", default=True, show_default=True,
+              help="Also build the demo model pair into FOLDER/models.")
+def init(folder, models):
+    """Scaffold FOLDER: an inventory, a plan for the demo pair, each file explained."""
+    from .scaffold import init_project
+
+    for p in init_project(folder, with_models=models, log=lambda m: click.echo(m, err=True)):
+        click.echo(f"wrote {p}")
+    click.echo(f"next: specfleet plan lock {folder / 'plan.yml'}")
+
+
+@main.command()
+@fleet_options
+@click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--provision/--no-provision", default=True, show_default=True)
+@click.option("--metrics", default="decode_tok_s,acceptance_rate,ttft_ms", show_default=True,
+              help="Metrics that must agree between nodes.")
+@click.option("--floor", type=float, default=0.03, show_default=True,
+              help="Smallest tolerance, as a share of the larger median.")
+@db_option
+def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_json, **kw):
+    """Run LOCK on several nodes (--limit a,b,c) and check they agree, metric by metric,
+    within a tolerance from each node's own repetition spread. Exit 0 only if so."""
+    from datetime import datetime, timezone
+
+    from .analysis.repro import compare, sweep_values
+    from .dispatch import StderrProgress, SweepOptions, start_sweep
+    from .store import open_store
+    from .store.models import ReproCheck
+
+    doc, _ = _lock_from(lock_path, lambda m: None)
+    ssh = _ssh(kw)
+    hosts, inventory_path = _hosts(kw)
+    if len(hosts) < 2:
+        raise click.UsageError("repro needs at least two nodes (--limit a,b)")
+    store = open_store(db_url)
+    result = start_sweep(doc, hosts, store, inventory=inventory_path,
+                         opts=SweepOptions(ssh=ssh, provision=provision, trigger="repro"),
+                         progress=StderrProgress())
+    per_node, idents = sweep_values(store, result.sweep_id)
+    report = compare(per_node, idents, tuple(m.strip() for m in metrics.split(",")), floor)
+    report.update(sweep_id=result.sweep_id, created_at=datetime.now(timezone.utc).isoformat(),
+                  not_ok=[o.host for o in result.outcomes if o.status != "ok"])
+    report["reproducible"] = report["reproducible"] and not report["not_ok"]
+    with store.engine.begin() as c:
+        c.execute(ReproCheck.__table__.insert().values(
+            sweep_id=result.sweep_id, created_at=datetime.now(timezone.utc),
+            reproducible=report["reproducible"], report=report))
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+    else:
+        for d in report["disagreements"]:
+            click.echo(f"DISAGREE {d['metric']} {d['config']}: {d['detail']}"
+                       + (f" — identity: {'; '.join(d['identity'])}" if d["identity"] else ""))
+        for n in report["not_ok"]:
+            click.echo(f"{n}: did not finish the sweep")
+        click.echo(f"repro sweep {result.sweep_id}: {report['checked']} comparisons, "
+                   + ("reproducible" if report["reproducible"] else "NOT reproducible"))
+    sys.exit(0 if report["reproducible"] else 1)
+
+
+@main.group()
+def sweeps():
+    """Sweeps in the store."""
+
+
+@sweeps.command("list")
+@click.option("--limit", "count", type=int, default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@db_option
+def sweeps_list(count, as_json, db_url):
+    """The newest sweeps with their status and per-node outcome."""
+    from .listing import sweeps as list_sweeps
+    from .store import open_store
+
+    rows = list_sweeps(open_store(db_url), count)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        nodes = " ".join(f"{n}:{st}" for n, st in r["nodes"].items())
+        click.echo(f"{r['sweep_id']}  {r['created_at'][:19]}  {r['status']:<8} "
+                   f"{r['trigger'] or '-':<8} {nodes}")
+
+
+@main.group()
+def runs():
+    """Runs (one config on one node in one sweep) with their identity and summary."""
+
+
+def _emit(rows: list[dict], as_json: bool, as_csv: bool, columns: tuple[str, ...]) -> None:
+    from .listing import to_csv
+
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+    elif as_csv:
+        click.echo(to_csv(rows), nl=False)
+    else:
+        for r in rows:
+            click.echo("  ".join(str(r[c] if r[c] is not None else "-") for c in columns))
+
+
+@runs.command("list")
+@click.option("--sweep", "sweep_id", default=None)
+@click.option("--node", default=None)
+@click.option("--workload", default=None)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row, for spreadsheets.")
+@db_option
+def runs_list(sweep_id, node, workload, as_json, as_csv, db_url):
+    """List runs: decode tok/s median/p95/CV, acceptance, identity."""
+    from .listing import runs as list_runs
+    from .store import open_store
+
+    _emit(list_runs(open_store(db_url), sweep_id, node, workload), as_json, as_csv,
+          ("id", "sweep_id", "node", "workload", "mode", "num_draft_tokens",
+           "decode_tok_s_median", "acceptance_median", "unreliable"))
+
+
+@runs.command("show")
+@click.argument("run_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--csv", "as_csv", is_flag=True, help="The run's measurements as CSV.")
+@db_option
+def runs_show(run_id, as_json, as_csv, db_url):
+    """One run with its config, summary and every measured generation."""
+    from .listing import run_detail, to_csv
+    from .store import open_store
+
+    d = run_detail(open_store(db_url), run_id)
+    if as_json:
+        click.echo(json.dumps(d, indent=2, default=str))
+    elif as_csv:
+        click.echo(to_csv(d["measurements"]), nl=False)
+    else:
+        for k, v in d.items():
+            if k != "measurements":
+                click.echo(f"{k:<22} {v}")
+        for m in d["measurements"]:
+            acc = m["acceptance_rate"]
+            click.echo(f"  #{m['run_index']:<4} rep {m['repetition']}  "
+                       f"{m['decode_tok_s'] or 0:8.1f} tok/s  ttft {m['ttft_ms'] or 0:7.1f} ms"
+                       f"  acceptance {'-' if acc is None else acc}")
+
+
 @main.group()
 def db():
     """Store schema (Alembic migrations; SQLite or PostgreSQL)."""

@@ -102,11 +102,14 @@ def identity_key(ident: dict) -> tuple:
     return tuple(ident.get(k) for k in IDENTITY)
 
 
-def identity_changes(a: dict, b: dict) -> list[str]:
-    labels = {"env_id": "env id", "mlx_version": "mlx", "mlx_lm_version": "mlx-lm",
-              "os_build": "macOS build", "node": "node", "prompt_sha256": "prompts",
-              "target_fingerprint": "target weights", "draft_fingerprint": "draft weights"}
-    return [f"{labels[k]} {a.get(k) or '?'} → {b.get(k) or '?'}" for k in IDENTITY
+LABELS = {"env_id": "env id", "mlx_version": "mlx", "mlx_lm_version": "mlx-lm",
+          "os_build": "macOS build", "node": "node", "prompt_sha256": "prompts",
+          "target_fingerprint": "target weights", "draft_fingerprint": "draft weights",
+          "chip": "chip", "power_source": "power source"}
+
+
+def identity_changes(a: dict, b: dict, keys: tuple[str, ...] = IDENTITY) -> list[str]:
+    return [f"{LABELS[k]} {a.get(k) or '?'} → {b.get(k) or '?'}" for k in keys
             if a.get(k) != b.get(k)]
 
 

@@ -1,0 +1,73 @@
+"""Do several nodes give the same numbers for the same lock?
+
+Per metric and config, two nodes agree when their medians differ by no more than a
+tolerance built from their own repetition spread: 3·√(s_a² + s_b²), where s is the
+standard error of each node's median, with a floor of ``floor`` × the larger median so
+a perfectly steady pair is not held to zero. Disagreements list the identity
+differences between the nodes first — they are usually the explanation.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from itertools import combinations
+
+from sqlalchemy import select
+
+from ..store import Store
+from ..store.models import Run, SweepNode
+from .weekly import IDENTITY, identity_changes
+
+METRICS = ("decode_tok_s", "acceptance_rate", "ttft_ms")
+FACTS = (*(k for k in IDENTITY if k != "node"), "chip", "power_source")
+
+
+def _spread(v: list[float]) -> float:
+    """Standard error of the median (≈ 1.2533·σ/√n), 0 for fewer than two values."""
+    return 1.2533 * statistics.stdev(v) / math.sqrt(len(v)) if len(v) >= 2 else 0.0
+
+
+def compare(per_node: dict[str, dict[tuple, dict]], identities: dict[str, dict],
+            metrics: tuple[str, ...] = METRICS, floor: float = 0.03) -> dict:
+    """``per_node``: node → (workload, mode, k) → {metric: [values]}."""
+    disagreements = []
+    checked = 0
+    for a, b in combinations(sorted(per_node), 2):
+        for cfg in sorted(set(per_node[a]) & set(per_node[b])):
+            for m in metrics:
+                va = [x for x in per_node[a][cfg].get(m) or [] if x is not None]
+                vb = [x for x in per_node[b][cfg].get(m) or [] if x is not None]
+                if not va or not vb:
+                    continue
+                checked += 1
+                ma, mb = statistics.median(va), statistics.median(vb)
+                tol = max(3 * math.hypot(_spread(va), _spread(vb)), floor * max(abs(ma), abs(mb)))
+                if abs(ma - mb) > tol:
+                    disagreements.append({
+                        "metric": m, "config": f"{cfg[0]} {cfg[1]} k={cfg[2]}", "nodes": [a, b],
+                        "values": [ma, mb], "tolerance": tol,
+                        "identity": identity_changes(identities.get(a, {}), identities.get(b, {}),
+                                                     FACTS),
+                        "detail": f"{a} {ma:.4g} vs {b} {mb:.4g} (tolerance ±{tol:.3g})"})
+    disagreements.sort(key=lambda d: (not d["identity"], d["metric"]))
+    return {"reproducible": not disagreements and checked > 0, "checked": checked,
+            "disagreements": disagreements, "nodes": sorted(per_node)}
+
+
+def sweep_values(store: Store, sweep_id: str) -> tuple[dict, dict]:
+    with store.engine.connect() as c:
+        runs = c.execute(select(Run).where(Run.sweep_id == sweep_id)).all()
+        nodes = c.execute(select(SweepNode.node, SweepNode.identity).where(
+            SweepNode.sweep_id == sweep_id)).all()
+    per_node: dict[str, dict] = defaultdict(dict)
+    idents = {}
+    for r in runs:
+        per_node[r.node][(r.workload, r.mode, r.num_draft_tokens)] = (r.summary or {}).get(
+            "values") or {}
+        idents[r.node] = {k: getattr(r, k, None) for k in FACTS}
+    for node, ident in nodes:
+        idents.setdefault(node, {}).update({k: v for k, v in (ident or {}).items()
+                                            if k in FACTS and v is not None})
+    return dict(per_node), idents
