@@ -61,10 +61,20 @@ class RunRow:
     unreliable: bool
 
 
-def load_runs(store: Store, start: datetime, end: datetime) -> list[RunRow]:
-    with store.engine.connect() as c:
+def load_runs(store: Store, start: datetime, end: datetime,
+              values: bool = True) -> list[RunRow]:
+    """Runs of sweeps in [start, end). ``values=False`` skips the per-repetition JSON and
+    keeps each run's medians: enough for trends and per-night comparisons, and far cheaper
+    over weeks of history."""
+    cols = [Run.id, Run.sweep_id, Run.node, Run.chip, Run.model_pair, Run.target_fingerprint,
+            Run.draft_fingerprint, Run.workload, Run.context_bucket, Run.mode,
+            Run.num_draft_tokens, Run.summary if values else Run.decode_tok_s_median,
+            Run.acceptance_median, Run.unreliable,
+            *(getattr(Run, k) for k in IDENTITY if k not in ("node", "target_fingerprint",
+                                                             "draft_fingerprint"))]
+    with store.engine.connect() as c:  # only the columns the review reads (not config)
         rows = c.execute(
-            select(Run, Sweep.created_at, Sweep.trigger).join(Sweep, Sweep.id == Run.sweep_id)
+            select(*cols, Sweep.created_at, Sweep.trigger).join(Sweep, Sweep.id == Run.sweep_id)
             .where(Sweep.created_at >= start, Sweep.created_at < end)).all()
     out = []
     for r in rows:
@@ -74,8 +84,10 @@ def load_runs(store: Store, start: datetime, end: datetime) -> list[RunRow]:
                                f"{(r.draft_fingerprint or '?')[7:19]}"
         series = (r.chip or r.node, pair, r.workload, r.context_bucket or "short")
         ident = {k: getattr(r, k) for k in IDENTITY}
+        summary = (r.summary or {}) if values else {"values": {
+            "decode_tok_s": [r.decode_tok_s_median], "acceptance_rate": [r.acceptance_median]}}
         out.append(RunRow(r.id, r.sweep_id, created, r.node, series, r.mode,
-                          r.num_draft_tokens, r.summary or {}, ident, r.trigger, r.unreliable))
+                          r.num_draft_tokens, summary, ident, r.trigger, r.unreliable))
     return out
 
 
@@ -242,8 +254,16 @@ def quality_rates(store: Store, sweep_ids: list[str]) -> dict:
     return {(s, n, p["num_draft_tokens"]): p["pass_rate"] for s, n, p in rows}
 
 
-def regression(now: list[RunRow], then: list[RunRow], metric: str = "decode_tok_s") -> dict:
-    a, b = _vals(then, metric), _vals(now, metric)
+def _per_run(runs: list[RunRow], metric: str) -> list[float]:
+    return [m for r in runs if (m := _med([v for v in (r.summary.get("values") or {}).get(
+        metric) or [] if v is not None])) is not None]
+
+
+def regression(now: list[RunRow], then: list[RunRow], metric: str = "decode_tok_s",
+               per_night: bool = False) -> dict:
+    """``per_night``: compare each run's median (one value a night) instead of repetitions."""
+    pick = _per_run if per_night else _vals
+    a, b = pick(then, metric), pick(now, metric)
     if not a or not b:
         return {"verdict": "no data", "ratio": None, "p": None, "n": [len(a), len(b)]}
     ratio = _med(b) / _med(a) if _med(a) else None
@@ -265,7 +285,9 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             now: datetime | None = None) -> dict:
     gates = {**DEFAULT_GATES, **(gates or {})}
     start, end, label = iso_week_bounds(week, now)
-    history = load_runs(store, start - timedelta(days=28), end)
+    # repetitions for this week and last; per-night medians for the three weeks before
+    history = load_runs(store, start - timedelta(days=28), start - timedelta(days=7),
+                        values=False) + load_runs(store, start - timedelta(days=7), end)
     this_week = [r for r in history if r.at >= start]
     sweep_ids = sorted({r.sweep_id for r in this_week})
     quality = quality_rates(store, sweep_ids)
@@ -345,9 +367,9 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                 earlier = [r for r in runs if r.mode == mode and r.k == k and r.at < start
                            and not r.unreliable]
                 recent = [r for r in earlier if r.at >= start - timedelta(days=7)]
-                for period, then in (("week over week", recent),
-                                     ("vs last 4 weeks", earlier)):
-                    reg = regression(configs[(mode, k)], then)
+                for period, then, nightly in (("week over week", recent, False),
+                                              ("vs last 4 weeks", earlier, True)):
+                    reg = regression(configs[(mode, k)], then, per_night=nightly)
                     if reg["verdict"] in ("regression", "improvement", "unconfirmed"):
                         prev = max(then, key=lambda r: r.at).identity if then else {}
                         reg.update(config=f"{mode} k={k}", period=period,
