@@ -115,3 +115,16 @@ def test_review_states_the_verdict(reviewed_store):
             assert section["verdict"].startswith("Speculation is a net loss here")
         else:
             assert section["verdict"].startswith(f"Best: draft width {best.num_draft_tokens}")
+
+
+def test_sweep_detail_page_escapes_model_output(reviewed_store):
+    url, d, sweep_id = reviewed_store
+    out = d / "sweep.html"
+    r = CliRunner().invoke(main, ["review", "--sweep", sweep_id, "--db", url, "--out",
+                                  str(out)])
+    assert r.exit_code == 0, r.output
+    parser = Tables()
+    dom = dump_dom(out)
+    parser.feed(dom)
+    assert parser.scripts == 0 and parser.imgs == 0
+    assert "&lt;script&gt;document.title" in out.read_text()  # shown as text, not run

@@ -174,3 +174,24 @@ def test_mann_whitney_matches_scipy():
                                        method="exact" if ours["method"] == "exact"
                                        else "asymptotic")
         assert ours["p"] == pytest.approx(ref.pvalue, rel=1e-6, abs=1e-9)
+
+
+def test_acceptance_under_floor_for_two_windows_fails_the_run(tmp_path):
+    from orchestrator.analysis.weekly import failed_window_configs
+    from orchestrator.store.models import Event
+    from tests.history import new_sweep
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    sid = new_sweep(store, W20)
+    t0 = 1_800_000_000.0 - 1_800_000_000.0 % 300  # start of a five-minute window
+
+    def gen(seq, ts, acc, k):
+        return {"sweep_id": sid, "node": "n", "seq": seq, "type": "generation", "ts": ts,
+                "payload": {"mode": "speculative", "acceptance_rate": acc,
+                            "workload": "code", "num_draft_tokens": k}}
+    rows = [gen(1, t0 + 10, 0.30, 4), gen(2, t0 + 310, 0.35, 4),   # two low windows: failed
+            gen(3, t0 + 10, 0.30, 2), gen(4, t0 + 310, 0.60, 2),   # one low window: not
+            gen(5, t0 + 910, 0.30, 2)]                             # low again, not adjacent
+    with store.engine.begin() as c:
+        c.execute(Event.__table__.insert(), rows)
+    assert failed_window_configs(store, [sid], 0.40, 300) == {(sid, "n", "code", 4)}
