@@ -1,0 +1,195 @@
+"""The ``http`` engine: measure a runtime through its OpenAI-compatible API.
+
+Standard library only. Streams ``/v1/completions`` or ``/v1/chat/completions`` over SSE,
+timing each chunk's arrival; sends the same request without streaming and compares the
+two texts at temperature 0 (streaming parity: a runtime whose streaming path drops or
+reorders content is flagged with the first differing offset). Acceptance is read where
+the runtime reports it (llama-server's ``timings.draft_n`` / ``draft_n_accepted``) and is
+otherwise recorded as not reported, never invented.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+
+from .stats import decode_rates, percentile
+
+
+class HTTPEngineError(Exception):
+    """A request failed: endpoint down, HTTP error, broken stream."""
+
+
+@dataclass
+class Stream:
+    chunks: list[tuple[float, str]] = field(default_factory=list)  # (seconds, text)
+    usage: dict | None = None
+    timings: dict | None = None
+    finish_reason: str | None = None
+    done: bool = False  # saw [DONE]
+    comments: int = 0
+
+
+def _connect(base_url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    u = urllib.parse.urlsplit(base_url)
+    cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    return cls(u.hostname, u.port or (443 if u.scheme == "https" else 80),
+               timeout=timeout), u.path.rstrip("/")
+
+
+def _post(base_url: str, path: str, body: dict, timeout: float):
+    conn, prefix = _connect(base_url, timeout)
+    try:
+        conn.request("POST", prefix + path, json.dumps(body),
+                     {"Content-Type": "application/json", "Accept": "text/event-stream"})
+        resp = conn.getresponse()
+    except OSError as e:
+        conn.close()
+        raise HTTPEngineError(f"{base_url}: cannot connect ({e})") from None
+    if resp.status >= 400:
+        text = resp.read().decode(errors="replace")
+        conn.close()
+        try:
+            msg = json.loads(text).get("error", text)
+            msg = msg.get("message", msg) if isinstance(msg, dict) else msg
+        except ValueError:
+            msg = text
+        raise HTTPEngineError(f"{base_url}{path}: HTTP {resp.status}: {str(msg)[:300]}")
+    return conn, resp
+
+
+def _text_of(choice: dict, chat: bool, stream: bool) -> str:
+    if chat:
+        part = choice.get("delta" if stream else "message") or {}
+        return part.get("content") or ""
+    return choice.get("text") or ""
+
+
+def parse_sse(lines, chat: bool, clock=time.perf_counter, t0: float | None = None) -> Stream:
+    """Parse an SSE byte-line iterator into timed text chunks (keep-alive comments, multi-
+    line data, usage in the last chunk, ``[DONE]``). Raises on JSON it cannot read."""
+    t0 = clock() if t0 is None else t0
+    s = Stream()
+    data: list[str] = []
+
+    def flush():
+        if not data:
+            return
+        payload = "\n".join(data)
+        data.clear()
+        if payload.strip() == "[DONE]":
+            s.done = True
+            return
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            raise HTTPEngineError(f"invalid JSON in a stream chunk: {payload[:120]!r}") from None
+        if "error" in obj:
+            err = obj["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            raise HTTPEngineError(f"error mid-stream: {msg}")
+        for ch in obj.get("choices") or []:
+            text = _text_of(ch, chat, True)
+            if text:
+                s.chunks.append((clock() - t0, text))
+            s.finish_reason = ch.get("finish_reason") or s.finish_reason
+        s.usage = obj.get("usage") or s.usage
+        s.timings = obj.get("timings") or s.timings
+
+    for raw in lines:
+        line = raw.decode("utf-8", "replace").rstrip("\r\n") if isinstance(raw, bytes) else \
+            raw.rstrip("\r\n")
+        if line == "":
+            flush()
+        elif line.startswith(":"):
+            s.comments += 1
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip(" ") if line[5:6] == " " else line[5:])
+    flush()
+    return s
+
+
+def stream(base_url: str, api: str, body: dict, timeout: float = 120.0) -> tuple[Stream, float]:
+    chat = api == "chat"
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    t0 = time.perf_counter()
+    conn, resp = _post(base_url, path, {**body, "stream": True}, timeout)
+    try:
+        s = parse_sse(resp, chat, t0=t0)
+    except (OSError, http.client.HTTPException) as e:
+        raise HTTPEngineError(f"{base_url}{path}: stream broke ({e})") from None
+    finally:
+        conn.close()
+    if not s.done:
+        raise HTTPEngineError(f"{base_url}{path}: the stream ended without [DONE] after "
+                              f"{len(s.chunks)} chunks")
+    return s, t0
+
+
+def complete(base_url: str, api: str, body: dict, timeout: float = 120.0) -> dict:
+    chat = api == "chat"
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    conn, resp = _post(base_url, path, {**body, "stream": False}, timeout)
+    try:
+        obj = json.loads(resp.read())
+    except ValueError:
+        raise HTTPEngineError(f"{base_url}{path}: the response is not JSON") from None
+    finally:
+        conn.close()
+    choice = (obj.get("choices") or [{}])[0]
+    return {"text": _text_of(choice, chat, False), "usage": obj.get("usage"),
+            "timings": obj.get("timings"), "finish_reason": choice.get("finish_reason")}
+
+
+def parity(streamed: str, whole: str) -> dict:
+    if streamed == whole:
+        return {"parity": "ok", "first_difference": None}
+    first = next((i for i, (a, b) in enumerate(zip(streamed, whole)) if a != b),
+                 min(len(streamed), len(whole)))
+    return {"parity": "mismatch", "first_difference": first, "streamed_chars": len(streamed),
+            "nonstreamed_chars": len(whole)}
+
+
+def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
+    """TTFT, decode slope and ITL from chunk arrival times. A chunk may hold several
+    tokens: token positions come from the tokenizer when given, else from the usage count
+    spread over characters."""
+    texts = [t for _, t in s.chunks]
+    times = [t for t, _ in s.chunks]
+    total = (s.usage or {}).get("completion_tokens")
+    if count_tokens is not None:
+        cum, acc = [], ""
+        for t in texts:
+            acc += t
+            cum.append(len(count_tokens(acc)))
+    elif total:
+        chars = sum(len(t) for t in texts) or 1
+        run, cum = 0, []
+        for t in texts:
+            run += len(t)
+            cum.append(max(1, round(total * run / chars)))
+    else:
+        cum = list(range(1, len(texts) + 1))
+    token_times: list[float] = []
+    prev = 0
+    for t, c in zip(times, cum):
+        token_times += [t] * max(c - prev, 0)
+        prev = max(prev, c)
+    rate, mean, skipped = decode_rates(token_times, decode_skip)
+    itl = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
+    timings = s.timings or {}
+    drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+    return {"ttft_ms": round(times[0] * 1e3, 3) if times else None,
+            "decode_tok_s": round(rate, 2) if rate else None,
+            "decode_tok_s_mean": round(mean, 2) if mean else None,
+            "chunk_itl_p50_ms": percentile(itl, 50), "chunk_itl_p95_ms": percentile(itl, 95),
+            "chunk_itl_p99_ms": percentile(itl, 99), "chunks": len(texts),
+            "generated_tokens": prev or total, "usage_tokens": total,
+            "drafted_tokens": drafted, "accepted_tokens": accepted,
+            "acceptance_rate": (accepted / drafted) if drafted else None,
+            "acceptance": "reported" if drafted is not None else "not reported",
+            "keepalive_comments": s.comments, "finish_reason": s.finish_reason,
+            "chunk_times_us": [round(t * 1e6) for t in times]}
