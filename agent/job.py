@@ -19,7 +19,8 @@ SAMPLING_DEFAULTS = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
 BUCKETS = ("short", "medium", "long")
 JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline", "base", "knobs",
             "repetitions", "warmup_tokens", "decode_skip_tokens", "seed", "telemetry_interval_s",
-            "cv_threshold", "memory_bandwidth_gbs", "soak", "quality_tasks", "sweep_id"}
+            "cv_threshold", "memory_bandwidth_gbs", "soak", "quality_tasks", "sweep_id",
+            "engine"}
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
                  "max_tokens", "description"}
 SOAK_KEYS = {"duration_s", "num_draft_tokens", "max_tokens", "workload", "rss_growth_limit",
@@ -62,6 +63,7 @@ class Job:
     memory_bandwidth_gbs: float | None = None
     soak: dict = field(default_factory=dict)
     quality_tasks: tuple = ()
+    engine: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -196,4 +198,21 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
         pins=raw.get("pins", {}), telemetry_interval_s=float(raw.get("telemetry_interval_s", 0.5)),
         cv_threshold=float(raw.get("cv_threshold", 0.10)),
         memory_bandwidth_gbs=raw.get("memory_bandwidth_gbs"), soak=soak,
-        quality_tasks=tuple(raw.get("quality_tasks", ())), raw=raw)
+        quality_tasks=tuple(raw.get("quality_tasks", ())), engine=_engine(raw, path), raw=raw)
+
+
+def _engine(raw: dict, path: Path) -> dict:
+    eng = raw.get("engine") or {}
+    if not eng:
+        return {}
+    if eng.get("type") != "http":
+        raise _fail(path, f"engine.type: {eng.get('type')!r} is not 'http' (or leave engine out "
+                          "for in-process mlx-lm)")
+    if eng.get("api", "completions") not in ("completions", "chat"):
+        raise _fail(path, "engine.api: completions or chat")
+    variants = eng.get("variants")
+    if not isinstance(variants, list) or not variants or not all(
+            isinstance(v, dict) and v.get("name") and v.get("base_url") for v in variants):
+        raise _fail(path, "engine.variants: a list of {name, base_url, command?, speculative?, "
+                          "fields?}")
+    return eng

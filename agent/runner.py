@@ -151,6 +151,10 @@ def run_job(job: Job, journal: Journal, *, cache_file: Path, resume: bool = Fals
                  pid=os.getpid(), platform=sys.platform, machine=platform.machine(),
                  python=platform.python_version(), seed=job.seed, mode=job.mode, resume=resume)
     journal.emit("environment_checked", **check_environment(job, cache_file))
+    if job.engine:  # a runtime behind an HTTP API serves the pair; nothing to load here
+        from .httpsweep import run_http_job
+
+        return run_http_job(job, journal)
     t = time.perf_counter()
     target, draft, tokenizer = load_pair(job)
     load_s = time.perf_counter() - t
@@ -243,12 +247,13 @@ def _summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
             s["distribution"] = distribution_test([b["token_ids"] for b in base],
                                                   [g["token_ids"] for g in gs], seed=job.seed)
         journal.emit("config_summary", workload=workload, context_bucket=gs[0]["context_bucket"],
-                     mode=mode, knob=None if mode == "baseline" else gs[0]["knob"],
+                     engine=gs[0].get("runtime") or "mlx-lm", mode=mode,
+                     knob=None if mode == "baseline" else gs[0]["knob"],
                      knob_value=None if mode == "baseline" else gs[0]["knob_value"],
                      num_draft_tokens=gs[0]["num_draft_tokens"], config=cfg, **s)
     by_bucket: dict[tuple, list[dict]] = {}
     for g in gens:
-        if g["mode"] == "speculative":
+        if g["mode"] == "speculative" and g.get("acceptance_by_position"):
             by_bucket.setdefault((g["context_bucket"], g["num_draft_tokens"]), []).append(g)
     rows = []
     for (bucket, k), gs in sorted(by_bucket.items()):

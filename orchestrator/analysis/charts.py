@@ -23,7 +23,8 @@ def _svg(fig) -> str:
 
 def label(s: dict) -> str:
     x = s["series"]
-    return f"{x['chip']} · {x['model_pair']} · {x['workload']} · {x['context_bucket']}"
+    return (f"{x['chip']} · {x['model_pair']} · {x['workload']} · {x['context_bucket']}"
+            + (f" · {x['engine']}" if x.get("engine", "mlx-lm") != "mlx-lm" else ""))
 
 
 def acceptance_over_time(sections: list[dict]) -> str | None:

@@ -68,7 +68,7 @@ def load_runs(store: Store, start: datetime, end: datetime,
     over weeks of history."""
     cols = [Run.id, Run.sweep_id, Run.node, Run.chip, Run.model_pair, Run.target_fingerprint,
             Run.draft_fingerprint, Run.workload, Run.context_bucket, Run.mode,
-            Run.num_draft_tokens, Run.summary if values else Run.decode_tok_s_median,
+            Run.num_draft_tokens, Run.engine, Run.summary if values else Run.decode_tok_s_median,
             Run.acceptance_median, Run.unreliable,
             *(getattr(Run, k) for k in IDENTITY if k not in ("node", "target_fingerprint",
                                                              "draft_fingerprint"))]
@@ -82,7 +82,9 @@ def load_runs(store: Store, start: datetime, end: datetime,
             tzinfo=timezone.utc)
         pair = r.model_pair or f"{(r.target_fingerprint or '?')[7:19]}/" \
                                f"{(r.draft_fingerprint or '?')[7:19]}"
-        series = (r.chip or r.node, pair, r.workload, r.context_bucket or "short")
+        # a runtime is part of the series: MLX and llama.cpp side by side, never pooled
+        series = (r.chip or r.node, pair, r.workload, r.context_bucket or "short",
+                  r.engine or "mlx-lm")
         ident = {k: getattr(r, k) for k in IDENTITY}
         summary = (r.summary or {}) if values else {"values": {
             "decode_tok_s": [r.decode_tok_s_median], "acceptance_rate": [r.acceptance_median]}}
@@ -305,7 +307,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
         cur = [r for r in current if identity_key(r.identity) == identity_key(ident)]
         mixed = len({identity_key(r.identity) for r in current}) > 1
         section = {"series": {"chip": key[0], "model_pair": key[1], "workload": key[2],
-                              "context_bucket": key[3]},
+                              "context_bucket": key[3], "engine": key[4]},
                    "identity": ident, "stale": stale, "mixed_identities": mixed,
                    "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
                    "regressions": []}

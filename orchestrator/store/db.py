@@ -357,7 +357,7 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "draft_fingerprint": identity.get("draft_fingerprint"),
         "prompt_sha256": e.get("prompt_sha256"), "os_build": identity.get("os_build"),
         "chip": identity.get("chip"), "power_source": identity.get("power_source"),
-        "model_pair": identity.get("model_pair")}
+        "model_pair": identity.get("model_pair"), "engine": e.get("engine") or "mlx-lm"}
 
 
 def open_store(url: str | None = None, migrate: bool = True) -> Store:

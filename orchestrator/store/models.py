@@ -94,8 +94,9 @@ class Measurement(Base):
     decode_tok_s: Mapped[float | None] = mapped_column(Float)
     itl_p50_ms: Mapped[float | None] = mapped_column(Float)
     itl_p95_ms: Mapped[float | None] = mapped_column(Float)
-    drafted_tokens: Mapped[int] = mapped_column(Integer)
-    accepted_tokens: Mapped[int] = mapped_column(Integer)
+    # nullable since 0007: a runtime behind an HTTP API may not report drafting at all
+    drafted_tokens: Mapped[int | None] = mapped_column(Integer)
+    accepted_tokens: Mapped[int | None] = mapped_column(Integer)
     acceptance_rate: Mapped[float | None] = mapped_column(Float)
     peak_mlx_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
     exact_match: Mapped[bool | None] = mapped_column(Boolean)
@@ -241,6 +242,8 @@ class Run(Base):
     # added in 0006: the pair by name (plan's models.source/revision, else folder names),
     # so a draft swap stays in its series and shows up as an identity change
     model_pair: Mapped[str | None] = mapped_column(String(255))
+    # added in 0007: what generated the tokens (mlx-lm in process, or a runtime by name)
+    engine: Mapped[str | None] = mapped_column(String(64))
 
 
 class TelemetrySample(Base):

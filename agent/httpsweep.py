@@ -1,0 +1,143 @@
+"""A sweep through a runtime's HTTP API instead of in-process mlx-lm.
+
+Variants are server configurations (baseline without drafting first, then speculative
+ones); the agent can start each from a command line, wait until ``/v1/models`` answers,
+measure, and stop it. Every request is sent streamed (measured) and not streamed (for
+parity); greedy output of a speculative variant must equal the baseline variant's.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+
+from . import httpengine as h
+from .job import Job
+from .journal import Journal
+
+
+class Runtime:
+    """A server process the agent owns for the length of one variant."""
+
+    def __init__(self, variant: dict, ready_timeout_s: float):
+        self.variant, self.timeout = variant, ready_timeout_s
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self):
+        cmd = self.variant.get("command")
+        if cmd:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE)
+        deadline = time.monotonic() + self.timeout
+        url = self.variant["base_url"].rstrip("/") + "/v1/models"
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=2).read()
+                return self
+            except OSError as e:
+                if self.proc and self.proc.poll() is not None:
+                    err = (self.proc.stderr.read() or b"").decode(errors="replace")[-300:]
+                    raise h.HTTPEngineError(f"runtime {self.variant['name']} exited "
+                                            f"{self.proc.returncode}: {err}") from None
+                if time.monotonic() > deadline:
+                    self.__exit__()
+                    raise h.HTTPEngineError(f"runtime {self.variant['name']} not ready at "
+                                            f"{url} after {self.timeout:g}s ({e})") from None
+                time.sleep(0.2)
+
+    def __exit__(self, *exc):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def _body(api: str, prompt: str, max_tokens: int, cfg: dict, fields: dict) -> dict:
+    body = {"max_tokens": max_tokens, "temperature": cfg["temperature"],
+            **({"top_k": cfg["top_k"]} if cfg.get("top_k") else {}),
+            **({"top_p": cfg["top_p"]} if cfg.get("top_p", 1.0) < 1.0 else {}), **fields}
+    if api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+        body["stream_options"] = {"include_usage": True}
+    else:
+        body["prompt"] = prompt
+    return body
+
+
+def run_http_job(job: Job, journal: Journal) -> int:
+    from .runner import _exactness, _summaries
+
+    eng = job.engine
+    api, runtime = eng.get("api", "completions"), eng.get("runtime", "http")
+    count = None
+    if eng.get("tokenizer"):
+        from mlx_lm import load
+
+        count = load(eng["tokenizer"])[1].encode
+    knob_values = [(k, v) for k, vals in job.knobs.items() if k != "num_draft_tokens"
+                   for v in vals] or [(None, None)]
+    gens, refs, outputs = [], {}, {}
+    i = 0
+    for variant in eng["variants"]:
+        mode = "speculative" if variant.get("speculative") else "baseline"
+        try:
+            rt = Runtime(variant, float(eng.get("ready_timeout_s", 60))).__enter__()
+        except h.HTTPEngineError as e:
+            journal.emit("generation_failed", variant=variant["name"], error=str(e))
+            continue
+        try:
+            journal.emit("runtime_ready", runtime=runtime, variant=variant["name"],
+                         base_url=variant["base_url"])
+            for w in job.workloads:
+                for rep in range(job.repetitions):
+                    for knob, value in knob_values:
+                        cfg = {**job.base, **({knob: value} if knob else {})}
+                        body = _body(api, w.prompt, w.max_tokens, cfg, variant.get("fields", {}))
+                        desc = {"run_index": i, "workload": w.name, "workload_kind": w.kind,
+                                "context_bucket": w.context_bucket,
+                                "prompt_sha256": w.prompt_sha256, "mode": mode,
+                                "engine": "http", "runtime": runtime,
+                                "variant": variant["name"], "knob": knob or "variant",
+                                "knob_value": value if knob else variant["name"],
+                                "num_draft_tokens": int(variant.get("num_draft_tokens", 0)),
+                                "config": {**cfg, "variant": variant["name"]},
+                                "repetition": rep, "max_tokens": w.max_tokens, "seed": job.seed}
+                        i += 1
+                        try:
+                            s, _ = h.stream(variant["base_url"], api, body)
+                            whole = h.complete(variant["base_url"], api, body)
+                        except h.HTTPEngineError as e:
+                            journal.emit("generation_failed", **desc, error=str(e))
+                            continue
+                        text = "".join(t for _, t in s.chunks)
+                        m = h.measure(s, count, job.decode_skip_tokens)
+                        par = h.parity(text, whole["text"])
+                        ids = count(whole["text"]) if count else []
+                        key = (w.name, cfg["temperature"], cfg.get("top_k"), cfg.get("top_p"))
+                        exact = _exactness(ids or list(whole["text"]), refs.get(key), cfg)
+                        if mode == "baseline":
+                            refs.setdefault(key, ids or list(whole["text"]))
+                        outputs.setdefault((variant["name"], w.name, knob), {}).setdefault(
+                            value, []).append(whole["text"])
+                        gens.append(journal.emit(
+                            "generation", **desc, **exact, **par, **m, output_text=whole["text"],
+                            token_ids=ids, itl_p50_ms=m["chunk_itl_p50_ms"],
+                            itl_p95_ms=m["chunk_itl_p95_ms"], itl_p99_ms=m["chunk_itl_p99_ms"],
+                            acceptance_by_position=[], unreliable=False, unreliable_reasons=[],
+                            peak_mlx_memory_bytes=None))
+        finally:
+            rt.__exit__()
+    for (variant, workload, knob), by_value in outputs.items():
+        if knob and len(by_value) > 1:
+            distinct = {t for texts in by_value.values() for t in texts}
+            if len(distinct) == 1:  # e.g. temperature ignored: every setting, same text
+                journal.emit("knob_effect", variant=variant, workload=workload, knob=knob,
+                             values=sorted(by_value, key=str), effect=False,
+                             message=f"knob had no effect: {knob} in {sorted(by_value, key=str)}"
+                                     " gave identical output")
+    _summaries(job, journal, gens)
+    journal.emit("job_finished", status="ok", generations=len(gens), engine="http")
+    return 0

@@ -1,0 +1,128 @@
+"""A whole job through the http engine: the agent starts mlx_lm.server variants itself,
+measures streamed and non-streamed, checks parity and exactness, and notices a runtime
+that ignores a knob."""
+
+import http.server
+import json
+import sys
+import threading
+
+from orchestrator.jobspec import build_job
+from tests.test_agent import run_agent
+from tests.test_http_engine import free_port
+
+
+def events(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_agent_runs_mlx_lm_server_variants(model_pair, tmp_path):
+    job = build_job(model_pair, ["code"], max_tokens=32)
+    p1, p2 = free_port(), free_port()
+    server = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_pair / "target")]
+    job["engine"] = {"type": "http", "api": "completions", "runtime": "mlx_lm.server",
+                     "tokenizer": str(model_pair / "target"), "ready_timeout_s": 60,
+                     "variants": [
+                         {"name": "plain", "base_url": f"http://127.0.0.1:{p1}",
+                          "command": [*server, "--port", str(p1)]},
+                         {"name": "draft-3", "speculative": True, "num_draft_tokens": 3,
+                          "base_url": f"http://127.0.0.1:{p2}",
+                          "command": [*server, "--port", str(p2), "--draft-model",
+                                      str(model_pair / "draft"), "--num-draft-tokens", "3"]}]}
+    job["knobs"] = {"temperature": [0.0]}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    ev = events(tmp_path / "j.jsonl")
+    assert [e["variant"] for e in ev if e["type"] == "runtime_ready"] == ["plain", "draft-3"]
+    gens = [e for e in ev if e["type"] == "generation"]
+    assert [(g["mode"], g["variant"]) for g in gens] == [("baseline", "plain"),
+                                                         ("speculative", "draft-3")]
+    plain, spec = gens
+    for g in gens:
+        assert g["ttft_ms"] > 0 and g["decode_tok_s"] > 0 and g["chunks"] > 0
+        assert g["acceptance"] == "not reported" and g["acceptance_rate"] is None
+    # the plain server agrees with in-process greedy mlx-lm, streamed and not
+    from mlx_lm import generate, load
+
+    model, tok = load(str(model_pair / "target"))
+    expected = generate(model, tok, job["workloads"][0]["prompt"], max_tokens=32)
+    assert plain["parity"] == "ok" and plain["output_text"] == expected
+    # the speculative server is judged against it. (mlx_lm.server 0.32.2 with a draft
+    # model answers a repeated prompt differently once its prompt cache is reused; the
+    # engine must report that, not hide it.)
+    assert spec["exact_match"] is (spec["output_text"] == plain["output_text"])
+    if spec["parity"] == "mismatch":
+        assert spec["first_difference"] is not None
+    else:
+        assert spec["first_difference"] is None
+    assert {e["engine"] for e in ev if e["type"] == "config_summary"} == {"mlx_lm.server"}
+    assert ev[-1]["type"] == "job_finished"
+    # the store takes these events like any other: runs carry the runtime's name
+    from orchestrator.store import open_store
+    from orchestrator.store.models import Measurement, Run
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store.create_sweep("http", {"models": {"target": {}, "draft": {}}}, None)
+    assert store.ingest("http", "local", ev) == len(ev)
+    with store.engine.connect() as c:
+        assert c.execute(Run.__table__.select().with_only_columns(Run.engine)).scalars() \
+            .all() == ["mlx_lm.server", "mlx_lm.server"]
+        assert c.execute(Measurement.__table__.select().with_only_columns(
+            Measurement.drafted_tokens)).scalars().all() == [None, None]
+
+
+class Stubborn(http.server.BaseHTTPRequestHandler):
+    """A runtime that ignores temperature: always the same text."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        text = "always the same answer"
+        self.send_response(200)
+        self.end_headers()
+        if body.get("stream"):
+            for part in ("always ", "the same ", "answer"):
+                self.wfile.write(b"data: " + json.dumps({"choices": [{"text": part}]}).encode()
+                                 + b"\n\n")
+            self.wfile.write(b"data: [DONE]\n\n")
+        else:
+            self.wfile.write(json.dumps({"choices": [{"text": text,
+                                                      "finish_reason": "length"}]}).encode())
+
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"data": []}')
+
+    def log_message(self, *a):
+        pass
+
+
+def test_a_knob_the_runtime_ignores_is_reported(model_pair, tmp_path):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stubborn)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        job = build_job(model_pair, ["code"], max_tokens=8)
+        job["engine"] = {"type": "http", "runtime": "stubborn", "variants": [
+            {"name": "only", "base_url": f"http://127.0.0.1:{srv.server_address[1]}"}]}
+        job["knobs"] = {"temperature": [0.0, 0.9]}
+        (tmp_path / "job.json").write_text(json.dumps(job))
+        proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+    finally:
+        srv.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    (effect,) = [e for e in events(tmp_path / "j.jsonl") if e["type"] == "knob_effect"]
+    assert effect["effect"] is False and effect["knob"] == "temperature"
+    assert effect["message"] == "knob had no effect: temperature in [0.0, 0.9] gave identical " \
+        "output"
+
+
+def test_endpoint_down_fails_that_variant_and_the_job_goes_on(model_pair, tmp_path):
+    job = build_job(model_pair, ["code"], max_tokens=8)
+    job["engine"] = {"type": "http", "ready_timeout_s": 1, "variants": [
+        {"name": "gone", "base_url": f"http://127.0.0.1:{free_port()}"}]}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+    assert proc.returncode == 0
+    (failed,) = [e for e in events(tmp_path / "j.jsonl") if e["type"] == "generation_failed"]
+    assert failed["variant"] == "gone" and "not ready at" in failed["error"]
