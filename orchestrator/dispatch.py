@@ -70,6 +70,12 @@ def model_pair_name(doc: dict) -> str:
         for r in ("target", "draft"))
 
 
+def _substitute(text: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        text = text.replace(key, json.dumps(value)[1:-1])
+    return text
+
+
 def controller_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
@@ -163,6 +169,10 @@ class NodeRun:
         node_job["models"] = {r: {"path": models[r]["path"],
                                   "fingerprint": doc["models"][r]["fingerprint"]}
                               for r in ("target", "draft")}
+        if node_job.get("engine"):  # runtime command lines name the node's copies of the pair
+            paths = {"{target}": models["target"]["path"], "{draft}": models["draft"]["path"],
+                     "{python}": python}
+            node_job["engine"] = json.loads(_substitute(json.dumps(node_job["engine"]), paths))
         if h.vars.get("specfleet_memory_bandwidth_gbs"):  # per-node roofline override
             node_job["memory_bandwidth_gbs"] = float(h.vars["specfleet_memory_bandwidth_gbs"])
         jobs = f"{root}/jobs"

@@ -34,6 +34,7 @@ SPEC = {
     "gates": {"acceptance_floor": float, "min_speedup": float, "itl_p95_ceiling_ms": float,
               "swap_ceiling_bytes": int, "ttft_regression_limit": float},
     "nodes": {"limit": str, "labels": [str]},
+    "engine": dict,  # a runtime behind an OpenAI-compatible API (see README); checked by the agent
 }
 REQUIRED = {"environment": ("python", "packages"), "models": ("target", "draft")}
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true/false",
@@ -210,6 +211,8 @@ def build_lock(plan: Plan, log=print) -> dict:
                     for p in plan.packages}}
     if w.get("quality"):
         job["quality_tasks"] = load_quality_tasks()
+    if plan.section("engine"):
+        job["engine"] = plan.section("engine")
     doc = {"lock_schema": LOCK_SCHEMA, "name": plan.name, "plan_path": str(plan.path.resolve()),
            "plan_sha256": plan.sha256, "plan": plan.raw,
            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

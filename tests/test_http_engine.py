@@ -230,3 +230,13 @@ def test_faulty_streaming_paths_are_flagged(servers, fault, mangle):
     p = h.parity("".join(t for _, t in s.chunks), whole["text"])
     assert p["parity"] == "mismatch", fault
     assert 0 <= p["first_difference"] < len(whole["text"])
+
+
+def test_reported_drafting_is_used_and_absence_is_not_invented():
+    s = h.Stream(chunks=[(0.01, "a"), (0.02, "b")], timings={"draft_n": 10,
+                                                             "draft_n_accepted": 7})
+    m = h.measure(s)
+    assert m["acceptance"] == "reported" and m["acceptance_rate"] == 0.7
+    assert m["drafted_tokens"] == 10 and m["accepted_tokens"] == 7
+    none = h.measure(h.Stream(chunks=[(0.01, "a")]))
+    assert none["acceptance"] == "not reported" and none["drafted_tokens"] is None

@@ -126,3 +126,32 @@ def test_endpoint_down_fails_that_variant_and_the_job_goes_on(model_pair, tmp_pa
     assert proc.returncode == 0
     (failed,) = [e for e in events(tmp_path / "j.jsonl") if e["type"] == "generation_failed"]
     assert failed["variant"] == "gone" and "not ready at" in failed["error"]
+
+
+def test_plan_engine_reaches_the_node_with_its_model_paths(fleet, model_pair, tmp_path):
+    """A plan's engine section goes through the lock to the node; {target}/{python} in a
+    runtime command become the node's own paths, and the agent runs the runtime there."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+    from tests.locks import make_lock
+
+    port = free_port()
+    extra = "\n".join([
+        "engine:", "  type: http", "  runtime: mlx_lm.server", "  ready_timeout_s: 90",
+        "  variants:", "    - name: plain", f"      base_url: http://127.0.0.1:{port}",
+        f"      command: ['{{python}}', -m, mlx_lm, server, --model, '{{target}}', --port,"
+        f" '{port}']"])
+    lock = make_lock(tmp_path, model_pair, max_tokens=16, extra=extra)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    r = CliRunner().invoke(main, [
+        "sweep", str(lock), "-i", str(inv), "--limit", "node1", "--known-hosts",
+        str(fleet.known_hosts), "--db", f"sqlite:///{tmp_path / 's.db'}", "--no-provision",
+        "--failed-hosts-file", str(tmp_path / "retry"), "--json"])
+    assert r.exit_code == 0, r.output
+    from tests.controller import journal, json_from_log
+
+    ev = journal(fleet.nodes[0], json_from_log(r.stdout)["sweep_id"])
+    gens = [e for e in ev if e["type"] == "generation"]
+    assert gens and all(g["engine"] == "http" and g["parity"] == "ok" for g in gens)
