@@ -155,3 +155,41 @@ def test_plan_engine_reaches_the_node_with_its_model_paths(fleet, model_pair, tm
     ev = journal(fleet.nodes[0], json_from_log(r.stdout)["sweep_id"])
     gens = [e for e in ev if e["type"] == "generation"]
     assert gens and all(g["engine"] == "http" and g["parity"] == "ok" for g in gens)
+
+
+def _fixed_server(text: str):
+    class Fixed(Stubborn):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.end_headers()
+            if body.get("stream"):
+                self.wfile.write(b"data: " + json.dumps({"choices": [{"text": text}]}).encode()
+                                 + b"\n\ndata: [DONE]\n\n")
+            else:
+                self.wfile.write(json.dumps({"choices": [{"text": text}]}).encode())
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fixed)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}"
+
+
+def test_a_runtime_inexact_under_speculation_is_flagged(model_pair, tmp_path):
+    a, a_url = _fixed_server("    return heap[0]")
+    b, b_url = _fixed_server("    return heap[1]")  # same prompt, speculation changed it
+    try:
+        job = build_job(model_pair, ["code"], max_tokens=8)
+        job["engine"] = {"type": "http", "runtime": "planted", "variants": [
+            {"name": "plain", "base_url": a_url},
+            {"name": "draft", "speculative": True, "num_draft_tokens": 3, "base_url": b_url}]}
+        job["knobs"] = {"temperature": [0.0]}
+        (tmp_path / "job.json").write_text(json.dumps(job))
+        proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+    finally:
+        a.shutdown()
+        b.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    spec = [e for e in events(tmp_path / "j.jsonl") if e["type"] == "generation"
+            and e["mode"] == "speculative"][0]
+    assert spec["exact_match"] is False and spec["exactness"] == "diverged"
+    assert spec["first_divergence"] == len("    return heap[")
+    assert spec["parity"] == "ok"
