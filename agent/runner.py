@@ -241,6 +241,12 @@ def _summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
     for (workload, mode, _), gs in groups.items():
         cfg = gs[0]["config"]
         s = config_summary(gs, job.cv_threshold)
+        checked = [g for g in gs if "parity" in g]
+        if checked:  # http engine: streamed vs non-streamed text
+            bad = [g for g in checked if g["parity"] != "ok"]
+            s["parity"] = {"checked": len(checked), "mismatches": len(bad),
+                           "first_difference": min((g["first_difference"] for g in bad),
+                                                   default=None)}
         if mode == "speculative" and cfg["temperature"] > 0:
             base = groups.get(_config_key(workload, "baseline",
                                           {**cfg, **job.baseline, "num_draft_tokens": 0}), [])

@@ -37,7 +37,8 @@ def config_values(decode: float, reps: int = 3, *, acceptance=None, ttft=50.0, i
 def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, workload: str,
           configs: dict, bucket: str = "short", identity: dict | None = None,
           unreliable: str | None = None, exact: bool = True, quality: dict | None = None,
-          sweep_id: str | None = None) -> str:
+          sweep_id: str | None = None, engine: str = "mlx-lm",
+          parity: dict | None = None) -> str:
     """One nightly sweep on one node: ``configs`` maps (mode, k) to config_values(...)."""
     ident = {**BASE_IDENTITY, **(identity or {})}
     sid = sweep_id or new_sweep(store, at)
@@ -54,13 +55,14 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
                     "decode_tok_s"]) // 2], "decode_tok_s_p95": None, "decode_tok_s_cv": None,
                 "acceptance_median": None, "unreliable": unreliable is not None,
                 "summary": {"values": values, "exact": exact if mode == "speculative" else None,
-                            "unreliable_reasons": [unreliable] if unreliable else []},
+                            "unreliable_reasons": [unreliable] if unreliable else [],
+                            "parity": (parity or {}).get((mode, k))},
                 "env_id": ident["env_id"], "mlx_version": ident["mlx_version"],
                 "mlx_lm_version": ident["mlx_lm_version"],
                 "target_fingerprint": ident["target_fingerprint"],
                 "draft_fingerprint": ident["draft_fingerprint"],
                 "prompt_sha256": ident["prompt_sha256"], "os_build": ident["os_build"],
-                "chip": chip, "power_source": "ac", "model_pair": pair})
+                "chip": chip, "power_source": "ac", "model_pair": pair, "engine": engine})
         c.execute(Run.__table__.insert(), rows)
         if quality:
             c.execute(Event.__table__.insert(), [

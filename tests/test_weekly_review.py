@@ -195,3 +195,36 @@ def test_acceptance_under_floor_for_two_windows_fails_the_run(tmp_path):
     with store.engine.begin() as c:
         c.execute(Event.__table__.insert(), rows)
     assert failed_window_configs(store, [sid], 0.40, 300) == {(sid, "n", "code", 4)}
+
+
+def test_runtimes_side_by_side_with_streaming_parity(tmp_path):
+    rng = random.Random(5)
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    common = dict(node="mac-02", chip="Apple M4 Max", pair="llama-8b/llama-1b",
+                  workload="code")
+    for at in week_nights(W20):
+        night(store, at, **common, configs={("baseline", 0): V(100, rng=rng),
+                                            ("speculative", 4): V(130, acceptance=0.7,
+                                                                  rng=rng)})
+        night(store, at, **common, engine="llama-server",
+              configs={("baseline", 0): V(110, rng=rng),
+                       ("speculative", 4): V(150, acceptance=0.72, rng=rng)},
+              parity={("speculative", 4): {"checked": 3, "mismatches": 1,
+                                           "first_difference": 17}})
+    a = analyse(store, "2026-W20", load_rules(), now=NOW)
+    (group,) = a["side_by_side"]
+    rows = {r["engine"]: r for r in group["rows"]}
+    assert set(rows) == {"mlx-lm", "llama-server"}
+    assert rows["llama-server"]["parity_mismatches"] == 7
+    assert rows["mlx-lm"]["best_speedup"] == pytest.approx(1.3, rel=0.03)
+    llama = next(s for s in a["series"] if s["series"]["engine"] == "llama-server")
+    spec = next(c for c in llama["configs"] if c["mode"] == "speculative")
+    assert spec["classification"].endswith("streaming_parity")
+    assert spec["parity_first_difference"] == 17
+    from orchestrator.report import write_review
+
+    html = write_review(store, tmp_path / "r.html", week="2026-W20", formats=("html",),
+                        now=NOW)["html"]
+    dom = dump_dom(html)
+    assert 'class="runtimes"' in dom and "7 mismatches" in dom
+    assert "streaming parity: 7 mismatches, first at offset 17" in dom

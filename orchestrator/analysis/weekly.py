@@ -148,6 +148,8 @@ class ConfigStats:
     unreliable: int
     unreliable_reasons: list[str]
     task_pass_rate: float | None = None
+    parity_mismatches: int = 0          # http runtimes: streamed text ≠ non-streamed text
+    parity_first_difference: int | None = None
     gates: dict = field(default_factory=dict)
     classification: str = ""
 
@@ -171,7 +173,11 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
     reasons = sorted({x for r in runs for x in r.summary.get("unreliable_reasons") or []})
     rates = [quality[(r.sweep_id, r.node, first.k)] for r in runs
              if (r.sweep_id, r.node, first.k) in quality]
+    parity = [r.summary["parity"] for r in runs if r.summary.get("parity")]
+    offsets = [p["first_difference"] for p in parity if p.get("first_difference") is not None]
     return ConfigStats(
+        parity_mismatches=sum(p["mismatches"] for p in parity),
+        parity_first_difference=min(offsets) if offsets else None,
         mode=first.mode, k=first.k, runs=len(runs), nights=len({r.at.date() for r in runs}),
         decode_p50=_med(dec), decode_p95=_pct(dec, 95),
         acceptance_p50=_med(_vals(runs, "acceptance_rate")),
@@ -205,6 +211,8 @@ def evaluate_gates(c: ConfigStats, base: ConfigStats, accept_at_4: float | None,
     gate("swap_peak_bytes", c.swap_peak if c.swap_peak is not None else 0,
          (c.swap_peak or 0) <= gates["swap_ceiling_bytes"])
     gate("exact", c.exact, c.exact is True)
+    if c.parity_mismatches:
+        gate("streaming_parity", c.parity_mismatches, False)
     if c.task_pass_rate is not None and base.task_pass_rate is not None:
         d = c.task_pass_rate - base.task_pass_rate
         gate("task_pass_rate", d, abs(d) <= gates["task_pass_tolerance"])
@@ -385,7 +393,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
         out.append(section)
     _positions(store, out, sweep_ids)
     return {"week": label, "start": start.isoformat(), "end": end.isoformat(), "gates": gates,
-            "series": out, "sweeps": sweep_ids,
+            "series": out, "side_by_side": side_by_side(out), "sweeps": sweep_ids,
             "counts": {"series": len(out), "runs_this_week": len(this_week),
                        "stale": sum(1 for s in out if s["stale"])}}
 
@@ -440,3 +448,28 @@ def _positions(store: Store, sections: list[dict], sweep_ids: list[str], top: in
                         drafted[i] += pos["drafted"]
                         accepted[i] += pos["accepted"]
         s["acceptance_by_position"] = [a / d if d else None for a, d in zip(accepted, drafted)]
+
+
+def side_by_side(sections: list[dict]) -> list[dict]:
+    """Runtimes measured on the same chip, pair, workload and bucket, one row each."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for s in sections:
+        x = s["series"]
+        if s.get("configs"):
+            groups[(x["chip"], x["model_pair"], x["workload"], x["context_bucket"])].append(s)
+    out = []
+    for (chip, pair, workload, bucket), ss in sorted(groups.items()):
+        if len({s["series"]["engine"] for s in ss}) < 2:
+            continue
+        rows = []
+        for s in ss:
+            base = next((c for c in s["configs"] if c["mode"] == "baseline"), None)
+            m = s["metrics"]
+            rows.append({"engine": s["series"]["engine"],
+                         "baseline_decode_p50": base["decode_p50"] if base else None,
+                         "best_k": m.get("best_k"), "best_speedup": m.get("best_speedup"),
+                         "best_acceptance": m.get("best_acceptance"),
+                         "parity_mismatches": sum(c["parity_mismatches"] for c in s["configs"])})
+        out.append({"chip": chip, "model_pair": pair, "workload": workload,
+                    "context_bucket": bucket, "rows": rows})
+    return out

@@ -350,7 +350,7 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "decode_tok_s_p95": m["decode_tok_s"]["p95"], "decode_tok_s_cv": m["decode_tok_s"]["cv"],
         "acceptance_median": m["acceptance_rate"]["median"], "unreliable": e["unreliable"],
         "summary": {k: e.get(k) for k in ("metrics", "values", "unreliable_reasons", "exact",
-                                          "distribution")},
+                                          "distribution", "parity")},
         "env_id": identity.get("env_id"), "mlx_version": identity.get("mlx_version"),
         "mlx_lm_version": identity.get("mlx_lm_version"),
         "target_fingerprint": identity.get("target_fingerprint"),
