@@ -60,6 +60,14 @@ class RunRow:
     trigger: str | None
     unreliable: bool
 
+    @property
+    def shaky(self) -> bool:
+        """Trials ran on a throttled, battery-powered, low-power or swapping machine. A run
+        flagged only for a high CV is still measured on a sound machine: it stays in."""
+        return self.unreliable and any(
+            not x.startswith("decode tok/s CV") for x in self.summary.get(
+                "unreliable_reasons") or ["unknown"])
+
 
 def load_runs(store: Store, start: datetime, end: datetime,
               values: bool = True) -> list[RunRow]:
@@ -188,7 +196,7 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         peak_memory=_med(_vals(runs, "peak_mlx_memory_bytes")),
         swap_peak=max(swap) if swap else None, swap_in_nights=swap_in_nights,
         exact=None if any(e is None for e in exact_flags) else all(exact_flags),
-        unreliable=sum(1 for r in runs if r.unreliable), unreliable_reasons=reasons,
+        unreliable=sum(1 for r in runs if r.shaky), unreliable_reasons=reasons,
         task_pass_rate=_med(rates) if rates else None)
 
 
@@ -320,7 +328,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                    "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
                    "regressions": []}
         if cur:
-            base_runs = [r for r in cur if r.mode == "baseline" and not r.unreliable]
+            base_runs = [r for r in cur if r.mode == "baseline" and not r.shaky]
             base_by_sweep = {}
             for r in base_runs:
                 v = r.summary.get("values") or {}
@@ -329,7 +337,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                     base_by_sweep[(r.sweep_id, r.node)] = {"decode": d, "ttft": t}
             configs, shaky = defaultdict(list), defaultdict(list)
             for r in cur:  # an unreliable trial is reported, never averaged in
-                (shaky if r.unreliable else configs)[(r.mode, r.k)].append(r)
+                (shaky if r.shaky else configs)[(r.mode, r.k)].append(r)
             for ck in shaky:
                 configs.setdefault(ck, [])
             stats = {}
@@ -375,7 +383,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             section["signals"] = fire(rules, metrics)
             for (mode, k) in sorted(configs):
                 earlier = [r for r in runs if r.mode == mode and r.k == k and r.at < start
-                           and not r.unreliable]
+                           and not r.shaky]
                 recent = [r for r in earlier if r.at >= start - timedelta(days=7)]
                 for period, then, nightly in (("week over week", recent, False),
                                               ("vs last 4 weeks", earlier, True)):
