@@ -27,8 +27,10 @@ models:
 
 def provision(fleet, tmp_path, plan, *extra):
     inv = tmp_path / "hosts.yml"
+    # a root of its own: other tests' sweeps push agents into the default ~/.specfleet
     inv.write_text(fleet.inventory_yaml().replace(
-        "  vars:\n", "  vars:\n    specfleet_base_python: /usr/bin/python3\n"))
+        "  vars:\n", "  vars:\n    specfleet_base_python: /usr/bin/python3\n"
+                      "    specfleet_root: ~/.sf-provision\n"))
     return CliRunner().invoke(main, [
         "provision", str(plan), "-i", str(inv), "--known-hosts", str(fleet.known_hosts),
         "--db", f"sqlite:///{tmp_path / 's.db'}", "--failed-hosts-file",
@@ -53,7 +55,7 @@ def test_first_provision_installs_env_agent_and_weights(provisioned, fleet):
         assert v["env"] == "created" and v["agent"] == "pushed"
         assert v["versions"]["mlx"] == "0.32.4" and v["versions"]["mlx-lm"] == "0.32.2"
         assert v["weights_sent_bytes"] > 0
-        env = n.home / ".specfleet" / "envs" / v["env_id"]
+        env = n.home / ".sf-provision" / "envs" / v["env_id"]
         assert (env / ".complete").exists()
         # the env was installed from pushed wheels only: pip reports no index was used
         frozen = subprocess.run(["su", "-s", "/bin/sh", n.user, "-c",
