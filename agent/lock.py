@@ -30,8 +30,10 @@ class NodeLock:
                 h = json.loads(holder)
                 who = f"job {h['job_id']} (pid {h['pid']}, since {h['started']})"
             except (ValueError, KeyError):
-                who = "another agent"
-            raise NodeBusy(f"node is busy: {who} holds {self.path}") from None
+                h, who = None, "another agent"
+            busy = NodeBusy(f"node is busy: {who} holds {self.path}")
+            busy.holder = h  # for callers that word it their own way
+            raise busy from None
         info = json.dumps({"job_id": self.job_id, "pid": os.getpid(),
                            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         os.ftruncate(fd, 0)

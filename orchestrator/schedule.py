@@ -199,39 +199,27 @@ def remove(name: str, dest: Path | None = None, disable: bool = True) -> list[Pa
 
 
 class NightlyGuard:
-    """One nightly per plan at a time on this controller (flock; freed if we die)."""
+    """One nightly per plan at a time on this controller: the agent's flock-based lock
+    (freed by the kernel if we die), worded for nightlies."""
 
     def __init__(self, lock_id: str):
+        from agent.lock import NodeLock
+
         from .blobs import CONTROLLER_CACHE
 
-        self.path = CONTROLLER_CACHE / f"nightly-{lock_id[:16]}.lock"
-        self.fd: int | None = None
+        self.lock = NodeLock(CONTROLLER_CACHE / f"nightly-{lock_id[:16]}.lock", lock_id)
 
     def __enter__(self):
-        import fcntl
-        import json as _json
-        import time
+        from agent.errors import NodeBusy
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode(errors="replace")
-            os.close(fd)
-            try:
-                h = _json.loads(holder)
-                who = f"pid {h['pid']} since {h['started']}"
-            except (ValueError, KeyError):
-                who = "another process"
+            self.lock.__enter__()
+        except NodeBusy as e:
+            h = getattr(e, "holder", None)
+            who = f"pid {h['pid']} since {h['started']}" if h else "another process"
             raise SpecfleetError(f"a nightly of this plan is still running ({who}); "
                                  "not starting another") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, _json.dumps({"pid": os.getpid(), "started": time.strftime(
-            "%Y-%m-%dT%H:%M:%S%z")}).encode(), 0)
-        self.fd = fd
         return self
 
     def __exit__(self, *exc):
-        if self.fd is not None:
-            os.close(self.fd)
+        self.lock.__exit__(*exc)
