@@ -1,0 +1,154 @@
+"""The `specfleet` group, shared options and helpers; commands live beside it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import SpecfleetError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_INVENTORY = PROJECT_ROOT / "inventory" / "local.yml"
+
+db_option = click.option("--db", "db_url", envvar="SPECFLEET_DB", default=None,
+                         help="Store URL (SQLAlchemy), e.g. sqlite:///specfleet.db or "
+                              "postgresql+psycopg://user@host/db. Env: SPECFLEET_DB. "
+                              "Default: sqlite:///specfleet.db")
+
+
+class _Group(click.Group):
+    """Turns library errors into one-line messages at the CLI edge."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except SpecfleetError as e:
+            raise click.ClickException(str(e)) from None
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="specfleet")
+def main():
+    """specfleet: benchmark speculative decoding across a fleet of Macs running mlx-lm.
+
+    Typical flow: `specfleet demo-models build models/`, then
+    `specfleet sweep --models models/`, then `specfleet review --out review.html`.
+    """
+
+
+
+inventory_option = click.option(
+    "-i", "--inventory", "inventory_path", type=click.Path(path_type=Path),
+    default=DEFAULT_INVENTORY, show_default=True, help="Inventory file or folder.")
+limit_option = click.option(
+    "--limit", default=None,
+    help="Ansible host pattern: 'lab', 'a:b', 'lab:!mac3', 'lab:&studio', 'mac-*', '@retry-file'.")
+
+
+def fleet_options(fn):
+    """Inventory, --limit, SSH trust and fan-out options shared by every fleet command."""
+    opts = [
+        inventory_option, limit_option,
+        click.option("--known-hosts", type=click.Path(dir_okay=False), default=None,
+                     help="known_hosts file (default ~/.ssh/known_hosts); keys are checked "
+                          "strictly."),
+        click.option("--accept-new-host-keys", is_flag=True,
+                     help="Trust and record keys of hosts not yet in known_hosts (a changed "
+                          "key is still refused)."),
+        click.option("--ssh-config", type=click.Path(dir_okay=False), default=None,
+                     help="OpenSSH client config (default ~/.ssh/config when present)."),
+        click.option("--concurrency", type=int, default=64, show_default=True,
+                     help="Hosts worked on at once."),
+        click.option("--connect-timeout", type=float, default=10.0, show_default=True),
+        click.option("--failed-hosts-file", type=click.Path(dir_okay=False, path_type=Path),
+                     default=Path("specfleet.retry"), show_default=True,
+                     help="Where the hosts that were not ok are written, for --limit @FILE."),
+        click.option("--json", "as_json", is_flag=True, help="Print results as JSON."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _ssh(kw: dict):
+    from ..transport import SSHOptions
+
+    return SSHOptions(known_hosts=kw.pop("known_hosts"),
+                      accept_new_host_keys=kw.pop("accept_new_host_keys"),
+                      ssh_config=kw.pop("ssh_config"), concurrency=kw.pop("concurrency"),
+                      connect_timeout=kw.pop("connect_timeout"))
+
+
+def _hosts(kw: dict):
+    from ..inventory import load_inventory
+
+    path = kw.pop("inventory_path")
+    return load_inventory(path).select(kw.pop("limit")), str(path)
+
+
+def _report(outcomes, retry_file: Path, as_json: bool, extra: dict | None = None,
+            describe=None) -> None:
+    """Per-host lines (or JSON), a summary, the retry file; exit 1 if any host was not ok."""
+    from ..fanout import not_ok, summary_line, write_retry_file
+
+    written = write_retry_file(outcomes, retry_file)
+    if as_json:
+        click.echo(json.dumps({**(extra or {}), "summary": summary_line(outcomes),
+                               "outcomes": [o.as_dict() for o in outcomes],
+                               "retry_file": str(written) if written else None},
+                              indent=2, default=str))
+    else:
+        for o in outcomes:
+            text = describe(o) if describe and o.status == "ok" else (o.detail or "")
+            click.echo(f"{o.host:<20} {o.status:<12} {text}")
+            if o.stderr_tail:
+                for line in o.stderr_tail.splitlines():
+                    click.echo(f"{'':<20} | {line}")
+        click.echo(summary_line(outcomes))
+        if written:
+            click.echo(f"retry the hosts that were not ok with --limit @{written}")
+    if not_ok(outcomes):
+        sys.exit(1)
+
+
+
+class TransferProgress:
+    """Bytes and rate per host on stderr, at most twice a second per host."""
+
+    def __init__(self):
+        self.sent: dict[str, int] = {}
+        self.t0: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    def for_host(self, host: str):
+        import time
+
+        self.t0[host] = time.monotonic()
+        self.sent[host] = 0
+
+        def cb(n: int) -> None:
+            now = time.monotonic()
+            self.sent[host] += n
+            if now - self.last.get(host, 0) >= 0.5:
+                self.last[host] = now
+                rate = self.sent[host] / max(now - self.t0[host], 1e-6)
+                click.echo(f"[{host}] sent {self.sent[host] / 2**20:8.1f} MiB "
+                           f"({rate / 2**20:6.1f} MiB/s)", err=True)
+        return cb
+
+
+def _lock_from(path: Path, log) -> tuple[dict, Path]:
+    """A verified lock from a lock file, or from a plan (locked on the fly)."""
+    from ..plan import load_lock, load_plan, verify_lock, write_lock
+
+    if path.suffix == ".json":
+        doc = load_lock(path)
+        verify_lock(doc, path)
+        return doc, path
+    out = write_lock(load_plan(path), log)
+    log(f"locked {path} → {out}")
+    return load_lock(out), out
+

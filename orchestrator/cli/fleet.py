@@ -1,0 +1,163 @@
+"""The fleet: inventory, facts, privileged prep, provisioning."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .base import (
+    TransferProgress,
+    _hosts,
+    _lock_from,
+    _report,
+    _ssh,
+    db_option,
+    fleet_options,
+    inventory_option,
+    limit_option,
+    main,
+)
+
+
+@main.group()
+def inventory():
+    """Inspect the inventory (Ansible-style YAML)."""
+
+
+@inventory.command("list")
+@inventory_option
+@limit_option
+@click.option("--json", "as_json", is_flag=True)
+def inventory_list(inventory_path: Path, limit: str | None, as_json: bool):
+    """List the hosts a command would reach."""
+    from ..inventory import load_inventory
+
+    hosts = load_inventory(inventory_path).select(limit)
+    rows = [{"name": h.name, "address": h.address, "port": h.port or 22, "user": h.user,
+             "connection": h.connection, "groups": list(h.groups)} for h in hosts]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            click.echo(f"{r['name']:<20} {r['connection']:<6} {r['user'] or '-'}@"
+                       f"{r['address']}:{r['port']}  groups={','.join(r['groups'])}")
+
+
+@main.group()
+def fleet():
+    """Look at the nodes: facts, reachability."""
+
+
+def _gib(n) -> str:
+    return "-" if n is None else f"{n / 2**30:.0f} GiB"
+
+
+def _describe_facts(o) -> str:
+    f = o.value
+    lock = f["lock"]
+    busy = f"busy ({lock['holder']['job_id']})" if lock.get("held") and lock.get("holder") \
+        else ("busy" if lock.get("held") else "idle")
+    power = f["power_source"] or "-"
+    if f.get("battery_percent") is not None:
+        power += f" {f['battery_percent']}%"
+    flags = [x for x, on in (("low-power", f.get("low_power_mode")),
+                             ("THROTTLED", f.get("thermal_throttled"))) if on]
+    return (f"{f['os_name']} {f['os_version'] or ''} ({f['os_build'] or '-'}) · "
+            f"{f['chip'] or '?'} · {_gib(f['ram_bytes'])} RAM · "
+            f"{f['gpu_cores'] or '-'} GPU cores · {_gib(f['disk_free_bytes'])} free · "
+            f"python {f['python_version'] or 'MISSING'} · {power} · {busy}"
+            + (" · " + ", ".join(flags) if flags else ""))
+
+
+@fleet.command("facts")
+@fleet_options
+@db_option
+def fleet_facts(db_url, failed_hosts_file, as_json, **kw):
+    """Collect and store each node's facts: OS and build, chip, RAM, GPU cores, free disk,
+    Python, power source and battery, low-power mode, thermal state, uptime, node lock."""
+    from ..facts import collect
+    from ..fanout import run_fan_out
+    from ..store import open_store
+
+    ssh = _ssh(kw)
+    hosts, _ = _hosts(kw)
+    outcomes = run_fan_out(hosts, collect, ssh)
+    store = open_store(db_url)
+    for o in outcomes:
+        if o.status == "ok":
+            store.add_facts(o.host, o.value)
+    _report(outcomes, failed_hosts_file, as_json, describe=_describe_facts)
+
+
+@main.group()
+def node():
+    """One-time privileged node preparation (fabric, sudo)."""
+
+
+@node.command("prepare")
+@inventory_option
+@limit_option
+@click.option("--known-hosts", type=click.Path(dir_okay=False), default=None,
+              help="known_hosts file (default ~/.ssh/known_hosts); unknown keys are refused.")
+@click.option("--ask-become-pass", is_flag=True, help="Prompt for the sudo password.")
+@click.option("--check", is_flag=True, help="Show what would change; change nothing.")
+@click.option("--failed-hosts-file", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("specfleet.retry"), show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def node_prepare(ask_become_pass, check, known_hosts, failed_hosts_file, as_json, **kw):
+    """Keep Macs awake on AC (pmset), keep Spotlight out of the specfleet root, create the
+    root owned by the benchmark user. Host by host, with sudo."""
+    import os
+
+    from ..prepare import prepare_host
+
+    hosts, _ = _hosts(kw)
+    password = click.prompt("BECOME password", hide_input=True, err=True) \
+        if ask_become_pass else None
+    known = known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+    outcomes = []
+    for h in hosts:  # one at a time: a sudo prompt per host must stay readable
+        o = prepare_host(h, known, password, check)
+        outcomes.append(o)
+        if not as_json:
+            for s in o.value or []:
+                click.echo(f"[{h.name}] {s['state']:<22} {s['step']}", err=True)
+
+    _report(outcomes, failed_hosts_file, as_json,
+            describe=lambda o: ", ".join(sorted({s["state"] for s in o.value})))
+
+
+@main.command()
+@fleet_options
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
+@db_option
+def provision(plan_path, db_url, failed_hosts_file, as_json, **kw):
+    """Make each node ready for PLAN (a plan, or its .lock.json), idempotently: the pinned
+    environment (hash-locked wheels installed offline), the agent artefact, and the model
+    pair as verified blobs."""
+    from ..fanout import run_fan_out
+    from ..provision import provision_host
+    from ..store import open_store
+
+    doc, _ = _lock_from(plan_path, lambda m: click.echo(m, err=True))
+    store = open_store(db_url)
+    store.record_lock(doc)
+    ssh = _ssh(kw)
+    hosts, _ = _hosts(kw)
+    bars = TransferProgress()
+    outcomes = run_fan_out(
+        hosts, lambda h, t: provision_host(h, t, doc, bars.for_host(h.name)), ssh)
+    for o in outcomes:
+        store.add_provision(o.host, doc["plan_sha256"], o.status,
+                            o.value if o.status == "ok" else {"detail": o.detail})
+
+    def describe(o) -> str:
+        v = o.value
+        return (f"env {v['env_id']} {v['env']} · agent {v['agent_id']} {v['agent']} · "
+                f"weights sent {v['weights_sent_bytes'] / 2**20:.1f} MiB, skipped "
+                f"{v['weights_skipped_bytes'] / 2**20:.1f} MiB · {v['seconds']:.1f}s")
+
+    _report(outcomes, failed_hosts_file, as_json, extra={"plan": str(plan_path)},
+            describe=describe)

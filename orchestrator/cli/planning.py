@@ -1,0 +1,115 @@
+"""Plans and locks; nightly schedules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .base import (
+    db_option,
+    main,
+)
+
+
+@main.group()
+def plan():
+    """Plans (YAML) and their locks: exact wheels, weight fingerprints, prompt hashes."""
+
+
+@plan.command("lock")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the lock's summary as JSON.")
+def plan_lock(plan_path, as_json):
+    """Write PLAN.lock.json next to PLAN. Sweeps run only from a lock."""
+    from ..plan import load_lock, load_plan, write_lock
+
+    out = write_lock(load_plan(plan_path), lambda m: click.echo(m, err=True))
+    doc = load_lock(out)
+    summary = {"lock": str(out), "lock_id": doc["lock_id"],
+               "environments": {d: e["env_id"] for d, e in doc["platforms"].items()},
+               "models": {r: doc["models"][r]["fingerprint"] for r in ("target", "draft")},
+               "prompts": doc["prompts"]}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(f"wrote {out}")
+        for d, e in summary["environments"].items():
+            click.echo(f"  env {e}  {d}")
+        for r, fp in summary["models"].items():
+            click.echo(f"  {r:<7} {fp}")
+        click.echo(f"  {len(doc['prompts'])} prompts, {len(doc['job']['workloads'])} workloads")
+
+
+@plan.command("check")
+@click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
+def plan_check(lock_path):
+    """Verify that LOCK still matches its plan, weights and prompts."""
+    from ..plan import load_lock, verify_lock
+
+    verify_lock(load_lock(lock_path), lock_path)
+    click.echo(f"{lock_path}: matches its plan, weights and prompts")
+
+
+@main.group()
+def schedule():
+    """Nightly sweeps: launchd (macOS), systemd user timer (Linux), cron as fallback."""
+
+
+@schedule.command("install")
+@click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--at", "at", default="02:00", show_default=True, help="Daily time, HH:MM.")
+@click.option("--kind", type=click.Choice(["auto", "launchd", "systemd", "cron"]),
+              default="auto", show_default=True)
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write the files here (default: the scheduler's own folder / crontab).")
+@click.option("--enable/--no-enable", default=True, show_default=True,
+              help="Load the schedule into launchd / systemd after writing it.")
+@click.option("-i", "--inventory", "inventory_path", type=click.Path(path_type=Path),
+              default=None, help="Inventory the nightly run uses.")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Where the nightly's output goes (default: next to LOCK).")
+@db_option
+def schedule_install(lock_path, at, kind, dest, enable, inventory_path, log_path, db_url):
+    """Run `specfleet nightly LOCK` every day at --at."""
+    from ..plan import load_lock, verify_lock
+    from ..schedule import default_kind, install, render
+
+    doc = load_lock(lock_path)
+    verify_lock(doc, lock_path)
+    kind = default_kind() if kind == "auto" else kind
+    log = (log_path or lock_path.resolve().with_name(lock_path.stem + ".nightly.log"))
+    files = render(kind, lock_path, doc, at, db_url=db_url, inventory=inventory_path,
+                   log=log.resolve())
+    for p in install(kind, files, dest, enable):
+        click.echo(f"wrote {p}")
+    click.echo(f"nightly {doc['name']} at {at} via {kind}" + ("" if enable else
+                                                              " (not enabled)"))
+
+
+@schedule.command("list")
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--json", "as_json", is_flag=True)
+def schedule_list(dest, as_json):
+    """Nightly schedules this user has installed."""
+    from ..schedule import entries
+
+    rows = [{"name": e.name, "kind": e.kind, "at": e.at, "lock": e.lock, "path": str(e.path)}
+            for e in entries(dest)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    for r in rows if not as_json else []:
+        click.echo(f"{r['name']}  {r['kind']:<8} {r['at']}  {r['lock']}")
+
+
+@schedule.command("remove")
+@click.argument("name")
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--disable/--no-disable", default=True, show_default=True)
+def schedule_remove(name, dest, disable):
+    """Disable and delete the nightly schedule NAME (see `schedule list`)."""
+    from ..schedule import remove
+
+    for p in remove(name, dest, disable):
+        click.echo(f"removed {p}")

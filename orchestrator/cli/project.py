@@ -1,0 +1,60 @@
+"""Project set-up: the demo pair, the embedded demo, `init`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .base import (
+    main,
+)
+
+
+@main.group("demo-models")
+def demo_models():
+    """The project's own small target/draft pair (built offline, no model hub)."""
+
+
+@demo_models.command("build")
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--retrain", is_flag=True, help="Train even when the committed pair matches.")
+@click.option("--json", "as_json", is_flag=True, help="Print the build record as JSON.")
+def demo_models_build(out: Path, retrain: bool, as_json: bool):
+    """Write OUT/target and OUT/draft (HF/MLX layout, shared tokenizer).
+
+    Reuses the pair committed under tests/data/demo-models when its build key (hash of
+    trainer, corpus, arguments and mlx version) matches; otherwise trains (minutes).
+    """
+    from ..demo_models import build_demo_models
+
+    record = build_demo_models(out, retrain=retrain,
+                               log=(lambda m: click.echo(m, err=True)))
+    click.echo(json.dumps(record, indent=2) if as_json else f"models written to {out}")
+
+
+@main.command()
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--models/--no-models", default=True, show_default=True,
+              help="Also build the demo model pair into FOLDER/models.")
+def init(folder, models):
+    """Scaffold FOLDER: an inventory, a plan for the demo pair, each file explained."""
+    from ..scaffold import init_project
+
+    for p in init_project(folder, with_models=models, log=lambda m: click.echo(m, err=True)):
+        click.echo(f"wrote {p}")
+    click.echo(f"next: specfleet plan lock {folder / 'plan.yml'}")
+
+
+@main.command()
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path(".specfleet-demo"), show_default=True)
+@click.option("--max-tokens", type=int, default=None)
+def demo(workdir: Path, max_tokens: int | None):
+    """The embedded default: build the pair, sweep the local node, write the review."""
+    from ..demo import run_demo
+
+    review_path = run_demo(workdir, max_tokens=max_tokens,
+                           log=lambda m: click.echo(m, err=True))
+    click.echo(f"review written to {review_path.resolve()}")

@@ -1,0 +1,170 @@
+"""The store and what people read from it: review, sweeps, runs, migrations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .base import (
+    db_option,
+    main,
+)
+
+
+@main.command()
+@click.option("--week", default=None, metavar="YYYY-Www",
+              help="ISO week to review, e.g. 2026-W48 (default: the current week).")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("review.html"),
+              show_default=True, help="A folder, or an .html path (other formats beside it).")
+@click.option("--format", "formats", default="html,md,json", show_default=True,
+              help="Comma-separated: html, md, json.")
+@click.option("--rules", "rules_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Signal → action rules (YAML); default: the shipped set.")
+@click.option("--sweep", "sweep_id", default=None,
+              help="Instead, one sweep's detail page (baseline vs each draft width).")
+@db_option
+def review(week, out, formats, rules_file, sweep_id, db_url):
+    """The weekly signal → action review: per series the numbers, gates and
+    classification, the actions the rules call for with their evidence, regressions with
+    the identity change that explains them, stale series, and charts."""
+    from ..analysis.rules import DEFAULT_RULES
+    from ..report import FORMATS, write_review
+    from ..review import render_review
+    from ..store import open_store
+
+    store = open_store(db_url)
+    if sweep_id:
+        path = render_review(store, out, sweep_id)
+        click.echo(f"review written to {path.resolve()}")
+        return
+    fmts = tuple(f.strip() for f in formats.split(",") if f.strip())
+    bad = set(fmts) - set(FORMATS)
+    if bad:
+        raise click.BadParameter(f"unknown format {', '.join(sorted(bad))}", param_hint="--format")
+    written = write_review(store, out, week=week, formats=fmts,
+                           rules_file=rules_file or DEFAULT_RULES)
+    for fmt, path in written.items():
+        click.echo(f"review written to {path.resolve()}" if fmt == "html" else
+                   f"{fmt} written to {path.resolve()}")
+
+
+@main.group()
+def sweeps():
+    """Sweeps in the store."""
+
+
+@sweeps.command("list")
+@click.option("--limit", "count", type=int, default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@db_option
+def sweeps_list(count, as_json, db_url):
+    """The newest sweeps with their status and per-node outcome."""
+    from ..listing import sweeps as list_sweeps
+    from ..store import open_store
+
+    rows = list_sweeps(open_store(db_url), count)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        nodes = " ".join(f"{n}:{st}" for n, st in r["nodes"].items())
+        click.echo(f"{r['sweep_id']}  {r['created_at'][:19]}  {r['status']:<8} "
+                   f"{r['trigger'] or '-':<8} {nodes}")
+
+
+@main.group()
+def runs():
+    """Runs (one config on one node in one sweep) with their identity and summary."""
+
+
+def _emit(rows: list[dict], as_json: bool, as_csv: bool, columns: tuple[str, ...]) -> None:
+    from ..listing import to_csv
+
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+    elif as_csv:
+        click.echo(to_csv(rows), nl=False)
+    else:
+        for r in rows:
+            click.echo("  ".join(str(r[c] if r[c] is not None else "-") for c in columns))
+
+
+@runs.command("list")
+@click.option("--sweep", "sweep_id", default=None)
+@click.option("--node", default=None)
+@click.option("--workload", default=None)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row, for spreadsheets.")
+@db_option
+def runs_list(sweep_id, node, workload, as_json, as_csv, db_url):
+    """List runs: decode tok/s median/p95/CV, acceptance, identity."""
+    from ..listing import runs as list_runs
+    from ..store import open_store
+
+    _emit(list_runs(open_store(db_url), sweep_id, node, workload), as_json, as_csv,
+          ("id", "sweep_id", "node", "workload", "mode", "num_draft_tokens",
+           "decode_tok_s_median", "acceptance_median", "unreliable"))
+
+
+@runs.command("show")
+@click.argument("run_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--csv", "as_csv", is_flag=True, help="The run's measurements as CSV.")
+@db_option
+def runs_show(run_id, as_json, as_csv, db_url):
+    """One run with its config, summary and every measured generation."""
+    from ..listing import run_detail, to_csv
+    from ..store import open_store
+
+    d = run_detail(open_store(db_url), run_id)
+    if as_json:
+        click.echo(json.dumps(d, indent=2, default=str))
+    elif as_csv:
+        click.echo(to_csv(d["measurements"]), nl=False)
+    else:
+        for k, v in d.items():
+            if k != "measurements":
+                click.echo(f"{k:<22} {v}")
+        for m in d["measurements"]:
+            acc = m["acceptance_rate"]
+            click.echo(f"  #{m['run_index']:<4} rep {m['repetition']}  "
+                       f"{m['decode_tok_s'] or 0:8.1f} tok/s  ttft {m['ttft_ms'] or 0:7.1f} ms"
+                       f"  acceptance {'-' if acc is None else acc}")
+
+
+@main.group()
+def db():
+    """Store schema (Alembic migrations; SQLite or PostgreSQL)."""
+
+
+@db.command("upgrade")
+@db_option
+def db_upgrade(db_url):
+    """Migrate the store to the latest schema."""
+    from ..store import open_store
+
+    click.echo(f"store at revision {open_store(db_url).current_revision()}")
+
+
+@db.command("downgrade")
+@click.argument("revision")
+@db_option
+def db_downgrade(revision, db_url):
+    """Migrate the store down to REVISION (e.g. 0004, or base)."""
+    from ..store import open_store
+    from ..store.db import downgrade, resolve_url
+
+    store = open_store(db_url, migrate=False)
+    downgrade(store.engine, resolve_url(db_url), revision)
+    click.echo(f"store at revision {store.current_revision() or 'base (empty)'}")
+
+
+@db.command("current")
+@db_option
+def db_current(db_url):
+    """Print the store's schema revision."""
+    from ..store import open_store
+
+    click.echo(open_store(db_url, migrate=False).current_revision() or "empty (not migrated)")

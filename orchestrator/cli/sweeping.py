@@ -1,0 +1,165 @@
+"""Sweeps: run a lock, nightly, reproducibility checks."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .base import (
+    _hosts,
+    _lock_from,
+    _report,
+    _ssh,
+    db_option,
+    fleet_options,
+    main,
+)
+
+
+@main.command()
+@fleet_options
+@click.argument("lock_path", metavar="[LOCK]", required=False,
+                type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--attach", "attach_id", metavar="SWEEP_ID", default=None,
+              help="Re-attach to a sweep's running agents and ingest what they wrote.")
+@click.option("--resume", "resume_id", metavar="SWEEP_ID", default=None,
+              help="Restart a sweep's dead agents; they measure only what is missing.")
+@click.option("--provision/--no-provision", default=True, show_default=True,
+              help="Install the locked env on nodes first (--no-provision: nodes bring "
+                   "specfleet_python; the agent still checks the pins).")
+@click.option("--reconnect-timeout", type=float, default=120.0, show_default=True,
+              help="Seconds to keep reconnecting to a node whose link dropped.")
+@db_option
+def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
+          failed_hosts_file, as_json, **kw):
+    """Run the sweep a LOCK describes on each node (LOCK = PLAN.lock.json).
+
+    Agents run detached on the nodes and journal every event; the controller follows the
+    journals into the store, reconnecting after dropped links. If the controller dies,
+    `--attach SWEEP_ID` picks up; if an agent died, `--resume SWEEP_ID`. Exits non-zero if
+    any node was not ok; the other nodes' results are stored.
+    """
+    from ..dispatch import StderrProgress, SweepOptions, continue_sweep, start_sweep
+    from ..store import open_store
+
+    if sum(x is not None for x in (lock_path, attach_id, resume_id)) != 1:
+        raise click.UsageError("give a LOCK, or --attach SWEEP_ID, or --resume SWEEP_ID")
+    ssh = _ssh(kw)
+    inventory_path = kw["inventory_path"]
+    doc = None
+    if lock_path:
+        doc, _ = _lock_from(lock_path, lambda m: click.echo(m, err=True))
+        if kw["limit"] is None and doc["nodes"].get("limit"):
+            kw["limit"] = doc["nodes"]["limit"]
+    hosts, _ = _hosts(kw)
+    store = open_store(db_url)
+    opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout)
+    sweep_id = attach_id or resume_id
+    try:
+        if doc is not None:
+            result = start_sweep(
+                doc, hosts, store, inventory=str(inventory_path), opts=opts,
+                progress=StderrProgress(), announce=lambda sid: click.echo(
+                    f"sweep {sid} started on {len(hosts)} node(s)", err=True))
+        else:
+            result = continue_sweep(sweep_id, hosts, store, resume=resume_id is not None,
+                                    opts=opts, progress=StderrProgress())
+    except KeyboardInterrupt:
+        click.echo("interrupted: the agents keep running on the nodes; pick the sweep up "
+                   "again with `specfleet sweep --attach SWEEP_ID` (the id is printed above; "
+                   "`specfleet sweeps list` shows it too)", err=True)
+        sys.exit(130)
+    _report(result.outcomes, failed_hosts_file, as_json,
+            extra={"sweep_id": result.sweep_id, "status": result.status},
+            describe=lambda o: f"{o.value['events']} events")
+    click.echo(f"sweep {result.sweep_id}: {result.status}", err=True)
+
+
+@main.command()
+@fleet_options
+@click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--provision/--no-provision", default=True, show_default=True)
+@db_option
+def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
+    """The scheduled sweep: refuses to start while a previous nightly of the same plan
+    runs, records trigger=nightly, prints one summary line, exits 1 if any node failed."""
+    from ..dispatch import StderrProgress, SweepOptions, start_sweep
+    from ..fanout import write_retry_file
+    from ..schedule import NightlyGuard
+    from ..store import open_store
+
+    doc, _ = _lock_from(lock_path, lambda m: None)
+    if kw["limit"] is None and doc["nodes"].get("limit"):
+        kw["limit"] = doc["nodes"]["limit"]
+    ssh = _ssh(kw)
+    hosts, inventory_path = _hosts(kw)
+    with NightlyGuard(doc["lock_id"]):
+        store = open_store(db_url)
+        result = start_sweep(doc, hosts, store, inventory=inventory_path,
+                             opts=SweepOptions(ssh=ssh, provision=provision, trigger="nightly"),
+                             progress=StderrProgress())
+    bad = [o for o in result.outcomes if o.status != "ok"]
+    ok = len(result.outcomes) - len(bad)
+    line = (f"nightly {doc['name']} sweep {result.sweep_id}: {result.status} "
+            f"({ok}/{len(result.outcomes)} nodes ok)")
+    if bad:
+        line += "; " + "; ".join(f"{o.host} {o.status}: {(o.detail or '')[:120]}" for o in bad)
+    click.echo(line, err=as_json)
+    if as_json:  # prints the JSON document and exits 1 if any node was not ok
+        _report(result.outcomes, failed_hosts_file, True,
+                extra={"sweep_id": result.sweep_id, "status": result.status})
+    write_retry_file(result.outcomes, failed_hosts_file)
+    sys.exit(1 if bad else 0)
+
+
+@main.command()
+@fleet_options
+@click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--provision/--no-provision", default=True, show_default=True)
+@click.option("--metrics", default="decode_tok_s,acceptance_rate,ttft_ms", show_default=True,
+              help="Metrics that must agree between nodes.")
+@click.option("--floor", type=float, default=0.03, show_default=True,
+              help="Smallest tolerance, as a share of the larger median.")
+@db_option
+def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_json, **kw):
+    """Run LOCK on several nodes (--limit a,b,c) and check they agree, metric by metric,
+    within a tolerance from each node's own repetition spread. Exit 0 only if so."""
+    from datetime import datetime, timezone
+
+    from ..analysis.repro import compare, sweep_values
+    from ..dispatch import StderrProgress, SweepOptions, start_sweep
+    from ..store import open_store
+    from ..store.models import ReproCheck
+
+    doc, _ = _lock_from(lock_path, lambda m: None)
+    ssh = _ssh(kw)
+    hosts, inventory_path = _hosts(kw)
+    if len(hosts) < 2:
+        raise click.UsageError("repro needs at least two nodes (--limit a,b)")
+    store = open_store(db_url)
+    result = start_sweep(doc, hosts, store, inventory=inventory_path,
+                         opts=SweepOptions(ssh=ssh, provision=provision, trigger="repro"),
+                         progress=StderrProgress())
+    per_node, idents = sweep_values(store, result.sweep_id)
+    report = compare(per_node, idents, tuple(m.strip() for m in metrics.split(",")), floor)
+    report.update(sweep_id=result.sweep_id, created_at=datetime.now(timezone.utc).isoformat(),
+                  not_ok=[o.host for o in result.outcomes if o.status != "ok"])
+    report["reproducible"] = report["reproducible"] and not report["not_ok"]
+    with store.engine.begin() as c:
+        c.execute(ReproCheck.__table__.insert().values(
+            sweep_id=result.sweep_id, created_at=datetime.now(timezone.utc),
+            reproducible=report["reproducible"], report=report))
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+    else:
+        for d in report["disagreements"]:
+            click.echo(f"DISAGREE {d['metric']} {d['config']}: {d['detail']}"
+                       + (f" — identity: {'; '.join(d['identity'])}" if d["identity"] else ""))
+        for n in report["not_ok"]:
+            click.echo(f"{n}: did not finish the sweep")
+        click.echo(f"repro sweep {result.sweep_id}: {report['checked']} comparisons, "
+                   + ("reproducible" if report["reproducible"] else "NOT reproducible"))
+    sys.exit(0 if report["reproducible"] else 1)
