@@ -16,6 +16,8 @@ PROMPTS = Path(__file__).parent / "prompts"
 TASKS = Path(__file__).parent / "tasks" / "quality.jsonl"
 DEFAULT_WORKLOADS = ("code", "memo", "translation")
 BUCKETS = ("short", "medium", "long")
+DEFAULT_BASE = {"num_draft_tokens": 3, "temperature": 0.0, "top_k": 0, "top_p": 1.0,
+                "min_p": 0.0}
 
 
 def _read_jsonl(path: Path, required: set[str]) -> list[dict]:
@@ -73,6 +75,26 @@ def load_quality_tasks(path: Path = TASKS) -> list[dict]:
     return _read_jsonl(path, {"id", "prompt", "max_tokens", "check"})
 
 
+def collect_workloads(specs, buckets: tuple[str, ...],
+                      max_tokens: int | None = None) -> list[dict]:
+    """Every prompt of ``specs`` in ``buckets``, with ``max_tokens`` overriding when given."""
+    ws = [w for spec in specs for w in load_workloads(spec, buckets)]
+    return [{**w, "max_tokens": max_tokens} for w in ws] if max_tokens else ws
+
+
+def job_template(workloads: list[dict], *, base: dict | None = None,
+                 knobs: dict | None = None, repetitions: int = 1, warmup_tokens: int = 16,
+                 seed: int = 0, pins: dict | None = None, quality: bool = False) -> dict:
+    """The part of a job that ad-hoc sweeps and plan locks share; callers add the rest."""
+    job = {"schema": SCHEMA, "workloads": workloads, "base": {**DEFAULT_BASE, **(base or {})},
+           "knobs": knobs or {"num_draft_tokens": [2, 3, 4, 6]}, "repetitions": repetitions,
+           "warmup_tokens": warmup_tokens, "decode_skip_tokens": 64, "seed": seed,
+           "pins": pins or {}}
+    if quality:
+        job["quality_tasks"] = load_quality_tasks()
+    return job
+
+
 def build_job(models_dir: Path, workloads: list[str] | None = None, *,
               buckets: tuple[str, ...] = ("short",), max_tokens: int | None = None,
               repetitions: int = 1, draft_widths: list[int] | None = None,
@@ -91,19 +113,11 @@ def build_job(models_dir: Path, workloads: list[str] | None = None, *,
         except FileNotFoundError as e:
             raise ConfigError(f"{e}; build the pair with `specfleet demo-models build "
                               f"{models_dir}`", str(d)) from None
-    ws = [w for spec in (workloads or DEFAULT_WORKLOADS) for w in load_workloads(spec, buckets)]
-    if max_tokens:
-        ws = [{**w, "max_tokens": max_tokens} for w in ws]
-    job = {
-        "schema": SCHEMA, "job_id": uuid.uuid4().hex[:12], "models": models, "workloads": ws,
-        "base": {"num_draft_tokens": 3, "temperature": 0.0, "top_k": 0, "top_p": 1.0,
-                 "min_p": 0.0},
-        "knobs": {"num_draft_tokens": draft_widths or [2, 3, 4, 6]},
-        "repetitions": repetitions, "warmup_tokens": 16, "decode_skip_tokens": 64, "seed": 0,
-        "pins": pins or {},
-    }
-    if quality:
-        job["quality_tasks"] = load_quality_tasks()
+    job = job_template(collect_workloads(workloads or DEFAULT_WORKLOADS, buckets, max_tokens),
+                       knobs={"num_draft_tokens": draft_widths} if draft_widths else None,
+                       repetitions=repetitions, pins=pins, quality=quality)
+    job["job_id"] = uuid.uuid4().hex[:12]
+    job["models"] = models
     if memory_bandwidth_gbs:
         job["memory_bandwidth_gbs"] = memory_bandwidth_gbs
     return job

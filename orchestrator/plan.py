@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from agent import SCHEMA
 from agent.fingerprint import manifest
 
 from .errors import ConfigError
@@ -175,7 +174,7 @@ def platform_matches(desc: str, node: dict) -> bool:
 
 def build_lock(plan: Plan, log=print) -> dict:
     """Resolve everything a sweep needs into one JSON document."""
-    from .jobspec import load_quality_tasks, load_workloads
+    from .jobspec import DEFAULT_WORKLOADS, collect_workloads, job_template
     from .wheelhouse import resolve
 
     env = plan.section("environment")
@@ -194,23 +193,16 @@ def build_lock(plan: Plan, log=print) -> dict:
     w = plan.section("workloads")
     buckets = tuple(w.get("context") or ("short",))
     sources = [str(plan.path.parent / spec) if spec.endswith(".jsonl") else spec
-               for spec in (w.get("use") or ("code", "memo", "translation"))]
-    workloads = [r for spec in sources for r in load_workloads(spec, buckets)]
-    if w.get("max_tokens"):
-        workloads = [{**r, "max_tokens": w["max_tokens"]} for r in workloads]
+               for spec in (w.get("use") or DEFAULT_WORKLOADS)]
+    workloads = collect_workloads(sources, buckets, w.get("max_tokens"))
     sweep = plan.section("sweep")
-    job = {"schema": SCHEMA, "base": {"num_draft_tokens": 3, "temperature": 0.0, "top_k": 0,
-                                      "top_p": 1.0, "min_p": 0.0, **(sweep.get("base") or {})},
-           "baseline": sweep.get("baseline") or {},
-           "knobs": sweep.get("knobs") or {"num_draft_tokens": [2, 3, 4, 6]},
-           "repetitions": sweep.get("repetitions", 1),
-           "warmup_tokens": sweep.get("warmup_tokens", 16), "seed": sweep.get("seed", 0),
-           "decode_skip_tokens": 64, "cv_threshold": sweep.get("cv_threshold", 0.10),
-           "workloads": workloads,
-           "pins": {p.split("==")[0].split("[")[0].strip(): p.split("==")[1].strip()
-                    for p in plan.packages}}
-    if w.get("quality"):
-        job["quality_tasks"] = load_quality_tasks()
+    job = job_template(workloads, base=sweep.get("base"), knobs=sweep.get("knobs"),
+                       repetitions=sweep.get("repetitions", 1),
+                       warmup_tokens=sweep.get("warmup_tokens", 16), seed=sweep.get("seed", 0),
+                       pins={p.split("==")[0].split("[")[0].strip(): p.split("==")[1].strip()
+                             for p in plan.packages}, quality=bool(w.get("quality")))
+    job["baseline"] = sweep.get("baseline") or {}
+    job["cv_threshold"] = sweep.get("cv_threshold", 0.10)
     if plan.section("engine"):
         job["engine"] = plan.section("engine")
     doc = {"lock_schema": LOCK_SCHEMA, "name": plan.name, "plan_path": str(plan.path.resolve()),
