@@ -23,9 +23,9 @@ from .journal import Journal
 from .roofline import bytes_per_token, chip_bandwidth_gbs, kv_bytes_per_position, model_bytes
 from .roofline import utilisation as bw_utilisation
 from .summary import config_summary, distribution_test
+from .telemetry.sampler import SAMPLE_KEYS
 
-TELEMETRY_KEYS = ("ts", "swap_used_bytes", "swap_in_bytes_total", "rss_bytes", "memory_pressure",
-                  "thermal_throttled", "cpu_speed_limit_pct", "power_source", "low_power_mode")
+TELEMETRY_KEYS = ("ts", *SAMPLE_KEYS)
 
 
 def candidate_configs(job: Job) -> list[tuple[str, object, dict]]:

@@ -16,6 +16,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from agent.telemetry.sampler import SAMPLE_KEYS
+
 from ..errors import StoreError
 from .models import (
     Environment,
@@ -326,15 +328,9 @@ def _measurement_tuple(sweep_id: str, node: str, e: dict) -> tuple:
 
 
 def _measurement_row(sweep_id: str, node: str, e: dict) -> dict:
-    row = {k: e.get(k) for k in MEASUREMENT_COLUMNS}
-    row.update(sweep_id=sweep_id, node=node, seq=e["seq"],
-               knob_value=None if e.get("knob_value") is None else str(e["knob_value"]),
-               temperature=e["config"]["temperature"])
-    return row
+    return dict(zip(MEASUREMENT_TABLE_COLUMNS, _measurement_tuple(sweep_id, node, e)))
 
 
-SAMPLE_KEYS = ("swap_used_bytes", "swap_in_bytes_total", "rss_bytes", "memory_pressure",
-               "thermal_throttled", "cpu_speed_limit_pct", "power_source", "low_power_mode")
 SAMPLE_COLUMNS = ("sweep_id", "node", "seq", "idx", "ts", *SAMPLE_KEYS)
 
 
