@@ -241,18 +241,26 @@ def classify(c: ConfigStats) -> str:
     return "not a candidate: misses " + ", ".join(missed)
 
 
-def failed_window_configs(store: Store, sweep_ids: list[str], floor: float,
-                          window_s: float) -> set[tuple]:
-    """(sweep, node, workload, k) whose acceptance stayed under ``floor`` for two
-    consecutive windows of ``window_s`` seconds (generation events by timestamp)."""
+def speculative_generations(store: Store, sweep_ids: list[str]) -> list[tuple]:
+    """(sweep, node, ts, payload) of this week's speculative generation events, read once
+    for both the failed-window gate and the by-position chart (the week's biggest read)."""
     if not sweep_ids:
-        return set()
+        return []
     with store.engine.connect() as c:
         rows = c.execute(select(Event.sweep_id, Event.node, Event.ts, Event.payload).where(
             Event.sweep_id.in_(sweep_ids), Event.type == "generation")).all()
+    return [tuple(r) for r in rows if r[3].get("mode") == "speculative"]
+
+
+def failed_window_configs(store: Store, sweep_ids: list[str], floor: float,
+                          window_s: float, rows: list[tuple] | None = None) -> set[tuple]:
+    """(sweep, node, workload, k) whose acceptance stayed under ``floor`` for two
+    consecutive windows of ``window_s`` seconds (generation events by timestamp)."""
+    if rows is None:
+        rows = speculative_generations(store, sweep_ids)
     buckets: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for sid, node, ts, p in rows:
-        if p.get("mode") == "speculative" and p.get("acceptance_rate") is not None:
+        if p.get("acceptance_rate") is not None:
             key = (sid, node, p["workload"], p["num_draft_tokens"])
             buckets[key][int(ts // window_s)].append(p["acceptance_rate"])
     failed = set()
@@ -309,8 +317,9 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
     this_week = [r for r in history if r.at >= start]
     sweep_ids = sorted({r.sweep_id for r in this_week})
     quality = quality_rates(store, sweep_ids)
+    generations = speculative_generations(store, sweep_ids)
     failed = failed_window_configs(store, sweep_ids, gates["failed_acceptance"],
-                                   gates["failed_window_s"])
+                                   gates["failed_window_s"], generations)
     by_series: dict[tuple, list[RunRow]] = defaultdict(list)
     for r in history:
         by_series[r.series].append(r)
@@ -399,7 +408,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                 "baseline": _vals(configs.get(("baseline", 0), []), "itl_p95_ms"),
                 "best": _vals(configs[("speculative", best.k)], "itl_p95_ms") if best else []}
         out.append(section)
-    _positions(store, out, sweep_ids)
+    _positions(out, generations)
     return {"week": label, "start": start.isoformat(), "end": end.isoformat(), "gates": gates,
             "series": out, "side_by_side": side_by_side(out), "sweeps": sweep_ids,
             "counts": {"series": len(out), "runs_this_week": len(this_week),
@@ -436,25 +445,25 @@ def _trend(runs: list[RunRow], k: int | None) -> list[dict]:
              "decode_tok_s": _med(_vals(rs, "decode_tok_s"))} for d, rs in sorted(nights.items())]
 
 
-def _positions(store: Store, sections: list[dict], sweep_ids: list[str], top: int = 6) -> None:
+def _positions(sections: list[dict], rows: list[tuple], top: int = 6) -> None:
     """Acceptance by draft position for the best config of the busiest series this week."""
     want = [s for s in sections if s.get("metrics", {}).get("best_k")][:top]
-    if not want or not sweep_ids:
-        return
-    with store.engine.connect() as c:
-        rows = c.execute(select(Event.payload).where(
-            Event.sweep_id.in_(sweep_ids), Event.type == "generation")).scalars().all()
+
+    def key(s: dict) -> tuple:
+        return s["series"]["workload"], s["metrics"]["best_k"]
+
+    totals = {key(s): ([0] * key(s)[1], [0] * key(s)[1]) for s in want}
+    for _, _, _, p in rows:  # one pass over the events, not one per section
+        t = totals.get((p.get("workload"), p.get("num_draft_tokens")))
+        if t is None:
+            continue
+        for pos in p.get("acceptance_by_position") or []:
+            i = pos["position"] - 1
+            if i < len(t[0]):
+                t[0][i] += pos["drafted"]
+                t[1][i] += pos["accepted"]
     for s in want:
-        k, wl = s["metrics"]["best_k"], s["series"]["workload"]
-        drafted, accepted = [0] * k, [0] * k
-        for p in rows:
-            if p.get("mode") == "speculative" and p.get("num_draft_tokens") == k and \
-                    p.get("workload") == wl:
-                for pos in p.get("acceptance_by_position") or []:
-                    i = pos["position"] - 1
-                    if i < k:
-                        drafted[i] += pos["drafted"]
-                        accepted[i] += pos["accepted"]
+        drafted, accepted = totals[key(s)]
         s["acceptance_by_position"] = [a / d if d else None for a, d in zip(accepted, drafted)]
 
 
