@@ -100,13 +100,6 @@ class Store:
                 Event.sweep_id == sweep_id, Event.node == node).order_by(Event.seq.desc())
                 .limit(1)).scalar()
 
-    def planned_total(self, sweep_id: str, node: str) -> int | None:
-        with self.engine.connect() as c:
-            p = c.execute(select(Event.payload).where(
-                Event.sweep_id == sweep_id, Event.node == node, Event.type == "plan")
-                .order_by(Event.seq.desc()).limit(1)).scalar()
-        return p["total_generations"] if p else None
-
     def set_sweep_node(self, sweep_id: str, node: str, **fields) -> None:
         now = datetime.now(timezone.utc)
         with self.engine.begin() as c:
