@@ -16,6 +16,8 @@ from datetime import date, datetime, timedelta, timezone
 
 from sqlalchemy import select
 
+from agent.stats import percentile
+
 from ..store import Store
 from ..store.models import Event, Run, Sweep
 from .ranktest import mann_whitney
@@ -110,16 +112,6 @@ def _med(v: list[float]) -> float | None:
     return statistics.median(v) if v else None
 
 
-def _pct(v: list[float], q: float) -> float | None:
-    if not v:
-        return None
-    s = sorted(v)
-    pos = (len(s) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
 def identity_key(ident: dict) -> tuple:
     return tuple(ident.get(k) for k in IDENTITY)
 
@@ -187,7 +179,7 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         parity_mismatches=sum(p["mismatches"] for p in parity),
         parity_first_difference=min(offsets) if offsets else None,
         mode=first.mode, k=first.k, runs=len(runs), nights=len({r.at.date() for r in runs}),
-        decode_p50=_med(dec), decode_p95=_pct(dec, 95),
+        decode_p50=_med(dec), decode_p95=percentile(dec, 95),
         acceptance_p50=_med(_vals(runs, "acceptance_rate")),
         speedup=_med(speedups) if first.mode == "speculative" else 1.0,
         ttft_p50=_med(ttft),
