@@ -84,15 +84,7 @@ class LocalTransport:
         proc = await asyncio.create_subprocess_shell(
             command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE)
-        sent = 0
-        with open(local, "rb") as src:
-            src.seek(offset)
-            for chunk in iter(lambda: src.read(CHUNK), b""):
-                proc.stdin.write(chunk)
-                await proc.stdin.drain()
-                sent += len(chunk)
-                if progress:
-                    progress(len(chunk))
+        sent = await _pump(local, offset, proc.stdin, progress)
         proc.stdin.close()
         out, err = await proc.communicate()
         res = Result(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
@@ -213,19 +205,11 @@ class SSHTransport:
         A plain byte stream keeps the pipe full (no per-block round trips as with SFTP
         writes); a dropped session leaves a shorter file that the next push resumes.
         """
-        sent = 0
         try:
             async with self.conn.create_process(command, encoding=None) as proc:
-                with open(local, "rb") as src:
-                    src.seek(offset)
-                    for chunk in iter(lambda: src.read(CHUNK), b""):
-                        if proc.is_closing() or self.conn.is_closed():
-                            break  # the session died; the exit status check reports it
-                        proc.stdin.write(chunk)
-                        await proc.stdin.drain()
-                        sent += len(chunk)
-                        if progress:
-                            progress(len(chunk))
+                # a dead session stops the pump; the exit status check below reports it
+                sent = await _pump(local, offset, proc.stdin, progress,
+                                   lambda: proc.is_closing() or self.conn.is_closed())
                 proc.stdin.write_eof()
                 done = await proc.wait(check=False)  # collects what stdout/stderr still hold
                 out = (done.stdout or b"").decode(errors="replace")
@@ -267,6 +251,23 @@ class SSHTransport:
             raise UnreachableError(self.host.name, f"connection lost during `{command}`")
         if proc.exit_status != 0:
             raise RemoteError(self.host.name, command, proc.exit_status, err)
+
+
+async def _pump(local: Path, offset: int, stdin, progress=None,
+                stopped=lambda: False) -> int:
+    """Copy ``local[offset:]`` into a process's stdin in CHUNK blocks; returns bytes sent."""
+    sent = 0
+    with open(local, "rb") as src:
+        src.seek(offset)
+        for chunk in iter(lambda: src.read(CHUNK), b""):
+            if stopped():
+                break
+            stdin.write(chunk)
+            await stdin.drain()
+            sent += len(chunk)
+            if progress:
+                progress(len(chunk))
+    return sent
 
 
 def _known_key_exists(path: str, address: str, port: int) -> bool:
