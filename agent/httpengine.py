@@ -5,7 +5,9 @@ timing each chunk's arrival; sends the same request without streaming and compar
 two texts at temperature 0 (streaming parity: a runtime whose streaming path drops or
 reorders content is flagged with the first differing offset). Acceptance is read where
 the runtime reports it (llama-server's ``timings.draft_n`` / ``draft_n_accepted``) and is
-otherwise recorded as not reported, never invented.
+otherwise recorded as not reported, never invented. Tool calls are assembled from their
+streamed deltas (whole per chunk as Ollama and mlx_lm.server send them, or argument
+fragments per ``index`` as llama-server sends them) and compared the same way.
 """
 
 from __future__ import annotations
@@ -31,6 +33,25 @@ class Stream:
     finish_reason: str | None = None
     done: bool = False  # saw [DONE]
     comments: int = 0
+    tool_calls: list[dict] = field(default_factory=list)  # assembled {name, arguments}
+
+    def add_tool_deltas(self, deltas: list) -> None:
+        """Fold streamed ``delta.tool_calls`` into whole calls. A delta with a new
+        ``index`` (or, without one, with a name) starts a call; the rest append arguments."""
+        for d in deltas or []:
+            f = d.get("function") or {}
+            i = d.get("index")
+            if i is None:
+                i = len(self.tool_calls) if f.get("name") or not self.tool_calls \
+                    else len(self.tool_calls) - 1
+            while len(self.tool_calls) <= i:
+                self.tool_calls.append({"name": "", "arguments": ""})
+            call = self.tool_calls[i]
+            call["name"] = call["name"] or f.get("name") or ""
+            args = f.get("arguments")
+            # Ollama's native API sends an object; the OpenAI shape is a JSON string
+            call["arguments"] += args if isinstance(args, str) else \
+                json.dumps(args) if args is not None else ""
 
 
 def _connect(base_url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
@@ -53,12 +74,15 @@ def _post(base_url: str, path: str, body: dict, timeout: float):
         text = resp.read().decode(errors="replace")
         conn.close()
         try:
-            msg = json.loads(text).get("error", text)
-            msg = msg.get("message", msg) if isinstance(msg, dict) else msg
-        except ValueError:
+            msg = _error_message(json.loads(text).get("error", text))
+        except (ValueError, AttributeError):
             msg = text
         raise HTTPEngineError(f"{base_url}{path}: HTTP {resp.status}: {str(msg)[:300]}")
     return conn, resp
+
+
+def _error_message(err) -> str:
+    return str(err.get("message", err) if isinstance(err, dict) else err)
 
 
 def _text_of(choice: dict, chat: bool, stream: bool) -> str:
@@ -88,13 +112,13 @@ def parse_sse(lines, chat: bool, clock=time.perf_counter, t0: float | None = Non
         except ValueError:
             raise HTTPEngineError(f"invalid JSON in a stream chunk: {payload[:120]!r}") from None
         if "error" in obj:
-            err = obj["error"]
-            msg = err.get("message", err) if isinstance(err, dict) else err
-            raise HTTPEngineError(f"error mid-stream: {msg}")
+            raise HTTPEngineError(f"error mid-stream: {_error_message(obj['error'])}")
         for ch in obj.get("choices") or []:
             text = _text_of(ch, chat, True)
             if text:
                 s.chunks.append((clock() - t0, text))
+            if chat and (ch.get("delta") or {}).get("tool_calls"):
+                s.add_tool_deltas(ch["delta"]["tool_calls"])
             s.finish_reason = ch.get("finish_reason") or s.finish_reason
         s.usage = obj.get("usage") or s.usage
         s.timings = obj.get("timings") or s.timings
@@ -139,9 +163,15 @@ def complete(base_url: str, api: str, body: dict, timeout: float = 120.0) -> dic
         raise HTTPEngineError(f"{base_url}{path}: the response is not JSON") from None
     finally:
         conn.close()
+    if "error" in obj:  # some llama-server builds answer an error with status 200
+        raise HTTPEngineError(f"{base_url}{path}: {_error_message(obj['error'])[:300]}")
     choice = (obj.get("choices") or [{}])[0]
+    calls = Stream()
+    calls.add_tool_deltas([{k: v for k, v in tc.items() if k != "index"}
+                           for tc in ((choice.get("message") or {}).get("tool_calls") or [])])
     return {"text": _text_of(choice, chat, False), "usage": obj.get("usage"),
-            "timings": obj.get("timings"), "finish_reason": choice.get("finish_reason")}
+            "timings": obj.get("timings"), "finish_reason": choice.get("finish_reason"),
+            "tool_calls": calls.tool_calls}
 
 
 def parity(streamed: str, whole: str) -> dict:
@@ -151,6 +181,33 @@ def parity(streamed: str, whole: str) -> dict:
                  min(len(streamed), len(whole)))
     return {"parity": "mismatch", "first_difference": first, "streamed_chars": len(streamed),
             "nonstreamed_chars": len(whole)}
+
+
+def tool_parity(streamed: list[dict], whole: list[dict]) -> dict:
+    """Compare assembled tool calls by position: name, then arguments (as JSON values when
+    both parse, so a runtime that re-serialises is not flagged; else as text). Call ids
+    are per request and never compared."""
+    if not streamed and not whole:
+        return {"tool_parity": None}
+    for i in range(max(len(streamed), len(whole))):
+        if i >= len(streamed) or i >= len(whole):
+            return {"tool_parity": "mismatch", "tool_first_difference":
+                    {"call": i, "field": "missing", "streamed_calls": len(streamed),
+                     "nonstreamed_calls": len(whole)}}
+        a, b = streamed[i], whole[i]
+        if a["name"] != b["name"]:
+            return {"tool_parity": "mismatch",
+                    "tool_first_difference": {"call": i, "field": "name",
+                                              "streamed": a["name"], "nonstreamed": b["name"]}}
+        try:
+            same = json.loads(a["arguments"] or "null") == json.loads(b["arguments"] or "null")
+        except ValueError:
+            same = a["arguments"] == b["arguments"]
+        if not same:
+            off = parity(a["arguments"], b["arguments"])["first_difference"]
+            return {"tool_parity": "mismatch", "tool_first_difference":
+                    {"call": i, "field": "arguments", "offset": off}}
+    return {"tool_parity": "ok", "tool_first_difference": None}
 
 
 def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:

@@ -8,6 +8,7 @@ parity); greedy output of a speculative variant must equal the baseline variant'
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 import urllib.request
@@ -55,13 +56,16 @@ class Runtime:
                 self.proc.kill()
 
 
-def _body(api: str, prompt: str, max_tokens: int, cfg: dict, fields: dict) -> dict:
+def _body(api: str, prompt: str, max_tokens: int, cfg: dict, fields: dict,
+          tools: tuple = ()) -> dict:
     body = {"max_tokens": max_tokens, "temperature": cfg["temperature"],
             **({"top_k": cfg["top_k"]} if cfg.get("top_k") else {}),
             **({"top_p": cfg["top_p"]} if cfg.get("top_p", 1.0) < 1.0 else {}), **fields}
     if api == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
         body["stream_options"] = {"include_usage": True}
+        if tools:
+            body["tools"] = list(tools)
     else:
         body["prompt"] = prompt
     return body
@@ -95,7 +99,8 @@ def run_http_job(job: Job, journal: Journal) -> int:
                 for rep in range(job.repetitions):
                     for knob, value in knob_values:
                         cfg = {**job.base, **({knob: value} if knob else {})}
-                        body = _body(api, w.prompt, w.max_tokens, cfg, variant.get("fields", {}))
+                        body = _body(api, w.prompt, w.max_tokens, cfg, variant.get("fields", {}),
+                                     w.tools)
                         desc = {"run_index": i, "workload": w.name, "workload_kind": w.kind,
                                 "context_bucket": w.context_bucket,
                                 "prompt_sha256": w.prompt_sha256, "mode": mode,
@@ -115,15 +120,22 @@ def run_http_job(job: Job, journal: Journal) -> int:
                         text = "".join(t for _, t in s.chunks)
                         m = h.measure(s, count, job.decode_skip_tokens)
                         par = h.parity(text, whole["text"])
+                        tpar = h.tool_parity(s.tool_calls, whole["tool_calls"])
+                        if tpar["tool_parity"] == "mismatch":  # one verdict for the review
+                            par = {**par, "parity": "mismatch"}
                         ids = count(whole["text"]) if count else []
                         key = (w.name, cfg["temperature"], cfg.get("top_k"), cfg.get("top_p"))
-                        exact = _exactness(ids or list(whole["text"]), refs.get(key), cfg)
+                        # the output a speculative variant must reproduce: text, then calls
+                        out = (ids or list(whole["text"])) + [
+                            json.dumps([c["name"], c["arguments"]]) for c in whole["tool_calls"]]
+                        exact = _exactness(out, refs.get(key), cfg)
                         if mode == "baseline":
-                            refs.setdefault(key, ids or list(whole["text"]))
+                            refs.setdefault(key, out)
                         outputs.setdefault((variant["name"], w.name, knob), {}).setdefault(
-                            value, []).append(whole["text"])
+                            value, []).append(whole["text"] + json.dumps(whole["tool_calls"]))
                         gens.append(journal.emit(
-                            "generation", **desc, **exact, **par, **m, output_text=whole["text"],
+                            "generation", **desc, **exact, **par, **tpar, **m,
+                            output_text=whole["text"], tool_calls=whole["tool_calls"],
                             token_ids=ids, itl_p50_ms=m["chunk_itl_p50_ms"],
                             itl_p95_ms=m["chunk_itl_p95_ms"], itl_p99_ms=m["chunk_itl_p99_ms"],
                             acceptance_by_position=[], unreliable=False, unreliable_reasons=[],

@@ -22,7 +22,7 @@ JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline
             "cv_threshold", "memory_bandwidth_gbs", "soak", "quality_tasks", "sweep_id",
             "engine"}
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
-                 "max_tokens", "description"}
+                 "max_tokens", "description", "tools"}
 SOAK_KEYS = {"duration_s", "num_draft_tokens", "max_tokens", "workload", "rss_growth_limit",
              "sample_every_s"}
 
@@ -35,6 +35,7 @@ class Workload:
     prompt_sha256: str
     kind: str = "prose"
     context_bucket: str = "short"
+    tools: tuple = ()  # OpenAI-style tool definitions, sent by the http engine's chat API
 
 
 @dataclass(frozen=True)
@@ -141,8 +142,14 @@ def _workload(w, i: int, path: Path) -> Workload:
     max_tokens = _require(w, "max_tokens", int, path, where)
     if max_tokens < 1:
         raise _fail(path, f"{where}.max_tokens: must be ≥ 1")
+    tools = w.get("tools", [])
+    if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and isinstance((t.get("function") or {}).get("name"), str)
+            for t in tools):
+        raise _fail(path, f"{where} ({name}).tools: must be a list of "
+                          '{"type": "function", "function": {"name": ...}} objects')
     return Workload(name=name, prompt=prompt, max_tokens=max_tokens, prompt_sha256=sha,
-                    kind=w.get("kind", "prose"), context_bucket=bucket)
+                    kind=w.get("kind", "prose"), context_bucket=bucket, tools=tuple(tools))
 
 
 def parse_job(raw, path: Path = Path("<job>")) -> Job:

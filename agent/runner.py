@@ -245,8 +245,11 @@ def _summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
         if checked:  # http engine: streamed vs non-streamed text
             bad = [g for g in checked if g["parity"] != "ok"]
             s["parity"] = {"checked": len(checked), "mismatches": len(bad),
-                           "first_difference": min((g["first_difference"] for g in bad),
-                                                   default=None)}
+                           "first_difference": min((g["first_difference"] for g in bad
+                                                    if g["first_difference"] is not None),
+                                                   default=None),
+                           "tool_mismatches": sum(g.get("tool_parity") == "mismatch"
+                                                  for g in bad)}
         if mode == "speculative" and cfg["temperature"] > 0:
             base = groups.get(_config_key(workload, "baseline",
                                           {**cfg, **job.baseline, "num_draft_tokens": 0}), [])

@@ -93,19 +93,21 @@ def test_chat_stream_counts_tokens_with_the_tokenizer(servers, model_pair):
 # -- a server replaying a captured transcript, with planted faults ------------------------
 
 class Replay(http.server.BaseHTTPRequestHandler):
-    body = b""
+    body = b""     # the streamed reply
+    whole = b""    # the non-streamed reply, when a test sends one
     status = 200
     delay = 0.0
     reset_after = None
 
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         time.sleep(self.delay)
+        streamed = req.get("stream") or not self.whole
         self.send_response(self.status)
-        self.send_header("Content-Type", "text/event-stream" if self.status == 200
+        self.send_header("Content-Type", "text/event-stream" if self.status == 200 and streamed
                          else "application/json")
         self.end_headers()
-        data = self.body
+        data = self.body if streamed else self.whole
         if self.reset_after is not None:
             self.wfile.write(data[:self.reset_after])
             self.wfile.flush()
@@ -175,6 +177,96 @@ def test_slow_first_byte_shows_in_ttft(replay):
 def test_connection_reset_mid_stream(replay):
     with pytest.raises(h.HTTPEngineError):
         h.stream(replay(SSE.read_bytes(), reset_after=400), "chat", CHAT)
+
+
+# -- other runtimes' stream shapes (see tests/data/sse/SOURCES.md) --------------------------
+
+DATA = SSE.parent
+ARGS = '{"language":"python","code":"print(bytes([255]).hex())"}'
+RUN_CODE = [{"name": "run_code", "arguments": ARGS}]
+
+
+@pytest.mark.parametrize("name,text,usage,acceptance,finish,calls", [
+    # fragmented tool call, separate usage chunk, drafting counters in timings
+    ("llama_server_chat_tool_call_draft", "Running it now.", 31, (24, 19), "tool_calls", RUN_CODE),
+    # reasoning deltas are not content; usage+timings ride on the finish chunk
+    ("llama_server_chat_reasoning", "def heappush(heap, item):\n    heap.append(item)", 16, None,
+     "stop", []),
+    # role repeated in every delta, an empty finish delta, a choices:[] usage chunk
+    ("ollama_chat_stream", "A heap keeps its smallest item first.", 8, None, "stop", []),
+    # the whole call in one chunk; Ollama's timings carry no draft counters
+    ("ollama_chat_tool_call", "", 29, None, "tool_calls", RUN_CODE),
+    # no usage anywhere: tokens fall back to the tokenizer or the chunk count
+    ("lmstudio_chat_stream", "\nUse heapq.heappush.", None, None, "stop", []),
+])
+def test_runtime_stream_shapes(replay, name, text, usage, acceptance, finish, calls):
+    s, _ = h.stream(replay((DATA / f"{name}.txt").read_bytes()), "chat", CHAT)
+    assert "".join(t for _, t in s.chunks) == text
+    assert s.finish_reason == finish and s.tool_calls == calls
+    m = h.measure(s)
+    assert m["usage_tokens"] == usage
+    if usage is None:
+        assert m["generated_tokens"] == len(s.chunks)  # one token per chunk, not invented
+    if acceptance:
+        assert (m["drafted_tokens"], m["accepted_tokens"]) == acceptance
+        assert m["acceptance"] == "reported"
+    else:
+        assert m["acceptance"] == "not reported" and m["acceptance_rate"] is None
+
+
+def test_llama_server_error_event_mid_stream(replay):
+    body = (DATA / "llama_server_error_midstream.txt").read_bytes()
+    with pytest.raises(h.HTTPEngineError, match=r"error mid-stream: request \(4130 tokens\) "
+                                                r"exceeds the available context size"):
+        h.stream(replay(body), "chat", CHAT)
+
+
+def test_error_body_with_status_200_is_an_error(replay):
+    body = json.dumps({"error": {"code": 500, "message": "Context size has been exceeded.",
+                                 "type": "server_error"}}).encode()
+    with pytest.raises(h.HTTPEngineError, match="Context size has been exceeded"):
+        h.complete(replay(b"", whole=body), "chat", CHAT)
+
+
+def _tool_replay(replay, name, mangle=lambda ev: ev):
+    events = [e for e in (DATA / f"{name}.txt").read_bytes().split(b"\n\n") if e.strip()]
+    return replay(b"\n\n".join(mangle(events)) + b"\n\n",
+                  whole=(DATA / f"{name}.json").read_bytes())
+
+
+@pytest.mark.parametrize("name", ["llama_server_chat_tool_call_draft", "ollama_chat_tool_call"])
+def test_tool_call_parity_holds_for_fragmented_and_whole_calls(replay, name):
+    url = _tool_replay(replay, name)
+    s, _ = h.stream(url, "chat", CHAT)
+    whole = h.complete(url, "chat", CHAT)
+    assert whole["tool_calls"] == RUN_CODE  # call ids differ per request and are ignored
+    assert h.tool_parity(s.tool_calls, whole["tool_calls"]) == {"tool_parity": "ok",
+                                                                "tool_first_difference": None}
+    assert h.parity("".join(t for _, t in s.chunks), whole["text"])["parity"] == "ok"
+
+
+def _arg(e: bytes) -> str | None:
+    try:
+        return json.loads(e[6:])["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"]
+    except (ValueError, IndexError, KeyError):
+        return None
+
+
+@pytest.mark.parametrize("fault,mangle,field", [
+    # the bug seen in the wild: a heuristic dropped tool-call chunks shorter than 16 chars
+    ("drops short chunks", lambda ev: [e for e in ev if _arg(e) is None or len(_arg(e)) >= 16
+                                       or b'"name"' in e], "arguments"),
+    ("reorders fragments", lambda ev: ev[:6] + [ev[7], ev[6]] + ev[8:], "arguments"),
+    ("loses the call", lambda ev: [e for e in ev if _arg(e) is None], "missing"),
+])
+def test_tool_call_streaming_faults_are_flagged(replay, fault, mangle, field):
+    url = _tool_replay(replay, "llama_server_chat_tool_call_draft", mangle)
+    s, _ = h.stream(url, "chat", CHAT)
+    p = h.tool_parity(s.tool_calls, h.complete(url, "chat", CHAT)["tool_calls"])
+    assert p["tool_parity"] == "mismatch", fault
+    assert p["tool_first_difference"]["field"] == field and p["tool_first_difference"]["call"] == 0
+    if field == "arguments":
+        assert 0 <= p["tool_first_difference"]["offset"] < len(ARGS)
 
 
 def test_endpoint_down_is_a_clear_error():

@@ -6,10 +6,11 @@ import http.server
 import json
 import sys
 import threading
+from pathlib import Path
 
 from orchestrator.jobspec import build_job
 from tests.test_agent import run_agent
-from tests.test_http_engine import free_port
+from tests.test_http_engine import ARGS, _arg, free_port
 
 
 def events(path):
@@ -193,3 +194,84 @@ def test_a_runtime_inexact_under_speculation_is_flagged(model_pair, tmp_path):
     assert spec["exact_match"] is False and spec["exactness"] == "diverged"
     assert spec["first_divergence"] == len("    return heap[")
     assert spec["parity"] == "ok"
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "run_code", "description": "Run a script and return its output",
+    "parameters": {"type": "object", "properties": {"language": {"type": "string"},
+                                                   "code": {"type": "string"}},
+                   "required": ["language", "code"]}}}]
+
+
+def _tool_runtime(drop_short: bool):
+    """Replays llama-server's streamed tool call (tests/data/sse); the faulty one drops
+    argument chunks shorter than 16 characters, as a streaming heuristic seen in the wild did."""
+    data = Path(__file__).parent / "data" / "sse"
+    events = [e for e in (data / "llama_server_chat_tool_call_draft.txt").read_bytes()
+              .split(b"\n\n") if e.strip()]
+    if drop_short:
+        events = [e for e in events if _arg(e) is None or len(_arg(e)) >= 16 or b'"name"' in e]
+    stream = b"\n\n".join(events) + b"\n\n"
+    whole = (data / "llama_server_chat_tool_call_draft.json").read_bytes()
+    seen = []
+
+    class T(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # readiness probe
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"data": []}')
+
+        def do_POST(self):
+            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(req)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(stream if req.get("stream") else whole)
+
+        def log_message(self, *a):
+            pass
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), T)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}", seen
+
+
+def test_tool_calls_are_sent_and_a_streaming_path_that_mangles_them_is_flagged(model_pair,
+                                                                              tmp_path):
+    a, a_url, seen = _tool_runtime(drop_short=False)
+    b, b_url, _ = _tool_runtime(drop_short=True)
+    try:
+        job = build_job(model_pair, ["code"], max_tokens=8)
+        job["workloads"] = job["workloads"][:1]
+        job["workloads"][0]["tools"] = TOOLS
+        job["engine"] = {"type": "http", "api": "chat", "runtime": "llama-server", "variants": [
+            {"name": "plain", "base_url": a_url},
+            {"name": "draft", "speculative": True, "num_draft_tokens": 3, "base_url": b_url}]}
+        job["knobs"] = {"temperature": [0.0]}
+        (tmp_path / "job.json").write_text(json.dumps(job))
+        proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+    finally:
+        a.shutdown()
+        b.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    assert seen and all(r["tools"] == TOOLS for r in seen)
+    ev = events(tmp_path / "j.jsonl")
+    plain, spec = [e for e in ev if e["type"] == "generation"]
+    assert plain["tool_parity"] == "ok" and plain["parity"] == "ok"
+    assert plain["tool_calls"] == [{"name": "run_code", "arguments": ARGS}]
+    assert plain["acceptance"] == "reported" and plain["acceptance_rate"] == 19 / 24
+    # content streamed fine; only the tool call was mangled, and that is what is reported
+    assert spec["first_difference"] is None and spec["parity"] == "mismatch"
+    assert spec["tool_parity"] == "mismatch"
+    assert spec["tool_first_difference"] == {"call": 0, "field": "arguments", "offset": 2}
+    (summary,) = [e for e in ev if e["type"] == "config_summary" and e["mode"] == "speculative"]
+    assert summary["parity"] == {"checked": 1, "mismatches": 1, "first_difference": None,
+                                 "tool_mismatches": 1}
+
+
+def test_a_workload_with_malformed_tools_is_refused(model_pair, tmp_path):
+    job = build_job(model_pair, ["code"], max_tokens=8)
+    job["workloads"][0]["tools"] = [{"type": "function", "function": {"description": "x"}}]
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+    assert proc.returncode != 0
+    assert "tools: must be a list of" in proc.stderr
