@@ -32,10 +32,27 @@ def _md(text: str) -> str:
     return out
 
 
+def _runtime_verdict(group: dict) -> str:
+    """'fastest without speculation: X (1.12× over Y); with speculation: Z (k=4)'."""
+    parts = []
+    for what, key in (("without speculation", "fastest_baseline"),
+                      ("with speculation", "fastest_speculative")):
+        w = group[key]
+        if not w:
+            parts.append(f"{what}: not measured")
+            continue
+        k = next((r["best_k"] for r in group["rows"] if r["engine"] == w["engine"]), None)
+        who = w["engine"] + (f" at k={k}" if key == "fastest_speculative" and k else "")
+        parts.append(f"{what}: {who}" + (f", {w['ratio']:.2f}× {w['over']}" if "over" in w
+                                          else " (the only runtime measured)"))
+    return "fastest " + "; ".join(parts)
+
+
 def environment(html: bool) -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined,
                       autoescape=select_autoescape(["html.j2"]) if html else False)
-    env.filters.update(fmt=_fmt, num=_num, series_label=label, md=_md)
+    env.filters.update(fmt=_fmt, num=_num, series_label=label, md=_md,
+                       runtime_verdict=_runtime_verdict)
     return env
 
 

@@ -3,6 +3,7 @@ causes and classifications; the page opens in headless Chromium."""
 
 import json
 import random
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -210,12 +211,19 @@ def test_runtimes_side_by_side_with_streaming_parity(tmp_path):
               configs={("baseline", 0): V(110, rng=rng),
                        ("speculative", 4): V(150, acceptance=0.72, rng=rng)},
               parity={("speculative", 4): {"checked": 3, "mismatches": 1,
-                                           "first_difference": 17}})
+                                           "first_difference": 17, "tool_mismatches": 1}})
     a = analyse(store, "2026-W20", load_rules(), now=NOW)
     (group,) = a["side_by_side"]
     rows = {r["engine"]: r for r in group["rows"]}
     assert set(rows) == {"mlx-lm", "llama-server"}
     assert rows["llama-server"]["parity_mismatches"] == 7
+    assert rows["llama-server"]["tool_mismatches"] == 7
+    # the merged table answers "which runtime is faster here, with and without speculation"
+    fb, fs = group["fastest_baseline"], group["fastest_speculative"]
+    assert (fb["engine"], fb["over"]) == ("llama-server", "mlx-lm")
+    assert fb["ratio"] == pytest.approx(1.1, rel=0.03)
+    assert (fs["engine"], fs["over"]) == ("llama-server", "mlx-lm")
+    assert fs["ratio"] == pytest.approx(150 / 130, rel=0.03)
     assert rows["mlx-lm"]["best_speedup"] == pytest.approx(1.3, rel=0.03)
     llama = next(s for s in a["series"] if s["series"]["engine"] == "llama-server")
     spec = next(c for c in llama["configs"] if c["mode"] == "speculative")
@@ -223,8 +231,13 @@ def test_runtimes_side_by_side_with_streaming_parity(tmp_path):
     assert spec["parity_first_difference"] == 17
     from orchestrator.report import write_review
 
-    html = write_review(store, tmp_path / "r.html", week="2026-W20", formats=("html",),
-                        now=NOW)["html"]
-    dom = dump_dom(html)
-    assert 'class="runtimes"' in dom and "7 mismatches" in dom
+    out = write_review(store, tmp_path / "r.html", week="2026-W20", formats=("html", "md"),
+                       now=NOW)
+    dom = dump_dom(out["html"])
+    assert dom.count('class="runtimes"') == 1 and "7 mismatches (7 in tool calls)" in dom
+    assert dom.count('data-runtime="') == 2
+    assert re.search(r"fastest without speculation: llama-server, 1\.[01]\d× mlx-lm; "
+                     r"with speculation: llama-server at k=4, 1\.1\d× mlx-lm", dom)
+    md = out["md"].read_text()
+    assert "## Runtimes side by side" in md and "| llama-server | 1" in md
     assert "streaming parity: 7 mismatches, first at offset 17" in dom

@@ -150,6 +150,7 @@ class ConfigStats:
     task_pass_rate: float | None = None
     parity_mismatches: int = 0          # http runtimes: streamed text ≠ non-streamed text
     parity_first_difference: int | None = None
+    parity_tool_mismatches: int = 0     # of those, tool calls that differ
     gates: dict = field(default_factory=dict)
     classification: str = ""
 
@@ -178,6 +179,7 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
     return ConfigStats(
         parity_mismatches=sum(p["mismatches"] for p in parity),
         parity_first_difference=min(offsets) if offsets else None,
+        parity_tool_mismatches=sum(p.get("tool_mismatches", 0) for p in parity),
         mode=first.mode, k=first.k, runs=len(runs), nights=len({r.at.date() for r in runs}),
         decode_p50=_med(dec), decode_p95=percentile(dec, 95),
         acceptance_p50=_med(_vals(runs, "acceptance_rate")),
@@ -460,7 +462,9 @@ def _positions(sections: list[dict], rows: list[tuple], top: int = 6) -> None:
 
 
 def side_by_side(sections: list[dict]) -> list[dict]:
-    """Runtimes measured on the same chip, pair, workload and bucket, one row each."""
+    """One merged table: a group per chip × pair × workload × bucket measured by two or more
+    runtimes, a row per runtime, and which runtime is fastest without and with speculation
+    (and by how much over the next one)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for s in sections:
         x = s["series"]
@@ -472,13 +476,31 @@ def side_by_side(sections: list[dict]) -> list[dict]:
             continue
         rows = []
         for s in ss:
-            base = next((c for c in s["configs"] if c["mode"] == "baseline"), None)
-            m = s["metrics"]
+            cs, m = s["configs"], s["metrics"]
+            base = next((c for c in cs if c["mode"] == "baseline"), None)
+            best = next((c for c in cs if c["mode"] == "speculative"
+                         and c["k"] == m.get("best_k")), None)
             rows.append({"engine": s["series"]["engine"],
                          "baseline_decode_p50": base["decode_p50"] if base else None,
-                         "best_k": m.get("best_k"), "best_speedup": m.get("best_speedup"),
+                         "baseline_ttft_p50": base["ttft_p50"] if base else None,
+                         "best_k": m.get("best_k"), "best_decode_p50": best and best["decode_p50"],
+                         "best_speedup": m.get("best_speedup"),
                          "best_acceptance": m.get("best_acceptance"),
-                         "parity_mismatches": sum(c["parity_mismatches"] for c in s["configs"])})
+                         "parity_mismatches": sum(c["parity_mismatches"] for c in cs),
+                         "tool_mismatches": sum(c["parity_tool_mismatches"] for c in cs)})
+        rows.sort(key=lambda r: r["engine"])
         out.append({"chip": chip, "model_pair": pair, "workload": workload,
-                    "context_bucket": bucket, "rows": rows})
+                    "context_bucket": bucket, "rows": rows,
+                    "fastest_baseline": _winner(rows, "baseline_decode_p50"),
+                    "fastest_speculative": _winner(rows, "best_decode_p50")})
     return out
+
+
+def _winner(rows: list[dict], key: str) -> dict | None:
+    ranked = sorted((r for r in rows if r.get(key)), key=lambda r: -r[key])
+    if not ranked:
+        return None
+    lead = {"engine": ranked[0]["engine"], "decode_p50": ranked[0][key]}
+    if len(ranked) > 1:
+        lead.update(over=ranked[1]["engine"], ratio=ranked[0][key] / ranked[1][key])
+    return lead
