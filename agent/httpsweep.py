@@ -60,7 +60,8 @@ def _body(api: str, prompt: str, max_tokens: int, cfg: dict, fields: dict,
           tools: tuple = ()) -> dict:
     body = {"max_tokens": max_tokens, "temperature": cfg["temperature"],
             **({"top_k": cfg["top_k"]} if cfg.get("top_k") else {}),
-            **({"top_p": cfg["top_p"]} if cfg.get("top_p", 1.0) < 1.0 else {}), **fields}
+            **({"top_p": cfg["top_p"]} if cfg.get("top_p", 1.0) < 1.0 else {}),
+            **({"min_p": cfg["min_p"]} if cfg.get("min_p") else {}), **fields}
     if api == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
         body["stream_options"] = {"include_usage": True}
@@ -81,8 +82,9 @@ def run_http_job(job: Job, journal: Journal) -> int:
         from mlx_lm import load
 
         count = load(eng["tokenizer"])[1].encode
-    knob_values = [(k, v) for k, vals in job.knobs.items() if k != "num_draft_tokens"
-                   for v in vals] or [(None, None)]
+    field_knobs = eng.get("knobs", {})
+    knob_values = [(k, v) for k, vals in {**job.knobs, **field_knobs}.items()
+                   if k != "num_draft_tokens" for v in vals] or [(None, None)]
     gens, refs, outputs = [], {}, {}
     i = 0
     for variant in eng["variants"]:
@@ -98,9 +100,12 @@ def run_http_job(job: Job, journal: Journal) -> int:
             for w in job.workloads:
                 for rep in range(job.repetitions):
                     for knob, value in knob_values:
-                        cfg = {**job.base, **({knob: value} if knob else {})}
-                        body = _body(api, w.prompt, w.max_tokens, cfg, variant.get("fields", {}),
-                                     w.tools)
+                        fields = dict(variant.get("fields", {}))
+                        if knob in field_knobs:
+                            cfg, fields[knob] = dict(job.base), value
+                        else:
+                            cfg = {**job.base, **({knob: value} if knob else {})}
+                        body = _body(api, w.prompt, w.max_tokens, cfg, fields, w.tools)
                         desc = {"run_index": i, "workload": w.name, "workload_kind": w.kind,
                                 "context_bucket": w.context_bucket,
                                 "prompt_sha256": w.prompt_sha256, "mode": mode,
@@ -108,7 +113,8 @@ def run_http_job(job: Job, journal: Journal) -> int:
                                 "variant": variant["name"], "knob": knob or "variant",
                                 "knob_value": value if knob else variant["name"],
                                 "num_draft_tokens": int(variant.get("num_draft_tokens", 0)),
-                                "config": {**cfg, "variant": variant["name"]},
+                                "config": {**cfg, "variant": variant["name"],
+                                           **({knob: value} if knob in field_knobs else {})},
                                 "repetition": rep, "max_tokens": w.max_tokens, "seed": job.seed}
                         i += 1
                         try:
@@ -143,7 +149,8 @@ def run_http_job(job: Job, journal: Journal) -> int:
         finally:
             rt.__exit__()
     for (variant, workload, knob), by_value in outputs.items():
-        if knob and len(by_value) > 1:
+        # sampling knobs must change output; a speculation field (n_max) rightly does not
+        if knob and knob not in field_knobs and len(by_value) > 1:
             distinct = {t for texts in by_value.values() for t in texts}
             if len(distinct) == 1:  # e.g. temperature ignored: every setting, same text
                 journal.emit("knob_effect", variant=variant, workload=workload, knob=knob,

@@ -222,4 +222,14 @@ def _engine(raw: dict, path: Path) -> dict:
             isinstance(v, dict) and v.get("name") and v.get("base_url") for v in variants):
         raise _fail(path, "engine.variants: a list of {name, base_url, command?, speculative?, "
                           "fields?}")
+    # runtime-specific request fields swept one at a time, e.g. llama-server's flat
+    # "speculative.n_max" or mlx-serve's "enable_pld"
+    fknobs = eng.get("knobs", {})
+    if not isinstance(fknobs, dict) or not all(
+            isinstance(v, list) and v and all(isinstance(x, (bool, int, float, str)) for x in v)
+            for v in fknobs.values()):
+        raise _fail(path, "engine.knobs: a map of request field → non-empty list of values")
+    clash = sorted(set(fknobs) & set(KNOBS))
+    if clash:
+        raise _fail(path, f"engine.knobs: {', '.join(clash)} belong in the job's knobs")
     return eng

@@ -275,3 +275,48 @@ def test_a_workload_with_malformed_tools_is_refused(model_pair, tmp_path):
     proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
     assert proc.returncode != 0
     assert "tools: must be a list of" in proc.stderr
+
+
+def test_runtime_specific_fields_are_swept_one_at_a_time(model_pair, tmp_path):
+    """engine.knobs sweeps request fields the runtime defines (llama-server reads the flat
+    key "speculative.n_max"); identical greedy output across them is what lossless
+    speculation should give, so it is not reported as a knob without effect."""
+    a, a_url, seen_a = _tool_runtime(drop_short=False)
+    b, b_url, seen_b = _tool_runtime(drop_short=False)
+    try:
+        job = build_job(model_pair, ["code"], max_tokens=8)
+        job["workloads"] = job["workloads"][:1]
+        job["engine"] = {"type": "http", "api": "chat", "runtime": "llama-server",
+                         "knobs": {"speculative.n_max": [2, 8]}, "variants": [
+                             {"name": "plain", "base_url": a_url},
+                             {"name": "draft", "speculative": True, "base_url": b_url,
+                              "fields": {"speculative.n_min": 0}}]}
+        job["knobs"] = {"temperature": [0.0]}
+        (tmp_path / "job.json").write_text(json.dumps(job))
+        proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+    finally:
+        a.shutdown()
+        b.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    sent = [(r.get("speculative.n_max"), r.get("speculative.n_min"), r["stream"])
+            for r in seen_b]
+    assert sent == [(None, 0, True), (None, 0, False), (2, 0, True), (2, 0, False),
+                    (8, 0, True), (8, 0, False)]
+    ev = events(tmp_path / "j.jsonl")
+    spec = [e for e in ev if e["type"] == "generation" and e["variant"] == "draft"]
+    assert [(g["knob"], g["knob_value"]) for g in spec] == [
+        ("temperature", 0.0), ("speculative.n_max", 2), ("speculative.n_max", 8)]
+    assert spec[1]["config"]["speculative.n_max"] == 2 and spec[1]["exact_match"] is True
+    assert not [e for e in ev if e["type"] == "knob_effect"]
+    summaries = [e for e in ev if e["type"] == "config_summary" and e["mode"] == "speculative"]
+    assert sorted(str(s["knob_value"]) for s in summaries) == ["0.0", "2", "8"]
+
+
+def test_engine_knobs_must_be_lists_of_values(model_pair, tmp_path):
+    job = build_job(model_pair, ["code"], max_tokens=8)
+    job["engine"] = {"type": "http", "knobs": {"speculative.n_max": 4},
+                     "variants": [{"name": "plain", "base_url": "http://127.0.0.1:9"}]}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+    assert proc.returncode == 2
+    assert "engine.knobs: a map of request field → non-empty list of values" in proc.stderr
