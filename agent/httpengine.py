@@ -34,6 +34,7 @@ class Stream:
     done: bool = False  # saw [DONE]
     comments: int = 0
     tool_calls: list[dict] = field(default_factory=list)  # assembled {name, arguments}
+    tool_chunks: list[tuple[float, str]] = field(default_factory=list)  # timed fragments
 
     def add_tool_deltas(self, deltas: list) -> None:
         """Fold streamed ``delta.tool_calls`` into whole calls. A delta with a new
@@ -92,6 +93,16 @@ def _text_of(choice: dict, chat: bool, stream: bool) -> str:
     return choice.get("text") or ""
 
 
+def _fragment_text(deltas: list) -> str:
+    """The generated text a tool-call delta carries (name and argument fragment)."""
+    out = ""
+    for d in deltas:
+        f = d.get("function") or {}
+        args = f.get("arguments")
+        out += (f.get("name") or "") + (args if isinstance(args, str) else "")
+    return out
+
+
 def parse_sse(lines, chat: bool, clock=time.perf_counter, t0: float | None = None) -> Stream:
     """Parse an SSE byte-line iterator into timed text chunks (keep-alive comments, multi-
     line data, usage in the last chunk, ``[DONE]``). Raises on JSON it cannot read."""
@@ -119,6 +130,8 @@ def parse_sse(lines, chat: bool, clock=time.perf_counter, t0: float | None = Non
                 s.chunks.append((clock() - t0, text))
             if chat and (ch.get("delta") or {}).get("tool_calls"):
                 s.add_tool_deltas(ch["delta"]["tool_calls"])
+                # a call is generated output too: its arrival times count for TTFT and ITL
+                s.tool_chunks.append((clock() - t0, _fragment_text(ch["delta"]["tool_calls"])))
             s.finish_reason = ch.get("finish_reason") or s.finish_reason
         s.usage = obj.get("usage") or s.usage
         s.timings = obj.get("timings") or s.timings
@@ -211,11 +224,12 @@ def tool_parity(streamed: list[dict], whole: list[dict]) -> dict:
 
 
 def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
-    """TTFT, decode slope and ITL from chunk arrival times. A chunk may hold several
-    tokens: token positions come from the tokenizer when given, else from the usage count
-    spread over characters."""
-    texts = [t for _, t in s.chunks]
-    times = [t for t, _ in s.chunks]
+    """TTFT, decode slope and ITL from chunk arrival times (content and tool-call chunks
+    alike). A chunk may hold several tokens: token positions come from the tokenizer when
+    given, else from the usage count spread over characters."""
+    timeline = sorted(s.chunks + s.tool_chunks, key=lambda c: c[0])
+    texts = [t for _, t in timeline]
+    times = [t for t, _ in timeline]
     total = (s.usage or {}).get("completion_tokens")
     if count_tokens is not None:
         cum, acc = [], ""

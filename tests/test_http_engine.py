@@ -205,6 +205,8 @@ def test_runtime_stream_shapes(replay, name, text, usage, acceptance, finish, ca
     assert s.finish_reason == finish and s.tool_calls == calls
     m = h.measure(s)
     assert m["usage_tokens"] == usage
+    # tool-call chunks are output too: a call-only answer still has a TTFT
+    assert m["ttft_ms"] is not None and m["chunks"] == len(s.chunks) + len(s.tool_chunks)
     if usage is None:
         assert m["generated_tokens"] == len(s.chunks)  # one token per chunk, not invented
     if acceptance:
