@@ -116,6 +116,20 @@ def test_a_knob_the_runtime_ignores_is_reported(model_pair, tmp_path):
     assert effect["effect"] is False and effect["knob"] == "temperature"
     assert effect["message"] == "knob had no effect: temperature in [0.0, 0.9] gave identical " \
         "output"
+    # and the sweep's review page says so
+    from datetime import datetime, timezone
+
+    from orchestrator.review import render_review
+    from orchestrator.store import open_store
+    from tests.browser import dump_dom
+    from tests.history import new_sweep
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    sid = new_sweep(store, datetime.now(timezone.utc))
+    store.ingest(sid, "local", events(tmp_path / "j.jsonl"))
+    dom = dump_dom(render_review(store, tmp_path / "review.html", sid))
+    assert 'id="notices"' in dom
+    assert "local · only · workload" in dom and effect["message"] in dom
 
 
 def test_endpoint_down_fails_that_variant_and_the_job_goes_on(model_pair, tmp_path):

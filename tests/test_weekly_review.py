@@ -207,11 +207,16 @@ def test_runtimes_side_by_side_with_streaming_parity(tmp_path):
         night(store, at, **common, configs={("baseline", 0): V(100, rng=rng),
                                             ("speculative", 4): V(130, acceptance=0.7,
                                                                   rng=rng)})
-        night(store, at, **common, engine="llama-server",
-              configs={("baseline", 0): V(110, rng=rng),
-                       ("speculative", 4): V(150, acceptance=0.72, rng=rng)},
-              parity={("speculative", 4): {"checked": 3, "mismatches": 1,
-                                           "first_difference": 17, "tool_mismatches": 1}})
+        sid = night(store, at, **common, engine="llama-server",
+                    configs={("baseline", 0): V(110, rng=rng),
+                             ("speculative", 4): V(150, acceptance=0.72, rng=rng)},
+                    parity={("speculative", 4): {"checked": 3, "mismatches": 1,
+                                                 "first_difference": 17, "tool_mismatches": 1}})
+    store.ingest(sid, "mac-02", [{"seq": 900, "type": "knob_effect", "ts": at.timestamp(),
+                                  "variant": "draft-4", "workload": "code", "knob": "top_k",
+                                  "values": [0, 40], "effect": False,
+                                  "message": "knob had no effect: top_k in [0, 40] gave "
+                                             "identical output"}])
     a = analyse(store, "2026-W20", load_rules(), now=NOW)
     (group,) = a["side_by_side"]
     rows = {r["engine"]: r for r in group["rows"]}
@@ -240,4 +245,8 @@ def test_runtimes_side_by_side_with_streaming_parity(tmp_path):
                      r"with speculation: llama-server at k=4, 1\.1\d× mlx-lm", dom)
     md = out["md"].read_text()
     assert "## Runtimes side by side" in md and "| llama-server | 1" in md
+    # a runtime ignoring a knob is named in the review, not only in the journal
+    assert "mac-02 · draft-4 · workload <code>code</code>: knob had no effect: top_k in " \
+        "[0, 40]" in dom
+    assert "## Knobs without effect" in md
     assert "streaming parity: 7 mismatches, first at offset 17" in dom

@@ -274,6 +274,18 @@ def quality_rates(store: Store, sweep_ids: list[str]) -> dict:
     return {(s, n, p["num_draft_tokens"]): p["pass_rate"] for s, n, p in rows}
 
 
+def knob_notices(store: Store, sweep_ids: list[str]) -> list[dict]:
+    """The agents' "knob had no effect" findings (a runtime that ignores a request field)."""
+    if not sweep_ids:
+        return []
+    with store.engine.connect() as c:
+        rows = c.execute(select(Event.sweep_id, Event.node, Event.payload).where(
+            Event.sweep_id.in_(sweep_ids), Event.type == "knob_effect")
+            .order_by(Event.node, Event.seq)).all()
+    return [{"sweep_id": s, "node": n, "variant": p.get("variant"), "workload": p["workload"],
+             "knob": p["knob"], "message": p["message"]} for s, n, p in rows]
+
+
 def _per_run(runs: list[RunRow], metric: str) -> list[float]:
     return [m for r in runs if (m := _med([v for v in (r.summary.get("values") or {}).get(
         metric) or [] if v is not None])) is not None]
@@ -405,6 +417,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
     _positions(out, generations)
     return {"week": label, "start": start.isoformat(), "end": end.isoformat(), "gates": gates,
             "series": out, "side_by_side": side_by_side(out), "sweeps": sweep_ids,
+            "notices": knob_notices(store, sweep_ids),
             "counts": {"series": len(out), "runs_this_week": len(this_week),
                        "stale": sum(1 for s in out if s["stale"])}}
 
