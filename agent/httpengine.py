@@ -223,6 +223,14 @@ def tool_parity(streamed: list[dict], whole: list[dict]) -> dict:
     return {"tool_parity": "ok", "tool_first_difference": None}
 
 
+def nonstreamed(whole: dict, wall_s: float) -> dict:
+    """The non-streamed request end to end: wall time and, where the runtime counts its
+    tokens, completion tokens over that time (prefill included, so below decode tok/s)."""
+    n = (whole.get("usage") or {}).get("completion_tokens")
+    return {"nonstreamed_ms": round(wall_s * 1e3, 3), "nonstreamed_tokens": n,
+            "nonstreamed_tok_s": round(n / wall_s, 2) if n and wall_s > 0 else None}
+
+
 def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
     """TTFT, decode slope and ITL from chunk arrival times (content and tool-call chunks
     alike). A chunk may hold several tokens: token positions come from the tokenizer when
@@ -253,6 +261,7 @@ def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
     itl = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
     timings = s.timings or {}
     drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+    reported = timings.get("predicted_per_second")
     return {"ttft_ms": round(times[0] * 1e3, 3) if times else None,
             "decode_tok_s": round(rate, 2) if rate else None,
             "decode_tok_s_mean": round(mean, 2) if mean else None,
@@ -263,4 +272,6 @@ def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
             "acceptance_rate": (accepted / drafted) if drafted else None,
             "acceptance": "reported" if drafted is not None else "not reported",
             "keepalive_comments": s.comments, "finish_reason": s.finish_reason,
+            # the runtime's own decode speed (llama-server, Ollama), beside ours
+            "reported_decode_tok_s": round(reported, 2) if reported else None,
             "chunk_times_us": [round(t * 1e6) for t in times]}

@@ -119,12 +119,15 @@ def run_http_job(job: Job, journal: Journal) -> int:
                         i += 1
                         try:
                             s, _ = h.stream(variant["base_url"], api, body)
+                            t0 = time.perf_counter()
                             whole = h.complete(variant["base_url"], api, body)
+                            wall = time.perf_counter() - t0
                         except h.HTTPEngineError as e:
                             journal.emit("generation_failed", **desc, error=str(e))
                             continue
                         text = "".join(t for _, t in s.chunks)
-                        m = h.measure(s, count, job.decode_skip_tokens)
+                        m = {**h.measure(s, count, job.decode_skip_tokens),
+                             **h.nonstreamed(whole, wall)}
                         par = h.parity(text, whole["text"])
                         tpar = h.tool_parity(s.tool_calls, whole["tool_calls"])
                         if tpar["tool_parity"] == "mismatch":  # one verdict for the review

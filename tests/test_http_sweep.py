@@ -43,6 +43,9 @@ def test_agent_runs_mlx_lm_server_variants(model_pair, tmp_path):
     for g in gens:
         assert g["ttft_ms"] > 0 and g["decode_tok_s"] > 0 and g["chunks"] > 0
         assert g["acceptance"] == "not reported" and g["acceptance_rate"] is None
+        # the non-streamed request is timed end to end too; mlx_lm.server reports no speed
+        assert g["nonstreamed_ms"] > 0 and g["nonstreamed_tokens"] == 32
+        assert 0 < g["nonstreamed_tok_s"] and g["reported_decode_tok_s"] is None
     # the plain server agrees with in-process greedy mlx-lm, streamed and not
     from mlx_lm import generate, load
 
@@ -273,6 +276,7 @@ def test_tool_calls_are_sent_and_a_streaming_path_that_mangles_them_is_flagged(m
     assert plain["tool_parity"] == "ok" and plain["parity"] == "ok"
     assert plain["tool_calls"] == [{"name": "run_code", "arguments": ARGS}]
     assert plain["acceptance"] == "reported" and plain["acceptance_rate"] == 19 / 24
+    assert plain["reported_decode_tok_s"] == 44.1 and plain["nonstreamed_tokens"] == 31
     # content streamed fine; only the tool call was mangled, and that is what is reported
     assert spec["first_difference"] is None and spec["parity"] == "mismatch"
     assert spec["tool_parity"] == "mismatch"
