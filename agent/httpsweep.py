@@ -87,6 +87,10 @@ def run_http_job(job: Job, journal: Journal) -> int:
                    if k != "num_draft_tokens" for v in vals] or [(None, None)]
     gens, refs, outputs = [], {}, {}
     i = 0
+    journal.emit("plan", total_generations=len(eng["variants"]) * len(job.workloads)
+                 * job.repetitions * len(knob_values), already_done=0, engine="http",
+                 runtime=runtime, variants=[v["name"] for v in eng["variants"]],
+                 repetitions=job.repetitions)
     for variant in eng["variants"]:
         mode = "speculative" if variant.get("speculative") else "baseline"
         try:

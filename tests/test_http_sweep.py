@@ -36,6 +36,8 @@ def test_agent_runs_mlx_lm_server_variants(model_pair, tmp_path):
     assert proc.returncode == 0, proc.stderr
     ev = events(tmp_path / "j.jsonl")
     assert [e["variant"] for e in ev if e["type"] == "runtime_ready"] == ["plain", "draft-3"]
+    (plan,) = [e for e in ev if e["type"] == "plan"]  # the controller shows "n/total"
+    assert plan["total_generations"] == 2 and plan["variants"] == ["plain", "draft-3"]
     gens = [e for e in ev if e["type"] == "generation"]
     assert [(g["mode"], g["variant"]) for g in gens] == [("baseline", "plain"),
                                                          ("speculative", "draft-3")]
