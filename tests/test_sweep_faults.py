@@ -76,7 +76,7 @@ def test_postgresql_restarted_mid_sweep(fleet, model_pair, tmp_path, pg_url):
 def test_controller_disk_full_then_attach(fleet, model_pair, tmp_path):
     small = tmp_path / "small"
     small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=640k", "tmpfs", str(small)], check=True)
     try:
         url = f"sqlite:///{small / 'store.db'}"
         lock = make_lock(tmp_path, model_pair, widths=(2, 3, 4), repetitions=4, max_tokens=128)
@@ -98,5 +98,29 @@ def test_controller_disk_full_then_attach(fleet, model_pair, tmp_path):
         assert att.wait(timeout=300) == 0, (tmp_path / "a.log").read_text()[-3000:]
         assert stored_events(url, sid, "node1") == journal(fleet.nodes[0], sid)
         assert "runs" in inspect(create_engine(url)).get_table_names()
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_controller_disk_full_before_the_sweep_starts(fleet, model_pair, tmp_path):
+    """Full before anything is dispatched: one clear line, no traceback, no node touched."""
+    small = tmp_path / "tiny"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)], check=True)
+    try:
+        lock = make_lock(tmp_path, model_pair)
+        inv = tmp_path / "hosts.yml"
+        inv.write_text(fleet.inventory_yaml())
+        jobs = fleet.nodes[0].home / ".specfleet" / "jobs"
+        before = set(jobs.iterdir()) if jobs.exists() else set()
+        p = specfleet("sweep", str(lock), *args(fleet, inv, f"sqlite:///{small / 's.db'}",
+                                                 tmp_path), log=tmp_path / "c.log")
+        assert p.wait(timeout=60) == 1
+        out = (tmp_path / "c.log").read_text()
+        assert "Traceback" not in out
+        assert out.strip().splitlines()[-1].startswith(
+            "Error: the store is out of disk space (database or disk is full); nothing "
+            "stored so far is lost")
+        assert (set(jobs.iterdir()) if jobs.exists() else set()) == before
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)

@@ -23,10 +23,20 @@ class _Group(click.Group):
     """Turns library errors into one-line messages at the CLI edge."""
 
     def invoke(self, ctx):
+        from sqlalchemy.exc import SQLAlchemyError
+
         try:
             return super().invoke(ctx)
         except SpecfleetError as e:
             raise click.ClickException(str(e)) from None
+        except SQLAlchemyError as e:  # a store failure outside the paths that explain it
+            msg = str(e.orig if getattr(e, "orig", None) else e).splitlines()[0]
+            if "disk is full" in msg or "No space left" in msg:
+                raise click.ClickException(
+                    f"the store is out of disk space ({msg}); nothing stored so far is lost: "
+                    "free space and run the command again (a sweep already started: "
+                    "`specfleet sweep --attach SWEEP_ID`)") from None
+            raise click.ClickException(f"store error: {msg}") from None
 
 
 @click.group(cls=_Group)

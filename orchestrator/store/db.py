@@ -11,6 +11,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, delete, func, insert, select, update
+from sqlalchemy import event as sa_event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -357,12 +358,25 @@ def open_store(url: str | None = None, migrate: bool = True) -> Store:
     try:
         # pre_ping: after a PostgreSQL restart, stale pooled connections are replaced
         engine = create_engine(url, pool_pre_ping=True, json_deserializer=_json_loads)
+        if engine.dialect.name == "sqlite":
+            sa_event.listen(engine, "connect", _sqlite_pragmas)
         if migrate:
             upgrade(engine, url)
     except SQLAlchemyError as e:
         raise StoreError(f"cannot open store {engine_url_for_humans(url)}: "
                          f"{e.__class__.__name__}: {str(e).splitlines()[0]}") from None
     return Store(engine)
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    # WAL: the review reads while the controller writes, and a commit is one append instead
+    # of a rewritten journal. synchronous=NORMAL is still crash-safe for the process (only
+    # a power cut can drop the newest commits, and re-ingesting a node journal restores
+    # them). busy_timeout: a second writer waits instead of failing at once.
+    cur = dbapi_conn.cursor()
+    for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=10000"):
+        cur.execute(f"PRAGMA {pragma}")
+    cur.close()
 
 
 MIGRATION_LOCK = 0x5F5EC_F1EE7  # pg advisory lock key: one migrating controller at a time
