@@ -87,6 +87,12 @@ def run_http_job(job: Job, journal: Journal) -> int:
                    if k != "num_draft_tokens" for v in vals] or [(None, None)]
     gens, refs, outputs = [], {}, {}
     i = 0
+    if api != "chat":
+        for w in job.workloads:
+            if w.tools:  # never silently: the reader must know the calls went unchecked
+                journal.emit("notice", workload=w.name,
+                             message="tools not sent: the completions API has none; "
+                                     "use engine.api: chat to check tool calls")
     journal.emit("plan", total_generations=len(eng["variants"]) * len(job.workloads)
                  * job.repetitions * len(knob_values), already_done=0, engine="http",
                  runtime=runtime, variants=[v["name"] for v in eng["variants"]],

@@ -87,10 +87,10 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         sections.append({"node": node, "workload": workload, "rows": rows,
                          "context_bucket": rs[0].context_bucket or "short",
                          "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows)})
-    from .analysis.weekly import knob_notices
+    from .analysis.runtimes import agent_notices
 
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
-            "notices": knob_notices(store, [sweep_id])}
+            "notices": agent_notices(store, [sweep_id])}
 
 
 def _row(label, mode, k, runs, base_rate) -> Row:

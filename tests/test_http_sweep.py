@@ -340,3 +340,23 @@ def test_engine_knobs_must_be_lists_of_values(model_pair, tmp_path):
     proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
     assert proc.returncode == 2
     assert "engine.knobs: a map of request field → non-empty list of values" in proc.stderr
+
+
+def test_tools_with_the_completions_api_are_a_notice_not_a_silent_drop(model_pair, tmp_path):
+    srv, url, seen = _tool_runtime(drop_short=False)
+    try:
+        job = build_job(model_pair, ["code"], max_tokens=8)
+        job["workloads"] = job["workloads"][:1]
+        job["workloads"][0]["tools"] = TOOLS
+        job["engine"] = {"type": "http", "api": "completions", "runtime": "llama-server",
+                         "variants": [{"name": "plain", "base_url": url}]}
+        job["knobs"] = {"temperature": [0.0]}
+        (tmp_path / "job.json").write_text(json.dumps(job))
+        proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+    finally:
+        srv.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    assert seen and not any("tools" in r for r in seen)
+    (notice,) = [e for e in events(tmp_path / "j.jsonl") if e["type"] == "notice"]
+    assert notice["workload"] == job["workloads"][0]["name"]
+    assert notice["message"].startswith("tools not sent: the completions API has none")

@@ -248,5 +248,5 @@ def test_runtimes_side_by_side_with_streaming_parity(tmp_path):
     # a runtime ignoring a knob is named in the review, not only in the journal
     assert "mac-02 · draft-4 · workload <code>code</code>: knob had no effect: top_k in " \
         "[0, 40]" in dom
-    assert "## Knobs without effect" in md
+    assert "## Notices from the agents" in md
     assert "streaming parity: 7 mismatches, first at offset 17" in dom

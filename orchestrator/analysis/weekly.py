@@ -22,6 +22,7 @@ from ..store import Store
 from ..store.models import Event, Run, Sweep
 from .ranktest import mann_whitney
 from .rules import Rule, fire
+from .runtimes import agent_notices, side_by_side
 
 IDENTITY = ("env_id", "mlx_version", "mlx_lm_version", "os_build", "node", "prompt_sha256",
             "target_fingerprint", "draft_fingerprint")
@@ -274,18 +275,6 @@ def quality_rates(store: Store, sweep_ids: list[str]) -> dict:
     return {(s, n, p["num_draft_tokens"]): p["pass_rate"] for s, n, p in rows}
 
 
-def knob_notices(store: Store, sweep_ids: list[str]) -> list[dict]:
-    """The agents' "knob had no effect" findings (a runtime that ignores a request field)."""
-    if not sweep_ids:
-        return []
-    with store.engine.connect() as c:
-        rows = c.execute(select(Event.sweep_id, Event.node, Event.payload).where(
-            Event.sweep_id.in_(sweep_ids), Event.type == "knob_effect")
-            .order_by(Event.node, Event.seq)).all()
-    return [{"sweep_id": s, "node": n, "variant": p.get("variant"), "workload": p["workload"],
-             "knob": p["knob"], "message": p["message"]} for s, n, p in rows]
-
-
 def _per_run(runs: list[RunRow], metric: str) -> list[float]:
     return [m for r in runs if (m := _med([v for v in (r.summary.get("values") or {}).get(
         metric) or [] if v is not None])) is not None]
@@ -417,7 +406,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
     _positions(out, generations)
     return {"week": label, "start": start.isoformat(), "end": end.isoformat(), "gates": gates,
             "series": out, "side_by_side": side_by_side(out), "sweeps": sweep_ids,
-            "notices": knob_notices(store, sweep_ids),
+            "notices": agent_notices(store, sweep_ids),
             "counts": {"series": len(out), "runs_this_week": len(this_week),
                        "stale": sum(1 for s in out if s["stale"])}}
 
@@ -472,48 +461,3 @@ def _positions(sections: list[dict], rows: list[tuple], top: int = 6) -> None:
     for s in want:
         drafted, accepted = totals[key(s)]
         s["acceptance_by_position"] = [a / d if d else None for a, d in zip(accepted, drafted)]
-
-
-def side_by_side(sections: list[dict]) -> list[dict]:
-    """One merged table: a group per chip × pair × workload × bucket measured by two or more
-    runtimes, a row per runtime, and which runtime is fastest without and with speculation
-    (and by how much over the next one)."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for s in sections:
-        x = s["series"]
-        if s.get("configs"):
-            groups[(x["chip"], x["model_pair"], x["workload"], x["context_bucket"])].append(s)
-    out = []
-    for (chip, pair, workload, bucket), ss in sorted(groups.items()):
-        if len({s["series"]["engine"] for s in ss}) < 2:
-            continue
-        rows = []
-        for s in ss:
-            cs, m = s["configs"], s["metrics"]
-            base = next((c for c in cs if c["mode"] == "baseline"), None)
-            best = next((c for c in cs if c["mode"] == "speculative"
-                         and c["k"] == m.get("best_k")), None)
-            rows.append({"engine": s["series"]["engine"],
-                         "baseline_decode_p50": base["decode_p50"] if base else None,
-                         "baseline_ttft_p50": base["ttft_p50"] if base else None,
-                         "best_k": m.get("best_k"), "best_decode_p50": best and best["decode_p50"],
-                         "best_speedup": m.get("best_speedup"),
-                         "best_acceptance": m.get("best_acceptance"),
-                         "parity_mismatches": sum(c["parity_mismatches"] for c in cs),
-                         "tool_mismatches": sum(c["parity_tool_mismatches"] for c in cs)})
-        rows.sort(key=lambda r: r["engine"])
-        out.append({"chip": chip, "model_pair": pair, "workload": workload,
-                    "context_bucket": bucket, "rows": rows,
-                    "fastest_baseline": _winner(rows, "baseline_decode_p50"),
-                    "fastest_speculative": _winner(rows, "best_decode_p50")})
-    return out
-
-
-def _winner(rows: list[dict], key: str) -> dict | None:
-    ranked = sorted((r for r in rows if r.get(key)), key=lambda r: -r[key])
-    if not ranked:
-        return None
-    lead = {"engine": ranked[0]["engine"], "decode_p50": ranked[0][key]}
-    if len(ranked) > 1:
-        lead.update(over=ranked[1]["engine"], ratio=ranked[0][key] / ranked[1][key])
-    return lead

@@ -1,0 +1,70 @@
+"""Runtimes compared: the merged side-by-side table of the weekly review and the agents'
+notices about runtimes (a knob ignored, tools that could not be sent)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sqlalchemy import select
+
+from ..store import Store
+from ..store.models import Event
+
+
+def side_by_side(sections: list[dict]) -> list[dict]:
+    """One merged table: a group per chip × pair × workload × bucket measured by two or more
+    runtimes, a row per runtime, and which runtime is fastest without and with speculation
+    (and by how much over the next one)."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for s in sections:
+        x = s["series"]
+        if s.get("configs"):
+            groups[(x["chip"], x["model_pair"], x["workload"], x["context_bucket"])].append(s)
+    out = []
+    for (chip, pair, workload, bucket), ss in sorted(groups.items()):
+        if len({s["series"]["engine"] for s in ss}) < 2:
+            continue
+        rows = []
+        for s in ss:
+            cs, m = s["configs"], s["metrics"]
+            base = next((c for c in cs if c["mode"] == "baseline"), None)
+            best = next((c for c in cs if c["mode"] == "speculative"
+                         and c["k"] == m.get("best_k")), None)
+            rows.append({"engine": s["series"]["engine"],
+                         "baseline_decode_p50": base["decode_p50"] if base else None,
+                         "baseline_ttft_p50": base["ttft_p50"] if base else None,
+                         "best_k": m.get("best_k"), "best_decode_p50": best and best["decode_p50"],
+                         "best_speedup": m.get("best_speedup"),
+                         "best_acceptance": m.get("best_acceptance"),
+                         "parity_mismatches": sum(c["parity_mismatches"] for c in cs),
+                         "tool_mismatches": sum(c["parity_tool_mismatches"] for c in cs)})
+        rows.sort(key=lambda r: r["engine"])
+        out.append({"chip": chip, "model_pair": pair, "workload": workload,
+                    "context_bucket": bucket, "rows": rows,
+                    "fastest_baseline": _winner(rows, "baseline_decode_p50"),
+                    "fastest_speculative": _winner(rows, "best_decode_p50")})
+    return out
+
+
+def _winner(rows: list[dict], key: str) -> dict | None:
+    ranked = sorted((r for r in rows if r.get(key)), key=lambda r: -r[key])
+    if not ranked:
+        return None
+    lead = {"engine": ranked[0]["engine"], "decode_p50": ranked[0][key]}
+    if len(ranked) > 1:
+        lead.update(over=ranked[1]["engine"], ratio=ranked[0][key] / ranked[1][key])
+    return lead
+
+
+def agent_notices(store: Store, sweep_ids: list[str]) -> list[dict]:
+    """What agents found worth a reader's attention: a knob a runtime ignored
+    (``knob_effect``), a workload's tools that the chosen API cannot send (``notice``)."""
+    if not sweep_ids:
+        return []
+    with store.engine.connect() as c:
+        rows = c.execute(select(Event.sweep_id, Event.node, Event.payload).where(
+            Event.sweep_id.in_(sweep_ids), Event.type.in_(("knob_effect", "notice")))
+            .order_by(Event.node, Event.seq)).all()
+    return [{"sweep_id": s, "node": n, "variant": p.get("variant"),
+             "workload": p.get("workload"), "knob": p.get("knob"), "message": p["message"]}
+            for s, n, p in rows]
