@@ -193,6 +193,12 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
         raise _fail(path, f"mode: {mode!r} is not one of sweep, soak")
     soak = raw.get("soak", {})
     _no_unknown(soak, SOAK_KEYS, path, "soak")
+    if soak.get("workload") is not None and soak["workload"] not in names:
+        raise _fail(path, f"soak.workload: {soak['workload']!r} is not one of the job's "
+                          f"workloads ({', '.join(names)})")
+    if not isinstance(soak.get("duration_s", 600), (int, float)) or soak.get("duration_s",
+                                                                           600) <= 0:
+        raise _fail(path, "soak.duration_s: must be a number of seconds > 0")
     reps = raw.get("repetitions", 1)
     if not isinstance(reps, int) or reps < 1:
         raise _fail(path, "repetitions: must be an integer ≥ 1")

@@ -180,7 +180,7 @@ def _soak(job: Job, journal: Journal, sweep: Sweep) -> int:
                       lambda: sweep.measure(w, cfg, bool(k), job.seed, max_tokens=max_tokens))
     journal.emit("soak_result", workload=w.name, num_draft_tokens=k, **result)
     journal.emit("job_finished", status="ok" if result["status"] == "pass" else "soak_failed",
-                 generations=result["generations"])
+                 generations=result["generations"], reasons=result["reasons"])
     return 0 if result["status"] == "pass" else 7
 
 

@@ -84,7 +84,7 @@ class StderrProgress:
     """One line per event worth showing: runs done / total, config, tok/s, acceptance."""
 
     def __init__(self, stream=sys.stderr):
-        self.stream, self.total = stream, {}
+        self.stream, self.total, self.soak_shown = stream, {}, {}
 
     def __call__(self, node: str, event: dict) -> None:
         kind = event["type"]
@@ -100,6 +100,20 @@ class StderrProgress:
         elif kind == "quality":
             line = (f"quality {event['mode']} k={event['num_draft_tokens']}: "
                     f"{event['passed']}/{event['tasks']} tasks passed")
+        elif kind == "soak_sample":
+            # one line per ~10 s: a long soak makes a sample every generation
+            if event["index"] and event["elapsed_s"] - self.soak_shown.get(node, 0) < 10:
+                return
+            self.soak_shown[node] = event["elapsed_s"]
+            line = (f"soak {event['elapsed_s']:6.0f}s #{event['index'] + 1:<5} "
+                    f"{event.get('decode_tok_s') or 0:7.1f} tok/s  rss "
+                    f"{(event.get('rss_bytes') or 0) / 2**20:.0f} MiB  swap "
+                    f"{(event.get('swap_used_bytes') or 0) / 2**20:.0f} MiB")
+        elif kind == "soak_result":
+            line = (f"soak {event['status']}: {event['generations']} generations in "
+                    f"{event['duration_s']:.0f}s, peak rss "
+                    f"{(event.get('peak_rss_bytes') or 0) / 2**20:.0f} MiB"
+                    + "".join(f"; {r}" for r in event.get("reasons") or []))
         elif kind == "job_failed":
             line = f"agent failed: {event['message']}"
         elif kind == "follow":
@@ -290,6 +304,11 @@ class NodeRun:
     def outcome(self) -> Outcome:
         last = self.store.last_event(self.sweep_id, self.host.name)
         kind = last and last["type"]
+        if kind == "job_finished" and last.get("status", "ok") != "ok":  # e.g. soak_failed
+            self.store.set_sweep_node(self.sweep_id, self.host.name, state="finished")
+            why = "; ".join(last.get("reasons") or []) or "see the journal"
+            return Outcome(self.host.name, "failed", f"{last['status']}: {why}",
+                           exit_status=7 if last["status"] == "soak_failed" else None)
         if kind == "job_finished":
             self.store.set_sweep_node(self.sweep_id, self.host.name, state="finished")
             return Outcome(self.host.name, "ok", value={

@@ -33,6 +33,9 @@ SPEC = {
     "gates": {"acceptance_floor": float, "min_speedup": float, "itl_p95_ceiling_ms": float,
               "swap_ceiling_bytes": int, "ttft_regression_limit": float},
     "nodes": {"limit": str, "labels": [str]},
+    # soak instead of a sweep: back-to-back generations of one config, memory watched
+    "soak": {"duration_s": float, "num_draft_tokens": int, "max_tokens": int, "workload": str,
+             "rss_growth_limit": float, "sample_every_s": float},
     "engine": dict,  # a runtime behind an OpenAI-compatible API (see README); checked by the agent
 }
 REQUIRED = {"environment": ("python", "packages"), "models": ("target", "draft")}
@@ -205,6 +208,14 @@ def build_lock(plan: Plan, log=print) -> dict:
     job["cv_threshold"] = sweep.get("cv_threshold", 0.10)
     if plan.section("engine"):
         job["engine"] = plan.section("engine")
+    if plan.section("soak"):
+        soak = plan.section("soak")
+        names = [r["name"] for r in workloads]
+        if soak.get("workload") is not None and soak["workload"] not in names:
+            raise ConfigError(f"soak.workload: {soak['workload']!r} is not one of the plan's "
+                              f"workloads ({', '.join(names)})", str(plan.path),
+                              line_of(load_yaml(plan.path).get("soak"), "workload"))
+        job["mode"], job["soak"] = "soak", soak
     doc = {"lock_schema": LOCK_SCHEMA, "name": plan.name, "plan_path": str(plan.path.resolve()),
            "plan_sha256": plan.sha256, "plan": plan.raw,
            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -90,7 +90,29 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     from .analysis.runtimes import agent_notices
 
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
-            "notices": agent_notices(store, [sweep_id])}
+            "notices": agent_notices(store, [sweep_id]), "soaks": soak_results(store, sweep_id)}
+
+
+def soak_results(store: Store, sweep_id: str) -> list[dict]:
+    """Per node: the soak verdict, and decode speed early vs late in the run (sustained
+    load shows throttling that a short sweep never reaches)."""
+    with store.engine.connect() as c:
+        rows = c.execute(select(Event.node, Event.type, Event.payload).where(
+            Event.sweep_id == sweep_id, Event.type.in_(("soak_sample", "soak_result")))
+            .order_by(Event.node, Event.seq)).all()
+    samples: dict[str, list[dict]] = {}
+    out = []
+    for node, kind, p in rows:
+        if kind == "soak_sample":
+            samples.setdefault(node, []).append(p)
+            continue
+        rates = [x["decode_tok_s"] for x in samples.get(node, []) if x.get("decode_tok_s")]
+        third = len(rates) // 3
+        early = _median(rates[:third]) if third else None
+        late = _median(rates[-third:]) if third else None
+        out.append({"node": node, **p, "decode_early": early, "decode_late": late,
+                    "late_over_early": late / early if early and late else None})
+    return out
 
 
 def _row(label, mode, k, runs, base_rate) -> Row:

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from orchestrator.cli import main
 from orchestrator.errors import ConfigError
-from orchestrator.plan import load_lock, verify_lock
+from orchestrator.plan import load_lock, load_plan, verify_lock, write_lock
 from tests.locks import make_lock, plan_text
 
 
@@ -77,3 +77,12 @@ def test_plan_lock_cli_and_check(pair_copy, tmp_path):
     assert out["lock"] == str(tmp_path / "plan.lock.json") and out["environments"] == {}
     r = CliRunner().invoke(main, ["plan", "check", out["lock"]])
     assert r.exit_code == 0 and "matches its plan, weights and prompts" in r.output
+
+
+def test_a_soak_plan_names_one_of_its_workloads(tmp_path, model_pair):
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, extra="soak:\n  duration_s: 5\n  workload: cdoe-short"))
+    with pytest.raises(ConfigError, match=r"soak.workload: 'cdoe-short' is not one of the "
+                                          r"plan's workloads \(code\)") as e:
+        write_lock(load_plan(plan), lambda m: None)
+    assert e.value.line == plan.read_text().splitlines().index("  workload: cdoe-short") + 1

@@ -122,3 +122,31 @@ def test_sweep_into_postgresql(fleet, model_pair, tmp_path, pg_url):
         assert c.scalar(select(func.count()).select_from(Event)
                         .where(Event.sweep_id == sweep_id)) == len(journal)
         assert c.scalar(select(func.count()).select_from(Measurement)) == 2
+
+
+def test_a_plan_can_soak_instead_of_sweep(fleet, model_pair, tmp_path):
+    """`soak:` in a plan: the node decodes back to back for the duration, the controller
+    shows throttled progress and the verdict, and the sweep's review has a Soak table."""
+    from orchestrator.review import render_review
+    from tests.browser import dump_dom
+
+    lock = make_lock(tmp_path, model_pair, max_tokens=32, extra="\n".join([
+        "soak:", "  duration_s: 4", "  num_draft_tokens: 2", "  workload: code"]))
+    assert json.loads(lock.read_text())["job"]["mode"] == "soak"
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    r = CliRunner().invoke(main, [
+        "sweep", str(lock), "-i", str(inv), "--limit", "node1", "--known-hosts",
+        str(fleet.known_hosts), "--db", url, "--no-provision",
+        "--failed-hosts-file", str(tmp_path / "retry"), "--json"])
+    assert r.exit_code == 0, r.output
+    sid = json.loads(r.stdout)["sweep_id"]
+    assert "[node1] soak      0s #1" in r.stderr and "[node1] soak pass: " in r.stderr
+    store = open_store(url)
+    with store.engine.connect() as c:
+        kinds = [k for (k,) in c.execute(select(Event.type).where(Event.sweep_id == sid))]
+    assert kinds.count("soak_sample") >= 3 and kinds.count("soak_result") == 1
+    assert "generation" not in kinds
+    dom = dump_dom(render_review(store, tmp_path / "review.html", sid))
+    assert 'id="soak"' in dom and '<tr data-node="node1"><td>node1</td><td class="good">pass' in dom
