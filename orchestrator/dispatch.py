@@ -83,8 +83,9 @@ def controller_id() -> str:
 class StderrProgress:
     """One line per event worth showing: runs done / total, config, tok/s, acceptance."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream, self.total, self.soak_shown = stream, {}, {}
+    def __init__(self, stream=None):
+        # resolved now, not at import: the CLI (or a test runner) may have replaced stderr
+        self.stream, self.total, self.soak_shown = stream or sys.stderr, {}, {}
 
     def __call__(self, node: str, event: dict) -> None:
         kind = event["type"]
