@@ -12,6 +12,7 @@ import json
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 from . import httpengine as h
 from .job import Job
@@ -19,17 +20,19 @@ from .journal import Journal
 
 
 class Runtime:
-    """A server process the agent owns for the length of one variant."""
+    """A server process the agent owns for the length of one variant. Its output goes to
+    a log file beside the journal: a pipe nobody reads fills up and stalls a chatty
+    server mid-sweep."""
 
-    def __init__(self, variant: dict, ready_timeout_s: float):
-        self.variant, self.timeout = variant, ready_timeout_s
+    def __init__(self, variant: dict, ready_timeout_s: float, log: Path):
+        self.variant, self.timeout, self.log = variant, ready_timeout_s, log
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self):
         cmd = self.variant.get("command")
         if cmd:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE)
+            with open(self.log, "ab") as out:
+                self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.timeout
         url = self.variant["base_url"].rstrip("/") + "/v1/models"
         while True:
@@ -37,15 +40,25 @@ class Runtime:
                 urllib.request.urlopen(url, timeout=2).read()
                 return self
             except OSError as e:
-                if self.proc and self.proc.poll() is not None:
-                    err = (self.proc.stderr.read() or b"").decode(errors="replace")[-300:]
-                    raise h.HTTPEngineError(f"runtime {self.variant['name']} exited "
-                                            f"{self.proc.returncode}: {err}") from None
+                if self.died():
+                    raise h.HTTPEngineError(self.died()) from None
                 if time.monotonic() > deadline:
                     self.__exit__()
                     raise h.HTTPEngineError(f"runtime {self.variant['name']} not ready at "
-                                            f"{url} after {self.timeout:g}s ({e})") from None
+                                            f"{url} after {self.timeout:g}s ({e}); its log: "
+                                            f"{self.log}") from None
                 time.sleep(0.2)
+
+    def died(self) -> str | None:
+        """Why the runtime is gone (exit status and the end of its log), if it is."""
+        if not self.proc or self.proc.poll() is None:
+            return None
+        try:
+            tail = self.log.read_bytes()[-300:].decode(errors="replace").strip()
+        except OSError:
+            tail = ""
+        return (f"runtime {self.variant['name']} exited {self.proc.returncode}: {tail} "
+                f"(log: {self.log})")
 
     def __exit__(self, *exc):
         if self.proc and self.proc.poll() is None:
@@ -100,7 +113,8 @@ def run_http_job(job: Job, journal: Journal) -> int:
     for variant in eng["variants"]:
         mode = "speculative" if variant.get("speculative") else "baseline"
         try:
-            rt = Runtime(variant, float(eng.get("ready_timeout_s", 60))).__enter__()
+            log = journal.path.with_name(f"{journal.path.stem}.{variant['name']}.log")
+            rt = Runtime(variant, float(eng.get("ready_timeout_s", 60)), log).__enter__()
         except h.HTTPEngineError as e:
             journal.emit("generation_failed", variant=variant["name"], error=str(e))
             continue
@@ -133,7 +147,9 @@ def run_http_job(job: Job, journal: Journal) -> int:
                             whole = h.complete(variant["base_url"], api, body)
                             wall = time.perf_counter() - t0
                         except h.HTTPEngineError as e:
-                            journal.emit("generation_failed", **desc, error=str(e))
+                            why = rt.died()  # a crashed runtime says more than "refused"
+                            journal.emit("generation_failed", **desc,
+                                         error=f"{e}; {why}" if why else str(e))
                             continue
                         text = "".join(t for _, t in s.chunks)
                         m = {**h.measure(s, count, job.decode_skip_tokens),

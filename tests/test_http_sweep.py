@@ -360,3 +360,48 @@ def test_tools_with_the_completions_api_are_a_notice_not_a_silent_drop(model_pai
     (notice,) = [e for e in events(tmp_path / "j.jsonl") if e["type"] == "notice"]
     assert notice["workload"] == job["workloads"][0]["name"]
     assert notice["message"].startswith("tools not sent: the completions API has none")
+
+
+CHATTY = """
+import http.server, json, sys
+port = int(sys.argv[1])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b'{"data": []}')
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        sys.stderr.write("request log line " * 8000 + "\\n")  # ~140 kB per request
+        self.send_response(200); self.end_headers()
+        if body.get("stream"):
+            self.wfile.write(b'data: {"choices": [{"text": "ok"}]}\\n\\ndata: [DONE]\\n\\n')
+        else:
+            self.wfile.write(b'{"choices": [{"text": "ok"}]}')
+sys.stderr.write("starting " * 20000 + "\\n")  # more than a pipe holds, before serving
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_a_chatty_runtime_does_not_stall_and_a_dead_one_says_why(model_pair, tmp_path):
+    port = free_port()
+    job = build_job(model_pair, ["code"], max_tokens=8)
+    job["workloads"] = job["workloads"][:1]
+    job["engine"] = {"type": "http", "runtime": "chatty", "ready_timeout_s": 20, "variants": [
+        {"name": "chatty", "base_url": f"http://127.0.0.1:{port}",
+         "command": [sys.executable, "-c", CHATTY, str(port)]},
+        {"name": "broken", "base_url": f"http://127.0.0.1:{free_port()}",
+         "command": [sys.executable, "-c", "import sys; print('loading weights...'); "
+                     "sys.exit('error: no such model: /models/missing')"]}]}
+    job["knobs"] = {"temperature": [0.0]}
+    job["repetitions"] = 3
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    ev = events(tmp_path / "j.jsonl")
+    assert len([e for e in ev if e["type"] == "generation"]) == 3
+    log = tmp_path / "j.chatty.log"
+    assert log.stat().st_size > 500_000  # all of it went to the log, none blocked a pipe
+    (failed,) = [e for e in ev if e["type"] == "generation_failed"]
+    assert failed["variant"] == "broken"
+    assert failed["error"].startswith("runtime broken exited 1: loading weights...")
+    assert "error: no such model: /models/missing" in failed["error"]
+    assert f"(log: {tmp_path / 'j.broken.log'})" in failed["error"]
