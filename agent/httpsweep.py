@@ -124,7 +124,11 @@ def run_http_job(job: Job, journal: Journal) -> int:
             for w in job.workloads:
                 for rep in range(job.repetitions):
                     for knob, value in knob_values:
-                        fields = dict(variant.get("fields", {}))
+                        # Ollama and LM Studio pick the model by name; llama-server and
+                        # mlx_lm.server serve what they loaded
+                        model = variant.get("model", eng.get("model"))
+                        fields = {**({"model": model} if model else {}),
+                                  **variant.get("fields", {})}
                         if knob in field_knobs:
                             cfg, fields[knob] = dict(job.base), value
                         else:

@@ -307,6 +307,7 @@ def test_runtime_specific_fields_are_swept_one_at_a_time(model_pair, tmp_path):
         job = build_job(model_pair, ["code"], max_tokens=8)
         job["workloads"] = job["workloads"][:1]
         job["engine"] = {"type": "http", "api": "chat", "runtime": "llama-server",
+                         "model": "demo-target-Q8_0.gguf",
                          "knobs": {"speculative.n_max": [2, 8]}, "variants": [
                              {"name": "plain", "base_url": a_url},
                              {"name": "draft", "speculative": True, "base_url": b_url,
@@ -322,6 +323,7 @@ def test_runtime_specific_fields_are_swept_one_at_a_time(model_pair, tmp_path):
             for r in seen_b]
     assert sent == [(None, 0, True), (None, 0, False), (2, 0, True), (2, 0, False),
                     (8, 0, True), (8, 0, False)]
+    assert {r["model"] for r in seen_a + seen_b} == {"demo-target-Q8_0.gguf"}
     ev = events(tmp_path / "j.jsonl")
     spec = [e for e in ev if e["type"] == "generation" and e["variant"] == "draft"]
     assert [(g["knob"], g["knob_value"]) for g in spec] == [
