@@ -312,13 +312,17 @@ MEASUREMENT_TABLE_COLUMNS = ("sweep_id", "node", "seq", "knob_value", "temperatu
                              *MEASUREMENT_COLUMNS)
 
 
+_REASONS_AT = MEASUREMENT_COLUMNS.index("unreliable_reasons")
+
+
 def _measurement_tuple(sweep_id: str, node: str, e: dict) -> tuple:
-    reasons = e.get("unreliable_reasons")
-    return (sweep_id, node, e["seq"],
-            None if e.get("knob_value") is None else str(e["knob_value"]),
-            e["config"]["temperature"],
-            *(json.dumps(reasons) if k == "unreliable_reasons" and reasons is not None
-              else e.get(k) for k in MEASUREMENT_COLUMNS))
+    get = e.get  # hot path: one call per generation event ingested
+    values = [get(k) for k in MEASUREMENT_COLUMNS]
+    if values[_REASONS_AT] is not None:
+        values[_REASONS_AT] = json.dumps(values[_REASONS_AT])
+    kv = get("knob_value")
+    return (sweep_id, node, e["seq"], None if kv is None else str(kv),
+            e["config"]["temperature"], *values)
 
 
 def _measurement_row(sweep_id: str, node: str, e: dict) -> dict:
