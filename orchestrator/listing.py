@@ -13,7 +13,7 @@ from .errors import SpecfleetError
 from .store import Store
 from .store.models import Measurement, NodeOutcome, Run, Sweep
 
-RUN_FIELDS = ("id", "sweep_id", "node", "workload", "context_bucket", "mode",
+RUN_FIELDS = ("id", "sweep_id", "node", "engine", "workload", "context_bucket", "mode",
               "num_draft_tokens", "trials", "decode_tok_s_median", "decode_tok_s_p95",
               "decode_tok_s_cv", "acceptance_median", "unreliable", "chip", "os_build",
               "env_id", "mlx_version", "mlx_lm_version", "target_fingerprint",
@@ -34,7 +34,7 @@ def sweeps(store: Store, limit: int = 20) -> list[dict]:
 
 
 def runs(store: Store, sweep_id: str | None = None, node: str | None = None,
-         workload: str | None = None) -> list[dict]:
+         workload: str | None = None, engine: str | None = None) -> list[dict]:
     q = select(Run).order_by(Run.sweep_id, Run.node, Run.workload, Run.mode,
                              Run.num_draft_tokens)
     if sweep_id:
@@ -43,6 +43,8 @@ def runs(store: Store, sweep_id: str | None = None, node: str | None = None,
         q = q.where(Run.node == node)
     if workload:
         q = q.where(Run.workload == workload)
+    if engine:
+        q = q.where(Run.engine == engine)
     with Session(store.engine) as s:
         return [{f: getattr(r, f) for f in RUN_FIELDS} for r in s.scalars(q)]
 

@@ -42,7 +42,14 @@ def test_sweeps_and_runs_listing(swept):
     assert all(r["trials"] == (4 if r["mode"] == "baseline" else 2) for r in rows)
     assert rows[1]["mlx_lm_version"] == "0.32.2" and rows[1]["chip"]
     table = CliRunner().invoke(main, ["runs", "list", "--db", url]).output.splitlines()
-    assert len(table) == 3 and table[1].split()[4:6] == ["speculative", "2"]
+    assert table[0].split() == ["id", "sweep_id", "node", "engine", "workload", "mode",
+                                "num_draft_tokens", "decode_tok_s_median",
+                                "acceptance_median", "unreliable"]
+    assert len(table) == 4 and table[2].split()[3:7] == ["mlx-lm", "code", "speculative", "2"]
+    assert table[1].index("baseline") == table[2].index("speculative")  # aligned columns
+    only = CliRunner().invoke(main, ["runs", "list", "--db", url, "--engine", "llama-server",
+                                     "--json"]).output
+    assert json.loads(only) == []
     parsed = list(csv.DictReader(io.StringIO(
         CliRunner().invoke(main, ["runs", "list", "--db", url, "--csv"]).output)))
     assert [p["num_draft_tokens"] for p in parsed] == ["0", "2", "3"]

@@ -86,25 +86,29 @@ def _emit(rows: list[dict], as_json: bool, as_csv: bool, columns: tuple[str, ...
         click.echo(json.dumps(rows, indent=2, default=str))
     elif as_csv:
         click.echo(to_csv(rows), nl=False)
-    else:
-        for r in rows:
-            click.echo("  ".join(str(r[c] if r[c] is not None else "-") for c in columns))
+    else:  # a header and aligned columns; --json / --csv are for scripts
+        cells = [[str(r[c] if r[c] is not None else "-") for c in columns] for r in rows]
+        widths = [max([len(c)] + [len(x[i]) for x in cells]) for i, c in enumerate(columns)]
+        for line in [list(columns), *cells]:
+            click.echo("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
 
 
 @runs.command("list")
 @click.option("--sweep", "sweep_id", default=None)
 @click.option("--node", default=None)
 @click.option("--workload", default=None)
+@click.option("--engine", default=None,
+              help="Only this runtime: mlx-lm (in process) or an http runtime's name.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row, for spreadsheets.")
 @db_option
-def runs_list(sweep_id, node, workload, as_json, as_csv, db_url):
+def runs_list(sweep_id, node, workload, engine, as_json, as_csv, db_url):
     """List runs: decode tok/s median/p95/CV, acceptance, identity."""
     from ..listing import runs as list_runs
     from ..store import open_store
 
-    _emit(list_runs(open_store(db_url), sweep_id, node, workload), as_json, as_csv,
-          ("id", "sweep_id", "node", "workload", "mode", "num_draft_tokens",
+    _emit(list_runs(open_store(db_url), sweep_id, node, workload, engine), as_json, as_csv,
+          ("id", "sweep_id", "node", "engine", "workload", "mode", "num_draft_tokens",
            "decode_tok_s_median", "acceptance_median", "unreliable"))
 
 
