@@ -36,6 +36,9 @@ def test_sweeps_and_runs_listing(swept):
     assert json.loads(out.output)[0] == {**json.loads(out.output)[0], "sweep_id": sid,
                                          "status": "ok", "trigger": "manual",
                                          "nodes": {"local": "ok"}}
+    table = CliRunner().invoke(main, ["sweeps", "list", "--db", url]).output.splitlines()
+    assert table[0].split() == ["sweep_id", "created_at", "status", "trigger", "nodes"]
+    assert table[1].split()[0] == sid and table[1].split()[-1] == "local:ok"
     rows = json.loads(CliRunner().invoke(main, ["runs", "list", "--db", url, "--json"]).output)
     assert [(r["mode"], r["num_draft_tokens"]) for r in rows] == [
         ("baseline", 0), ("speculative", 2), ("speculative", 3)]

@@ -68,10 +68,9 @@ def sweeps_list(count, as_json, db_url):
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    for r in rows:
-        nodes = " ".join(f"{n}:{st}" for n, st in r["nodes"].items())
-        click.echo(f"{r['sweep_id']}  {r['created_at'][:19]}  {r['status']:<8} "
-                   f"{r['trigger'] or '-':<8} {nodes}")
+    _emit([{**r, "created_at": r["created_at"][:19],
+            "nodes": " ".join(f"{n}:{st}" for n, st in r["nodes"].items())} for r in rows],
+          False, False, ("sweep_id", "created_at", "status", "trigger", "nodes"))
 
 
 @main.group()
