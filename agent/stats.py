@@ -3,6 +3,22 @@
 from __future__ import annotations
 
 import math
+import statistics
+
+
+def median(values) -> float | None:
+    """Median of the values that are not None; None when there are none."""
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def cv(values) -> float | None:
+    """Coefficient of variation (sample stdev / mean) of the non-None values."""
+    vals = [v for v in values if v is not None]
+    if len(vals) < 2:
+        return None
+    mean = statistics.fmean(vals)
+    return statistics.stdev(vals) / mean if mean else None
 
 
 def percentile(values: list[float], q: float) -> float | None:

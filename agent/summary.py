@@ -7,7 +7,7 @@ import random
 import statistics
 from collections import Counter
 
-from .stats import percentile
+from .stats import cv, percentile
 
 VALUE_METRICS = ("decode_tok_s", "acceptance_rate", "ttft_ms", "itl_p95_ms", "itl_p99_ms",
                  "itl_p50_ms", "peak_mlx_memory_bytes", "swap_used_after_bytes", "swap_in_bytes",
@@ -20,19 +20,18 @@ def describe(values: list[float]) -> dict:
     vals = [v for v in values if v is not None]
     if not vals:
         return {"n": 0, "median": None, "p95": None, "cv": None}
-    mean = statistics.fmean(vals)
-    cv = statistics.stdev(vals) / mean if len(vals) >= 2 and mean else None
+    c = cv(vals)
     return {"n": len(vals), "median": statistics.median(vals), "p95": percentile(vals, 95),
-            "cv": round(cv, 4) if cv is not None else None}
+            "cv": round(c, 4) if c is not None else None}
 
 
 def config_summary(gens: list[dict], cv_threshold: float) -> dict:
     """Median / p95 / CV per metric; a config whose decode rate varies ≥ threshold is unreliable."""
     out = {m: describe([g.get(m) for g in gens]) for m in SUMMARY_METRICS}
     reasons = []
-    cv = out["decode_tok_s"]["cv"]
-    if cv is not None and cv >= cv_threshold:
-        reasons.append(f"decode tok/s CV {cv:.0%} ≥ {cv_threshold:.0%}: rerun with more "
+    spread = out["decode_tok_s"]["cv"]
+    if spread is not None and spread >= cv_threshold:
+        reasons.append(f"decode tok/s CV {spread:.0%} ≥ {cv_threshold:.0%}: rerun with more "
                        "repetitions or check the node for background load")
     bad = [g for g in gens if g.get("unreliable")]
     if bad:

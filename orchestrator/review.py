@@ -6,13 +6,14 @@ measured in the same sweep, on the same node and prompt, with the same sampling.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+
+from agent.stats import median
 
 from .errors import SpecfleetError
 from .store import Store
@@ -38,11 +39,6 @@ class Row:
     task_pass_rate: float | None = None
     unreliable: int = 0
     unreliable_reasons: tuple[str, ...] = ()
-
-
-def _median(values) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
 
 
 def _exactness(runs: list[Measurement]) -> str:
@@ -77,7 +73,7 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     sections = []
     for (node, workload), rs in sorted(groups.items()):
         base = [r for r in rs if r.mode == "baseline"]
-        base_rate = _median(r.decode_tok_s for r in base)
+        base_rate = median(r.decode_tok_s for r in base)
         rows = [_row("baseline (autoregressive)", "baseline", 0, base, base_rate)]
         for k in sorted({r.num_draft_tokens for r in rs if r.mode == "speculative"}):
             cand = [r for r in rs if r.mode == "speculative" and r.num_draft_tokens == k]
@@ -108,21 +104,21 @@ def soak_results(store: Store, sweep_id: str) -> list[dict]:
             continue
         rates = [x["decode_tok_s"] for x in samples.get(node, []) if x.get("decode_tok_s")]
         third = len(rates) // 3
-        early = _median(rates[:third]) if third else None
-        late = _median(rates[-third:]) if third else None
+        early = median(rates[:third]) if third else None
+        late = median(rates[-third:]) if third else None
         out.append({"node": node, **p, "decode_early": early, "decode_late": late,
                     "late_over_early": late / early if early and late else None})
     return out
 
 
 def _row(label, mode, k, runs, base_rate) -> Row:
-    rate = _median(r.decode_tok_s for r in runs)
-    mem = _median(r.peak_mlx_memory_bytes for r in runs)
+    rate = median(r.decode_tok_s for r in runs)
+    mem = median(r.peak_mlx_memory_bytes for r in runs)
     return Row(label=label, mode=mode, num_draft_tokens=k, runs=len(runs), decode_tok_s=rate,
                speedup=rate / base_rate if rate and base_rate else None,
-               acceptance_rate=_median(r.acceptance_rate for r in runs),
-               itl_p95_ms=_median(r.itl_p95_ms for r in runs),
-               ttft_ms=_median(r.ttft_ms for r in runs),
+               acceptance_rate=median(r.acceptance_rate for r in runs),
+               itl_p95_ms=median(r.itl_p95_ms for r in runs),
+               ttft_ms=median(r.ttft_ms for r in runs),
                peak_memory_mb=mem / 1e6 if mem else None, exactness=_exactness(runs),
                sample_output=runs[0].output_text if runs else "",
                unreliable=sum(1 for r in runs if r.unreliable),

@@ -16,7 +16,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from sqlalchemy import select
 
-from agent.stats import percentile
+from agent.stats import cv, median, percentile
 
 from ..store import Store
 from ..store.models import Event, Run, Sweep
@@ -109,10 +109,6 @@ def _vals(runs: list[RunRow], metric: str) -> list[float]:
             if v is not None]
 
 
-def _med(v: list[float]) -> float | None:
-    return statistics.median(v) if v else None
-
-
 def identity_key(ident: dict) -> tuple:
     return tuple(ident.get(k) for k in IDENTITY)
 
@@ -162,7 +158,7 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
     speedups = []
     for r in runs:
         b = base_by_sweep.get((r.sweep_id, r.node))
-        m = _med((r.summary.get("values") or {}).get("decode_tok_s") or [])
+        m = median((r.summary.get("values") or {}).get("decode_tok_s") or [])
         if b and m:
             speedups.append(m / b["decode"])
     ttft = _vals(runs, "ttft_ms")
@@ -182,17 +178,17 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         parity_first_difference=min(offsets) if offsets else None,
         parity_tool_mismatches=sum(p.get("tool_mismatches", 0) for p in parity),
         mode=first.mode, k=first.k, runs=len(runs), nights=len({r.at.date() for r in runs}),
-        decode_p50=_med(dec), decode_p95=percentile(dec, 95),
-        acceptance_p50=_med(_vals(runs, "acceptance_rate")),
-        speedup=_med(speedups) if first.mode == "speculative" else 1.0,
-        ttft_p50=_med(ttft),
-        ttft_change=(_med(ttft) / _med(base_ttft) - 1) if ttft and base_ttft else None,
-        itl_p95=_med(_vals(runs, "itl_p95_ms")), itl_p99=_med(_vals(runs, "itl_p99_ms")),
-        peak_memory=_med(_vals(runs, "peak_mlx_memory_bytes")),
+        decode_p50=median(dec), decode_p95=percentile(dec, 95),
+        acceptance_p50=median(_vals(runs, "acceptance_rate")),
+        speedup=median(speedups) if first.mode == "speculative" else 1.0,
+        ttft_p50=median(ttft),
+        ttft_change=(median(ttft) / median(base_ttft) - 1) if ttft and base_ttft else None,
+        itl_p95=median(_vals(runs, "itl_p95_ms")), itl_p99=median(_vals(runs, "itl_p99_ms")),
+        peak_memory=median(_vals(runs, "peak_mlx_memory_bytes")),
         swap_peak=max(swap) if swap else None, swap_in_nights=swap_in_nights,
         exact=None if any(e is None for e in exact_flags) else all(exact_flags),
         unreliable=sum(1 for r in runs if r.shaky), unreliable_reasons=reasons,
-        task_pass_rate=_med(rates) if rates else None)
+        task_pass_rate=median(rates) if rates else None)
 
 
 def evaluate_gates(c: ConfigStats, base: ConfigStats, accept_at_4: float | None, bucket: str,
@@ -276,7 +272,7 @@ def quality_rates(store: Store, sweep_ids: list[str]) -> dict:
 
 
 def _per_run(runs: list[RunRow], metric: str) -> list[float]:
-    return [m for r in runs if (m := _med([v for v in (r.summary.get("values") or {}).get(
+    return [m for r in runs if (m := median([v for v in (r.summary.get("values") or {}).get(
         metric) or [] if v is not None])) is not None]
 
 
@@ -287,7 +283,7 @@ def regression(now: list[RunRow], then: list[RunRow], metric: str = "decode_tok_
     a, b = pick(then, metric), pick(now, metric)
     if not a or not b:
         return {"verdict": "no data", "ratio": None, "p": None, "n": [len(a), len(b)]}
-    ratio = _med(b) / _med(a) if _med(a) else None
+    ratio = median(b) / median(a) if median(a) else None
     mw = mann_whitney(a, b)
     enough = len(a) >= MIN_REPS and len(b) >= MIN_REPS
     big = ratio is not None and (ratio < 1 / REGRESSION_FACTOR or ratio > REGRESSION_FACTOR)
@@ -299,7 +295,7 @@ def regression(now: list[RunRow], then: list[RunRow], metric: str = "decode_tok_
     else:
         verdict = "stable"
     return {"verdict": verdict, "ratio": ratio, "p": mw["p"], "n": [len(a), len(b)],
-            "then": _med(a), "now": _med(b)}
+            "then": median(a), "now": median(b)}
 
 
 def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | None = None,
@@ -336,7 +332,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             base_by_sweep = {}
             for r in base_runs:
                 v = r.summary.get("values") or {}
-                d, t = _med(v.get("decode_tok_s") or []), _med(v.get("ttft_ms") or [])
+                d, t = median(v.get("decode_tok_s") or []), median(v.get("ttft_ms") or [])
                 if d:
                     base_by_sweep[(r.sweep_id, r.node)] = {"decode": d, "ttft": t}
             configs, shaky = defaultdict(list), defaultdict(list)
@@ -378,7 +374,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                 "decode_share": _decode_share(base_runs),
                 "itl_spike": (best.itl_p99 / max(base.itl_p95 or 1e-9, 1e-9))
                 if best and base and best.itl_p99 else None,
-                "acceptance_cv": _cv(_vals(configs[("speculative", best.k)],
+                "acceptance_cv": cv(_vals(configs[("speculative", best.k)],
                                            "acceptance_rate")) if best else None,
                 "candidates": sum(1 for c in stats.values()
                                   if c.classification == "production candidate"),
@@ -411,13 +407,6 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                        "stale": sum(1 for s in out if s["stale"])}}
 
 
-def _cv(v: list[float]) -> float | None:
-    if len(v) < 2:
-        return None
-    m = statistics.fmean(v)
-    return statistics.stdev(v) / m if m else None
-
-
 def _decode_share(base_runs: list[RunRow]) -> float | None:
     """Share of a request's time spent decoding (the rest is TTFT), from the baseline."""
     shares = []
@@ -428,7 +417,7 @@ def _decode_share(base_runs: list[RunRow]) -> float | None:
             if ttft is not None and rate and n:
                 decode_s = n / rate
                 shares.append(decode_s / (decode_s + ttft / 1000))
-    return _med(shares)
+    return median(shares)
 
 
 def _trend(runs: list[RunRow], k: int | None) -> list[dict]:
@@ -437,8 +426,8 @@ def _trend(runs: list[RunRow], k: int | None) -> list[dict]:
     for r in runs:
         if r.mode == "speculative" and r.k == k:
             nights[r.at.date()].append(r)
-    return [{"date": d.isoformat(), "acceptance": _med(_vals(rs, "acceptance_rate")),
-             "decode_tok_s": _med(_vals(rs, "decode_tok_s"))} for d, rs in sorted(nights.items())]
+    return [{"date": d.isoformat(), "acceptance": median(_vals(rs, "acceptance_rate")),
+             "decode_tok_s": median(_vals(rs, "decode_tok_s"))} for d, rs in sorted(nights.items())]
 
 
 def _positions(sections: list[dict], rows: list[tuple], top: int = 6) -> None:
