@@ -33,8 +33,12 @@ def run_soak(job, journal, sampler, generate_config) -> dict:
     from .telemetry import summarise_window
 
     duration = float(job.soak.get("duration_s", 600))
+    # a long soak of short generations would journal thousands of samples: emit at most one
+    # per sample_every_s (carrying the interval's peak RSS); the verdict still sees them all
+    every = float(job.soak.get("sample_every_s", 0))
     t0 = time.monotonic()
     samples, swap_in, i = [], 0, 0
+    last_emit, pending = None, []
     while time.monotonic() - t0 < duration:
         start = sampler.mark()
         m = generate_config()
@@ -47,7 +51,12 @@ def run_soak(job, journal, sampler, generate_config) -> dict:
                   "peak_mlx_memory_bytes": m["peak_mlx_memory_bytes"],
                   "memory_pressure": w["memory_pressure"]}
         samples.append(sample)
-        journal.emit("soak_sample", **sample)
+        pending.append(sample)
+        if last_emit is None or sample["elapsed_s"] - last_emit >= every:
+            peak = max((p["rss_bytes"] or 0 for p in pending), default=0) or None
+            journal.emit("soak_sample", **{**sample, "rss_bytes": peak},
+                         generations_in_sample=len(pending))
+            last_emit, pending = sample["elapsed_s"], []
         i += 1
     verdict = soak_verdict(samples, float(job.soak.get("rss_growth_limit", 0.10)))
     return {**verdict, "generations": i, "duration_s": round(time.monotonic() - t0, 3),

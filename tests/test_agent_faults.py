@@ -204,6 +204,22 @@ def test_soak_reports_memory_and_swap(tmp_path, model_pair):
     assert result["status"] == "pass" and result["duration_s"] >= 3
     assert result["peak_rss_bytes"] == max(s["rss_bytes"] for s in samples)
     assert result["swap_in_bytes"] == 0
+    assert all(s["generations_in_sample"] == 1 for s in samples)  # default: every one
+
+
+def test_soak_journals_one_sample_per_interval(tmp_path, model_pair):
+    job = small_job(model_pair)
+    job.update(mode="soak", soak={"duration_s": 3, "max_tokens": 16, "num_draft_tokens": 3,
+                                  "sample_every_s": 1.0})
+    proc = run_agent(write_job(tmp_path, job), tmp_path / "j.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    ev = events(tmp_path / "j.jsonl")
+    samples = [e for e in ev if e["type"] == "soak_sample"]
+    result = [e for e in ev if e["type"] == "soak_result"][0]
+    assert 2 <= len(samples) <= 5 < result["generations"]
+    assert sum(s["generations_in_sample"] for s in samples) <= result["generations"]
+    gaps = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(samples, samples[1:])]
+    assert all(g >= 1.0 for g in gaps)
 
 
 def test_replayed_battery_readings_mark_every_trial_unreliable(tmp_path, model_pair):
