@@ -72,6 +72,26 @@ class Inventory:
         return [by_name[n] for n in names]
 
 
+def host_labels(h: Host) -> set[str]:
+    """``specfleet_labels`` as a list or a comma-separated string."""
+    raw = h.vars.get("specfleet_labels") or []
+    items = raw.split(",") if isinstance(raw, str) else [str(x) for x in raw]
+    return {x.strip() for x in items if x.strip()}
+
+
+def with_labels(hosts: list[Host], labels: list[str], where: str = "plan") -> list[Host]:
+    """The hosts carrying every one of ``labels`` (a plan's ``nodes.labels``)."""
+    if not labels:
+        return hosts
+    kept = [h for h in hosts if set(labels) <= host_labels(h)]
+    if not kept:
+        have = "; ".join(f"{h.name}: {', '.join(sorted(host_labels(h))) or 'none'}"
+                         for h in hosts[:10])
+        raise ConfigError(f"{where}: no selected host carries all of the labels "
+                          f"{', '.join(labels)} (specfleet_labels of the hosts: {have})")
+    return kept
+
+
 # -- reading sources into {group: {"hosts": {h: (vars, line)}, "vars": {k: (v, line)},
 #                                  "children": [...], "line": n}}
 

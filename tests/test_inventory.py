@@ -151,3 +151,33 @@ def test_inventory_list_cli_json():
     rows = json.loads(r.output)
     assert [x["name"] for x in rows] == ["mac-mini-01", "mac-mini-02", "mac-mini-03"]
     assert rows[2]["port"] == 2200
+
+
+def test_plan_labels_select_hosts_and_a_label_nobody_has_is_an_error(tmp_path, model_pair):
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+    from orchestrator.inventory import with_labels
+    from tests.locks import make_lock
+
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n"
+                   "    m1: {ansible_host: 10.0.0.1, specfleet_labels: [m4-max, studio]}\n"
+                   "    m2: {ansible_host: 10.0.0.2, specfleet_labels: 'm2-ultra, studio'}\n"
+                   "    m3: {ansible_host: 10.0.0.3}\n")
+    hosts = load_inventory(inv).select(None)
+    assert [h.name for h in with_labels(hosts, ["studio"])] == ["m1", "m2"]
+    assert [h.name for h in with_labels(hosts, ["studio", "m2-ultra"])] == ["m2"]
+    assert with_labels(hosts, []) == hosts
+    # through a sweep: refused before any node is contacted, naming what the hosts carry
+    lock = make_lock(tmp_path, model_pair, extra="nodes:\n  labels: [m3-pro]")
+    assert _json.loads(lock.read_text())["nodes"]["labels"] == ["m3-pro"]
+    r = CliRunner().invoke(main, ["sweep", str(lock), "-i", str(inv), "--db",
+                                  f"sqlite:///{tmp_path / 's.db'}", "--no-provision"])
+    assert r.exit_code == 1
+    assert "nodes.labels: no selected host carries all of the labels m3-pro " \
+           "(specfleet_labels of the hosts: m1: m4-max, studio; m2: m2-ultra, studio; " \
+           "m3: none)" in r.output
+    assert not (tmp_path / "s.db").exists()

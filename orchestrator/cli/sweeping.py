@@ -43,6 +43,7 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
     any node was not ok; the other nodes' results are stored.
     """
     from ..dispatch import StderrProgress, SweepOptions, continue_sweep, start_sweep
+    from ..inventory import with_labels
     from ..store import open_store
 
     if sum(x is not None for x in (lock_path, attach_id, resume_id)) != 1:
@@ -55,6 +56,8 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
         if kw["limit"] is None and doc["nodes"].get("limit"):
             kw["limit"] = doc["nodes"]["limit"]
     hosts, _ = _hosts(kw)
+    if doc is not None:
+        hosts = with_labels(hosts, doc["nodes"].get("labels") or [], f"{lock_path}: nodes.labels")
     store = open_store(db_url)
     opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout)
     sweep_id = attach_id or resume_id
@@ -88,6 +91,7 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
     runs, records trigger=nightly, prints one summary line, exits 1 if any node failed."""
     from ..dispatch import StderrProgress, SweepOptions, start_sweep
     from ..fanout import write_retry_file
+    from ..inventory import with_labels
     from ..schedule import NightlyGuard
     from ..store import open_store
 
@@ -96,6 +100,7 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
         kw["limit"] = doc["nodes"]["limit"]
     ssh = _ssh(kw)
     hosts, inventory_path = _hosts(kw)
+    hosts = with_labels(hosts, doc["nodes"].get("labels") or [], f"{lock_path}: nodes.labels")
     with NightlyGuard(doc["lock_id"]):
         store = open_store(db_url)
         result = start_sweep(doc, hosts, store, inventory=inventory_path,
