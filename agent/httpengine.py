@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -62,11 +63,12 @@ def _connect(base_url: str, timeout: float) -> tuple[http.client.HTTPConnection,
                timeout=timeout), u.path.rstrip("/")
 
 
-def _post(base_url: str, path: str, body: dict, timeout: float):
+def _post(base_url: str, path: str, body: dict, timeout: float, headers: dict | None = None):
     conn, prefix = _connect(base_url, timeout)
     try:
         conn.request("POST", prefix + path, json.dumps(body),
-                     {"Content-Type": "application/json", "Accept": "text/event-stream"})
+                     {"Content-Type": "application/json", "Accept": "text/event-stream",
+                      **(headers or {})})
         resp = conn.getresponse()
     except OSError as e:
         conn.close()
@@ -149,11 +151,12 @@ def parse_sse(lines, chat: bool, clock=time.perf_counter, t0: float | None = Non
     return s
 
 
-def stream(base_url: str, api: str, body: dict, timeout: float = 120.0) -> tuple[Stream, float]:
+def stream(base_url: str, api: str, body: dict, timeout: float = 120.0,
+           headers: dict | None = None) -> tuple[Stream, float]:
     chat = api == "chat"
     path = "/v1/chat/completions" if chat else "/v1/completions"
     t0 = time.perf_counter()
-    conn, resp = _post(base_url, path, {**body, "stream": True}, timeout)
+    conn, resp = _post(base_url, path, {**body, "stream": True}, timeout, headers)
     try:
         s = parse_sse(resp, chat, t0=t0)
     except (OSError, http.client.HTTPException) as e:
@@ -166,10 +169,11 @@ def stream(base_url: str, api: str, body: dict, timeout: float = 120.0) -> tuple
     return s, t0
 
 
-def complete(base_url: str, api: str, body: dict, timeout: float = 120.0) -> dict:
+def complete(base_url: str, api: str, body: dict, timeout: float = 120.0,
+             headers: dict | None = None) -> dict:
     chat = api == "chat"
     path = "/v1/chat/completions" if chat else "/v1/completions"
-    conn, resp = _post(base_url, path, {**body, "stream": False}, timeout)
+    conn, resp = _post(base_url, path, {**body, "stream": False}, timeout, headers)
     try:
         obj = json.loads(resp.read())
     except ValueError:
@@ -185,6 +189,21 @@ def complete(base_url: str, api: str, body: dict, timeout: float = 120.0) -> dic
     return {"text": _text_of(choice, chat, False), "usage": obj.get("usage"),
             "timings": obj.get("timings"), "finish_reason": choice.get("finish_reason"),
             "tool_calls": calls.tool_calls}
+
+
+def expand_headers(headers: dict, environ) -> dict:
+    """``${NAME}`` in header values comes from the node's environment, so API keys stay
+    out of plan files and locks; a name that is not set is an error, not an empty key."""
+    out = {}
+    for key, value in (headers or {}).items():
+        text = str(value)
+        for name in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", text):
+            if name not in environ:
+                raise HTTPEngineError(f"engine.headers.{key}: environment variable {name} "
+                                      "is not set on the node")
+            text = text.replace("${" + name + "}", environ[name])
+        out[key] = text
+    return out
 
 
 def parity(streamed: str, whole: str) -> dict:

@@ -9,8 +9,10 @@ parity); greedy output of a speculative variant must equal the baseline variant'
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -24,8 +26,10 @@ class Runtime:
     a log file beside the journal: a pipe nobody reads fills up and stalls a chatty
     server mid-sweep."""
 
-    def __init__(self, variant: dict, ready_timeout_s: float, log: Path):
+    def __init__(self, variant: dict, ready_timeout_s: float, log: Path,
+                 headers: dict | None = None):
         self.variant, self.timeout, self.log = variant, ready_timeout_s, log
+        self.headers = headers or {}
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self):
@@ -37,8 +41,22 @@ class Runtime:
         url = self.variant["base_url"].rstrip("/") + "/v1/models"
         while True:
             try:
-                urllib.request.urlopen(url, timeout=2).read()
+                urllib.request.urlopen(urllib.request.Request(url, headers=self.headers),
+                                       timeout=2).read()
                 return self
+            except urllib.error.HTTPError as e:
+                if e.code in (401, 403):  # up, but refuses us: waiting will not help
+                    self.__exit__()
+                    body = e.read().decode(errors="replace")[:200]
+                    raise h.HTTPEngineError(f"runtime {self.variant['name']} refused {url}: "
+                                            f"HTTP {e.code}: {body} (check engine.headers)"
+                                            ) from None
+                if time.monotonic() > deadline:
+                    self.__exit__()
+                    raise h.HTTPEngineError(f"runtime {self.variant['name']} not ready at "
+                                            f"{url} after {self.timeout:g}s (HTTP {e.code})"
+                                            ) from None
+                time.sleep(0.2)
             except OSError as e:
                 if self.died():
                     raise h.HTTPEngineError(self.died()) from None
@@ -114,7 +132,10 @@ def run_http_job(job: Job, journal: Journal) -> int:
         mode = "speculative" if variant.get("speculative") else "baseline"
         try:
             log = journal.path.with_name(f"{journal.path.stem}.{variant['name']}.log")
-            rt = Runtime(variant, float(eng.get("ready_timeout_s", 60)), log).__enter__()
+            headers = h.expand_headers({**eng.get("headers", {}),
+                                        **variant.get("headers", {})}, os.environ)
+            rt = Runtime(variant, float(eng.get("ready_timeout_s", 60)), log,
+                         headers).__enter__()
         except h.HTTPEngineError as e:
             journal.emit("generation_failed", variant=variant["name"], error=str(e))
             continue
@@ -146,9 +167,9 @@ def run_http_job(job: Job, journal: Journal) -> int:
                                 "repetition": rep, "max_tokens": w.max_tokens, "seed": job.seed}
                         i += 1
                         try:
-                            s, _ = h.stream(variant["base_url"], api, body)
+                            s, _ = h.stream(variant["base_url"], api, body, headers=headers)
                             t0 = time.perf_counter()
-                            whole = h.complete(variant["base_url"], api, body)
+                            whole = h.complete(variant["base_url"], api, body, headers=headers)
                             wall = time.perf_counter() - t0
                         except h.HTTPEngineError as e:
                             why = rt.died()  # a crashed runtime says more than "refused"

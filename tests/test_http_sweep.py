@@ -407,3 +407,60 @@ def test_a_chatty_runtime_does_not_stall_and_a_dead_one_says_why(model_pair, tmp
     assert failed["error"].startswith("runtime broken exited 1: loading weights...")
     assert "error: no such model: /models/missing" in failed["error"]
     assert f"(log: {tmp_path / 'j.broken.log'})" in failed["error"]
+
+
+class Guarded(Stubborn):
+    """A runtime started with an API key (llama-server --api-key): 401 without it."""
+
+    def _allowed(self) -> bool:
+        if self.headers.get("Authorization") == "Bearer s3cret":
+            return True
+        self.send_response(401)
+        self.end_headers()
+        self.wfile.write(b'{"error": {"code": 401, "message": "Invalid API Key", '
+                         b'"type": "authentication_error"}}')
+        return False
+
+    def do_GET(self):
+        if self._allowed():
+            super().do_GET()
+
+    def do_POST(self):
+        if self._allowed():
+            super().do_POST()
+
+
+def test_api_key_headers_come_from_the_node_environment(model_pair, tmp_path):
+    import os
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Guarded)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    job = build_job(model_pair, ["code"], max_tokens=8)
+    job["workloads"] = job["workloads"][:1]
+    job["engine"] = {"type": "http", "runtime": "llama-server", "ready_timeout_s": 2,
+                     "headers": {"Authorization": "Bearer ${SPECFLEET_TEST_KEY}"},
+                     "variants": [{"name": "plain", "base_url": url}]}
+    job["knobs"] = {"temperature": [0.0]}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    try:
+        runs = {}
+        for label, key in (("right", "s3cret"), ("missing", None), ("wrong", "guess")):
+            env = {k: v for k, v in os.environ.items() if k != "SPECFLEET_TEST_KEY"}
+            if key:
+                env["SPECFLEET_TEST_KEY"] = key
+            d = tmp_path / label
+            d.mkdir()
+            proc = run_agent(tmp_path / "job.json", d / "j.jsonl", env=env)
+            assert proc.returncode == 0, proc.stderr
+            runs[label] = events(d / "j.jsonl")
+    finally:
+        srv.shutdown()
+    assert [e["type"] for e in runs["right"]].count("generation") == 1
+    assert "s3cret" not in (tmp_path / "job.json").read_text()  # the key is not in the job
+    (failed,) = [e for e in runs["missing"] if e["type"] == "generation_failed"]
+    assert failed["error"] == ("engine.headers.Authorization: environment variable "
+                               "SPECFLEET_TEST_KEY is not set on the node")
+    (failed,) = [e for e in runs["wrong"] if e["type"] == "generation_failed"]
+    assert failed["error"].startswith(f"runtime plain refused {url}/v1/models: HTTP 401: ")
+    assert "Invalid API Key" in failed["error"] and "check engine.headers" in failed["error"]
