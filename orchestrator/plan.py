@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import re
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -216,6 +217,7 @@ def build_lock(plan: Plan, log=print) -> dict:
                               f"workloads ({', '.join(names)})", str(plan.path),
                               line_of(load_yaml(plan.path).get("soak"), "workload"))
         job["mode"], job["soak"] = "soak", soak
+    _agent_would_accept(job, plan.path)
     doc = {"lock_schema": LOCK_SCHEMA, "name": plan.name, "plan_path": str(plan.path.resolve()),
            "plan_sha256": plan.sha256, "plan": plan.raw,
            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -229,6 +231,22 @@ def build_lock(plan: Plan, log=print) -> dict:
         {k: v for k, v in doc.items() if k != "created_at"}, sort_keys=True).encode()
     ).hexdigest()
     return doc
+
+
+def _agent_would_accept(job: dict, path: Path) -> None:
+    """Check the job with the agent's own parser now, so a bad engine or soak section
+    stops at `plan lock` with the plan's line instead of on every node at sweep time."""
+    from agent.errors import JobFileError
+    from agent.job import parse_job
+
+    try:
+        parse_job({**job, "job_id": "lock-check",
+                   "models": {"target": {"path": "target"}, "draft": {"path": "draft"}}})
+    except JobFileError as e:
+        msg = str(e).split(": ", 1)[1]
+        section = re.match(r"[a-z_]*", msg).group(0)
+        section = "sweep" if section in ("knobs", "base", "baseline") else section
+        raise ConfigError(msg, str(path), line_of(load_yaml(path), section)) from None
 
 
 def lock_path_for(plan_path: Path) -> Path:

@@ -86,3 +86,16 @@ def test_a_soak_plan_names_one_of_its_workloads(tmp_path, model_pair):
                                           r"plan's workloads \(code\)") as e:
         write_lock(load_plan(plan), lambda m: None)
     assert e.value.line == plan.read_text().splitlines().index("  workload: cdoe-short") + 1
+
+
+def test_a_bad_engine_section_stops_at_lock_time_with_its_line(tmp_path, model_pair):
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, extra="engine:\n  type: http\n  api: grpc\n"
+                                                "  variants: []"))
+    with pytest.raises(ConfigError, match=r"plan.yml:\d+: engine.api: completions or chat"):
+        write_lock(load_plan(plan), lambda m: None)
+    lines = plan.read_text().splitlines()
+    plan.write_text(plan_text(model_pair, extra="engine:\n  type: http\n  variants: []"))
+    with pytest.raises(ConfigError, match=r"engine.variants: a list of \{name, base_url") as e:
+        write_lock(load_plan(plan), lambda m: None)
+    assert e.value.line == lines.index("engine:") + 1
