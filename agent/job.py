@@ -228,6 +228,9 @@ def _engine(raw: dict, path: Path) -> dict:
             isinstance(v, dict) and v.get("name") and v.get("base_url") for v in variants):
         raise _fail(path, "engine.variants: a list of {name, base_url, command?, speculative?, "
                           "fields?}")
+    if variants[0].get("speculative") and any(not v.get("speculative") for v in variants):
+        raise _fail(path, "engine.variants: list the baseline (non-speculative) variant first: "
+                          "speculative variants are checked against its output")
     # runtime-specific request fields swept one at a time, e.g. llama-server's flat
     # "speculative.n_max" or mlx-serve's "enable_pld"
     fknobs = eng.get("knobs", {})

@@ -99,3 +99,13 @@ def test_a_bad_engine_section_stops_at_lock_time_with_its_line(tmp_path, model_p
     with pytest.raises(ConfigError, match=r"engine.variants: a list of \{name, base_url") as e:
         write_lock(load_plan(plan), lambda m: None)
     assert e.value.line == lines.index("engine:") + 1
+
+
+def test_the_baseline_variant_comes_first(tmp_path, model_pair):
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, extra="\n".join([
+        "engine:", "  type: http", "  variants:",
+        "    - {name: draft, speculative: true, base_url: 'http://127.0.0.1:1'}",
+        "    - {name: plain, base_url: 'http://127.0.0.1:2'}"])))
+    with pytest.raises(ConfigError, match="list the baseline \\(non-speculative\\) variant first"):
+        write_lock(load_plan(plan), lambda m: None)
