@@ -94,10 +94,14 @@ class StderrProgress:
             line = f"{event['total_generations']} generations planned"
         elif kind == "generation":
             acc = event.get("acceptance_rate")
+            where = (f"{event.get('runtime')}/{event['variant']}" if event.get("variant")
+                     else f"k={event['num_draft_tokens']}")  # an http runtime's variant
             line = (f"{event['run_index'] + 1:>3}/{self.total.get(node, '?')} "
-                    f"{event['workload']:<8} {event['mode']:<11} k={event['num_draft_tokens']} "
+                    f"{event['workload']:<8} {event['mode']:<11} {where} "
                     f"{event.get('decode_tok_s') or 0:7.1f} tok/s"
-                    + (f"  acceptance {acc:.2f}" if acc is not None else ""))
+                    + (f"  acceptance {acc:.2f}" if acc is not None else "")
+                    + ("  streaming parity MISMATCH" if event.get("parity") == "mismatch"
+                       else ""))
         elif kind == "quality":
             line = (f"quality {event['mode']} k={event['num_draft_tokens']}: "
                     f"{event['passed']}/{event['tasks']} tasks passed")

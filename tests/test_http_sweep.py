@@ -175,6 +175,8 @@ def test_plan_engine_reaches_the_node_with_its_model_paths(fleet, model_pair, tm
     ev = journal(fleet.nodes[0], json_from_log(r.stdout)["sweep_id"])
     gens = [e for e in ev if e["type"] == "generation"]
     assert gens and all(g["engine"] == "http" and g["parity"] == "ok" for g in gens)
+    # progress names the runtime and variant rather than a draft width
+    assert f"[node1]   1/{len(gens)} code     baseline    mlx_lm.server/plain " in r.stderr
 
 
 def _fixed_server(text: str):
