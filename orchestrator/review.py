@@ -17,7 +17,7 @@ from agent.stats import median
 
 from .errors import SpecfleetError
 from .store import Store
-from .store.models import Event, Measurement, NodeOutcome, Sweep
+from .store.models import Event, Measurement, NodeOutcome, Run, Sweep
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 
@@ -39,6 +39,7 @@ class Row:
     task_pass_rate: float | None = None
     unreliable: int = 0
     unreliable_reasons: tuple[str, ...] = ()
+    streaming_parity: str | None = None  # http runtimes: streamed vs non-streamed output
 
 
 def _exactness(runs: list[Measurement]) -> str:
@@ -66,6 +67,9 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         quality = {(e.node, e.payload["num_draft_tokens"]): e.payload["pass_rate"]
                    for e in c.scalars(select(Event).where(Event.sweep_id == sweep_id,
                                                           Event.type == "quality"))}
+        summaries = list(c.execute(select(Run.node, Run.workload, Run.mode,
+                                          Run.num_draft_tokens, Run.engine, Run.summary)
+                                   .where(Run.sweep_id == sweep_id)))
         c.expunge_all()
     groups: dict[tuple[str, str], list] = {}
     for r in runs:
@@ -78,9 +82,15 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         for k in sorted({r.num_draft_tokens for r in rs if r.mode == "speculative"}):
             cand = [r for r in rs if r.mode == "speculative" and r.num_draft_tokens == k]
             rows.append(_row(f"speculative, draft width {k}", "speculative", k, cand, base_rate))
-        rows = [replace(r, task_pass_rate=quality.get((node, r.num_draft_tokens)))
+        parity = {(m, k): (p := x.get("parity")) and _parity_text(p)
+                  for n, w, m, k, _, x in summaries if (n, w) == (node, workload)}
+        rows = [replace(r, task_pass_rate=quality.get((node, r.num_draft_tokens)),
+                        streaming_parity=parity.get((r.mode, r.num_draft_tokens)))
                 for r in rows]
+        engine = next((e for n, w, *_, e, _x in summaries if (n, w) == (node, workload)), None)
         sections.append({"node": node, "workload": workload, "rows": rows,
+                         "engine": engine or "mlx-lm",
+                         "has_parity": any(r.streaming_parity for r in rows),
                          "context_bucket": rs[0].context_bucket or "short",
                          "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows)})
     from .analysis.runtimes import agent_notices
@@ -109,6 +119,15 @@ def soak_results(store: Store, sweep_id: str) -> list[dict]:
         out.append({"node": node, **p, "decode_early": early, "decode_late": late,
                     "late_over_early": late / early if early and late else None})
     return out
+
+
+def _parity_text(p: dict) -> str:
+    if not p["mismatches"]:
+        return f"ok ({p['checked']}/{p['checked']})"
+    where = (f", first at offset {p['first_difference']}"
+             if p.get("first_difference") is not None else "")
+    tools = f", {p['tool_mismatches']} in tool calls" if p.get("tool_mismatches") else ""
+    return f"{p['mismatches']} of {p['checked']} differ{where}{tools}"
 
 
 def _row(label, mode, k, runs, base_rate) -> Row:

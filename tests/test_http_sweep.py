@@ -135,6 +135,9 @@ def test_a_knob_the_runtime_ignores_is_reported(model_pair, tmp_path):
     dom = dump_dom(render_review(store, tmp_path / "review.html", sid))
     assert 'id="notices"' in dom
     assert "local · only · workload" in dom and effect["message"] in dom
+    # the sweep page names the runtime and shows its streaming parity per config
+    assert "short context · runtime stubborn</h2>" in dom
+    assert "<th>streaming parity</th>" in dom and ">ok (" in dom
 
 
 def test_endpoint_down_fails_that_variant_and_the_job_goes_on(model_pair, tmp_path):
