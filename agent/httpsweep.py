@@ -107,7 +107,10 @@ def run_http_job(job: Job, journal: Journal) -> int:
     from .runner import _exactness, _summaries
 
     eng = job.engine
-    api, runtime = eng.get("api", "completions"), eng.get("runtime", "http")
+    api = eng.get("api", "completions")
+    # the chat API wraps the prompt in the runtime's chat template, so its runs are not
+    # comparable with raw-prompt ones (in-process mlx-lm, /v1/completions): its own series
+    runtime = eng.get("runtime", "http") + (" (chat)" if api == "chat" else "")
     count = None
     if eng.get("tokenizer"):
         from mlx_lm import load

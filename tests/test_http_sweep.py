@@ -291,6 +291,9 @@ def test_tool_calls_are_sent_and_a_streaming_path_that_mangles_them_is_flagged(m
     (summary,) = [e for e in ev if e["type"] == "config_summary" and e["mode"] == "speculative"]
     assert summary["parity"] == {"checked": 1, "mismatches": 1, "first_difference": None,
                                  "tool_mismatches": 1}
+    # chat wraps the prompt in the runtime's template: its own series, never pooled with
+    # raw-prompt runs of the same runtime
+    assert summary["engine"] == "llama-server (chat)" == plain["runtime"]
 
 
 def test_a_workload_with_malformed_tools_is_refused(model_pair, tmp_path):
