@@ -70,6 +70,11 @@ def _post(base_url: str, path: str, body: dict, timeout: float, headers: dict | 
                      {"Content-Type": "application/json", "Accept": "text/event-stream",
                       **(headers or {})})
         resp = conn.getresponse()
+    except TimeoutError:
+        conn.close()
+        raise HTTPEngineError(f"{base_url}{path}: no response within {timeout:g}s (timed out; "
+                              "a long prompt may need a larger engine.request_timeout_s)"
+                              ) from None
     except OSError as e:
         conn.close()
         raise HTTPEngineError(f"{base_url}: cannot connect ({e})") from None

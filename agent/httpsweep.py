@@ -108,6 +108,7 @@ def run_http_job(job: Job, journal: Journal) -> int:
 
     eng = job.engine
     api = eng.get("api", "completions")
+    timeout = float(eng.get("request_timeout_s", 300))  # per socket read: a slow first byte
     # the chat API wraps the prompt in the runtime's chat template, so its runs are not
     # comparable with raw-prompt ones (in-process mlx-lm, /v1/completions): its own series
     runtime = eng.get("runtime", "http") + (" (chat)" if api == "chat" else "")
@@ -170,9 +171,11 @@ def run_http_job(job: Job, journal: Journal) -> int:
                                 "repetition": rep, "max_tokens": w.max_tokens, "seed": job.seed}
                         i += 1
                         try:
-                            s, _ = h.stream(variant["base_url"], api, body, headers=headers)
+                            s, _ = h.stream(variant["base_url"], api, body, timeout,
+                                            headers=headers)
                             t0 = time.perf_counter()
-                            whole = h.complete(variant["base_url"], api, body, headers=headers)
+                            whole = h.complete(variant["base_url"], api, body, timeout,
+                                               headers=headers)
                             wall = time.perf_counter() - t0
                         except h.HTTPEngineError as e:
                             why = rt.died()  # a crashed runtime says more than "refused"

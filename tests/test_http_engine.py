@@ -174,6 +174,13 @@ def test_slow_first_byte_shows_in_ttft(replay):
     assert h.measure(s)["ttft_ms"] >= 300
 
 
+def test_a_first_byte_slower_than_the_request_timeout_is_a_clear_error(replay):
+    with pytest.raises(h.HTTPEngineError, match=r"/v1/chat/completions: no response within "
+                                                r"0.3s \(timed out; a long prompt may need a "
+                                                r"larger engine.request_timeout_s\)"):
+        h.stream(replay(SSE.read_bytes(), delay=1.0), "chat", CHAT, timeout=0.3)
+
+
 def test_connection_reset_mid_stream(replay):
     with pytest.raises(h.HTTPEngineError):
         h.stream(replay(SSE.read_bytes(), reset_after=400), "chat", CHAT)
