@@ -103,6 +103,34 @@ def _body(api: str, prompt: str, max_tokens: int, cfg: dict, fields: dict,
     return body
 
 
+def _config(job: Job, eng: dict, variant: dict, knob, value, field_knobs: dict
+            ) -> tuple[dict, dict]:
+    """The sampling config and the extra request fields for one knob setting."""
+    # Ollama and LM Studio pick the model by name; llama-server and mlx_lm.server serve
+    # what they loaded
+    model = variant.get("model", eng.get("model"))
+    fields = {**({"model": model} if model else {}), **variant.get("fields", {})}
+    if knob in field_knobs:
+        return dict(job.base), {**fields, knob: value}
+    return {**job.base, **({knob: value} if knob else {})}, fields
+
+
+def _observe(url: str, api: str, body: dict, timeout: float, headers: dict, count,
+             decode_skip: int) -> tuple[dict, dict]:
+    """One request config streamed (measured) and not (end to end, and the reference for
+    parity): the event fields, and the non-streamed reply."""
+    s, _ = h.stream(url, api, body, timeout, headers=headers)
+    t0 = time.perf_counter()
+    whole = h.complete(url, api, body, timeout, headers=headers)
+    wall = time.perf_counter() - t0
+    par = h.parity("".join(t for _, t in s.chunks), whole["text"])
+    tpar = h.tool_parity(s.tool_calls, whole["tool_calls"])
+    if tpar["tool_parity"] == "mismatch":  # one verdict for the review
+        par = {**par, "parity": "mismatch"}
+    return {**par, **tpar, **h.measure(s, count, decode_skip), **h.nonstreamed(whole, wall)
+            }, whole
+
+
 def run_http_job(job: Job, journal: Journal) -> int:
     from .runner import _exactness, _summaries
 
@@ -149,15 +177,7 @@ def run_http_job(job: Job, journal: Journal) -> int:
             for w in job.workloads:
                 for rep in range(job.repetitions):
                     for knob, value in knob_values:
-                        # Ollama and LM Studio pick the model by name; llama-server and
-                        # mlx_lm.server serve what they loaded
-                        model = variant.get("model", eng.get("model"))
-                        fields = {**({"model": model} if model else {}),
-                                  **variant.get("fields", {})}
-                        if knob in field_knobs:
-                            cfg, fields[knob] = dict(job.base), value
-                        else:
-                            cfg = {**job.base, **({knob: value} if knob else {})}
+                        cfg, fields = _config(job, eng, variant, knob, value, field_knobs)
                         body = _body(api, w.prompt, w.max_tokens, cfg, fields, w.tools)
                         desc = {"run_index": i, "workload": w.name, "workload_kind": w.kind,
                                 "context_bucket": w.context_bucket,
@@ -171,24 +191,13 @@ def run_http_job(job: Job, journal: Journal) -> int:
                                 "repetition": rep, "max_tokens": w.max_tokens, "seed": job.seed}
                         i += 1
                         try:
-                            s, _ = h.stream(variant["base_url"], api, body, timeout,
-                                            headers=headers)
-                            t0 = time.perf_counter()
-                            whole = h.complete(variant["base_url"], api, body, timeout,
-                                               headers=headers)
-                            wall = time.perf_counter() - t0
+                            seen, whole = _observe(variant["base_url"], api, body, timeout,
+                                                   headers, count, job.decode_skip_tokens)
                         except h.HTTPEngineError as e:
                             why = rt.died()  # a crashed runtime says more than "refused"
                             journal.emit("generation_failed", **desc,
                                          error=f"{e}; {why}" if why else str(e))
                             continue
-                        text = "".join(t for _, t in s.chunks)
-                        m = {**h.measure(s, count, job.decode_skip_tokens),
-                             **h.nonstreamed(whole, wall)}
-                        par = h.parity(text, whole["text"])
-                        tpar = h.tool_parity(s.tool_calls, whole["tool_calls"])
-                        if tpar["tool_parity"] == "mismatch":  # one verdict for the review
-                            par = {**par, "parity": "mismatch"}
                         ids = count(whole["text"]) if count else []
                         key = (w.name, cfg["temperature"], cfg.get("top_k"), cfg.get("top_p"))
                         # the output a speculative variant must reproduce: text, then calls
@@ -200,12 +209,12 @@ def run_http_job(job: Job, journal: Journal) -> int:
                         outputs.setdefault((variant["name"], w.name, knob), {}).setdefault(
                             value, []).append(whole["text"] + json.dumps(whole["tool_calls"]))
                         gens.append(journal.emit(
-                            "generation", **desc, **exact, **par, **tpar, **m,
-                            output_text=whole["text"], tool_calls=whole["tool_calls"],
-                            token_ids=ids, itl_p50_ms=m["chunk_itl_p50_ms"],
-                            itl_p95_ms=m["chunk_itl_p95_ms"], itl_p99_ms=m["chunk_itl_p99_ms"],
-                            acceptance_by_position=[], unreliable=False, unreliable_reasons=[],
-                            peak_mlx_memory_bytes=None))
+                            "generation", **desc, **exact, **seen, output_text=whole["text"],
+                            tool_calls=whole["tool_calls"], token_ids=ids,
+                            itl_p50_ms=seen["chunk_itl_p50_ms"],
+                            itl_p95_ms=seen["chunk_itl_p95_ms"],
+                            itl_p99_ms=seen["chunk_itl_p99_ms"], acceptance_by_position=[],
+                            unreliable=False, unreliable_reasons=[], peak_mlx_memory_bytes=None))
         finally:
             rt.__exit__()
     for (variant, workload, knob), by_value in outputs.items():
