@@ -37,23 +37,32 @@ class Stream:
     tool_calls: list[dict] = field(default_factory=list)  # assembled {name, arguments}
     tool_chunks: list[tuple[float, str]] = field(default_factory=list)  # timed fragments
 
-    def add_tool_deltas(self, deltas: list) -> None:
-        """Fold streamed ``delta.tool_calls`` into whole calls. A delta with a new
-        ``index`` (or, without one, with a name) starts a call; the rest append arguments."""
-        for d in deltas or []:
-            f = d.get("function") or {}
-            i = d.get("index")
-            if i is None:
-                i = len(self.tool_calls) if f.get("name") or not self.tool_calls \
-                    else len(self.tool_calls) - 1
-            while len(self.tool_calls) <= i:
-                self.tool_calls.append({"name": "", "arguments": ""})
-            call = self.tool_calls[i]
-            call["name"] = call["name"] or f.get("name") or ""
-            args = f.get("arguments")
-            # Ollama's native API sends an object; the OpenAI shape is a JSON string
-            call["arguments"] += args if isinstance(args, str) else \
-                json.dumps(args) if args is not None else ""
+    def add_tool_deltas(self, deltas: list) -> str:
+        return fold_tool_deltas(self.tool_calls, deltas)
+
+
+def fold_tool_deltas(calls: list[dict], deltas: list) -> str:
+    """Fold ``tool_calls`` deltas into whole ``{name, arguments}`` calls; returns the text
+    they added (it counts as generated output). A delta with a new ``index`` (or, without
+    one, with a name) starts a call; the rest append arguments."""
+    added = ""
+    for d in deltas or []:
+        f = d.get("function") or {}
+        i = d.get("index")
+        if i is None:
+            i = len(calls) if f.get("name") or not calls else len(calls) - 1
+        while len(calls) <= i:
+            calls.append({"name": "", "arguments": ""})
+        call = calls[i]
+        if f.get("name") and not call["name"]:
+            call["name"] = f["name"]
+            added += f["name"]
+        args = f.get("arguments")
+        # Ollama's native API sends an object; the OpenAI shape is a JSON string
+        text = args if isinstance(args, str) else json.dumps(args) if args is not None else ""
+        call["arguments"] += text
+        added += text
+    return added
 
 
 def _connect(base_url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
@@ -100,16 +109,6 @@ def _text_of(choice: dict, chat: bool, stream: bool) -> str:
     return choice.get("text") or ""
 
 
-def _fragment_text(deltas: list) -> str:
-    """The generated text a tool-call delta carries (name and argument fragment)."""
-    out = ""
-    for d in deltas:
-        f = d.get("function") or {}
-        args = f.get("arguments")
-        out += (f.get("name") or "") + (args if isinstance(args, str) else "")
-    return out
-
-
 def parse_sse(lines, chat: bool, clock=time.perf_counter, t0: float | None = None) -> Stream:
     """Parse an SSE byte-line iterator into timed text chunks (keep-alive comments, multi-
     line data, usage in the last chunk, ``[DONE]``). Raises on JSON it cannot read."""
@@ -136,9 +135,8 @@ def parse_sse(lines, chat: bool, clock=time.perf_counter, t0: float | None = Non
             if text:
                 s.chunks.append((clock() - t0, text))
             if chat and (ch.get("delta") or {}).get("tool_calls"):
-                s.add_tool_deltas(ch["delta"]["tool_calls"])
                 # a call is generated output too: its arrival times count for TTFT and ITL
-                s.tool_chunks.append((clock() - t0, _fragment_text(ch["delta"]["tool_calls"])))
+                s.tool_chunks.append((clock() - t0, s.add_tool_deltas(ch["delta"]["tool_calls"])))
             s.finish_reason = ch.get("finish_reason") or s.finish_reason
         s.usage = obj.get("usage") or s.usage
         s.timings = obj.get("timings") or s.timings
@@ -188,12 +186,12 @@ def complete(base_url: str, api: str, body: dict, timeout: float = 120.0,
     if "error" in obj:  # some llama-server builds answer an error with status 200
         raise HTTPEngineError(f"{base_url}{path}: {_error_message(obj['error'])[:300]}")
     choice = (obj.get("choices") or [{}])[0]
-    calls = Stream()
-    calls.add_tool_deltas([{k: v for k, v in tc.items() if k != "index"}
-                           for tc in ((choice.get("message") or {}).get("tool_calls") or [])])
+    calls: list[dict] = []  # whole calls, in order: no index, each starts a new call
+    fold_tool_deltas(calls, [{k: v for k, v in tc.items() if k != "index"}
+                             for tc in ((choice.get("message") or {}).get("tool_calls") or [])])
     return {"text": _text_of(choice, chat, False), "usage": obj.get("usage"),
             "timings": obj.get("timings"), "finish_reason": choice.get("finish_reason"),
-            "tool_calls": calls.tool_calls}
+            "tool_calls": calls}
 
 
 def expand_headers(headers: dict, environ) -> dict:

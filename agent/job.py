@@ -196,8 +196,8 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
     if soak.get("workload") is not None and soak["workload"] not in names:
         raise _fail(path, f"soak.workload: {soak['workload']!r} is not one of the job's "
                           f"workloads ({', '.join(names)})")
-    if not isinstance(soak.get("duration_s", 600), (int, float)) or soak.get("duration_s",
-                                                                           600) <= 0:
+    duration = soak.get("duration_s", 600)
+    if not isinstance(duration, (int, float)) or duration <= 0:
         raise _fail(path, "soak.duration_s: must be a number of seconds > 0")
     reps = raw.get("repetitions", 1)
     if not isinstance(reps, int) or reps < 1:
