@@ -67,9 +67,15 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         quality = {(e.node, e.payload["num_draft_tokens"]): e.payload["pass_rate"]
                    for e in c.scalars(select(Event).where(Event.sweep_id == sweep_id,
                                                           Event.type == "quality"))}
-        summaries = list(c.execute(select(Run.node, Run.workload, Run.mode,
-                                          Run.num_draft_tokens, Run.engine, Run.summary)
-                                   .where(Run.sweep_id == sweep_id)))
+        summaries = c.execute(select(Run.node, Run.workload, Run.mode, Run.num_draft_tokens,
+                                     Run.engine, Run.summary).where(Run.sweep_id == sweep_id))
+        # http runtimes: which one, and streamed vs non-streamed output per config
+        parity: dict[tuple, str] = {}
+        engines: dict[tuple, str] = {}
+        for n, w, m, k, e, x in summaries:
+            engines.setdefault((n, w), e)
+            if x.get("parity"):
+                parity[(n, w, m, k)] = _parity_text(x["parity"])
         c.expunge_all()
     groups: dict[tuple[str, str], list] = {}
     for r in runs:
@@ -82,12 +88,11 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         for k in sorted({r.num_draft_tokens for r in rs if r.mode == "speculative"}):
             cand = [r for r in rs if r.mode == "speculative" and r.num_draft_tokens == k]
             rows.append(_row(f"speculative, draft width {k}", "speculative", k, cand, base_rate))
-        parity = {(m, k): (p := x.get("parity")) and _parity_text(p)
-                  for n, w, m, k, _, x in summaries if (n, w) == (node, workload)}
         rows = [replace(r, task_pass_rate=quality.get((node, r.num_draft_tokens)),
-                        streaming_parity=parity.get((r.mode, r.num_draft_tokens)))
+                        streaming_parity=parity.get((node, workload, r.mode,
+                                                     r.num_draft_tokens)))
                 for r in rows]
-        engine = next((e for n, w, *_, e, _x in summaries if (n, w) == (node, workload)), None)
+        engine = engines.get((node, workload))
         sections.append({"node": node, "workload": workload, "rows": rows,
                          "engine": engine or "mlx-lm",
                          "has_parity": any(r.streaming_parity for r in rows),

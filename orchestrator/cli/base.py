@@ -99,6 +99,18 @@ def _hosts(kw: dict):
     return load_inventory(path).select(kw.pop("limit")), str(path)
 
 
+def _plan_hosts(doc: dict, lock_path: Path, kw: dict):
+    """The hosts a lock's plan sweeps: its ``nodes.limit`` unless --limit was given, then
+    only those carrying all of its ``nodes.labels``."""
+    from ..inventory import with_labels
+
+    if kw["limit"] is None and doc["nodes"].get("limit"):
+        kw["limit"] = doc["nodes"]["limit"]
+    hosts, inventory_path = _hosts(kw)
+    return with_labels(hosts, doc["nodes"].get("labels") or [],
+                       f"{lock_path}: nodes.labels"), inventory_path
+
+
 def _report(outcomes, retry_file: Path, as_json: bool, extra: dict | None = None,
             describe=None) -> None:
     """Per-host lines (or JSON), a summary, the retry file; exit 1 if any host was not ok."""

@@ -11,6 +11,7 @@ import click
 from .base import (
     _hosts,
     _lock_from,
+    _plan_hosts,
     _report,
     _ssh,
     db_option,
@@ -43,7 +44,6 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
     any node was not ok; the other nodes' results are stored.
     """
     from ..dispatch import StderrProgress, SweepOptions, continue_sweep, start_sweep
-    from ..inventory import with_labels
     from ..store import open_store
 
     if sum(x is not None for x in (lock_path, attach_id, resume_id)) != 1:
@@ -53,11 +53,9 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
     doc = None
     if lock_path:
         doc, _ = _lock_from(lock_path, lambda m: click.echo(m, err=True))
-        if kw["limit"] is None and doc["nodes"].get("limit"):
-            kw["limit"] = doc["nodes"]["limit"]
-    hosts, _ = _hosts(kw)
-    if doc is not None:
-        hosts = with_labels(hosts, doc["nodes"].get("labels") or [], f"{lock_path}: nodes.labels")
+        hosts, _ = _plan_hosts(doc, lock_path, kw)
+    else:
+        hosts, _ = _hosts(kw)
     store = open_store(db_url)
     opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout)
     sweep_id = attach_id or resume_id
@@ -91,16 +89,12 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
     runs, records trigger=nightly, prints one summary line, exits 1 if any node failed."""
     from ..dispatch import StderrProgress, SweepOptions, start_sweep
     from ..fanout import write_retry_file
-    from ..inventory import with_labels
     from ..schedule import NightlyGuard
     from ..store import open_store
 
     doc, _ = _lock_from(lock_path, lambda m: None)
-    if kw["limit"] is None and doc["nodes"].get("limit"):
-        kw["limit"] = doc["nodes"]["limit"]
     ssh = _ssh(kw)
-    hosts, inventory_path = _hosts(kw)
-    hosts = with_labels(hosts, doc["nodes"].get("labels") or [], f"{lock_path}: nodes.labels")
+    hosts, inventory_path = _plan_hosts(doc, lock_path, kw)
     with NightlyGuard(doc["lock_id"]):
         store = open_store(db_url)
         result = start_sweep(doc, hosts, store, inventory=inventory_path,
