@@ -17,6 +17,22 @@ def events(path):
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
+def http_job(model_pair, engine: dict, *, tools=None, first_only: bool = True) -> dict:
+    """A short greedy job through the http engine (8 tokens of the code prompts)."""
+    job = build_job(model_pair, ["code"], max_tokens=8)
+    if first_only:
+        job["workloads"] = job["workloads"][:1]
+    if tools:
+        job["workloads"][0]["tools"] = tools
+    job["engine"], job["knobs"] = engine, {"temperature": [0.0]}
+    return job
+
+
+def run_job(job: dict, folder, env=None):
+    (folder / "job.json").write_text(json.dumps(job))
+    return run_agent(folder / "job.json", folder / "j.jsonl", env=env)
+
+
 def test_agent_runs_mlx_lm_server_variants(model_pair, tmp_path):
     job = build_job(model_pair, ["code"], max_tokens=32)
     p1, p2 = free_port(), free_port()
@@ -202,13 +218,10 @@ def test_a_runtime_inexact_under_speculation_is_flagged(model_pair, tmp_path):
     a, a_url = _fixed_server("    return heap[0]")
     b, b_url = _fixed_server("    return heap[1]")  # same prompt, speculation changed it
     try:
-        job = build_job(model_pair, ["code"], max_tokens=8)
-        job["engine"] = {"type": "http", "runtime": "planted", "variants": [
+        proc = run_job(http_job(model_pair, {"type": "http", "runtime": "planted", "variants": [
             {"name": "plain", "base_url": a_url},
-            {"name": "draft", "speculative": True, "num_draft_tokens": 3, "base_url": b_url}]}
-        job["knobs"] = {"temperature": [0.0]}
-        (tmp_path / "job.json").write_text(json.dumps(job))
-        proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+            {"name": "draft", "speculative": True, "num_draft_tokens": 3, "base_url": b_url}]},
+            first_only=False), tmp_path)
     finally:
         a.shutdown()
         b.shutdown()
@@ -264,15 +277,11 @@ def test_tool_calls_are_sent_and_a_streaming_path_that_mangles_them_is_flagged(m
     a, a_url, seen = _tool_runtime(drop_short=False)
     b, b_url, _ = _tool_runtime(drop_short=True)
     try:
-        job = build_job(model_pair, ["code"], max_tokens=8)
-        job["workloads"] = job["workloads"][:1]
-        job["workloads"][0]["tools"] = TOOLS
-        job["engine"] = {"type": "http", "api": "chat", "runtime": "llama-server", "variants": [
-            {"name": "plain", "base_url": a_url},
-            {"name": "draft", "speculative": True, "num_draft_tokens": 3, "base_url": b_url}]}
-        job["knobs"] = {"temperature": [0.0]}
-        (tmp_path / "job.json").write_text(json.dumps(job))
-        proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+        proc = run_job(http_job(model_pair, {
+            "type": "http", "api": "chat", "runtime": "llama-server", "variants": [
+                {"name": "plain", "base_url": a_url},
+                {"name": "draft", "speculative": True, "num_draft_tokens": 3,
+                 "base_url": b_url}]}, tools=TOOLS), tmp_path)
     finally:
         a.shutdown()
         b.shutdown()
@@ -312,17 +321,12 @@ def test_runtime_specific_fields_are_swept_one_at_a_time(model_pair, tmp_path):
     a, a_url, seen_a = _tool_runtime(drop_short=False)
     b, b_url, seen_b = _tool_runtime(drop_short=False)
     try:
-        job = build_job(model_pair, ["code"], max_tokens=8)
-        job["workloads"] = job["workloads"][:1]
-        job["engine"] = {"type": "http", "api": "chat", "runtime": "llama-server",
-                         "model": "demo-target-Q8_0.gguf",
-                         "knobs": {"speculative.n_max": [2, 8]}, "variants": [
-                             {"name": "plain", "base_url": a_url},
-                             {"name": "draft", "speculative": True, "base_url": b_url,
-                              "fields": {"speculative.n_min": 0}}]}
-        job["knobs"] = {"temperature": [0.0]}
-        (tmp_path / "job.json").write_text(json.dumps(job))
-        proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+        proc = run_job(http_job(model_pair, {
+            "type": "http", "api": "chat", "runtime": "llama-server",
+            "model": "demo-target-Q8_0.gguf", "knobs": {"speculative.n_max": [2, 8]},
+            "variants": [{"name": "plain", "base_url": a_url},
+                         {"name": "draft", "speculative": True, "base_url": b_url,
+                          "fields": {"speculative.n_min": 0}}]}), tmp_path)
     finally:
         a.shutdown()
         b.shutdown()
@@ -355,14 +359,11 @@ def test_engine_knobs_must_be_lists_of_values(model_pair, tmp_path):
 def test_tools_with_the_completions_api_are_a_notice_not_a_silent_drop(model_pair, tmp_path):
     srv, url, seen = _tool_runtime(drop_short=False)
     try:
-        job = build_job(model_pair, ["code"], max_tokens=8)
-        job["workloads"] = job["workloads"][:1]
-        job["workloads"][0]["tools"] = TOOLS
-        job["engine"] = {"type": "http", "api": "completions", "runtime": "llama-server",
-                         "variants": [{"name": "plain", "base_url": url}]}
-        job["knobs"] = {"temperature": [0.0]}
-        (tmp_path / "job.json").write_text(json.dumps(job))
-        proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+        job = http_job(model_pair, {"type": "http", "api": "completions",
+                                    "runtime": "llama-server",
+                                    "variants": [{"name": "plain", "base_url": url}]},
+                       tools=TOOLS)
+        proc = run_job(job, tmp_path)
     finally:
         srv.shutdown()
     assert proc.returncode == 0, proc.stderr
@@ -393,18 +394,15 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 
 def test_a_chatty_runtime_does_not_stall_and_a_dead_one_says_why(model_pair, tmp_path):
     port = free_port()
-    job = build_job(model_pair, ["code"], max_tokens=8)
-    job["workloads"] = job["workloads"][:1]
-    job["engine"] = {"type": "http", "runtime": "chatty", "ready_timeout_s": 20, "variants": [
-        {"name": "chatty", "base_url": f"http://127.0.0.1:{port}",
-         "command": [sys.executable, "-c", CHATTY, str(port)]},
-        {"name": "broken", "base_url": f"http://127.0.0.1:{free_port()}",
-         "command": [sys.executable, "-c", "import sys; print('loading weights...'); "
-                     "sys.exit('error: no such model: /models/missing')"]}]}
-    job["knobs"] = {"temperature": [0.0]}
+    job = http_job(model_pair, {
+        "type": "http", "runtime": "chatty", "ready_timeout_s": 20, "variants": [
+            {"name": "chatty", "base_url": f"http://127.0.0.1:{port}",
+             "command": [sys.executable, "-c", CHATTY, str(port)]},
+            {"name": "broken", "base_url": f"http://127.0.0.1:{free_port()}",
+             "command": [sys.executable, "-c", "import sys; print('loading weights...'); "
+                         "sys.exit('error: no such model: /models/missing')"]}]})
     job["repetitions"] = 3
-    (tmp_path / "job.json").write_text(json.dumps(job))
-    proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+    proc = run_job(job, tmp_path)
     assert proc.returncode == 0, proc.stderr
     ev = events(tmp_path / "j.jsonl")
     assert len([e for e in ev if e["type"] == "generation"]) == 3
@@ -444,12 +442,9 @@ def test_api_key_headers_come_from_the_node_environment(model_pair, tmp_path):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Guarded)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{srv.server_address[1]}"
-    job = build_job(model_pair, ["code"], max_tokens=8)
-    job["workloads"] = job["workloads"][:1]
-    job["engine"] = {"type": "http", "runtime": "llama-server", "ready_timeout_s": 2,
-                     "headers": {"Authorization": "Bearer ${SPECFLEET_TEST_KEY}"},
-                     "variants": [{"name": "plain", "base_url": url}]}
-    job["knobs"] = {"temperature": [0.0]}
+    job = http_job(model_pair, {"type": "http", "runtime": "llama-server", "ready_timeout_s": 2,
+                                "headers": {"Authorization": "Bearer ${SPECFLEET_TEST_KEY}"},
+                                "variants": [{"name": "plain", "base_url": url}]})
     (tmp_path / "job.json").write_text(json.dumps(job))
     try:
         runs = {}
