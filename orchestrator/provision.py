@@ -23,7 +23,7 @@ from .errors import RemoteError, SpecfleetError
 from .inventory import Host
 from .plan import platform_matches, platform_node
 from .transport import q
-from .wheelhouse import PROBE, Lock, ResolveError, resolve
+from .wheelhouse import PROBE, Lock, ResolveError, check_lock, node_packages, resolve
 
 _resolve_locks: dict[str, threading.Lock] = {}
 _verified: dict[tuple, Lock] = {}
@@ -63,9 +63,15 @@ def _locked_wheelhouse(doc: dict, desc: str) -> Lock:
             raise SpecfleetError(f"the wheels for {desc} no longer resolve to the locked set "
                                  f"(env {entry['env_id']} locked, {again.env_id} now); "
                                  "re-lock the plan")
-    return Lock(env_id=entry["env_id"], python=doc["python"],
+    lock = Lock(env_id=entry["env_id"], python=doc["python"],
                 platform_key=entry["platform_key"], wheels=tuple(entry["wheels"]),
                 folder=folder)
+    node = platform_node(desc, doc["python"])
+    try:  # a lock written before markers were evaluated for the node can lack mlx-metal
+        check_lock(lock, node_packages(tuple(doc["packages"]), node), node)
+    except ResolveError as e:
+        raise SpecfleetError(f"{desc}: {e}; re-lock the plan") from None
+    return lock
 
 
 def platform_for(doc: dict, node: dict, host: Host) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from .blobs import CONTROLLER_CACHE
 from .errors import SpecfleetError
+from .wheelclosure import ClosureError, canonical, check_closure
 
 PROBE = ("import json, platform, sys; print(json.dumps({'sys_platform': sys.platform, "
          "'machine': platform.machine(), 'python': '%d.%d' % sys.version_info[:2], "
@@ -70,18 +72,81 @@ def node_packages(packages: tuple[str, ...], node: dict) -> list[str]:
 
 def _wheel_name(file: str) -> tuple[str, str]:
     name, version = file.split("-")[:2]
-    return re.sub(r"[-_.]+", "-", name).lower(), version
+    return canonical(name), version
+
+
+# Bump when the way a wheelhouse is made changes, so no cached folder of the old kind is reused.
+RESOLVER = "uv-compile+pip-download-no-deps/1"
+
+
+def uv_target(node: dict) -> tuple[str, dict[str, str]]:
+    """uv's ``--python-platform`` for a node, and the environment it reads the OS floor from."""
+    arch = node["machine"]
+    if node["sys_platform"] == "darwin":
+        arch = "aarch64" if arch in ("arm64", "aarch64") else arch
+        major = (node["mac_ver"] or "13").split(".")[0]
+        return f"{arch}-apple-darwin", {"MACOSX_DEPLOYMENT_TARGET": f"{major}.0"}
+    minor = int(node["libc"][1].split(".")[1])
+    if minor < 17:
+        raise ResolveError(f"glibc {node['libc'][1]} is older than manylinux 2.17")
+    return f"{arch}-manylinux_2_{min(minor, 40)}", {}
+
+
+def _uv() -> str:
+    try:
+        from uv import find_uv_bin
+    except ImportError:  # pragma: no cover - uv is a dependency of the controller
+        raise ResolveError("the controller needs uv to resolve environments for nodes: "
+                           "pip install uv") from None
+    return find_uv_bin()
+
+
+def compile_pins(pkgs: list[str], python: str, node: dict) -> str:
+    """Resolve ``pkgs`` with every marker evaluated for the node (uv), as a hashed
+    requirements file of exact pins."""
+    target, extra_env = uv_target(node)
+    cmd = [_uv(), "pip", "compile", "-", "--quiet", "--no-header", "--no-annotate",
+           "--generate-hashes", "--only-binary", ":all:", "--python-platform", target,
+           "--python-version", python]
+    env = {**os.environ, **extra_env, "UV_NO_CONFIG": "1"}
+    proc = subprocess.run(cmd, input="\n".join(pkgs) + "\n", capture_output=True, text=True,
+                          env=env)
+    if proc.returncode != 0:
+        why = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()] or ["?"]
+        raise ResolveError(f"could not resolve {', '.join(pkgs)} for {target} / Python "
+                           f"{python}: " + " ".join(ln.strip() for ln in why[-4:]))
+    return proc.stdout
+
+
+def _download(requirements: Path, dest: Path, python: str, node: dict) -> None:
+    # --no-deps: the closure is uv's, evaluated for the node; pip only fetches the exact,
+    # hash-pinned files for the node's platform tags.
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest),
+           "--only-binary=:all:", "--python-version", python,
+           "--implementation", "cp" if node["implementation"] == "cpython" else "py",
+           "--require-hashes", "-r", str(requirements)]
+    for p in pip_platforms(node):
+        cmd += ["--platform", p]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        err = [ln for ln in proc.stderr.strip().splitlines()
+               if ln.strip() and not ln.startswith("WARNING: Location")] or ["?"]
+        raise ResolveError(f"pip could not fetch the resolved wheels for "
+                           f"{pip_platforms(node)[0]}: {err[-1].strip()}")
 
 
 def resolve(packages: tuple[str, ...], python: str, node: dict, log=print) -> Lock:
-    """Download (or reuse) the wheelhouse for this platform and return its lock."""
+    """Download (or reuse) the wheelhouse for this platform and return its lock.
+
+    Every wheelhouse, new or cached, passes the closure check for the node before use.
+    """
     if node["python"] != python:
         raise ResolveError(f"the node runs Python {node['python_full']} but the plan pins "
                            f"{python}; set specfleet_base_python to a {python} interpreter")
     pkgs = node_packages(packages, node)
     platforms = pip_platforms(node)
     spec = {"packages": pkgs, "python": python, "platforms": platforms,
-            "implementation": node["implementation"]}
+            "implementation": node["implementation"], "resolver": RESOLVER}
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
     folder = CONTROLLER_CACHE / "wheelhouses" / key
     lock_file = folder / "lock.json"
@@ -89,15 +154,9 @@ def resolve(packages: tuple[str, ...], python: str, node: dict, log=print) -> Lo
         log(f"resolving {', '.join(pkgs)} for {platforms[0]} / Python {python}")
         tmp = folder.with_name(key + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "-d", str(tmp),
-               "--only-binary=:all:", "--python-version", python,
-               "--implementation", "cp" if node["implementation"] == "cpython" else "py"]
-        for p in platforms:
-            cmd += ["--platform", p]
-        proc = subprocess.run(cmd + pkgs, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise ResolveError(f"pip could not resolve {', '.join(pkgs)} for {platforms[0]}: "
-                               + (proc.stderr.strip().splitlines() or ["?"])[-1])
+        tmp.mkdir(parents=True)
+        (tmp / "requirements.txt").write_text(compile_pins(pkgs, python, node))
+        _download(tmp / "requirements.txt", tmp, python, node)
         wheels = []
         for whl in sorted(tmp.glob("*.whl")):
             name, version = _wheel_name(whl.name)
@@ -112,5 +171,15 @@ def resolve(packages: tuple[str, ...], python: str, node: dict, log=print) -> Lo
             shutil.rmtree(folder)
         tmp.rename(folder)
     data = json.loads(lock_file.read_text())
-    return Lock(env_id=data["env_id"], python=python, platform_key=key,
+    lock = Lock(env_id=data["env_id"], python=python, platform_key=key,
                 wheels=tuple(data["wheels"]), folder=folder)
+    check_lock(lock, pkgs, node)
+    return lock
+
+
+def check_lock(lock: Lock, pkgs: list[str], node: dict) -> None:
+    """The closure check on a lock's wheels, as a ``ResolveError`` naming what is missing."""
+    try:
+        check_closure([lock.folder / w["file"] for w in lock.wheels], pkgs, node)
+    except ClosureError as e:
+        raise ResolveError(f"{e}; the lock for this platform cannot install offline") from None

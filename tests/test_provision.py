@@ -101,20 +101,3 @@ def test_plan_errors_name_file_and_line(tmp_path, model_pair):
     with pytest.raises(ConfigError, match=r"plan.yml:6: sweep.repetitions: expected an "
                                           r"integer, got str 'three'"):
         load_plan(p)
-
-
-def test_macos_nodes_get_arm64_wheels_from_a_linux_controller():
-    """The controller resolves a Mac's environment without a Mac: macOS arm64 wheels, no
-    CPU-only mlx backend, and a lock whose env id differs from Linux's."""
-    from orchestrator.wheelhouse import resolve
-
-    mac = {"sys_platform": "darwin", "machine": "arm64", "python": "3.11",
-           "python_full": "3.11.9", "libc": ["", ""], "mac_ver": "14.5",
-           "implementation": "cpython"}
-    lock = resolve(("mlx==0.32.4", "mlx-lm==0.32.2"), "3.11", mac, log=lambda m: None)
-    files = [w["file"] for w in lock.wheels]
-    assert any(f.startswith("mlx-0.32.4-cp311-cp311-macosx_") and f.endswith("_arm64.whl")
-               for f in files)
-    assert not any(f.startswith("mlx_cpu") for f in files)
-    assert all(len(w["sha256"]) == 64 for w in lock.wheels)
-    assert "mlx-lm==0.32.2 --hash=sha256:" in lock.requirements()
