@@ -33,13 +33,33 @@ def _systemd_quote(value: str) -> str:
     return '"' + _systemd_escape(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def cron_escape(command: str) -> str:
+    """cron turns an unescaped ``%`` in the command into a newline (crontab(5)); ``\\%``
+    reaches the shell as ``%``."""
+    return command.replace("%", "\\%")
+
+
+def cron_unescape(command: str) -> str:
+    """What cron hands to the shell for a command written with ``cron_escape``."""
+    return command.replace("\\%", "%")
+
+
+def check_value(value: str, what: str) -> str:
+    """Refuse control characters: a newline in a unit file or crontab starts a new directive."""
+    bad = next((c for c in str(value) if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if bad is not None:
+        raise ConfigError(f"{what} contains the control character {bad!r}; a schedule entry "
+                          "cannot hold it safely (rename it)")
+    return str(value)
+
+
 def environment() -> Environment:
     # XML (plist) is escaped; unit files and cron lines are quoted by their own filters.
     env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined,
                       autoescape=select_autoescape(["plist.j2"]), keep_trailing_newline=True)
     env.filters.update(systemd_escape=_systemd_escape, systemd_quote=_systemd_quote,
                        systemd_argv=lambda argv: " ".join(_systemd_quote(a) for a in argv),
-                       shell_quote=shlex.quote)
+                       shell_quote=shlex.quote, cron_escape=cron_escape)
     return env
 
 
@@ -73,21 +93,31 @@ def parse_at(at: str) -> tuple[int, int]:
 
 
 def render(kind: str, lock_path: Path, doc: dict, at: str, *, db_url: str | None,
-           inventory: Path | None, log: Path) -> dict[str, str]:
-    """File name → content for one nightly schedule."""
+           inventory: Path | None, log: Path, options: tuple[str, ...] = ()) -> dict[str, str]:
+    """File name → content for one nightly schedule. ``options`` are passed to
+    ``specfleet nightly`` as given (the ones the manual sweep needed)."""
     hour, minute = parse_at(at)
     name = PREFIX + doc["lock_id"][:12]
     exe = shutil.which("specfleet") or str(Path(sys.executable).with_name("specfleet"))
     argv = [exe, "nightly", str(lock_path.resolve())]
     if inventory:
         argv += ["-i", str(inventory.resolve())]
+    argv += list(options)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     if db_url:
         env["SPECFLEET_DB"] = db_url
+    for i, a in enumerate(argv):
+        check_value(a, f"argument {i} of the nightly command ({a[:40]!r})")
+    for k, v in env.items():
+        check_value(v, f"environment variable {k}")
+    for what, v in (("the plan name", doc["name"]), ("the log path", str(log)),
+                    ("the lock's folder", str(lock_path.resolve().parent))):
+        check_value(v, what)
     ctx = {"name": name, "label": "com.specfleet.nightly." + doc["lock_id"][:12],
            "plan_name": doc["name"], "lock_id": doc["lock_id"], "argv": argv, "env": env,
            "hour": hour, "minute": minute, "at": at, "workdir": str(lock_path.resolve().parent),
-           "log": str(log)}
+           "log": str(log), "env_words": "".join(f"{k}={shlex.quote(v)} "
+                                                  for k, v in env.items())}
     j = environment()
     if kind == "launchd":
         return {f"{ctx['label']}.plist": j.get_template("launchd.plist.j2").render(**ctx)}
@@ -97,6 +127,46 @@ def render(kind: str, lock_path: Path, doc: dict, at: str, *, db_url: str | None
     if kind == "cron":
         return {CRON_FILE: j.get_template("cron.j2").render(**ctx)}
     raise ConfigError(f"--kind {kind!r}: choose launchd, systemd or cron")
+
+
+def nightly_options(doc: dict, lock_path: Path, inventory: Path | None, *, limit: str | None,
+                    provision: bool | None, known_hosts: Path | None, ssh_config: Path | None,
+                    connect_timeout: float | None) -> tuple[tuple[str, ...], list[str]]:
+    """The ``specfleet nightly`` options an entry carries, checked now rather than at 2 am:
+    the inventory and pattern select hosts, and a lock without environments is swept with
+    ``--no-provision``. Returns (options, notes for the user)."""
+    from .inventory import load_inventory, with_labels
+
+    opts: list[str] = []
+    notes: list[str] = []
+    if not doc["platforms"]:
+        if provision:
+            raise ConfigError("--provision: this lock manages no environments (its plan sets "
+                              "environment.platforms: []); the nightly must run with "
+                              "--no-provision")
+        if provision is None:
+            notes.append("this lock manages no environments: the nightly runs with "
+                         "--no-provision (nodes bring specfleet_python)")
+        provision = False
+    if provision is False:
+        opts.append("--no-provision")
+    if limit is not None:
+        opts += ["--limit", limit]
+    pattern = limit if limit is not None else doc["nodes"].get("limit")
+    if inventory is not None:
+        hosts = load_inventory(inventory).select(pattern)
+        hosts = with_labels(hosts, doc["nodes"].get("labels") or [],
+                            f"{lock_path}: nodes.labels")
+        notes.append(f"the nightly sweeps {len(hosts)} host(s): "
+                     + ", ".join(h.name for h in hosts[:8]) + (" …" if len(hosts) > 8 else ""))
+    for flag, path in (("--known-hosts", known_hosts), ("--ssh-config", ssh_config)):
+        if path is not None:
+            if not path.is_file():
+                raise ConfigError(f"{flag} {path}: no such file")
+            opts += [flag, str(path.resolve())]
+    if connect_timeout is not None:
+        opts += ["--connect-timeout", repr(float(connect_timeout))]
+    return tuple(opts), notes
 
 
 def _run(cmd: list[str], input: str | None = None) -> None:
@@ -121,7 +191,11 @@ def install(kind: str, files: dict[str, str], dest: Path | None, enable: bool) -
             name = text.rsplit("# ", 1)[1].strip()
             kept = [ln for ln in p.read_text().splitlines() if not ln.endswith(f"# {name}")]
             text = "\n".join([*kept, text.rstrip()]) + "\n"
-        p.write_text(text)
+        # 0600: the entry may hold the store URL with its password
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(p, 0o600)  # an existing file keeps its mode through O_TRUNC
         written.append(p)
     if enable:
         if kind == "launchd":
@@ -162,7 +236,7 @@ def entries(dest: Path | None = None) -> list[Entry]:
     for line in cron_src.splitlines():
         m = re.match(r"(\d+) (\d+) \* \* \* (.*) # (" + PREFIX + r"\w+)$", line)
         if m:
-            words = shlex.split(m.group(3))
+            words = shlex.split(cron_unescape(m.group(3)))
             lock = words[words.index("nightly") + 1] if "nightly" in words else "?"
             found.append(Entry(m.group(4), "cron", dest / CRON_FILE if dest else Path("crontab"),
                                f"{int(m.group(2)):02d}:{int(m.group(1)):02d}", lock))

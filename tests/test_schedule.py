@@ -37,7 +37,9 @@ def test_launchd_plist_parses_and_round_trips_paths(odd_lock, tmp_path):
     install("launchd", odd_lock, tmp_path / "agents")
     (plist,) = (tmp_path / "agents").glob("com.specfleet.nightly.*.plist")
     d = plistlib.loads(plist.read_bytes())  # a real XML plist parser, as plutil -lint
-    assert d["ProgramArguments"][1:] == ["nightly", str(odd_lock.resolve())]
+    assert d["ProgramArguments"][1:] == ["nightly", str(odd_lock.resolve()), "--no-provision"]
+    assert d["StandardOutPath"] == d["StandardErrorPath"] == str(
+        odd_lock.resolve().with_name("plan.lock.nightly.log"))
     assert d["StartCalendarInterval"] == {"Hour": 2, "Minute": 30}
     assert d["EnvironmentVariables"]["SPECFLEET_DB"] == "postgresql+psycopg://ci@db/specfleet"
     assert d["WorkingDirectory"] == str(odd_lock.resolve().parent)
@@ -54,14 +56,41 @@ def test_systemd_units_pass_systemd_analyze_verify(odd_lock, tmp_path):
     assert "OnCalendar=*-*-* 02:30:00" in timer.read_text()
 
 
+def cron_command(line: str) -> tuple[str, str]:
+    """What cron runs for a crontab line, per crontab(5): an unescaped % ends the command
+    (the rest becomes its stdin) and a backslash-escaped % is a plain %."""
+    command = line.split(" ", 5)[5]
+    out, i = [], 0
+    while i < len(command):
+        if command[i] == "\\" and command[i + 1:i + 2] == "%":
+            out.append("%")
+            i += 2
+            continue
+        if command[i] == "%":
+            return "".join(out), command[i + 1:]
+        out.append(command[i])
+        i += 1
+    return "".join(out), ""
+
+
 def test_cron_line_quotes_and_list_remove(odd_lock, tmp_path):
     dest = tmp_path / "cron"
-    install("cron", odd_lock, dest, at="3:05")
+    url = "postgresql+psycopg://ci:p%40ss%25w0rd@db/specfleet"  # percent-encoded password
+    r = CliRunner().invoke(main, ["schedule", "install", str(odd_lock), "--at", "3:05",
+                                  "--kind", "cron", "--dest", str(dest), "--no-enable",
+                                  "--db", url])
+    assert r.exit_code == 0, r.output
     line = (dest / "specfleet.cron").read_text().strip()
     fields = line.split(" ", 5)
     assert fields[:5] == ["5", "3", "*", "*", "*"]
-    words = shlex.split(fields[5], comments=True)
+    command, stdin = cron_command(line)
+    assert stdin == ""  # no % split the command
+    words = shlex.split(command, comments=True)
+    assert f"SPECFLEET_DB={url}" in words
     assert words[words.index("nightly") + 1] == str(odd_lock.resolve())
+    assert words[words.index("cd") + 1] == str(odd_lock.resolve().parent)
+    # the crontab line holds the store URL: only its owner may read it
+    assert (dest / "specfleet.cron").stat().st_mode & 0o777 == 0o600
     listed = CliRunner().invoke(main, ["schedule", "list", "--dest", str(dest), "--json"])
     import json
 
@@ -72,6 +101,104 @@ def test_cron_line_quotes_and_list_remove(odd_lock, tmp_path):
     assert r.exit_code == 0 and (dest / "specfleet.cron").read_text() == ""
     bad = CliRunner().invoke(main, ["schedule", "remove", entry["name"], "--dest", str(dest)])
     assert bad.exit_code == 1 and "no nightly schedule named" in bad.output
+
+
+@pytest.mark.parametrize("kind", ["launchd", "systemd", "cron"])
+def test_every_entry_is_0600_and_carries_the_sweep_options(odd_lock, tmp_path, kind):
+    """The options the manual sweep needed reach the entry; a lock that manages no
+    environments gets --no-provision without being told."""
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    mac-a: {ansible_host: 127.0.0.1}\n"
+                   "    mac-b: {ansible_host: 127.0.0.2}\n")
+    kh = tmp_path / "known_hosts"
+    kh.write_text("")
+    dest = tmp_path / kind
+    r = CliRunner().invoke(main, ["schedule", "install", str(odd_lock), "--kind", kind,
+                                  "--dest", str(dest), "--no-enable", "-i", str(inv),
+                                  "--limit", "mac-a", "--known-hosts", str(kh), "--db",
+                                  "postgresql+psycopg://ci:secret@db/specfleet"])
+    assert r.exit_code == 0, r.output
+    assert "runs with --no-provision" in r.output and "sweeps 1 host(s): mac-a" in r.output
+    files = list(dest.iterdir())
+    assert files and all(f.stat().st_mode & 0o777 == 0o600 for f in files)
+    if kind == "launchd":
+        argv = plistlib.loads(files[0].read_bytes())["ProgramArguments"]
+    elif kind == "systemd":
+        svc = next(f for f in files if f.suffix == ".service").read_text()
+        exec_line = next(ln for ln in svc.splitlines() if ln.startswith("ExecStart="))
+        argv = shlex.split(exec_line[len("ExecStart="):])
+    else:
+        argv = shlex.split(cron_command(files[0].read_text().strip())[0], comments=True)
+    tail = argv[argv.index("nightly"):]
+    assert tail[2:4] == ["-i", str(inv.resolve())]
+    assert "--no-provision" in tail and tail[tail.index("--limit") + 1] == "mac-a"
+    assert tail[tail.index("--known-hosts") + 1] == str(kh.resolve())
+
+
+def test_hostile_values_are_refused_or_inert(model_pair, tmp_path):
+    """A newline would start a new unit directive or crontab line: refused. XML and shell
+    metacharacters are escaped: the plist parses and the unit verifies."""
+    from orchestrator.plan import load_plan, write_lock
+    from tests.locks import plan_text
+
+    d = tmp_path / "p"
+    d.mkdir()
+    (d / "plan.yml").write_text(plan_text(model_pair).replace(
+        "name: test-plan", 'name: "x\\nExecStartPre=/bin/touch /tmp/pwned"'))
+    lock = write_lock(load_plan(d / "plan.yml"), lambda m: None)
+    for kind in ("launchd", "systemd", "cron"):
+        r = CliRunner().invoke(main, ["schedule", "install", str(lock), "--kind", kind,
+                                      "--dest", str(tmp_path / kind), "--no-enable"])
+        assert r.exit_code == 1 and "the plan name contains the control character '\\n'" \
+            in r.output, r.output
+        assert not (tmp_path / kind).exists() or not any((tmp_path / kind).iterdir())
+    r = CliRunner().invoke(main, ["schedule", "install", str(lock), "--kind", "cron",
+                                  "--dest", str(tmp_path / "c2"), "--no-enable",
+                                  "--limit", "lab\n* * * * * touch /tmp/pwned"])
+    assert r.exit_code == 1 and "control character" in r.output
+    (d / "plan.yml").write_text(plan_text(model_pair).replace(
+        "name: test-plan", "name: \"a -- <b> & 'c' %n $(id)\""))
+    lock = write_lock(load_plan(d / "plan.yml"), lambda m: None)
+    dest = tmp_path / "ok"
+    for kind in ("launchd", "systemd"):
+        r = CliRunner().invoke(main, ["schedule", "install", str(lock), "--kind", kind,
+                                      "--dest", str(dest), "--no-enable"])
+        assert r.exit_code == 0, r.output
+    plistlib.loads(next(dest.glob("*.plist")).read_bytes())
+    if shutil.which("systemd-analyze"):
+        timer = next(dest.glob("*.timer"))
+        v = subprocess.run(["systemd-analyze", "verify", str(timer),
+                            str(timer.with_suffix(".service"))], capture_output=True, text=True)
+        assert v.returncode == 0, v.stderr
+
+
+def test_provision_on_a_lock_without_environments_is_refused(odd_lock, tmp_path):
+    r = CliRunner().invoke(main, ["schedule", "install", str(odd_lock), "--kind", "cron",
+                                  "--dest", str(tmp_path), "--no-enable", "--provision"])
+    assert r.exit_code == 1 and "must run with --no-provision" in r.output
+
+
+def test_a_nightly_that_cannot_start_is_in_the_weekly_review(model_pair, tmp_path, sqlite_url):
+    """The plan changed after the schedule was installed: the nightly stops, and the week's
+    review names the night and the reason."""
+    import json
+
+    lock = make_lock(tmp_path, model_pair)
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan.read_text().replace("repetitions: 1", "repetitions: 2"))
+    r = CliRunner().invoke(main, ["nightly", str(lock), "--db", sqlite_url])
+    assert r.exit_code == 1 and "plan" in r.output
+    out = tmp_path / "rev"
+    r = CliRunner().invoke(main, ["review", "--db", sqlite_url, "--out", str(out),
+                                  "--format", "json,md,html"])
+    assert r.exit_code == 0, r.output
+    (js,) = out.glob("*.json")
+    (f,) = json.loads(js.read_text())["failures"]
+    assert f["trigger"] == "nightly" and f["status"] == "failed"
+    assert f["nodes"][0]["reason"].startswith(f"nightly of {lock} did not start: ")
+    assert "changed" in f["nodes"][0]["reason"]
+    (md,) = out.glob("*.md")
+    assert "## Sweeps that did not finish ok" in md.read_text()
 
 
 def test_bad_time_is_refused(odd_lock, tmp_path):

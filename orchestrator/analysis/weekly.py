@@ -19,7 +19,7 @@ from sqlalchemy import select
 from agent.stats import cv, median, percentile
 
 from ..store import Store
-from ..store.models import Event, Run, Sweep
+from ..store.models import Event, NodeOutcome, Plan, Run, Sweep
 from .ranktest import mann_whitney
 from .rules import Rule, fire
 from .runtimes import agent_notices, side_by_side
@@ -298,6 +298,30 @@ def regression(now: list[RunRow], then: list[RunRow], metric: str = "decode_tok_
             "then": median(a), "now": median(b)}
 
 
+def failed_sweeps(store: Store, start: datetime, end: datetime) -> list[dict]:
+    """Sweeps of the week that did not finish ok (a nightly that did not start included),
+    each with the nodes that were not ok and why."""
+    with store.engine.connect() as c:
+        rows = c.execute(
+            select(Sweep.id, Sweep.created_at, Sweep.status, Sweep.trigger, Plan.name,
+                   NodeOutcome.node, NodeOutcome.status, NodeOutcome.detail)
+            .outerjoin(Plan, Plan.id == Sweep.plan_id)
+            .outerjoin(NodeOutcome, (NodeOutcome.sweep_id == Sweep.id)
+                       & (NodeOutcome.status != "ok"))
+            .where(Sweep.created_at >= start, Sweep.created_at < end,
+                   Sweep.status.in_(("failed", "partial")))
+            .order_by(Sweep.created_at, NodeOutcome.node)).all()
+    out: dict[str, dict] = {}
+    for sid, at, status, trigger, plan, node, nstatus, detail in rows:
+        f = out.setdefault(sid, {"sweep_id": sid, "at": at.isoformat(timespec="minutes"),
+                                 "status": status, "trigger": trigger or "manual",
+                                 "plan": plan, "nodes": []})
+        if node is not None:
+            f["nodes"].append({"node": node, "status": nstatus,
+                               "reason": (detail or "")[:400]})
+    return list(out.values())
+
+
 def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | None = None,
             now: datetime | None = None) -> dict:
     gates = {**DEFAULT_GATES, **(gates or {})}
@@ -403,7 +427,9 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
     return {"week": label, "start": start.isoformat(), "end": end.isoformat(), "gates": gates,
             "series": out, "side_by_side": side_by_side(out), "sweeps": sweep_ids,
             "notices": agent_notices(store, sweep_ids),
-            "counts": {"series": len(out), "runs_this_week": len(this_week),
+            "failures": (failures := failed_sweeps(store, start, end)),
+            "counts": {"failed_sweeps": len(failures), "series": len(out),
+                       "runs_this_week": len(this_week),
                        "stale": sum(1 for s in out if s["stale"])}}
 
 

@@ -107,9 +107,15 @@ def node():
               default=Path("specfleet.retry"), show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def node_prepare(ask_become_pass, check, known_hosts, failed_hosts_file, as_json, **kw):
-    """Keep Macs awake on AC (pmset), keep Spotlight out of the specfleet root, create the
-    root owned by the benchmark user. Host by host, with sudo."""
+    """Keep Macs awake on AC (pmset), Low Power Mode off, Spotlight out of the specfleet
+    root; create the root owned by the benchmark user. Host by host, with sudo.
+
+    --check prints each step with the exact command it would run as root.
+
+    Example: specfleet node prepare -i inventory/ --limit lab --ask-become-pass --check
+    """
     import os
+    import shlex
 
     from ..prepare import prepare_host
 
@@ -124,6 +130,9 @@ def node_prepare(ask_become_pass, check, known_hosts, failed_hosts_file, as_json
         if not as_json:
             for s in o.value or []:
                 click.echo(f"[{h.name}] {s['state']:<22} {s['step']}", err=True)
+                if s["state"] == "would change":
+                    click.echo(f"[{h.name}] {'':<22} would run: sudo sh -c "
+                               f"{shlex.quote(s['command'])}", err=True)
 
     _report(outcomes, failed_hosts_file, as_json,
             describe=lambda o: ", ".join(sorted({s["state"] for s in o.value})))

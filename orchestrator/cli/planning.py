@@ -67,21 +67,45 @@ def schedule():
 @click.option("--enable/--no-enable", default=True, show_default=True,
               help="Load the schedule into launchd / systemd after writing it.")
 @click.option("-i", "--inventory", "inventory_path", type=click.Path(path_type=Path),
-              default=None, help="Inventory the nightly run uses.")
+              default=None, help="Inventory the nightly run uses (checked now).")
+@click.option("--limit", default=None,
+              help="Host pattern the nightly sweeps (default: the plan's nodes.limit).")
+@click.option("--provision/--no-provision", default=None,
+              help="As for `sweep`. Default: provision, or --no-provision when the lock "
+                   "manages no environments (environment.platforms: []).")
+@click.option("--known-hosts", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="known_hosts file the nightly checks host keys against.")
+@click.option("--ssh-config", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="OpenSSH client config the nightly reads.")
+@click.option("--connect-timeout", type=float, default=None,
+              help="Seconds the nightly waits for each node's SSH connection.")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Where the nightly's output goes (default: next to LOCK).")
 @db_option
-def schedule_install(lock_path, at, kind, dest, enable, inventory_path, log_path, db_url):
-    """Run `specfleet nightly LOCK` every day at --at."""
+def schedule_install(lock_path, at, kind, dest, enable, inventory_path, limit, provision,
+                     known_hosts, ssh_config, connect_timeout, log_path, db_url):
+    """Run `specfleet nightly LOCK` every day at --at, with the options the manual sweep
+    needed (--limit, --no-provision, --known-hosts…) written into the entry.
+
+    The entry holds --db (or SPECFLEET_DB) when given; its file is written 0600. Keep a
+    PostgreSQL password out of the URL (~/.pgpass) where you can.
+
+    Example: specfleet schedule install plan.lock.json -i inventory/ --limit lab --at 02:00
+    """
     from ..plan import load_lock, verify_lock
-    from ..schedule import default_kind, install, render
+    from ..schedule import default_kind, install, nightly_options, render
 
     doc = load_lock(lock_path)
     verify_lock(doc, lock_path)
     kind = default_kind() if kind == "auto" else kind
     log = (log_path or lock_path.resolve().with_name(lock_path.stem + ".nightly.log"))
+    options, notes = nightly_options(doc, lock_path, inventory_path, limit=limit,
+                                     provision=provision, known_hosts=known_hosts,
+                                     ssh_config=ssh_config, connect_timeout=connect_timeout)
+    for n in notes:
+        click.echo(n, err=True)
     files = render(kind, lock_path, doc, at, db_url=db_url, inventory=inventory_path,
-                   log=log.resolve())
+                   log=log.resolve(), options=options)
     for p in install(kind, files, dest, enable):
         click.echo(f"wrote {p}")
     click.echo(f"nightly {doc['name']} at {at} via {kind}" + ("" if enable else

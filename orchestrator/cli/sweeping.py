@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import SpecfleetError
 from .base import (
     _hosts,
     _lock_from,
@@ -79,6 +80,20 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
     click.echo(f"sweep {result.sweep_id}: {result.status}", err=True)
 
 
+def _record_failed_nightly(db_url: str | None, lock_path: Path, reason: str) -> None:
+    import uuid
+
+    from ..dispatch import controller_id
+    from ..store import open_store
+
+    try:
+        open_store(db_url).record_failed_start(
+            uuid.uuid4().hex[:12], f"nightly of {lock_path} did not start: {reason}",
+            trigger="nightly", controller=controller_id())
+    except Exception as e:  # the store itself is down: the log line is all that is left
+        click.echo(f"(could not record the failed nightly in the store: {e})", err=True)
+
+
 @main.command()
 @fleet_options
 @click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
@@ -92,9 +107,14 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
     from ..schedule import NightlyGuard
     from ..store import open_store
 
-    doc, _ = _lock_from(lock_path, lambda m: None)
-    ssh = _ssh(kw)
-    hosts, inventory_path = _plan_hosts(doc, lock_path, kw)
+    try:
+        doc, _ = _lock_from(lock_path, lambda m: None)
+        ssh = _ssh(kw)
+        hosts, inventory_path = _plan_hosts(doc, lock_path, kw)
+    except SpecfleetError as e:
+        # nobody watches a nightly: the night it missed, and why, goes into the store
+        _record_failed_nightly(db_url, lock_path, str(e))
+        raise
     with NightlyGuard(doc["lock_id"]):
         store = open_store(db_url)
         result = start_sweep(doc, hosts, store, inventory=inventory_path,

@@ -83,6 +83,18 @@ class Store:
                 target_fingerprint=job["models"]["target"].get("fingerprint"),
                 draft_fingerprint=job["models"]["draft"].get("fingerprint")))
 
+    def record_failed_start(self, sweep_id: str, reason: str, *, trigger: str,
+                            plan_id: str | None = None, controller: str | None = None) -> None:
+        """A sweep that stopped before any node was contacted (lock refused, no hosts):
+        stored as failed with its reason, so the weekly review shows the night it missed."""
+        now = datetime.now(timezone.utc)
+        with self.engine.begin() as c:
+            c.execute(insert(Sweep).values(
+                id=sweep_id, created_at=now, finished_at=now, status="failed", inventory=None,
+                job={}, plan_id=None, trigger=trigger, controller=controller))
+            c.execute(insert(NodeOutcome).values(sweep_id=sweep_id, node="(controller)",
+                                                 status="failed", detail=reason))
+
     def sweep(self, sweep_id: str) -> Sweep | None:
         with Session(self.engine) as s:
             row = s.get(Sweep, sweep_id)
