@@ -32,7 +32,7 @@ def check_environment(job: Job, cache_file: Path) -> dict:
     prints, stats = {}, {}
     for role, ref in (("target", job.target), ("draft", job.draft)):
         try:
-            got, stats[role] = cached_fingerprint(ref.path, cache_file)
+            got, stats[role] = cached_fingerprint(ref.path, cache_file, job.verify_weights)
         except OSError as e:
             raise ModelLoadError(f"{role} model: {e}") from e
         if ref.fingerprint and got != ref.fingerprint:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from . import SCHEMA
 from .errors import JobFileError
+from .fingerprint import VERIFY_MAX_AGE_S
 
 KNOBS = ("num_draft_tokens", "temperature", "top_k", "top_p", "min_p")
 SAMPLING_DEFAULTS = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
@@ -20,7 +21,7 @@ BUCKETS = ("short", "medium", "long")
 JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline", "base", "knobs",
             "repetitions", "warmup_tokens", "decode_skip_tokens", "seed", "telemetry_interval_s",
             "cv_threshold", "memory_bandwidth_gbs", "soak", "quality_tasks", "sweep_id",
-            "engine"}
+            "engine", "verify_weights"}
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
                  "max_tokens", "description", "tools"}
 SOAK_KEYS = {"duration_s", "num_draft_tokens", "max_tokens", "workload", "rss_growth_limit",
@@ -65,6 +66,7 @@ class Job:
     soak: dict = field(default_factory=dict)
     quality_tasks: tuple = ()
     engine: dict = field(default_factory=dict)
+    verify_weights: str = "daily"  # how old a weight file's last full hash may be
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -199,6 +201,10 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
     duration = soak.get("duration_s", 600)
     if not isinstance(duration, (int, float)) or duration <= 0:
         raise _fail(path, "soak.duration_s: must be a number of seconds > 0")
+    verify = raw.get("verify_weights", "daily")
+    if verify not in VERIFY_MAX_AGE_S:
+        raise _fail(path, f"verify_weights: {verify!r} is not one of "
+                          f"{', '.join(VERIFY_MAX_AGE_S)}")
     reps = raw.get("repetitions", 1)
     if not isinstance(reps, int) or reps < 1:
         raise _fail(path, "repetitions: must be an integer ≥ 1")
@@ -211,7 +217,8 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
         pins=raw.get("pins", {}), telemetry_interval_s=float(raw.get("telemetry_interval_s", 0.5)),
         cv_threshold=float(raw.get("cv_threshold", 0.10)),
         memory_bandwidth_gbs=raw.get("memory_bandwidth_gbs"), soak=soak,
-        quality_tasks=tuple(raw.get("quality_tasks", ())), engine=_engine(raw, path), raw=raw)
+        quality_tasks=tuple(raw.get("quality_tasks", ())), engine=_engine(raw, path),
+        verify_weights=verify, raw=raw)
 
 
 def _engine(raw: dict, path: Path) -> dict:

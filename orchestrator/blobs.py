@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.fingerprint import cached_fingerprint, model_files
+from agent.fingerprint import VERIFY_MAX_AGE_S, cached_fingerprint, model_files
 
 from .errors import RemoteError, SpecfleetError
 from .transport import q
@@ -26,8 +26,9 @@ CONTROLLER_CACHE = Path(os.environ.get("SPECFLEET_CACHE", "~/.cache/specfleet"))
 
 # Runs on the node with its Python: blob states, free space, verify-and-rename.
 NODE_HELPER = r'''
-import hashlib, json, os, shutil, sys
+import hashlib, json, os, shutil, sys, time
 root, cmd, arg = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+now = time.time()
 blobs = os.path.join(root, "blobs")
 os.makedirs(blobs, exist_ok=True)
 cache_path = os.path.join(blobs, ".verified.json")
@@ -41,21 +42,25 @@ def sha(p):
         for c in iter(lambda: f.read(1 << 20), b""):
             h.update(c)
     return h.hexdigest()
-def verified(name, path):
+def key(st):
+    # ctime and inode: a flipped byte with its mtime restored still changes ctime
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+def verified(name, path, max_age):
     st = os.stat(path)
-    key = [st.st_size, st.st_mtime_ns]
-    if cache.get(name) == key:
+    c = cache.get(name)
+    if isinstance(c, dict) and c.get("key") == key(st) and (
+            max_age is None or now - c.get("at", 0) < max_age):
         return True
     if sha(path) == name:
-        cache[name] = key
+        cache[name] = {"key": key(os.stat(path)), "at": now}
         return True
     return False
 out = {}
 if cmd == "status":
-    for b in arg:
+    for b in arg["blobs"]:
         p = os.path.join(blobs, b["sha256"])
         if os.path.exists(p):
-            if os.path.getsize(p) == b["size"] and verified(b["sha256"], p):
+            if os.path.getsize(p) == b["size"] and verified(b["sha256"], p, arg["max_age"]):
                 out[b["sha256"]] = "ok"
                 continue
             os.remove(p)
@@ -93,8 +98,7 @@ elif cmd == "receive":
     if have == size and h.hexdigest() == name:
         final = os.path.join(blobs, name)
         os.replace(part, final)
-        st = os.stat(final)
-        cache[name] = [st.st_size, st.st_mtime_ns]
+        cache[name] = {"key": key(os.stat(final)), "at": now}
         out[name] = "ok"
     elif have < size:
         out[name] = "short:%d" % have
@@ -152,17 +156,21 @@ def local_manifest(model_dir: Path, cache_file: Path) -> tuple[str, list[dict]]:
 
 
 async def push_files(t, host_name: str, python: str, root: str,
-                     groups: dict[str, list[dict]], progress=None) -> PushReport:
+                     groups: dict[str, list[dict]], progress=None,
+                     verify: str = "daily") -> PushReport:
     """Make each ``ROOT/<dest>`` a folder of links to blobs holding the given files.
 
     ``groups`` maps a destination (relative to root) to files ``{path, sha256, size,
-    local}``; ``path`` is the link's name in that folder.
+    local}``; ``path`` is the link's name in that folder. Blobs already on the node are
+    re-hashed when their stat key changed or their last hash is older than ``verify``
+    allows; one that no longer matches its name is reported corrupt and sent again.
     """
     t0 = time.monotonic()
     report = PushReport()
     blobs = {f["sha256"]: f for files in groups.values() for f in files}
-    state = await _helper(t, python, root, "status",
-                          [{"sha256": s, "size": f["size"]} for s, f in blobs.items()])
+    state = await _helper(t, python, root, "status", {
+        "blobs": [{"sha256": s, "size": f["size"]} for s, f in blobs.items()],
+        "max_age": VERIFY_MAX_AGE_S[verify]})
     todo = {s: st for s, st in state.items() if not s.startswith("_") and st != "ok"}
     need = sum(blobs[s]["size"] - (int(st.split(":")[1]) if st.startswith("partial") else 0)
                for s, st in todo.items())
@@ -210,14 +218,14 @@ async def push_files(t, host_name: str, python: str, root: str,
 
 
 async def push_model(t, host_name: str, python: str, root: str, models: dict[str, Path],
-                     cache_file: Path, progress=None) -> PushReport:
+                     cache_file: Path, progress=None, verify: str = "daily") -> PushReport:
     """Make ``ROOT/models/<fp>/<role>`` exist on the node for every role in ``models``."""
     groups, prints = {}, {}
     for role, d in models.items():
         fp, files = local_manifest(Path(d), cache_file)
         dest = f"models/{fp.split(':')[-1][:24]}/{role}"
         groups[dest], prints[role] = files, (dest, fp)
-    report = await push_files(t, host_name, python, root, groups, progress)
+    report = await push_files(t, host_name, python, root, groups, progress, verify)
     report.paths = {role: {"path": f"{root}/{dest}", "fingerprint": fp}
                     for role, (dest, fp) in prints.items()}
     return report

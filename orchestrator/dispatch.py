@@ -181,7 +181,11 @@ class NodeRun:
             report = await push_model(t, h.name, python, root,
                                       {r: Path(doc["models"][r]["path"])
                                        for r in ("target", "draft")},
-                                      CONTROLLER_CACHE / "fingerprints.json")
+                                      CONTROLLER_CACHE / "fingerprints.json",
+                                      verify=doc["models"].get("verify", "daily"))
+            if report.resent_corrupt:
+                self.say(f"{report.resent_corrupt} weight blob(s) no longer matched their "
+                         "sha256 and were sent again")
             models = report.paths
         node_job = json.loads(json.dumps(job))
         node_job["job_id"] = self.sweep_id

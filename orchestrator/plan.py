@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from agent.fingerprint import manifest
+from agent.fingerprint import VERIFY_MAX_AGE_S, manifest
 
 from .errors import ConfigError
 from .yamlfile import line_of, load_yaml
@@ -27,7 +27,8 @@ from .yamlfile import line_of, load_yaml
 SPEC = {
     "name": str,
     "environment": {"python": str, "packages": [str], "platforms": [str]},
-    "models": {"target": str, "draft": str, "source": str, "revision": str},
+    # verify: how often nodes re-hash weights they already hold (always, daily, never)
+    "models": {"target": str, "draft": str, "source": str, "revision": str, "verify": str},
     "workloads": {"use": [str], "context": [str], "max_tokens": int, "quality": bool},
     "sweep": {"base": dict, "baseline": dict, "knobs": dict, "repetitions": int,
               "warmup_tokens": int, "seed": int, "cv_threshold": float},
@@ -120,6 +121,11 @@ def load_plan(path: str | Path) -> Plan:
             raise ConfigError(f"models.{role}: {p} is not a folder", str(path),
                               line_of(data["models"], role))
         pair[role] = p
+    verify = data["models"].get("verify", "daily")
+    if verify not in VERIFY_MAX_AGE_S:
+        raise ConfigError(f"models.verify: {verify!r} is not one of "
+                          f"{', '.join(VERIFY_MAX_AGE_S)}", str(path),
+                          line_of(data["models"], "verify"))
     knobs = (data.get("sweep") or {}).get("knobs") or {}
     from agent.errors import JobFileError
     from agent.job import KNOBS, check_knob
@@ -207,6 +213,7 @@ def build_lock(plan: Plan, log=print) -> dict:
                              for p in plan.packages}, quality=bool(w.get("quality")))
     job["baseline"] = sweep.get("baseline") or {}
     job["cv_threshold"] = sweep.get("cv_threshold", 0.10)
+    job["verify_weights"] = plan.section("models").get("verify", "daily")
     if plan.section("engine"):
         job["engine"] = plan.section("engine")
     if plan.section("soak"):
@@ -223,7 +230,8 @@ def build_lock(plan: Plan, log=print) -> dict:
            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "python": plan.python, "packages": list(plan.packages), "platforms": locked,
            "models": {**models, "source": plan.section("models").get("source"),
-                      "revision": plan.section("models").get("revision")},
+                      "revision": plan.section("models").get("revision"),
+                      "verify": job["verify_weights"]},
            "prompts": {r["name"]: r["prompt_sha256"] for r in workloads},
            "prompt_sources": {"use": sources, "context": list(buckets)},
            "job": job, "gates": plan.section("gates"), "nodes": plan.section("nodes")}

@@ -147,7 +147,8 @@ async def provision_host(host: Host, t, doc: dict, progress=None) -> dict:
     agent = await _agent(t, root)
     weights = await push_model(t, host.name, base_python(host), root,
                                {r: Path(doc["models"][r]["path"]) for r in ("target", "draft")},
-                               CONTROLLER_CACHE / "fingerprints.json", progress)
+                               CONTROLLER_CACHE / "fingerprints.json", progress,
+                               verify=doc["models"].get("verify", "daily"))
     check = await t.run(f"cd {q(agent['agent_dir'])} && {q(env['env_python'])} -m agent version")
     versions = json.loads(check.stdout)
     for pin in doc["packages"]:
@@ -161,4 +162,5 @@ async def provision_host(host: Host, t, doc: dict, progress=None) -> dict:
             "models": weights.paths, "weights_sent_bytes": weights.sent_bytes,
             "weights_skipped_bytes": weights.skipped_bytes,
             "weights_resumed_bytes": weights.resumed_bytes,
+            "weights_resent_corrupt": weights.resent_corrupt,
             "seconds": round(time.monotonic() - t0, 3)}

@@ -256,3 +256,29 @@ def test_sampled_configs_get_a_distribution_test(tmp_path, model_pair, temperatu
     d = spec["distribution"]
     assert d["runs"] == [3, 3] and 0 < d["p_value"] <= 1
     assert d["min_attainable_p"] == pytest.approx(1 / 20, abs=1e-4)
+
+
+def test_fingerprint_cache_sees_a_flipped_byte_with_its_mtime_restored(model_pair, tmp_path):
+    """size + mtime alone would keep the old hash; inode + ctime do not survive the write."""
+    import shutil
+
+    from agent.fingerprint import cached_fingerprint
+
+    d = tmp_path / "target"
+    shutil.copytree(model_pair / "target", d)
+    cache = tmp_path / "fp.json"
+    fp, stats = cached_fingerprint(d, cache)
+    assert stats["hashed_files"] >= 2
+    assert cached_fingerprint(d, cache)[1]["hashed_files"] == 0  # all from the cache
+    w = d / "model.safetensors"
+    st = w.stat()
+    data = bytearray(w.read_bytes())
+    data[len(data) // 2] ^= 1
+    with open(w, "r+b") as f:  # same inode, same size
+        f.write(data)
+    os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns))
+    fp2, stats = cached_fingerprint(d, cache)
+    assert stats["hashed_files"] == 1 and fp2 != fp
+    # verify: always re-reads every file; never trusts an unchanged key whatever its age
+    assert cached_fingerprint(d, cache, "always")[1]["cached_files"] == 0
+    assert cached_fingerprint(d, cache, "never")[1]["hashed_files"] == 0

@@ -79,6 +79,36 @@ def test_second_provision_reuses_everything(provisioned, fleet):
     assert len(rows) == 4 and {r[1] for r in rows} == {"ok"}
 
 
+def test_a_flipped_byte_with_its_mtime_restored_is_found_and_re_sent(provisioned, fleet,
+                                                                      model_pair):
+    """The node's blob check keys on inode and ctime too (utime cannot restore ctime): the
+    next provision re-hashes the blob, reports it corrupt, re-sends it, and the agent then
+    sees the right fingerprint."""
+    import hashlib
+    import os
+
+    d, first, _ = provisioned
+    weights = model_pair / "target" / "model.safetensors"
+    sha = hashlib.sha256(weights.read_bytes()).hexdigest()
+    n = fleet.nodes[0]
+    blob = n.home / ".sf-provision" / "blobs" / sha
+    st = blob.stat()
+    with open(blob, "r+b") as f:
+        f.seek(st.st_size // 2)
+        b = f.read(1)
+        f.seek(st.st_size // 2)
+        f.write(bytes([b[0] ^ 0x01]))
+    os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert blob.stat().st_mtime_ns == st.st_mtime_ns and blob.stat().st_size == st.st_size
+    again = provision(fleet, d, write_plan(d, model_pair))
+    assert again.exit_code == 0, again.output
+    out = {o["host"]: o["value"] for o in json.loads(again.stdout)["outcomes"]}
+    assert out[n.name]["weights_resent_corrupt"] == 1
+    assert out[n.name]["weights_sent_bytes"] == st.st_size
+    assert out[fleet.nodes[1].name]["weights_resent_corrupt"] == 0
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == sha
+
+
 def test_python_mismatch_is_a_failed_host_with_advice(fleet, model_pair, tmp_path):
     plan = write_plan(tmp_path, model_pair, python="3.12")
     r = provision(fleet, tmp_path, plan, "--limit", "node1")
@@ -89,6 +119,11 @@ def test_python_mismatch_is_a_failed_host_with_advice(fleet, model_pair, tmp_pat
 
 
 def test_plan_errors_name_file_and_line(tmp_path, model_pair):
+    p = write_plan(tmp_path, model_pair)
+    p.write_text(p.read_text().replace("models:\n", "models:\n  verify: weekly\n"))
+    with pytest.raises(ConfigError, match=r"plan.yml:6: models.verify: 'weekly' is not one "
+                                          r"of always, daily, never"):
+        load_plan(p)
     p = write_plan(tmp_path, model_pair, extra="sweeps: {}\n")
     with pytest.raises(ConfigError, match=r"plan.yml:8: plan: unknown key 'sweeps'"):
         load_plan(p)

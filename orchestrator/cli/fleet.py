@@ -166,7 +166,9 @@ def provision(plan_path, db_url, failed_hosts_file, as_json, **kw):
         v = o.value
         return (f"env {v['env_id']} {v['env']} · agent {v['agent_id']} {v['agent']} · "
                 f"weights sent {v['weights_sent_bytes'] / 2**20:.1f} MiB, skipped "
-                f"{v['weights_skipped_bytes'] / 2**20:.1f} MiB · {v['seconds']:.1f}s")
+                f"{v['weights_skipped_bytes'] / 2**20:.1f} MiB"
+                + (f" · {v['weights_resent_corrupt']} corrupt blob(s) found and re-sent"
+                   if v.get("weights_resent_corrupt") else "") + f" · {v['seconds']:.1f}s")
 
     _report(outcomes, failed_hosts_file, as_json, extra={"plan": str(plan_path)},
             describe=describe)
