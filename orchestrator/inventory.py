@@ -15,7 +15,8 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .host_patterns import select_names
-from .inventory_ini import parse_ini
+from .inventory_ini import host_pattern, parse_ini
+from .vault import VaultError, VaultText, decrypt, read_password
 from .yamlfile import LineDict, load_yaml
 
 SPECFLEET_VARS = {
@@ -28,8 +29,6 @@ SPECFLEET_VARS = {
     "specfleet_labels": "free-form labels for plans",
     "specfleet_become_user": "owner of the specfleet root created by `node prepare`",
 }
-INVENTORY_NAMES = ("hosts.yml", "hosts.yaml", "hosts.ini", "hosts", "inventory.yml",
-                   "inventory.ini")
 
 
 @dataclass(frozen=True)
@@ -93,13 +92,23 @@ def with_labels(hosts: list[Host], labels: list[str], where: str = "plan") -> li
 
 
 # -- reading sources into {group: {"hosts": {h: (vars, line)}, "vars": {k: (v, line)},
-#                                  "children": [...], "line": n}}
+#                                  "children": [...], "line": n, "path": source}}
+
+# What Ansible skips in an inventory folder (INVENTORY_IGNORE_EXTS and the vars folders).
+IGNORED_EXTS = (".pyc", ".pyo", ".swp", ".bak", "~", ".rpm", ".md", ".txt", ".rst", ".orig",
+                ".cfg", ".retry")
+IGNORED_NAMES = ("host_vars", "group_vars", "vars_plugins")
+
+
+def _new_group(line: int | None = None) -> dict:
+    return {"hosts": {}, "vars": {}, "children": [], "line": line}
+
 
 def _yaml_groups(path: Path, data) -> dict:
     groups: dict[str, dict] = {}
 
     def walk(name: str, body, line: int | None):
-        g = groups.setdefault(name, {"hosts": {}, "vars": {}, "children": [], "line": line})
+        g = groups.setdefault(name, _new_group(line))
         if body is None:
             return
         if not isinstance(body, dict):
@@ -122,14 +131,22 @@ def _yaml_groups(path: Path, data) -> dict:
             if hvars is not None and not isinstance(hvars, dict):
                 raise ConfigError(f"host {h}: variables must be a mapping", str(path),
                                   _line(hosts, h))
-            g["hosts"][str(h)] = ({k: (v, _line(hvars, k)) for k, v in (hvars or {}).items()},
-                                  _line(hosts, h))
+            entry = {k: (v, _line(hvars, k)) for k, v in (hvars or {}).items()}
+            try:
+                names, port = host_pattern(str(h))
+            except ConfigError as e:
+                raise ConfigError(str(e), str(path), _line(hosts, h)) from None
+            if port is not None:
+                entry["ansible_port"] = (port, _line(hosts, h))
+            for n in names:
+                g["hosts"][n] = (entry, _line(hosts, h))
         children = body.get("children") or {}
         if not isinstance(children, dict):
             raise ConfigError(f"group {name}: 'children' must be a mapping", str(path),
                               _line(body, "children"))
         for child, cbody in children.items():
-            g["children"].append(child)
+            if child not in g["children"]:
+                g["children"].append(child)
             walk(child, cbody, _line(children, child))
 
     if not isinstance(data, dict) or not data:
@@ -140,6 +157,37 @@ def _yaml_groups(path: Path, data) -> dict:
     return groups
 
 
+def _json_groups(path: Path, data: dict) -> dict:
+    """What ``ansible-inventory --list`` prints: groups with hosts / children / vars, and
+    every host's merged variables under ``_meta.hostvars``."""
+    def value(v):  # a vaulted value prints as {"__ansible_vault": "$ANSIBLE_VAULT;..."}
+        if isinstance(v, dict) and set(v) == {"__ansible_vault"}:
+            return VaultText(str(v["__ansible_vault"]))
+        return v
+
+    hostvars = {h: {k: value(v) for k, v in (hv or {}).items()}
+                for h, hv in ((data.get("_meta") or {}).get("hostvars") or {}).items()}
+    groups: dict[str, dict] = {}
+    placed: set[str] = set()
+    for name, body in data.items():
+        if name == "_meta":
+            continue
+        if not isinstance(body, dict):
+            raise ConfigError(f"group {name}: expected an object", str(path))
+        g = groups.setdefault(name, _new_group())
+        g["vars"] = {k: (value(v), None) for k, v in (body.get("vars") or {}).items()}
+        g["children"] = [str(c) for c in body.get("children") or []]
+        for h in body.get("hosts") or []:
+            hv = hostvars.get(h) if h not in placed else None
+            placed.add(h)
+            g["hosts"][str(h)] = ({k: (v, None) for k, v in (hv or {}).items()}, None)
+    for h, hv in hostvars.items():  # a host only in _meta belongs to all
+        if h not in placed:
+            groups.setdefault("all", _new_group())["hosts"][h] = (
+                {k: (v, None) for k, v in hv.items()}, None)
+    return groups
+
+
 def _line(d, key=None) -> int | None:
     if isinstance(d, LineDict):
         return d.key_lines.get(key, d.line) if key is not None else d.line
@@ -147,13 +195,16 @@ def _line(d, key=None) -> int | None:
 
 
 def _vars_file(folder: Path, name: str) -> list[tuple[Path, dict]]:
-    """``folder/name.yml`` (or .yaml / no suffix) and every YAML file in ``folder/name/``."""
+    """``folder/name.yml`` (or .yaml / .json / no suffix) and every such file in
+    ``folder/name/``."""
     out = []
-    for cand in (folder / f"{name}.yml", folder / f"{name}.yaml", folder / name):
+    for cand in (folder / f"{name}.yml", folder / f"{name}.yaml", folder / f"{name}.json",
+                 folder / name):
         if cand.is_file():
             out.append(cand)
         elif cand.is_dir():
-            out += sorted(p for p in cand.iterdir() if p.suffix in (".yml", ".yaml"))
+            out += sorted(p for p in cand.iterdir()
+                          if p.suffix in (".yml", ".yaml", ".json") and p.is_file())
     result = []
     for p in out:
         data = load_yaml(p) or {}
@@ -163,39 +214,76 @@ def _vars_file(folder: Path, name: str) -> list[tuple[Path, dict]]:
     return result
 
 
-def _find_file(path: Path) -> Path:
-    if path.is_dir():
-        for n in INVENTORY_NAMES:
-            if (path / n).is_file():
-                return path / n
-        raise ConfigError(f"no inventory file in folder (looked for {', '.join(INVENTORY_NAMES)})",
-                          str(path))
+def _source_files(path: Path) -> list[Path]:
+    """An inventory source: a file, or every inventory file in a folder as Ansible reads it
+    (hidden files, vars folders and README-like extensions skipped)."""
     if not path.exists():
         raise ConfigError("file not found", str(path))
-    return path
+    if not path.is_dir():
+        return [path]
+    out: list[Path] = []
+    for p in sorted(path.iterdir()):
+        if p.name.startswith(".") or p.name in IGNORED_NAMES or p.name.endswith(IGNORED_EXTS):
+            continue
+        out += _source_files(p) if p.is_dir() else [p]
+    if not out:
+        raise ConfigError("no inventory file in this folder", str(path))
+    return out
 
 
-def load_inventory(path: str | Path) -> Inventory:
-    """Load a YAML or INI inventory (or a folder holding one) with its host/group vars."""
-    path = _find_file(Path(path))
+def _parse_source(path: Path) -> dict:
     text = path.read_text(encoding="utf-8")
+    head = text.lstrip()
+    if path.suffix == ".json" or head.startswith("{"):
+        import json
+
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise ConfigError(f"invalid JSON: {e}", str(path)) from None
+        if not isinstance(data, dict):
+            raise ConfigError("a JSON inventory must be an object (ansible-inventory --list)",
+                              str(path))
+        return _json_groups(path, data)
     is_yaml = path.suffix in (".yml", ".yaml") or (
-        path.suffix not in (".ini",) and not text.lstrip().startswith(("[", "#")) and
+        path.suffix not in (".ini",) and not head.startswith(("[", "#", ";")) and
         ":" in text.split("\n", 1)[0])
-    groups = _yaml_groups(path, load_yaml(path)) if is_yaml else parse_ini(path, text)
-    groups.setdefault("all", {"hosts": {}, "vars": {}, "children": [], "line": None})
-    for name in list(groups):  # every group is a child of all
+    return _yaml_groups(path, load_yaml(path)) if is_yaml else parse_ini(path, text)
+
+
+def load_inventory(paths, vault_password_file: str | Path | None = None) -> Inventory:
+    """Load one or several inventory sources (files or folders, YAML, INI or the JSON of
+    ``ansible-inventory --list``) with the ``host_vars/`` and ``group_vars/`` beside each,
+    as Ansible merges them."""
+    sources = [Path(p) for p in (paths if isinstance(paths, (list, tuple)) else [paths])]
+    groups: dict[str, dict] = {}
+    vars_dirs: list[Path] = []
+    for src in sources:
+        for f in _source_files(src):
+            for name, g in _parse_source(f).items():
+                into = groups.setdefault(name, _new_group(g["line"]))
+                for h, (hv, line) in g["hosts"].items():
+                    into["hosts"][h] = ({k: (v, ln, f) for k, (v, ln) in hv.items()}, line, f)
+                for k, (v, line) in g["vars"].items():
+                    into["vars"][k] = (v, line, f)
+                into["children"] += [c for c in g["children"] if c not in into["children"]]
+        folder = src if src.is_dir() else src.parent
+        if folder not in vars_dirs:
+            vars_dirs.append(folder)
+    groups.setdefault("all", _new_group())
+    groups.setdefault("ungrouped", _new_group())
+    for name in list(groups):  # every group is a descendant of all
         if name != "all" and name not in groups["all"]["children"]:
             groups["all"]["children"].append(name)
-    return _build(path, groups)
+    return _build(sources[0], groups, vars_dirs, read_password(vault_password_file))
 
 
 def _depths(groups: dict) -> dict[str, int]:
     parents: dict[str, set[str]] = {g: set() for g in groups}
-    for g, body in groups.items():
+    for g, body in list(groups.items()):
         for c in body["children"]:
             parents.setdefault(c, set()).add(g)
-            groups.setdefault(c, {"hosts": {}, "vars": {}, "children": [], "line": None})
+            groups.setdefault(c, _new_group())
     depth: dict[str, int] = {}
 
     def d(g: str, seen=()) -> int:
@@ -206,60 +294,90 @@ def _depths(groups: dict) -> dict[str, int]:
                                                      if p != g), default=0)
         return depth[g]
 
-    for g in groups:
+    for g in list(groups):
         d(g)
     return depth
 
 
-def _build(path: Path, groups: dict) -> Inventory:
-    depth = _depths(groups)
-    members: dict[str, set[str]] = {}
-
-    def hosts_of(g: str, seen=()) -> set[str]:
-        if g not in members:
-            out = set(groups[g]["hosts"])
-            for c in groups[g]["children"]:
-                if c not in seen:
-                    out |= hosts_of(c, seen + (g,))
-            members[g] = out
-        return members[g]
-
+def _ordered_members(groups: dict) -> dict[str, list[str]]:
+    """Each group's hosts in Ansible's order: its own, then its children's, level by level
+    (what ``macs[0]`` indexes)."""
+    out: dict[str, list[str]] = {}
     for g in groups:
-        hosts_of(g)
+        seen_groups, level, hosts = {g}, [g], []
+        while level:
+            nxt = []
+            for name in level:
+                hosts += [h for h in groups[name]["hosts"] if h not in hosts]
+                nxt += [c for c in groups[name]["children"] if c not in seen_groups]
+                seen_groups.update(groups[name]["children"])
+            level = nxt
+        out[g] = hosts
+    return out
+
+
+def _build(path: Path, groups: dict, vars_dirs: list[Path], password: bytes | None) -> Inventory:
+    depth = _depths(groups)
+    members = _ordered_members(groups)
+    # ungrouped: hosts in no group but all (Ansible's reconcile_inventory)
+    in_named = {h for g, hs in members.items() if g not in ("all", "ungrouped") for h in hs}
+    groups["ungrouped"]["hosts"] = {
+        h: e for h, e in groups["ungrouped"]["hosts"].items() if h not in in_named}
+    for h, e in groups["all"]["hosts"].items():
+        if h not in in_named and h not in groups["ungrouped"]["hosts"]:
+            groups["ungrouped"]["hosts"][h] = ({}, e[1], e[2])
+    members = _ordered_members(groups)
     order: list[str] = []
-    definitions: dict[str, list[tuple[str, dict, int | None]]] = {}
+    definitions: dict[str, list[tuple]] = {}
     for g in sorted(groups, key=lambda x: (depth[x], x)):
-        for h, (hvars, line) in groups[g]["hosts"].items():
+        for h, (hvars, line, src) in groups[g]["hosts"].items():
             if h not in definitions:
                 order.append(h)
-            definitions.setdefault(h, []).append((g, hvars, line))
-    folder = path.parent
+            definitions.setdefault(h, []).append((g, hvars, line, src))
     hosts = []
     for h in order:
         with_vars = [d for d in definitions[h] if d[1]]
         if len(with_vars) > 1:
-            (g1, _, l1), (g2, _, l2) = with_vars[:2]
-            raise ConfigError(f"host {h} is defined twice with variables (group {g1} line "
-                              f"{l1}, group {g2} line {l2}); define its variables once",
-                              str(path), l2)
+            (g1, _, l1, p1), (g2, _, l2, p2) = with_vars[:2]
+            first = f"line {l1}" if p1 == p2 else f"{p1}:{l1}"
+            raise ConfigError(f"host {h} is defined twice with variables (group {g1} {first}, "
+                              f"group {g2} line {l2}); define its variables once", str(p2), l2)
         in_groups = sorted((g for g in groups if h in members[g]), key=lambda x: (depth[x], x))
         merged: dict = {}
         origin: dict = {}
         for g in in_groups:
-            for k, (v, line) in groups[g]["vars"].items():
-                merged[k], origin[k] = v, (path, line)
-            for p, data in _vars_file(folder / "group_vars", g):
+            for k, (v, line, src) in groups[g]["vars"].items():
+                merged[k], origin[k] = v, (src, line)
+            for folder in vars_dirs:
+                for p, data in _vars_file(folder / "group_vars", g):
+                    for k, v in data.items():
+                        merged[k], origin[k] = v, (p, _line(data, k))
+        for k, (v, line, src) in (with_vars[0][1] if with_vars else {}).items():
+            merged[k], origin[k] = v, (src, line)
+        for folder in vars_dirs:
+            for p, data in _vars_file(folder / "host_vars", h):
                 for k, v in data.items():
                     merged[k], origin[k] = v, (p, _line(data, k))
-        for k, (v, line) in (with_vars[0][1] if with_vars else {}).items():
-            merged[k], origin[k] = v, (path, line)
-        for p, data in _vars_file(folder / "host_vars", h):
-            for k, v in data.items():
-                merged[k], origin[k] = v, (p, _line(data, k))
-        hosts.append(_host(h, merged, origin, tuple(g for g in in_groups)))
+        for k, v in merged.items():
+            if isinstance(v, VaultText):
+                merged[k] = _unvault(h, k, v, origin[k], password)
+        hosts.append(_host(h, merged, origin, tuple(in_groups)))
     if not hosts:
         raise ConfigError("inventory has no hosts", str(path))
-    return Inventory(path=path, hosts=tuple(hosts), groups=members)
+    return Inventory(path=path, hosts=tuple(hosts),
+                     groups={g: hs for g, hs in members.items()})
+
+
+def _unvault(host: str, key: str, value: VaultText, origin: tuple, password: bytes | None):
+    src, line = origin
+    if password is None:
+        raise ConfigError(f"host {host}: {key} is vault-encrypted and no vault password was "
+                          "given (--vault-password-file or ANSIBLE_VAULT_PASSWORD_FILE)",
+                          str(src), value.line or line)
+    try:
+        return decrypt(value.ciphertext, password)
+    except VaultError as e:
+        raise ConfigError(f"host {host}: {key}: {e}", str(src), value.line or line) from None
 
 
 def _host(name: str, hvars: dict, origin: dict, groups: tuple[str, ...]) -> Host:
@@ -282,8 +400,10 @@ def _host(name: str, hvars: dict, origin: dict, groups: tuple[str, ...]) -> Host
     connection = hvars.get("ansible_connection", "ssh")
     if connection not in ("ssh", "local"):
         raise err("ansible_connection must be ssh or local", "ansible_connection")
-    # A local node runs the agent with the controller's own interpreter by default.
-    python = hvars.get("specfleet_python", sys.executable if connection == "local" else "python3")
+    # A local node runs the agent with the controller's own interpreter by default; a
+    # node's ansible_python_interpreter is its Python unless specfleet_python says otherwise.
+    python = hvars.get("specfleet_python", hvars.get(
+        "ansible_python_interpreter", sys.executable if connection == "local" else "python3"))
     return Host(name=name, address=str(hvars.get("ansible_host", name)), port=port,
                 user=hvars.get("ansible_user"), key_file=hvars.get("ansible_ssh_private_key_file"),
                 connection=connection, python=str(python),

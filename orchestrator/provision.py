@@ -39,7 +39,8 @@ def agent_artefact() -> tuple[str, list[Path]]:
 
 
 def base_python(host: Host) -> str:
-    return str(host.vars.get("specfleet_base_python", "python3"))
+    return str(host.vars.get("specfleet_base_python",
+                             host.vars.get("ansible_python_interpreter", "python3")))
 
 
 def locked_wheelhouse(doc: dict, desc: str) -> Lock:

@@ -93,15 +93,16 @@ def parse_at(at: str) -> tuple[int, int]:
 
 
 def render(kind: str, lock_path: Path, doc: dict, at: str, *, db_url: str | None,
-           inventory: Path | None, log: Path, options: tuple[str, ...] = ()) -> dict[str, str]:
+           inventory: list[Path] | None, log: Path,
+           options: tuple[str, ...] = ()) -> dict[str, str]:
     """File name → content for one nightly schedule. ``options`` are passed to
     ``specfleet nightly`` as given (the ones the manual sweep needed)."""
     hour, minute = parse_at(at)
     name = PREFIX + doc["lock_id"][:12]
     exe = shutil.which("specfleet") or str(Path(sys.executable).with_name("specfleet"))
     argv = [exe, "nightly", str(lock_path.resolve())]
-    if inventory:
-        argv += ["-i", str(inventory.resolve())]
+    for inv in inventory or []:
+        argv += ["-i", str(inv.resolve())]
     argv += list(options)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     if db_url:
@@ -129,8 +130,9 @@ def render(kind: str, lock_path: Path, doc: dict, at: str, *, db_url: str | None
     raise ConfigError(f"--kind {kind!r}: choose launchd, systemd or cron")
 
 
-def nightly_options(doc: dict, lock_path: Path, inventory: Path | None, *, limit: str | None,
-                    provision: bool | None, known_hosts: Path | None, ssh_config: Path | None,
+def nightly_options(doc: dict, lock_path: Path, inventory: list[Path], *, limit: str | None,
+                    vault_password_file: Path | None = None, provision: bool | None,
+                    known_hosts: Path | None, ssh_config: Path | None,
                     connect_timeout: float | None) -> tuple[tuple[str, ...], list[str]]:
     """The ``specfleet nightly`` options an entry carries, checked now rather than at 2 am:
     the inventory and pattern select hosts, and a lock without environments is swept with
@@ -153,13 +155,14 @@ def nightly_options(doc: dict, lock_path: Path, inventory: Path | None, *, limit
     if limit is not None:
         opts += ["--limit", limit]
     pattern = limit if limit is not None else doc["nodes"].get("limit")
-    if inventory is not None:
-        hosts = load_inventory(inventory).select(pattern)
+    if inventory:
+        hosts = load_inventory(inventory, vault_password_file).select(pattern)
         hosts = with_labels(hosts, doc["nodes"].get("labels") or [],
                             f"{lock_path}: nodes.labels")
         notes.append(f"the nightly sweeps {len(hosts)} host(s): "
                      + ", ".join(h.name for h in hosts[:8]) + (" …" if len(hosts) > 8 else ""))
-    for flag, path in (("--known-hosts", known_hosts), ("--ssh-config", ssh_config)):
+    for flag, path in (("--known-hosts", known_hosts), ("--ssh-config", ssh_config),
+                       ("--vault-password-file", vault_password_file)):
         if path is not None:
             if not path.is_file():
                 raise ConfigError(f"{flag} {path}: no such file")

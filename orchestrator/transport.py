@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -126,7 +127,8 @@ class SSHTransport:
                 why = ("the host key differs from the one in known_hosts — refusing (possible "
                        "man-in-the-middle; remove the old key only if the node was reinstalled)"
                        if known else f"host key not verifiable ({e.reason}); add it to "
-                       f"{o.known_hosts_path} or pass --accept-new-host-keys")
+                       f"{o.known_hosts_path} or pass --accept-new-host-keys"
+                       + _port22_hint(o.known_hosts_path, h.address, h.port or 22))
                 raise UnreachableError(h.name, why) from None
             self.conn = await self._connect(None)
             peer = self.conn.get_extra_info("peername")
@@ -270,12 +272,42 @@ async def _pump(local: Path, offset: int, stdin, progress=None,
     return sent
 
 
+def _known_hosts_lines(path: str, port: int) -> tuple[str, list[str]]:
+    """known_hosts as OpenSSH reads it for ``port``: for 22 it looks up the bare host name,
+    so ``[host]:22`` patterns never match (asyncssh's match() would count them). Returns
+    the text to match and the dropped ``[host]:22`` patterns."""
+    kept, dropped = [], []
+    for line in open(path, encoding="utf-8", errors="replace").read().splitlines():
+        fields = line.split(None, 1)
+        if port != 22 or len(fields) < 2 or fields[0].startswith(("#", "@", "|")):
+            kept.append(line)
+            continue
+        pats = fields[0].split(",")
+        good = [x for x in pats if not re.fullmatch(r"!?\[[^\]]+\]:22", x)]
+        dropped += [x for x in pats if x not in good]
+        if good:
+            kept.append(",".join(good) + " " + fields[1])
+    return "\n".join(kept) + "\n", dropped
+
+
 def _known_key_exists(path: str, address: str, port: int) -> bool:
     try:
-        keys = asyncssh.read_known_hosts(path).match(address, address, port)[0]
+        text, _ = _known_hosts_lines(path, port)
+        keys = asyncssh.import_known_hosts(text).match(address, address, port)[0]
     except (OSError, ValueError):
         return False
     return bool(keys)
+
+
+def _port22_hint(path: str, address: str, port: int) -> str:
+    try:
+        _, dropped = _known_hosts_lines(path, port)
+    except OSError:
+        return ""
+    if f"[{address}]:22" in dropped:
+        return (f"; {path} lists it as [{address}]:22, which OpenSSH does not use for port "
+                f"22: write that entry as {address}")
+    return ""
 
 
 def _append_known_host(path: str, address: str, port: int, key) -> None:

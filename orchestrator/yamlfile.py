@@ -34,7 +34,14 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
     return d
 
 
+def _construct_vault(loader: _Loader, node: yaml.ScalarNode):
+    from .vault import VaultText
+
+    return VaultText(loader.construct_scalar(node), node.start_mark.line + 1)
+
+
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_Loader.add_constructor("!vault", _construct_vault)
 
 
 def load_yaml(path: Path):

@@ -53,9 +53,16 @@ def main():
 
 
 
-inventory_option = click.option(
-    "-i", "--inventory", "inventory_path", type=click.Path(path_type=Path),
-    default=DEFAULT_INVENTORY, show_default=True, help="Inventory file or folder.")
+def inventory_option(fn):
+    """-i (repeatable, merged as Ansible merges several -i) and --vault-password-file."""
+    fn = click.option("--vault-password-file", type=click.Path(dir_okay=False, path_type=Path),
+                      default=None, help="File holding the password for !vault values "
+                      "(default: $ANSIBLE_VAULT_PASSWORD_FILE); an executable is run.")(fn)
+    return click.option(
+        "-i", "--inventory", "inventory_path", type=click.Path(path_type=Path), multiple=True,
+        default=(DEFAULT_INVENTORY,), show_default=True,
+        help="Inventory file or folder (YAML, INI or `ansible-inventory --list` JSON); "
+             "repeat to merge several.")(fn)
 limit_option = click.option(
     "--limit", default=None,
     help="Ansible host pattern: 'lab', 'a:b', 'lab:!mac3', 'lab:&studio', 'mac-*', '@retry-file'.")
@@ -95,11 +102,16 @@ def _ssh(kw: dict):
                       connect_timeout=kw.pop("connect_timeout"))
 
 
-def _hosts(kw: dict):
+def _inventory(kw: dict):
     from ..inventory import load_inventory
 
-    path = kw.pop("inventory_path")
-    return load_inventory(path).select(kw.pop("limit")), str(path)
+    paths = list(kw.pop("inventory_path"))
+    return load_inventory(paths, kw.pop("vault_password_file")), ",".join(map(str, paths))
+
+
+def _hosts(kw: dict):
+    inv, where = _inventory(kw)
+    return inv.select(kw.pop("limit")), where
 
 
 def _plan_hosts(doc: dict, lock_path: Path, kw: dict):

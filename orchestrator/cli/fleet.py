@@ -30,13 +30,15 @@ def inventory():
 @inventory_option
 @limit_option
 @click.option("--json", "as_json", is_flag=True)
-def inventory_list(inventory_path: Path, limit: str | None, as_json: bool):
-    """List the hosts a command would reach."""
-    from ..inventory import load_inventory
+def inventory_list(as_json: bool, **kw):
+    """List the hosts a command would reach.
 
-    hosts = load_inventory(inventory_path).select(limit)
+    Example: specfleet inventory list -i inventory/local.yml --limit 'all:!ghost' --json
+    """
+    hosts, _ = _hosts(kw)
     rows = [{"name": h.name, "address": h.address, "port": h.port or 22, "user": h.user,
-             "connection": h.connection, "groups": list(h.groups)} for h in hosts]
+             "connection": h.connection, "python": h.python, "groups": list(h.groups)}
+            for h in hosts]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
     else:

@@ -67,7 +67,9 @@ def schedule():
 @click.option("--enable/--no-enable", default=True, show_default=True,
               help="Load the schedule into launchd / systemd after writing it.")
 @click.option("-i", "--inventory", "inventory_path", type=click.Path(path_type=Path),
-              default=None, help="Inventory the nightly run uses (checked now).")
+              multiple=True, help="Inventory the nightly run uses (checked now; repeatable).")
+@click.option("--vault-password-file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Vault password file the nightly reads the inventory with.")
 @click.option("--limit", default=None,
               help="Host pattern the nightly sweeps (default: the plan's nodes.limit).")
 @click.option("--provision/--no-provision", default=None,
@@ -82,8 +84,9 @@ def schedule():
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Where the nightly's output goes (default: next to LOCK).")
 @db_option
-def schedule_install(lock_path, at, kind, dest, enable, inventory_path, limit, provision,
-                     known_hosts, ssh_config, connect_timeout, log_path, db_url):
+def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_password_file,
+                     limit, provision, known_hosts, ssh_config, connect_timeout, log_path,
+                     db_url):
     """Run `specfleet nightly LOCK` every day at --at, with the options the manual sweep
     needed (--limit, --no-provision, --known-hosts…) written into the entry.
 
@@ -99,12 +102,13 @@ def schedule_install(lock_path, at, kind, dest, enable, inventory_path, limit, p
     verify_lock(doc, lock_path)
     kind = default_kind() if kind == "auto" else kind
     log = (log_path or lock_path.resolve().with_name(lock_path.stem + ".nightly.log"))
-    options, notes = nightly_options(doc, lock_path, inventory_path, limit=limit,
+    options, notes = nightly_options(doc, lock_path, list(inventory_path), limit=limit,
+                                     vault_password_file=vault_password_file,
                                      provision=provision, known_hosts=known_hosts,
                                      ssh_config=ssh_config, connect_timeout=connect_timeout)
     for n in notes:
         click.echo(n, err=True)
-    files = render(kind, lock_path, doc, at, db_url=db_url, inventory=inventory_path,
+    files = render(kind, lock_path, doc, at, db_url=db_url, inventory=list(inventory_path),
                    log=log.resolve(), options=options)
     for p in install(kind, files, dest, enable):
         click.echo(f"wrote {p}")

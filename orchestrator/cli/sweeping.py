@@ -50,13 +50,12 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
     if sum(x is not None for x in (lock_path, attach_id, resume_id)) != 1:
         raise click.UsageError("give a LOCK, or --attach SWEEP_ID, or --resume SWEEP_ID")
     ssh = _ssh(kw)
-    inventory_path = kw["inventory_path"]
     doc = None
     if lock_path:
         doc, _ = _lock_from(lock_path, lambda m: click.echo(m, err=True))
-        hosts, _ = _plan_hosts(doc, lock_path, kw)
+        hosts, inventory_path = _plan_hosts(doc, lock_path, kw)
     else:
-        hosts, _ = _hosts(kw)
+        hosts, inventory_path = _hosts(kw)
     store = open_store(db_url)
     opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout)
     sweep_id = attach_id or resume_id
