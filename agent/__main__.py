@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from . import AGENT_VERSION, SCHEMA
+from .protocol import EVENT_SCHEMA
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         from .checks import installed_versions
 
         print(json.dumps({"agent_version": AGENT_VERSION, "schema": SCHEMA,
+                          "event_schema": EVENT_SCHEMA,
                           "python": sys.version.split()[0], **installed_versions()}))
         return 0
     if args.cmd == "follow":

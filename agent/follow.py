@@ -14,7 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-FINAL = ("job_finished", "job_failed")
+from .protocol import FINAL_EVENTS
+
+FINAL = FINAL_EVENTS
 
 
 def alive(pid: int | None) -> bool:
@@ -51,13 +53,18 @@ def follow(journal: Path, from_seq: int, pid: int | None, poll_s: float = 0.05,
                 *lines, buf = buf.split(b"\n")
                 done = False
                 for line in lines:
+                    if not line.strip():
+                        continue
                     try:
                         event = json.loads(line)
                     except ValueError:
-                        continue
-                    if event.get("seq", 0) > from_seq:
-                        out.write(line.decode() + "\n")
-                        done = done or event.get("type") in FINAL
+                        event = None
+                    seq = event.get("seq") if isinstance(event, dict) else None
+                    # a line the controller cannot read is still sent: it decides, and
+                    # keeps it aside with a reason rather than leaving a silent gap
+                    if not isinstance(seq, int) or seq > from_seq:
+                        out.write(line.decode("utf-8", "replace") + "\n")
+                        done = done or (isinstance(event, dict) and event.get("type") in FINAL)
                 out.flush()
                 if done:
                     return 0

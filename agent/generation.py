@@ -11,6 +11,7 @@ import mlx.core as mx
 from mlx_lm import stream_generate
 from mlx_lm.sample_utils import make_sampler
 
+from .protocol import KNOBS, SAMPLING_DEFAULTS
 from .stats import acceptance_summary, decode_rates, percentile
 
 
@@ -31,8 +32,7 @@ def generate_once(model, tokenizer, prompt_ids: list[int], cfg: dict, max_tokens
                   draft_model=None, seed: int = 0, decode_skip: int = 64) -> dict:
     """Run one generation and return its measurements (units in the names)."""
     speculative = draft_model is not None
-    sampler = make_sampler(temp=cfg["temperature"], top_p=cfg["top_p"], min_p=cfg["min_p"],
-                           top_k=cfg["top_k"])
+    sampler = make_sampler(**{KNOBS[k].engines["mlx-lm"]: cfg[k] for k in SAMPLING_DEFAULTS})
     kwargs = {"sampler": sampler}
     if speculative:
         kwargs["num_draft_tokens"] = cfg["num_draft_tokens"]

@@ -19,6 +19,7 @@ from pathlib import Path
 from . import httpengine as h
 from .job import Job
 from .journal import Journal
+from .protocol import KNOBS
 
 
 class Runtime:
@@ -89,10 +90,12 @@ class Runtime:
 
 def _body(api: str, prompt: str, max_tokens: int, cfg: dict, fields: dict,
           tools: tuple = ()) -> dict:
-    body = {"max_tokens": max_tokens, "temperature": cfg["temperature"],
-            **({"top_k": cfg["top_k"]} if cfg.get("top_k") else {}),
-            **({"top_p": cfg["top_p"]} if cfg.get("top_p", 1.0) < 1.0 else {}),
-            **({"min_p": cfg["min_p"]} if cfg.get("min_p") else {}), **fields}
+    # temperature always; other sampling knobs only when set away from their default
+    # (runtimes differ in what they accept, and the default is what they do anyway)
+    body = {"max_tokens": max_tokens, **{
+        knob.engines["http"]: cfg[name] for name, knob in KNOBS.items()
+        if "http" in knob.engines and name in cfg
+        and (name == "temperature" or cfg[name] != knob.default)}, **fields}
     if api == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
         body["stream_options"] = {"include_usage": True}

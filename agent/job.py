@@ -11,12 +11,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import SCHEMA
+from . import SCHEMA, protocol
 from .errors import JobFileError
 from .fingerprint import VERIFY_MAX_AGE_S
 
-KNOBS = ("num_draft_tokens", "temperature", "top_k", "top_p", "min_p")
-SAMPLING_DEFAULTS = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
+KNOBS = tuple(protocol.KNOBS)
+SAMPLING_DEFAULTS = protocol.SAMPLING_DEFAULTS
 BUCKETS = ("short", "medium", "long")
 JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline", "base", "knobs",
             "repetitions", "warmup_tokens", "decode_skip_tokens", "seed", "telemetry_interval_s",
@@ -91,19 +91,10 @@ def _no_unknown(d: dict, allowed: set, path: Path, where: str) -> None:
 
 
 def check_knob(name: str, value, path: Path, where: str) -> None:
-    """Refuse values mlx-lm would reject or silently misread."""
-    ok = {
-        "num_draft_tokens": isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-        "temperature": isinstance(value, (int, float)) and value >= 0,
-        "top_k": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
-        "top_p": isinstance(value, (int, float)) and 0 < value <= 1,
-        "min_p": isinstance(value, (int, float)) and 0 <= value < 1,
-    }[name]
-    if not ok:
-        rule = {"num_draft_tokens": "an integer ≥ 1", "temperature": "a number ≥ 0",
-                "top_k": "an integer ≥ 0 (0 = off)", "top_p": "a number in (0, 1]",
-                "min_p": "a number in [0, 1)"}[name]
-        raise _fail(path, f"{where}: {name}={value!r} is not valid; it must be {rule}")
+    """Refuse values mlx-lm would reject or silently misread (rules: ``protocol.KNOBS``)."""
+    problem = protocol.knob_problem(name, value)
+    if problem:
+        raise _fail(path, f"{where}: {problem}")
 
 
 def load_job(path: str | Path) -> Job:
@@ -175,9 +166,12 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
     names = [w.name for w in workloads]
     if len(set(names)) != len(names):
         raise _fail(path, "workload names must be unique")
-    base = {**SAMPLING_DEFAULTS, "num_draft_tokens": 3, **raw.get("base", {})}
+    base = {**SAMPLING_DEFAULTS, "num_draft_tokens": protocol.KNOBS["num_draft_tokens"].default,
+            **raw.get("base", {})}
     baseline = raw.get("baseline", {})
-    knobs = raw.get("knobs", {"num_draft_tokens": [2, 3, 4, 6]})
+    engine_name = "http" if raw.get("engine") else "mlx-lm"
+    # an http job sweeps no draft width by default: each variant fixes its own
+    knobs = raw.get("knobs", protocol.DEFAULT_SWEEP if engine_name == "mlx-lm" else {})
     for where, d in (("base", base), ("baseline", baseline)):
         for k, v in d.items():
             if k not in KNOBS:
@@ -190,6 +184,8 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
             raise _fail(path, f"knobs.{k}: expected a non-empty list")
         for v in values:
             check_knob(k, v, path, f"knobs.{k}")
+        if engine_name not in protocol.KNOBS[k].engines:
+            raise _fail(path, f"knobs.{k}: the {engine_name} engine cannot honour {k}")
     mode = raw.get("mode", "sweep")
     if mode not in ("sweep", "soak"):
         raise _fail(path, f"mode: {mode!r} is not one of sweep, soak")

@@ -20,12 +20,13 @@ from . import AGENT_VERSION
 from .checks import check_environment, load_pair
 from .job import Job, Workload
 from .journal import Journal
+from .protocol import EVENT_SCHEMA, EXIT_CODES
 from .roofline import bytes_per_token, chip_bandwidth_gbs, kv_bytes_per_position, model_bytes
 from .roofline import utilisation as bw_utilisation
 from .summary import config_summary, distribution_test
 from .telemetry.sampler import SAMPLE_KEYS
 
-TELEMETRY_KEYS = ("ts", *SAMPLE_KEYS)
+SAMPLE_FIELDS = ("ts", *SAMPLE_KEYS)  # one telemetry sample inside a generation event
 
 
 def candidate_configs(job: Job) -> list[tuple[str, object, dict]]:
@@ -124,7 +125,7 @@ class Sweep:
         t = summarise_window(window)
         reasons = unreliable_reasons(t)
         m.update(t, unreliable=bool(reasons), unreliable_reasons=reasons,
-                 telemetry=[{k: s.get(k) for k in TELEMETRY_KEYS} for s in window])
+                 telemetry=[{k: s.get(k) for k in SAMPLE_FIELDS} for s in window])
         m.update(self._roofline(m, speculative))
         return m
 
@@ -147,7 +148,8 @@ def run_job(job: Job, journal: Journal, *, cache_file: Path, resume: bool = Fals
     from .telemetry import Sampler
 
     journal.job_id = job.job_id
-    journal.emit("job_started", agent_version=AGENT_VERSION, host=socket.gethostname(),
+    journal.emit("job_started", agent_version=AGENT_VERSION, event_schema=EVENT_SCHEMA,
+                 host=socket.gethostname(),
                  pid=os.getpid(), platform=sys.platform, machine=platform.machine(),
                  python=platform.python_version(), seed=job.seed, mode=job.mode, resume=resume)
     journal.emit("environment_checked", **check_environment(job, cache_file))
@@ -181,7 +183,7 @@ def _soak(job: Job, journal: Journal, sweep: Sweep) -> int:
     journal.emit("soak_result", workload=w.name, num_draft_tokens=k, **result)
     journal.emit("job_finished", status="ok" if result["status"] == "pass" else "soak_failed",
                  generations=result["generations"], reasons=result["reasons"])
-    return 0 if result["status"] == "pass" else 7
+    return EXIT_CODES["ok"] if result["status"] == "pass" else EXIT_CODES["soak_failed"]
 
 
 def _sweep(job: Job, journal: Journal, sweep: Sweep, resume: bool) -> int:
@@ -325,8 +327,11 @@ def main_run(job_path: Path, journal_path: Path | None, *, echo: bool = True,
         print(f"agent: {e}", file=sys.stderr)
         return e.exit_code
     except Exception as e:  # anything else is a bug, but it must still reach the journal
+        import traceback
+
         journal.emit("job_failed", error="crash", message=f"{type(e).__name__}: {e}",
-                     exit_code=70)
-        raise
+                     exit_code=EXIT_CODES["crash"])
+        traceback.print_exc()  # for whoever reads the node's log; the exit code says crash
+        return EXIT_CODES["crash"]
     finally:
         journal.close()

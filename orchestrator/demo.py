@@ -10,6 +10,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from agent.protocol import DEFAULT_SWEEP
+
 from .demo_models import build_demo_models
 from .dispatch import StderrProgress, SweepOptions, start_sweep
 from .errors import SpecfleetError
@@ -36,7 +38,8 @@ def demo_plan(models: Path, max_tokens: int | None = None) -> str:
              "  quality: true"]
     if max_tokens:
         lines.append(f"  max_tokens: {max_tokens}")
-    lines += ["sweep:", "  knobs: {num_draft_tokens: [2, 3, 4, 6]}", "  repetitions: 1"]
+    lines += ["sweep:", f"  knobs: {{num_draft_tokens: {DEFAULT_SWEEP['num_draft_tokens']}}}",
+              "  repetitions: 1"]
     return "\n".join(lines) + "\n"
 
 

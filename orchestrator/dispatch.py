@@ -24,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 import agent
 
 from .blobs import CONTROLLER_CACHE, push_model
+from .decode import Decoder, Quarantined
 from .errors import RemoteError, SpecfleetError, StoreError, UnreachableError
 from .fanout import Outcome, run_fan_out
 from .inventory import Host
@@ -136,6 +137,17 @@ class NodeRun:
         self.host, self.store, self.sweep_id, self.holder = host, store, sweep_id, holder
         self.opts, self.progress = opts, progress
         self.started = False  # once an agent runs, its lease outlives this controller
+        self.decoder = Decoder(host.name)
+        self.set_aside_count = 0
+
+    async def set_aside(self, q: Quarantined) -> None:
+        """A line that failed the decode boundary: kept with its reason, said once, and the
+        follower goes on with the next line."""
+        new = await asyncio.to_thread(self.store.quarantine, self.sweep_id, self.host.name, [q])
+        self.set_aside_count += 1
+        if new:
+            self.say(f"set aside a journal line{'' if q.seq is None else f' (seq {q.seq})'}: "
+                     f"{q.reason[:160]}")
 
     def say(self, message: str) -> None:
         self.progress(self.host.name, {"type": "follow", "message": message})
@@ -264,11 +276,11 @@ class NodeRun:
         flushed = time.monotonic()
         try:
             async for line in t.stream_lines(cmd):
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
+                if not line.strip():
                     continue
-                if not isinstance(event, dict) or "seq" not in event:
+                event = self.decoder.decode(line)  # the one boundary; may refuse the agent
+                if isinstance(event, Quarantined):
+                    await self.set_aside(event)
                     continue
                 batch.append(event)
                 raw.append(line.strip())  # stored as written: no second serialisation
@@ -320,9 +332,12 @@ class NodeRun:
                            exit_status=7 if last["status"] == "soak_failed" else None)
         if kind == "job_finished":
             self.store.set_sweep_node(self.sweep_id, self.host.name, state="finished")
+            kept = len(self.store.quarantined(self.sweep_id, self.host.name))
             return Outcome(self.host.name, "ok", value={
                 "events": self.store.last_seq(self.sweep_id, self.host.name),
-                "generations": last.get("generations")})
+                "generations": last.get("generations"), "set_aside": kept},
+                detail=f"{kept} journal line(s) set aside (`specfleet review --sweep "
+                       f"{self.sweep_id}` lists why)" if kept else None)
         if kind == "job_failed":
             self.store.set_sweep_node(self.sweep_id, self.host.name, state="failed")
             return Outcome(self.host.name, "failed", f"agent: {last['message']}",

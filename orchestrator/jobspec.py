@@ -9,6 +9,7 @@ from pathlib import Path
 
 from agent import SCHEMA
 from agent.fingerprint import fingerprint
+from agent.protocol import DEFAULT_SWEEP, KNOBS
 
 from .errors import ConfigError
 
@@ -16,8 +17,7 @@ PROMPTS = Path(__file__).parent / "prompts"
 TASKS = Path(__file__).parent / "tasks" / "quality.jsonl"
 DEFAULT_WORKLOADS = ("code", "memo", "translation")
 BUCKETS = ("short", "medium", "long")
-DEFAULT_BASE = {"num_draft_tokens": 3, "temperature": 0.0, "top_k": 0, "top_p": 1.0,
-                "min_p": 0.0}
+DEFAULT_BASE = {name: knob.default for name, knob in KNOBS.items()}
 
 
 def _read_jsonl(path: Path, required: set[str]) -> list[dict]:
@@ -87,7 +87,8 @@ def job_template(workloads: list[dict], *, base: dict | None = None,
                  seed: int = 0, pins: dict | None = None, quality: bool = False) -> dict:
     """The part of a job that ad-hoc sweeps and plan locks share; callers add the rest."""
     job = {"schema": SCHEMA, "workloads": workloads, "base": {**DEFAULT_BASE, **(base or {})},
-           "knobs": knobs or {"num_draft_tokens": [2, 3, 4, 6]}, "repetitions": repetitions,
+           "knobs": dict(DEFAULT_SWEEP) if knobs is None else knobs,
+           "repetitions": repetitions,
            "warmup_tokens": warmup_tokens, "decode_skip_tokens": 64, "seed": seed,
            "pins": pins or {}}
     if quality:

@@ -126,22 +126,40 @@ def load_plan(path: str | Path) -> Plan:
         raise ConfigError(f"models.verify: {verify!r} is not one of "
                           f"{', '.join(VERIFY_MAX_AGE_S)}", str(path),
                           line_of(data["models"], "verify"))
-    knobs = (data.get("sweep") or {}).get("knobs") or {}
-    from agent.errors import JobFileError
-    from agent.job import KNOBS, check_knob
-
-    for k, values in knobs.items():
-        if k not in KNOBS or not isinstance(values, list):
-            raise ConfigError(f"sweep.knobs.{k}: unknown knob or not a list (knobs: "
-                              f"{', '.join(KNOBS)})", str(path), line_of(knobs, k))
-        for v in values:
-            try:
-                check_knob(k, v, path, f"sweep.knobs.{k}")
-            except JobFileError as e:
-                raise ConfigError(str(e).split(": ", 1)[1], str(path), line_of(knobs, k)) \
-                    from None
+    _check_knobs(data, path)
+    if data.get("engine") and data.get("soak"):
+        raise ConfigError("soak: a plan with an http engine cannot soak (the soak loop drives "
+                          "mlx-lm in process); remove soak or engine", str(path),
+                          line_of(data, "soak"))
     return Plan(path=path, python=python, packages=tuple(env["packages"]), models=pair,
                 raw=json.loads(json.dumps(data)))
+
+
+def _check_knobs(data: dict, path: Path) -> None:
+    """Every knob a plan sets (sweep.knobs, sweep.base, sweep.baseline) is one the registry
+    knows, with valid values, and one the plan's engine can honour."""
+    from agent.protocol import KNOBS, knob_problem
+
+    sweep = data.get("sweep") or {}
+    engine = "http" if data.get("engine") else "mlx-lm"
+    for section in ("knobs", "base", "baseline"):
+        block = sweep.get(section) or {}
+        for k, raw in block.items():
+            where, line = f"sweep.{section}.{k}", line_of(block, k)
+            if section == "knobs" and not isinstance(raw, list):
+                raise ConfigError(f"{where}: expected a list of values", str(path), line)
+            for v in raw if section == "knobs" else [raw]:
+                problem = knob_problem(k, v)
+                if problem:
+                    raise ConfigError(f"{where}: {problem}", str(path), line)
+            if engine not in KNOBS[k].engines:
+                honoured = ", ".join(n for n, kn in KNOBS.items() if engine in kn.engines)
+                raise ConfigError(f"{where}: the {engine} engine cannot honour {k} (it "
+                                  f"honours {honoured})" + (
+                                      "; a variant's draft width is fixed by its server "
+                                      "command: declare one variant per width with "
+                                      "num_draft_tokens" if k == "num_draft_tokens" else ""),
+                                  str(path), line)
 
 
 # -- platforms a lock resolves wheels for ------------------------------------------
@@ -206,7 +224,9 @@ def build_lock(plan: Plan, log=print) -> dict:
                for spec in (w.get("use") or DEFAULT_WORKLOADS)]
     workloads = collect_workloads(sources, buckets, w.get("max_tokens"))
     sweep = plan.section("sweep")
-    job = job_template(workloads, base=sweep.get("base"), knobs=sweep.get("knobs"),
+    # an http engine sweeps no draft width unless asked (each variant fixes its own)
+    knobs = sweep.get("knobs") or ({} if plan.section("engine") else None)
+    job = job_template(workloads, base=sweep.get("base"), knobs=knobs,
                        repetitions=sweep.get("repetitions", 1),
                        warmup_tokens=sweep.get("warmup_tokens", 16), seed=sweep.get("seed", 0),
                        pins={p.split("==")[0].split("[")[0].strip(): p.split("==")[1].strip()

@@ -101,7 +101,8 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     from .analysis.runtimes import agent_notices
 
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
-            "notices": agent_notices(store, [sweep_id]), "soaks": soak_results(store, sweep_id)}
+            "notices": agent_notices(store, [sweep_id]), "soaks": soak_results(store, sweep_id),
+            "set_aside": store.quarantined(sweep_id)}
 
 
 def soak_results(store: Store, sweep_id: str) -> list[dict]:

@@ -6,6 +6,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from agent.protocol import DEFAULT_SWEEP
+
 from .errors import SpecfleetError
 
 HOSTS = """\
@@ -47,7 +49,7 @@ workloads:
   quality: true                    # the JSON / tool-call task set per config
 sweep:
   base: {{temperature: 0.0}}
-  knobs: {{num_draft_tokens: [2, 3, 4, 6]}}
+  knobs: {{num_draft_tokens: {widths}}}
   repetitions: 3
 gates:
   min_speedup: 1.16
@@ -70,7 +72,8 @@ def init_project(folder: Path, *, with_models: bool = True, log=print) -> list[P
     plan.write_text(PLAN.format(plan=plan, lock=plan.with_suffix(".lock.json"), inv=inv,
                                 name=folder.name,
                                 python=f"{sys.version_info.major}.{sys.version_info.minor}",
-                                mlx=metadata.version("mlx"), mlx_lm=metadata.version("mlx-lm")))
+                                mlx=metadata.version("mlx"), mlx_lm=metadata.version("mlx-lm"),
+                                widths=DEFAULT_SWEEP["num_draft_tokens"]))
     written = [inv, plan]
     if with_models:
         from .demo_models import build_demo_models

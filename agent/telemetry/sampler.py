@@ -8,12 +8,12 @@ import threading
 import time
 from pathlib import Path
 
+from ..protocol import TELEMETRY_KEYS
 from . import linux, macos
 
 # What each telemetry sample in a run's window carries (besides "ts"); the store keeps
 # one column per key, so this is part of the controller/agent contract.
-SAMPLE_KEYS = ("swap_used_bytes", "swap_in_bytes_total", "rss_bytes", "memory_pressure",
-               "thermal_throttled", "cpu_speed_limit_pct", "power_source", "low_power_mode")
+SAMPLE_KEYS = TELEMETRY_KEYS
 PRESSURE_ORDER = {None: -1, "normal": 0, "warn": 1, "critical": 2}
 REPLAY_ENV = "SPECFLEET_TELEMETRY_REPLAY"
 

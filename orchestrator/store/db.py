@@ -29,6 +29,7 @@ from .models import (
     NodeOutcome,
     Plan,
     ProvisionRun,
+    QuarantinedEvent,
     Run,
     Sweep,
     SweepNode,
@@ -206,6 +207,35 @@ class Store:
                 c.execute(self._insert(Run).on_conflict_do_nothing(),
                           [_run_row(sweep_id, node, e, identity) for e in summaries])
         return new
+
+    def quarantine(self, sweep_id: str, node: str, items: list) -> int:
+        """Keep lines the decode boundary set aside (``decode.Quarantined``), once each;
+        returns how many were new."""
+        import hashlib
+
+        now = datetime.now(timezone.utc)
+        rows = []
+        for q in items:
+            digest = hashlib.sha256(q.line.encode("utf-8", "replace")).hexdigest()
+            rows.append({"sweep_id": sweep_id, "node": node, "seq": q.seq, "reason": q.reason,
+                         "line": q.line[:65536].replace("\x00", "\ufffd"),
+                         "line_sha256": digest, "received_at": now})
+        new = 0
+        with self.engine.begin() as c:  # rare: one statement per line, to count what is new
+            for row in rows:
+                new += len(c.execute(self._insert(QuarantinedEvent).values(**row)
+                                     .on_conflict_do_nothing()
+                                     .returning(QuarantinedEvent.id)).all())
+        return new
+
+    def quarantined(self, sweep_id: str, node: str | None = None) -> list[QuarantinedEvent]:
+        with Session(self.engine) as s:
+            q = select(QuarantinedEvent).where(QuarantinedEvent.sweep_id == sweep_id)
+            if node is not None:
+                q = q.where(QuarantinedEvent.node == node)
+            rows = list(s.scalars(q.order_by(QuarantinedEvent.id)))
+            s.expunge_all()
+            return rows
 
     def _bulk(self, c, table: str, columns: tuple[str, ...], rows: list[tuple]) -> int:
         """INSERT … ON CONFLICT DO NOTHING straight through the driver's executemany.

@@ -68,6 +68,22 @@ class Event(Base):
     payload: Mapped[dict] = mapped_column(JSON)
 
 
+class QuarantinedEvent(Base):
+    """A journal line a node sent that the decode boundary set aside, with the reason."""
+
+    __tablename__ = "quarantined_events"
+    __table_args__ = (UniqueConstraint("sweep_id", "node", "line_sha256",
+                                       name="uq_quarantined_line"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(String(255))
+    seq: Mapped[int | None] = mapped_column(BigInteger)
+    reason: Mapped[str] = mapped_column(Text)
+    line: Mapped[str] = mapped_column(Text)  # the first 64 KiB, NUL characters replaced
+    line_sha256: Mapped[str] = mapped_column(String(64))
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class Measurement(Base):
     """One measured generation: one config, one workload, one repetition, on one node."""
 

@@ -1,0 +1,258 @@
+"""The one boundary where what a node sends becomes events the store may hold.
+
+Every journal line a follower reads goes through ``Decoder.decode``: JSON, the protocol's
+major version, ``seq``, ``type``, ``ts``, the fields the protocol requires for the type, and
+every value that lands in a store column checked against that column (type, range, length,
+no NUL). A line that fails is *quarantined* with its reason, never stored as an event and
+never allowed to stop the other lines or the other nodes. An agent speaking another major
+version of the event schema is refused as a whole, naming its version.
+
+The checks are derived from the protocol (``agent.protocol.EVENT_FIELDS``) and from the
+store's own column definitions, so a column added to the store is checked without being
+named here. They are plain ``type()`` comparisons: no object is built per event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text
+
+from agent.protocol import EVENT_FIELDS, EVENT_SCHEMA, EVENT_SCHEMA_MAJOR
+
+from .errors import SpecfleetError
+from .store.models import Measurement, TelemetrySample
+
+MAX_LINE_BYTES = 16 << 20      # a journal line longer than this is quarantined, not read
+MAX_INT32 = 2**31 - 1
+MAX_INT64 = 2**63 - 1
+
+
+class ProtocolMismatch(SpecfleetError):
+    """A node's agent speaks an event schema this controller cannot read."""
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """A line that was not stored, and why."""
+
+    seq: int | None
+    reason: str
+    line: str
+
+
+# -- column rules, derived from the store's tables ----------------------------------------
+
+_INT, _BIG, _FLOAT, _BOOL, _STR, _ANY = range(6)
+
+
+def _rules(table, names, skip=()) -> tuple[tuple[str, int, int, bool], ...]:
+    out = []
+    for name in names:
+        if name in skip:
+            continue
+        col = table.__table__.c[name]
+        t = col.type
+        if isinstance(t, BigInteger):
+            kind, size = _BIG, 0
+        elif isinstance(t, Integer):
+            kind, size = _INT, 0
+        elif isinstance(t, Float):
+            kind, size = _FLOAT, 0
+        elif isinstance(t, Boolean):
+            kind, size = _BOOL, 0
+        elif isinstance(t, String) and not isinstance(t, Text):
+            kind, size = _STR, t.length or 0
+        elif isinstance(t, Text):
+            kind, size = _STR, 0
+        elif isinstance(t, JSON):
+            kind, size = _ANY, 0
+        else:  # pragma: no cover - a new column type must be given a rule
+            raise TypeError(f"no decode rule for {table.__tablename__}.{name}: {t!r}")
+        out.append((name, kind, size, bool(col.nullable)))
+    return tuple(out)
+
+
+def _measurement_fields() -> tuple[str, ...]:
+    from .store.db import MEASUREMENT_COLUMNS
+
+    return MEASUREMENT_COLUMNS
+
+
+GENERATION_RULES = _rules(Measurement, _measurement_fields(),
+                          skip=("knob_value", "unreliable_reasons"))
+SAMPLE_RULES = _rules(TelemetrySample, ("ts", *[
+    c.name for c in TelemetrySample.__table__.c
+    if c.name not in ("id", "sweep_id", "node", "seq", "idx", "ts")]))
+KNOB_VALUE_MAX = Measurement.__table__.c["knob_value"].type.length
+
+
+def _value_problem(name: str, v: Any, kind: int, size: int, nullable: bool) -> str | None:
+    t = type(v)
+    if v is None:
+        return None if nullable else f"{name} is missing"
+    if kind == _FLOAT:
+        if t is float or t is int:
+            return None if t is int or v == v else f"{name} is NaN"
+        return f"{name} must be a number, got {t.__name__}"
+    if kind == _INT or kind == _BIG:
+        if t is not int:
+            return f"{name} must be an integer, got {t.__name__}"
+        top = MAX_INT32 if kind == _INT else MAX_INT64
+        return None if -top <= v <= top else f"{name}={v} is out of range"
+    if kind == _BOOL:
+        return None if t is bool else f"{name} must be true/false, got {t.__name__}"
+    if kind == _STR:
+        if t is not str:
+            return f"{name} must be a string, got {t.__name__}"
+        if size and len(v) > size:
+            return f"{name} is {len(v)} characters long; the store holds {size}"
+        if "\x00" in v:
+            return f"{name} holds a NUL character"
+        return None
+    return None
+
+
+def _check_rules(e: dict, rules) -> str | None:
+    get = e.get
+    for name, kind, size, nullable in rules:
+        v = get(name)
+        if v is None and nullable:
+            continue
+        problem = _value_problem(name, v, kind, size, nullable)
+        if problem:
+            return problem
+    return None
+
+
+def _check_generation(e: dict) -> str | None:
+    cfg = e["config"]
+    t = cfg.get("temperature")
+    if type(t) is not float and type(t) is not int:
+        return "config.temperature must be a number"
+    text = e.get("output_text")
+    if type(text) is str and "\x00" in text:
+        # model output may hold anything: keep the event, store the text without the NUL
+        # (PostgreSQL text cannot hold it); token_ids still carry the exact output
+        e["output_text"] = text.replace("\x00", "\ufffd")
+    problem = _check_rules(e, GENERATION_RULES)
+    if problem:
+        return problem
+    kv = e.get("knob_value")
+    if kv is not None and len(str(kv)) > KNOB_VALUE_MAX:
+        return f"knob_value is longer than {KNOB_VALUE_MAX} characters"
+    reasons = e.get("unreliable_reasons")
+    if reasons is not None and (type(reasons) is not list or
+                                any(type(r) is not str for r in reasons)):
+        return "unreliable_reasons must be a list of strings"
+    samples = e.get("telemetry")
+    if samples is not None:
+        if type(samples) is not list:
+            return "telemetry must be a list"
+        for s in samples:
+            if type(s) is not dict:
+                return "telemetry samples must be objects"
+            problem = _check_rules(s, SAMPLE_RULES)
+            if problem:
+                return f"telemetry: {problem}"
+    return None
+
+
+def _check_summary(e: dict) -> str | None:
+    m = e["metrics"]
+    for metric, keys in (("decode_tok_s", ("median", "p95", "cv")), ("acceptance_rate",
+                                                                     ("median",))):
+        d = m.get(metric)
+        if type(d) is not dict:
+            return f"metrics.{metric} must be an object"
+        for k in keys:
+            v = d.get(k)
+            if v is not None and type(v) is not float and type(v) is not int:
+                return f"metrics.{metric}.{k} must be a number"
+    for name, size in (("workload", 128), ("mode", 16), ("knob", 32), ("context_bucket", 16),
+                       ("prompt_sha256", 64), ("engine", 64)):
+        v = e.get(name)
+        if v is not None and (type(v) is not str or len(v) > size or "\x00" in v):
+            return f"{name} must be a string of at most {size} characters"
+    kv = e.get("knob_value")
+    if kv is not None and len(str(kv)) > KNOB_VALUE_MAX:
+        return f"knob_value is longer than {KNOB_VALUE_MAX} characters"
+    return None
+
+
+def _check_environment(e: dict) -> str | None:
+    fp = e["fingerprints"]
+    for role in ("target", "draft"):
+        v = fp.get(role)
+        if v is not None and (type(v) is not str or len(v) > 80):
+            return f"fingerprints.{role} must be a string of at most 80 characters"
+    for k, v in e["versions"].items():
+        if v is not None and (type(v) is not str or len(v) > 32):
+            return f"versions.{k} must be a version string"
+    return None
+
+
+DEEP_CHECKS = {"generation": _check_generation, "config_summary": _check_summary,
+               "environment_checked": _check_environment}
+
+
+def _json_name(t: type) -> str:
+    return {type(None): "null", dict: "object", list: "array", str: "string",
+            bool: "true/false", int: "integer", float: "number"}.get(t, t.__name__)
+
+
+class Decoder:
+    """Decodes one node's journal lines; remembers the agent version it announced."""
+
+    def __init__(self, node: str):
+        self.node = node
+        self.agent_version: str | None = None
+
+    def decode(self, line: str | bytes) -> dict | Quarantined:
+        """The event, or why the line was set aside. Raises ``ProtocolMismatch`` for an
+        agent of another major schema version."""
+        text = line if isinstance(line, str) else line.decode("utf-8", "replace")
+        if len(text) > MAX_LINE_BYTES:
+            return Quarantined(None, f"line of {len(text)} characters is longer than "
+                                     f"{MAX_LINE_BYTES} ", text[:200])
+        try:
+            e = orjson.loads(text)
+        except orjson.JSONDecodeError as err:
+            return Quarantined(None, f"not JSON ({str(err).split(':')[0]})", text)
+        if type(e) is not dict:
+            return Quarantined(None, f"an event must be a JSON object, got "
+                                     f"{type(e).__name__}", text)
+        schema = e.get("schema")
+        if schema != EVENT_SCHEMA_MAJOR or type(schema) is not int:
+            if type(e.get("agent_version")) is str:
+                self.agent_version = e["agent_version"]
+            raise ProtocolMismatch(
+                f"{self.node}: the agent (version {self.agent_version or 'unknown'}) writes "
+                f"event schema {schema!r}; this controller reads {EVENT_SCHEMA_MAJOR}.x "
+                f"(it speaks {EVENT_SCHEMA}): provision the agent that ships with this "
+                "controller, or upgrade the controller")
+        seq = e.get("seq")
+        if type(seq) is not int or not 0 < seq <= MAX_INT32:
+            return Quarantined(None, f"seq {seq!r} is not an integer in 1..{MAX_INT32}", text)
+        typ = e.get("type")
+        fields = EVENT_FIELDS.get(typ) if type(typ) is str else None
+        if fields is None:
+            return Quarantined(seq, f"unknown event type {typ!r}", text)
+        ts = e.get("ts")
+        if type(ts) is not float and type(ts) is not int:
+            return Quarantined(seq, f"ts {ts!r} is not a number", text)
+        for name, types in fields.items():
+            if type(e.get(name)) not in types:
+                return Quarantined(seq, f"{typ}: field {name!r} must be "
+                                        f"{'/'.join(_json_name(t) for t in types)}, got "
+                                        f"{_json_name(type(e.get(name)))}", text)
+        deep = DEEP_CHECKS.get(typ)
+        if deep is not None:
+            problem = deep(e)
+            if problem:
+                return Quarantined(seq, f"{typ}: {problem}", text)
+        if typ == "job_started" and type(e.get("agent_version")) is str:
+            self.agent_version = e["agent_version"]
+        return e

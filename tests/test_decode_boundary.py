@@ -1,0 +1,129 @@
+"""What a node sends is input, not truth: every journal line passes one decode boundary.
+
+A planted journal (written here by hand, not by the agent) with malformed lines is followed
+through the real follower (`python -m agent follow` on the controller's own machine) into
+SQLite and PostgreSQL: the good events are stored, each bad line is set aside with its reason,
+nothing crashes, and following again stores nothing twice. An agent of another major event
+schema is refused with its version named.
+"""
+
+import asyncio
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from agent.protocol import EVENT_SCHEMA
+from orchestrator.decode import Decoder, ProtocolMismatch, Quarantined
+from orchestrator.dispatch import NodeRun, SweepOptions
+from orchestrator.inventory import Host
+from orchestrator.store import open_store
+from orchestrator.store.models import Event, Measurement
+from orchestrator.transport import LocalTransport
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def generation(seq: int, **over) -> dict:
+    e = {"schema": 1, "seq": seq, "type": "generation", "ts": 1000.0 + seq, "job_id": "j",
+         "run_index": seq, "workload": "code", "prompt_sha256": "a" * 64, "mode": "baseline",
+         "knob": "num_draft_tokens", "knob_value": 2, "num_draft_tokens": 0, "repetition": 0,
+         "config": {"temperature": 0.0, "num_draft_tokens": 0}, "generated_tokens": 8,
+         "ttft_ms": 3.5, "decode_tok_s": 410.0, "itl_p50_ms": 2.4, "itl_p95_ms": 2.9,
+         "output_text": "def f(x):", "token_ids": [1, 2, 3], "unreliable": False,
+         "unreliable_reasons": [], "telemetry": [{"ts": 1.0, "rss_bytes": 1 << 27,
+                                                  "memory_pressure": "normal"}]}
+    e.update(over)
+    return e
+
+
+PLANTED = [
+    ({"schema": 1, "seq": 1, "type": "job_started", "ts": 1000.0, "job_id": "j",
+      "agent_version": "0.1.0", "event_schema": EVENT_SCHEMA}, None),
+    ({"schema": 1, "seq": 2, "ts": 1001.0}, "unknown event type None"),
+    ({"schema": 1, "seq": "3", "type": "plan", "ts": 1.0, "total_generations": 1},
+     "seq '3' is not an integer"),
+    ({"schema": 1, "seq": 2**40, "type": "plan", "ts": 1.0, "total_generations": 1},
+     "seq 1099511627776 is not an integer in 1..2147483647"),
+    (generation(5, workload="co\x00de"), "generation: workload holds a NUL character"),
+    (generation(6, workload="w" * 200),
+     "generation: workload is 200 characters long; the store holds 128"),
+    (generation(7, ttft_ms="fast"),
+     "generation: field 'ttft_ms' must be integer/number/null, got string"),
+    (generation(8, output_text="ok\x00then"), None),        # kept, NUL replaced in the text
+    (generation(9, output_text="x" * (3 << 20)), None),     # a 3 MiB line is read, not lost
+    ("this is not json", "not JSON"),
+    ([1, 2], "an event must be a JSON object, got list"),
+    ({"schema": 1, "seq": 10, "type": "job_finished", "ts": 1010.0, "status": "ok",
+      "generations": 2}, None),
+]
+
+
+def plant(journal: Path) -> None:
+    with open(journal, "w") as f:
+        for item, _ in PLANTED:
+            f.write((item if isinstance(item, str) else json.dumps(item)) + "\n")
+
+
+def follow(url: str, journal: Path) -> tuple:
+    store = open_store(url)
+    sid = uuid.uuid4().hex[:12]
+    store.create_sweep(sid, {"models": {"target": {}, "draft": {}}}, None)
+    host = Host(name="n1", address="localhost", connection="local", python=sys.executable)
+    store.set_sweep_node(sid, "n1", state="running", journal_path=str(journal),
+                         agent_dir=str(ROOT), python=sys.executable, pid=0)
+    said: list[str] = []
+    run = NodeRun(host, store, sid, "test-holder", SweepOptions(),
+                  lambda node, e: said.append(e.get("message", "")))
+
+    async def twice():
+        await run.follow_once(LocalTransport(host))
+        await run.follow_once(LocalTransport(host))  # again: nothing stored twice
+
+    asyncio.run(twice())
+    return store, sid, said
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_bad_lines_are_set_aside_and_the_rest_is_stored(backend, tmp_path, request):
+    url = (f"sqlite:///{tmp_path / 's.db'}" if backend == "sqlite"
+           else request.getfixturevalue("pg_url"))
+    journal = tmp_path / "node.events.jsonl"
+    plant(journal)
+    store, sid, said = follow(url, journal)
+    with store.engine.connect() as c:
+        seqs = c.execute(select(Event.seq).where(Event.sweep_id == sid)
+                         .order_by(Event.seq)).scalars().all()
+        texts = dict(c.execute(select(Measurement.seq, Measurement.output_text)
+                               .where(Measurement.sweep_id == sid)).all())
+    assert seqs == [1, 8, 9, 10]
+    assert texts[8] == "ok\ufffdthen" and len(texts[9]) == 3 << 20
+    kept = store.quarantined(sid, "n1")
+    want = [why for _, why in PLANTED if why]
+    assert len(kept) == len(want)  # the second follow added nothing
+    for reason in want:
+        assert any(reason in q.reason for q in kept), (reason, [q.reason for q in kept])
+    assert {q.seq for q in kept} >= {2, 5, 6, 7}
+    assert sum("set aside a journal line" in m for m in said) == len(want)
+
+
+def test_another_major_schema_is_refused_with_the_agent_version(tmp_path, sqlite_url):
+    journal = tmp_path / "node.events.jsonl"
+    journal.write_text(json.dumps({"schema": 2, "seq": 1, "type": "job_started", "ts": 1.0,
+                                   "agent_version": "9.0.0"}) + "\n")
+    with pytest.raises(ProtocolMismatch, match=r"n1: the agent \(version 9\.0\.0\) writes "
+                                               r"event schema 2; this controller reads 1\.x"):
+        follow(sqlite_url, journal)
+
+
+def test_minor_versions_add_optional_fields_only():
+    d = Decoder("n1")
+    e = d.decode(json.dumps({**generation(3), "a_field_from_1_7": {"x": 1}}))
+    assert isinstance(e, dict) and e["a_field_from_1_7"] == {"x": 1}
+    missing = dict(generation(4))
+    del missing["config"]
+    q = d.decode(json.dumps(missing))
+    assert isinstance(q, Quarantined) and "field 'config' must be object, got null" in q.reason
