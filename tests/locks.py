@@ -20,7 +20,8 @@ def plan_text(model_pair: Path, use=("code",), widths=(2,), max_tokens=32, quali
         "models:", f"  target: {model_pair / 'target'}", f"  draft: {model_pair / 'draft'}",
         "workloads:", f"  use: {json.dumps(list(use))}", f"  context: {json.dumps(list(context))}",
         f"  max_tokens: {max_tokens}", f"  quality: {'true' if quality else 'false'}",
-        "sweep:", f"  knobs: {{num_draft_tokens: {json.dumps(list(widths))}}}",
+        "sweep:", (f"  knobs: {{num_draft_tokens: {json.dumps(list(widths))}}}" if widths
+                   else "  knobs: {temperature: [0.0]}"),  # an http engine sweeps no width
         f"  repetitions: {repetitions}", extra]) + "\n"
 
 

@@ -160,6 +160,7 @@ def test_endpoint_down_fails_that_variant_and_the_job_goes_on(model_pair, tmp_pa
     job = build_job(model_pair, ["code"], max_tokens=8)
     job["engine"] = {"type": "http", "ready_timeout_s": 1, "variants": [
         {"name": "gone", "base_url": f"http://127.0.0.1:{free_port()}"}]}
+    job["knobs"] = {"temperature": [0.0]}
     (tmp_path / "job.json").write_text(json.dumps(job))
     proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
     assert proc.returncode == 0
@@ -181,7 +182,7 @@ def test_plan_engine_reaches_the_node_with_its_model_paths(fleet, model_pair, tm
         "  variants:", "    - name: plain", f"      base_url: http://127.0.0.1:{port}",
         f"      command: ['{{python}}', -m, mlx_lm, server, --model, '{{target}}', --port,"
         f" '{port}']"])
-    lock = make_lock(tmp_path, model_pair, max_tokens=16, extra=extra)
+    lock = make_lock(tmp_path, model_pair, max_tokens=16, extra=extra, widths=None)
     inv = tmp_path / "hosts.yml"
     inv.write_text(fleet.inventory_yaml())
     r = CliRunner().invoke(main, [
@@ -350,6 +351,7 @@ def test_engine_knobs_must_be_lists_of_values(model_pair, tmp_path):
     job = build_job(model_pair, ["code"], max_tokens=8)
     job["engine"] = {"type": "http", "knobs": {"speculative.n_max": 4},
                      "variants": [{"name": "plain", "base_url": "http://127.0.0.1:9"}]}
+    job["knobs"] = {"temperature": [0.0]}
     (tmp_path / "job.json").write_text(json.dumps(job))
     proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
     assert proc.returncode == 2
@@ -467,3 +469,16 @@ def test_api_key_headers_come_from_the_node_environment(model_pair, tmp_path):
     (failed,) = [e for e in runs["wrong"] if e["type"] == "generation_failed"]
     assert failed["error"].startswith(f"runtime plain refused {url}/v1/models: HTTP 401: ")
     assert "Invalid API Key" in failed["error"] and "check engine.headers" in failed["error"]
+
+
+def test_a_draft_width_knob_for_an_http_job_is_refused(model_pair, tmp_path):
+    """The draft width of an http variant is fixed by its server command: a job sweeping it
+    was once run and the knob silently dropped."""
+    job = build_job(model_pair, ["code"], max_tokens=8)  # default knobs: draft widths
+    job["engine"] = {"type": "http", "variants": [{"name": "plain",
+                                                   "base_url": "http://127.0.0.1:9"}]}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl")
+    assert proc.returncode == 2
+    assert "knobs.num_draft_tokens: the http engine cannot honour num_draft_tokens" \
+        in proc.stderr

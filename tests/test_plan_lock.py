@@ -90,12 +90,13 @@ def test_a_soak_plan_names_one_of_its_workloads(tmp_path, model_pair):
 
 def test_a_bad_engine_section_stops_at_lock_time_with_its_line(tmp_path, model_pair):
     plan = tmp_path / "plan.yml"
-    plan.write_text(plan_text(model_pair, extra="engine:\n  type: http\n  api: grpc\n"
-                                                "  variants: []"))
+    plan.write_text(plan_text(model_pair, widths=None,
+                              extra="engine:\n  type: http\n  api: grpc\n  variants: []"))
     with pytest.raises(ConfigError, match=r"plan.yml:\d+: engine.api: completions or chat"):
         write_lock(load_plan(plan), lambda m: None)
     lines = plan.read_text().splitlines()
-    plan.write_text(plan_text(model_pair, extra="engine:\n  type: http\n  variants: []"))
+    plan.write_text(plan_text(model_pair, widths=None,
+                              extra="engine:\n  type: http\n  variants: []"))
     with pytest.raises(ConfigError, match=r"engine.variants: a list of \{name, base_url") as e:
         write_lock(load_plan(plan), lambda m: None)
     assert e.value.line == lines.index("engine:") + 1
@@ -103,9 +104,30 @@ def test_a_bad_engine_section_stops_at_lock_time_with_its_line(tmp_path, model_p
 
 def test_the_baseline_variant_comes_first(tmp_path, model_pair):
     plan = tmp_path / "plan.yml"
-    plan.write_text(plan_text(model_pair, extra="\n".join([
+    plan.write_text(plan_text(model_pair, widths=None, extra="\n".join([
         "engine:", "  type: http", "  variants:",
         "    - {name: draft, speculative: true, base_url: 'http://127.0.0.1:1'}",
         "    - {name: plain, base_url: 'http://127.0.0.1:2'}"])))
     with pytest.raises(ConfigError, match="list the baseline \\(non-speculative\\) variant first"):
         write_lock(load_plan(plan), lambda m: None)
+
+
+def test_settings_an_engine_cannot_honour_are_refused_at_lock_time(tmp_path, model_pair):
+    """Declared = applied, or refused with the plan's line: a draft-width knob with an http
+    engine, and a soak section with an http engine, were once accepted and ignored."""
+    engine = "engine:\n  type: http\n  variants:\n    - {name: plain, base_url: 'http://x:1'}"
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, widths=(2, 3), extra=engine))
+    lines = plan.read_text().splitlines()
+    with pytest.raises(ConfigError, match=r"sweep.knobs.num_draft_tokens: the http engine "
+                                          r"cannot honour num_draft_tokens") as e:
+        load_plan(plan)
+    assert e.value.line == next(i for i, ln in enumerate(lines, 1) if "num_draft_tokens" in ln)
+    plan.write_text(plan_text(model_pair, widths=None, extra=engine + "\nsoak:\n  duration_s: 5"))
+    with pytest.raises(ConfigError, match=r"soak: a plan with an http engine cannot soak"):
+        load_plan(plan)
+    plan.write_text(plan_text(model_pair, widths=(2,)).replace(
+        "knobs: {num_draft_tokens: [2]}", "knobs: {num_draft_tokens: [2]}\n  base: {top_p: 1.5}"))
+    with pytest.raises(ConfigError, match=r"sweep.base.top_p: top_p=1.5 is not valid; it must "
+                                          r"be a number in \(0, 1\]"):
+        load_plan(plan)

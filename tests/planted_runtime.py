@@ -1,0 +1,129 @@
+"""A planted OpenAI-compatible runtime with known faults, for testing the http engine.
+
+Written against the public API shape (``/v1/models``, ``/v1/completions`` with and without
+``stream``), not against specfleet: it imports nothing from the project. Run as
+``python planted_runtime.py --port N --mode MODE [--tokenizer tokenizer.json]``.
+
+Modes:
+- ``correct``: greedy text is fixed; at temperature > 0 each request samples new words
+  (streamed and non-streamed differ, as they should); one token per SSE chunk; usage true.
+- ``fail``: every completion request answers HTTP 500 with an error body.
+- ``surrogate``: the emoji U+1F600 is streamed as two JSON escapes of its UTF-16 halves in
+  two separate events (``"\\ud83d"`` then ``"\\ude00"``); the non-streamed text is whole.
+- ``double-usage``: correct text, but ``usage.completion_tokens`` is twice the truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import random
+
+GREEDY = ("def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n"
+          "\n\nprint(fib(10))\n")
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota",
+         "kappa", "lambda", "mu"]
+
+
+class Tokens:
+    def __init__(self, path: str | None):
+        self.tok = None
+        if path:
+            from tokenizers import Tokenizer
+
+            self.tok = Tokenizer.from_file(path)
+
+    def split(self, text: str) -> list[str]:
+        """The text as the runtime would emit it, one piece per token."""
+        if self.tok is None:
+            return [w + " " for w in text.split(" ")] if text else []
+        ids = self.tok.encode(text).ids
+        pieces, done = [], ""
+        for i in range(len(ids)):
+            upto = self.tok.decode(ids[: i + 1])
+            pieces.append(upto[len(done):])
+            done = upto
+        return [p for p in pieces if p]
+
+
+def answer(body: dict, tokens: Tokens) -> list[str]:
+    n = int(body.get("max_tokens") or 16)
+    if float(body.get("temperature") or 0) > 0:
+        rng = random.Random()  # fresh entropy: sampling differs request to request
+        text = " ".join(rng.choice(WORDS) for _ in range(n))
+    else:
+        text = GREEDY
+    return tokens.split(text)[:n]
+
+
+def make_handler(mode: str, tokens: Tokens):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):  # quiet
+            pass
+
+        def _json(self, code: int, obj: dict) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path.rstrip("/") == "/v1/models":
+                self._json(200, {"object": "list", "data": [{"id": "planted", "object": "model"}]})
+            else:
+                self._json(404, {"error": {"message": "not found"}})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            if mode == "fail":
+                self._json(500, {"error": {"message": "planted failure: model exploded"}})
+                return
+            pieces = answer(body, tokens)
+            n = len(pieces) * (2 if mode == "double-usage" else 1)
+            usage = {"prompt_tokens": 3, "completion_tokens": n, "total_tokens": n + 3}
+            if not body.get("stream"):
+                text = "".join(pieces) + ("\U0001F600" if mode == "surrogate" else "")
+                self._json(200, {"id": "c", "object": "text_completion", "choices": [
+                    {"index": 0, "text": text, "finish_reason": "length"}], "usage": usage})
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+
+            def event(raw: str) -> None:
+                self.wfile.write(f"data: {raw}\n\n".encode())
+                self.wfile.flush()
+
+            for p in pieces:
+                event(json.dumps({"choices": [{"index": 0, "text": p, "finish_reason": None}]}))
+            if mode == "surrogate":  # the two UTF-16 halves, each its own event
+                event('{"choices": [{"index": 0, "text": "\\ud83d", "finish_reason": null}]}')
+                event('{"choices": [{"index": 0, "text": "\\ude00", "finish_reason": null}]}')
+            event(json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                              "usage": usage}))
+            event("[DONE]")
+            self.close_connection = True
+
+    return Handler
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--mode", default="correct",
+                    choices=["correct", "fail", "surrogate", "double-usage"])
+    ap.add_argument("--tokenizer", default=None, help="a tokenizer.json to count tokens with")
+    args = ap.parse_args()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port),
+                                             make_handler(args.mode, Tokens(args.tokenizer)))
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
