@@ -36,9 +36,34 @@ class Stream:
     comments: int = 0
     tool_calls: list[dict] = field(default_factory=list)  # assembled {name, arguments}
     tool_chunks: list[tuple[float, str]] = field(default_factory=list)  # timed fragments
+    pending: str = ""  # a UTF-16 high surrogate waiting for its other half
 
     def add_tool_deltas(self, deltas: list) -> str:
         return fold_tool_deltas(self.tool_calls, deltas)
+
+    def add_text(self, when: float, text: str) -> None:
+        """A content chunk. JSON may carry a character as two ``\\uXXXX`` surrogate halves,
+        and a runtime may split them across events: rejoin them here, so no chunk holds
+        half a character (a tokenizer or a comparison would choke on it)."""
+        text = self.pending + text
+        self.pending = ""
+        if text and "\ud800" <= text[-1] <= "\udbff":
+            text, self.pending = text[:-1], text[-1]
+        text = clean_text(text)
+        if text:
+            self.chunks.append((when, text))
+
+    def close(self, when: float) -> None:
+        if self.pending:  # a half that never got its partner
+            self.pending = ""
+            self.chunks.append((when, "\ufffd"))
+
+
+def clean_text(text: str) -> str:
+    """Join surrogate pairs into characters and replace any lone half with U+FFFD."""
+    if not any("\ud800" <= c <= "\udfff" for c in text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def fold_tool_deltas(calls: list[dict], deltas: list) -> str:
@@ -133,7 +158,7 @@ def parse_sse(lines, chat: bool, clock=time.perf_counter, t0: float | None = Non
         for ch in obj.get("choices") or []:
             text = _text_of(ch, chat, True)
             if text:
-                s.chunks.append((clock() - t0, text))
+                s.add_text(clock() - t0, text)
             if chat and (ch.get("delta") or {}).get("tool_calls"):
                 # a call is generated output too: its arrival times count for TTFT and ITL
                 s.tool_chunks.append((clock() - t0, s.add_tool_deltas(ch["delta"]["tool_calls"])))
@@ -151,6 +176,7 @@ def parse_sse(lines, chat: bool, clock=time.perf_counter, t0: float | None = Non
         elif line.startswith("data:"):
             data.append(line[5:].lstrip(" ") if line[5:6] == " " else line[5:])
     flush()
+    s.close(clock() - t0)
     return s
 
 
@@ -189,7 +215,7 @@ def complete(base_url: str, api: str, body: dict, timeout: float = 120.0,
     calls: list[dict] = []  # whole calls, in order: no index, each starts a new call
     fold_tool_deltas(calls, [{k: v for k, v in tc.items() if k != "index"}
                              for tc in ((choice.get("message") or {}).get("tool_calls") or [])])
-    return {"text": _text_of(choice, chat, False), "usage": obj.get("usage"),
+    return {"text": clean_text(_text_of(choice, chat, False)), "usage": obj.get("usage"),
             "timings": obj.get("timings"), "finish_reason": choice.get("finish_reason"),
             "tool_calls": calls}
 
@@ -245,12 +271,37 @@ def tool_parity(streamed: list[dict], whole: list[dict]) -> dict:
     return {"tool_parity": "ok", "tool_first_difference": None}
 
 
-def nonstreamed(whole: dict, wall_s: float) -> dict:
-    """The non-streamed request end to end: wall time and, where the runtime counts its
-    tokens, completion tokens over that time (prefill included, so below decode tok/s)."""
-    n = (whole.get("usage") or {}).get("completion_tokens")
+def token_count(text: str, usage: int | None, count_tokens=None,
+                chunks: int | None = None) -> tuple[int | None, str, str | None]:
+    """How many tokens ``text`` holds, where that number came from, and any disagreement.
+
+    A runtime's ``usage.completion_tokens`` is input, not truth: with a tokenizer, the
+    tokenizer wins and a different usage is flagged; without one, usage is taken only if
+    it is possible (a token is at least one byte of output), else the chunk count."""
+    if count_tokens is not None:
+        n = len(count_tokens(text))
+        if usage is not None and abs(usage - n) > max(1, 0.02 * n):
+            return n, "tokenizer", f"the runtime reports {usage} tokens, the tokenizer " \
+                                   f"counts {n}"
+        return n, "tokenizer", None
+    if usage is None:
+        return chunks, "chunks", None
+    size = len(text.encode("utf-8", "replace"))
+    if usage > size:
+        return chunks, "chunks", f"the runtime reports {usage} tokens for {size} bytes " \
+                                 "of output (impossible); counted chunks instead"
+    return usage, "usage", None
+
+
+def nonstreamed(whole: dict, wall_s: float, count_tokens=None) -> dict:
+    """The non-streamed request end to end: wall time and, where the tokens can be counted,
+    completion tokens over that time (prefill included, so below decode tok/s)."""
+    usage = (whole.get("usage") or {}).get("completion_tokens")
+    n, source, problem = token_count(whole["text"], usage, count_tokens)
     return {"nonstreamed_ms": round(wall_s * 1e3, 3), "nonstreamed_tokens": n,
-            "nonstreamed_tok_s": round(n / wall_s, 2) if n and wall_s > 0 else None}
+            "nonstreamed_tok_s": round(n / wall_s, 2) if n and wall_s > 0 else None,
+            "nonstreamed_token_source": source,
+            **({"nonstreamed_usage_problem": problem} if problem else {})}
 
 
 def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
@@ -260,7 +311,11 @@ def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
     timeline = sorted(s.chunks + s.tool_chunks, key=lambda c: c[0])
     texts = [t for _, t in timeline]
     times = [t for t, _ in timeline]
-    total = (s.usage or {}).get("completion_tokens")
+    usage = (s.usage or {}).get("completion_tokens")
+    total, source, problem = token_count("".join(t for _, t in s.chunks), usage, count_tokens,
+                                         len(texts))
+    if source == "chunks":
+        total = None  # one token per chunk, below
     if count_tokens is not None:
         cum, acc = [], ""
         for t in texts:
@@ -289,7 +344,8 @@ def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
             "decode_tok_s_mean": round(mean, 2) if mean else None,
             "chunk_itl_p50_ms": percentile(itl, 50), "chunk_itl_p95_ms": percentile(itl, 95),
             "chunk_itl_p99_ms": percentile(itl, 99), "chunks": len(texts),
-            "generated_tokens": prev or total, "usage_tokens": total,
+            "generated_tokens": prev or total, "usage_tokens": usage,
+            "token_source": source, **({"usage_problem": problem} if problem else {}),
             "drafted_tokens": drafted, "accepted_tokens": accepted,
             "acceptance_rate": (accepted / drafted) if drafted else None,
             "acceptance": "reported" if drafted is not None else "not reported",

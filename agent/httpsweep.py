@@ -126,12 +126,16 @@ def _observe(url: str, api: str, body: dict, timeout: float, headers: dict, coun
     t0 = time.perf_counter()
     whole = h.complete(url, api, body, timeout, headers=headers)
     wall = time.perf_counter() - t0
-    par = h.parity("".join(t for _, t in s.chunks), whole["text"])
-    tpar = h.tool_parity(s.tool_calls, whole["tool_calls"])
-    if tpar["tool_parity"] == "mismatch":  # one verdict for the review
-        par = {**par, "parity": "mismatch"}
-    return {**par, **tpar, **h.measure(s, count, decode_skip), **h.nonstreamed(whole, wall)
-            }, whole
+    if body.get("temperature", 0) == 0:
+        par = h.parity("".join(t for _, t in s.chunks), whole["text"])
+        tpar = h.tool_parity(s.tool_calls, whole["tool_calls"])
+        if tpar["tool_parity"] == "mismatch":  # one verdict for the review
+            par = {**par, "parity": "mismatch"}
+    else:  # two samples of a sampled output differ by design: nothing to compare
+        par = {"parity": "not compared (sampled)", "first_difference": None}
+        tpar = {"tool_parity": None}
+    return {**par, **tpar, **h.measure(s, count, decode_skip),
+            **h.nonstreamed(whole, wall, count)}, whole
 
 
 def run_http_job(job: Job, journal: Journal) -> int:
@@ -159,8 +163,8 @@ def run_http_job(job: Job, journal: Journal) -> int:
                 journal.emit("notice", workload=w.name,
                              message="tools not sent: the completions API has none; "
                                      "use engine.api: chat to check tool calls")
-    journal.emit("plan", total_generations=len(eng["variants"]) * len(job.workloads)
-                 * job.repetitions * len(knob_values), already_done=0, engine="http",
+    planned = len(eng["variants"]) * len(job.workloads) * job.repetitions * len(knob_values)
+    journal.emit("plan", total_generations=planned, already_done=0, engine="http",
                  runtime=runtime, variants=[v["name"] for v in eng["variants"]],
                  repetitions=job.repetitions)
     for variant in eng["variants"]:
@@ -196,17 +200,22 @@ def run_http_job(job: Job, journal: Journal) -> int:
                         try:
                             seen, whole = _observe(variant["base_url"], api, body, timeout,
                                                    headers, count, job.decode_skip_tokens)
+                            ids = count(whole["text"]) if count else []
                         except h.HTTPEngineError as e:
                             why = rt.died()  # a crashed runtime says more than "refused"
                             journal.emit("generation_failed", **desc,
                                          error=f"{e}; {why}" if why else str(e))
                             continue
-                        ids = count(whole["text"]) if count else []
+                        except Exception as e:  # odd input from one request: that request
+                            journal.emit("generation_failed", **desc,
+                                         error=f"{type(e).__name__}: {e}")
+                            continue
                         key = (w.name, cfg["temperature"], cfg.get("top_k"), cfg.get("top_p"))
                         # the output a speculative variant must reproduce: text, then calls
                         out = (ids or list(whole["text"])) + [
                             json.dumps([c["name"], c["arguments"]]) for c in whole["tool_calls"]]
-                        exact = _exactness(out, refs.get(key), cfg)
+                        exact = {**_exactness(out, refs.get(key), cfg),
+                                 "first_divergence_unit": "token" if ids else "character"}
                         if mode == "baseline":
                             refs.setdefault(key, out)
                         outputs.setdefault((variant["name"], w.name, knob), {}).setdefault(
@@ -230,5 +239,6 @@ def run_http_job(job: Job, journal: Journal) -> int:
                              message=f"knob had no effect: {knob} in {sorted(by_value, key=str)}"
                                      " gave identical output")
     _summaries(job, journal, gens)
-    journal.emit("job_finished", status="ok", generations=len(gens), engine="http")
+    journal.emit("job_finished", status="ok", generations=len(gens), engine="http",
+                 failed=planned - len(gens))
     return 0

@@ -61,7 +61,8 @@ def _sampling_key(w: Workload, cfg: dict) -> tuple:
     return (w.name, cfg["temperature"], cfg["top_k"], cfg["top_p"], cfg["min_p"])
 
 
-def _exactness(tokens: list[int], reference: list[int] | None, cfg: dict) -> dict:
+def _exactness(tokens: list, reference: list | None, cfg: dict) -> dict:
+    """Greedy output against its baseline's; ``first_divergence`` indexes ``tokens``."""
     if cfg["temperature"] != 0:
         return {"exact_match": None, "exactness": "sampled", "first_divergence": None}
     if reference is None:
@@ -219,7 +220,8 @@ def _sweep(job: Job, journal: Journal, sweep: Sweep, resume: bool) -> int:
         except Exception as e:  # a config mlx-lm rejects must not sink the other configs
             journal.emit("generation_failed", **desc, error=f"{type(e).__name__}: {e}")
             continue
-        exact = _exactness(m["token_ids"], references.get(key), cfg)
+        exact = {**_exactness(m["token_ids"], references.get(key), cfg),
+                 "first_divergence_unit": "token"}
         if mode == "baseline":
             references.setdefault(key, m["token_ids"])
         gens.append(journal.emit("generation", **desc, **exact, **m))
@@ -235,6 +237,18 @@ def _config_key(workload: str, mode: str, cfg: dict) -> tuple:
     return (workload, mode, json.dumps(cfg, sort_keys=True))
 
 
+def _sampling_only(cfg: dict) -> str:
+    """A config without what tells speculation apart (draft width, http variant): the key a
+    speculative config shares with its baseline."""
+    return json.dumps({k: v for k, v in cfg.items() if k not in ("num_draft_tokens", "variant")},
+                      sort_keys=True)
+
+
+def _sampled_ids(g: dict) -> list:
+    # an http runtime without a tokenizer gives text only: compare characters then
+    return g.get("token_ids") or [ord(c) for c in g.get("output_text") or ""]
+
+
 def _summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
     """One summary per distinct (workload, mode, config): baselines pool across pairings."""
     groups: dict[tuple, list[dict]] = {}
@@ -243,7 +257,7 @@ def _summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
     for (workload, mode, _), gs in groups.items():
         cfg = gs[0]["config"]
         s = config_summary(gs, job.cv_threshold)
-        checked = [g for g in gs if "parity" in g]
+        checked = [g for g in gs if g.get("parity") in ("ok", "mismatch")]
         if checked:  # http engine: streamed vs non-streamed text
             bad = [g for g in checked if g["parity"] != "ok"]
             s["parity"] = {"checked": len(checked), "mismatches": len(bad),
@@ -253,10 +267,11 @@ def _summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
                            "tool_mismatches": sum(g.get("tool_parity") == "mismatch"
                                                   for g in bad)}
         if mode == "speculative" and cfg["temperature"] > 0:
-            base = groups.get(_config_key(workload, "baseline",
-                                          {**cfg, **job.baseline, "num_draft_tokens": 0}), [])
-            s["distribution"] = distribution_test([b["token_ids"] for b in base],
-                                                  [g["token_ids"] for g in gs], seed=job.seed)
+            want = _sampling_only({**cfg, **job.baseline})
+            base = next((bs for (bw, bm, _), bs in groups.items() if bw == workload
+                         and bm == "baseline" and _sampling_only(bs[0]["config"]) == want), [])
+            s["distribution"] = distribution_test([_sampled_ids(b) for b in base],
+                                                  [_sampled_ids(g) for g in gs], seed=job.seed)
         journal.emit("config_summary", workload=workload, context_bucket=gs[0]["context_bucket"],
                      engine=gs[0].get("runtime") or "mlx-lm", mode=mode,
                      knob=None if mode == "baseline" else gs[0]["knob"],

@@ -103,6 +103,9 @@ class StderrProgress:
                     + (f"  acceptance {acc:.2f}" if acc is not None else "")
                     + ("  streaming parity MISMATCH" if event.get("parity") == "mismatch"
                        else ""))
+        elif kind == "generation_failed":
+            what = event.get("variant") or event.get("workload") or "?"
+            line = f"generation FAILED ({what}): {str(event.get('error'))[:200]}"
         elif kind == "quality":
             line = (f"quality {event['mode']} k={event['num_draft_tokens']}: "
                     f"{event['passed']}/{event['tasks']} tasks passed")
@@ -330,6 +333,13 @@ class NodeRun:
             why = "; ".join(last.get("reasons") or []) or "see the journal"
             return Outcome(self.host.name, "failed", f"{last['status']}: {why}",
                            exit_status=7 if last["status"] == "soak_failed" else None)
+        if kind == "job_finished" and last.get("failed"):
+            # a job that measured only part of its plan is not ok, whatever else it did
+            self.store.set_sweep_node(self.sweep_id, self.host.name, state="finished")
+            return Outcome(self.host.name, "failed",
+                           f"{last['failed']} planned generation(s) failed "
+                           f"({last.get('generations', 0)} measured); the errors are on the "
+                           f"sweep page: `specfleet review --sweep {self.sweep_id}`")
         if kind == "job_finished":
             self.store.set_sweep_node(self.sweep_id, self.host.name, state="finished")
             kept = len(self.store.quarantined(self.sweep_id, self.host.name))

@@ -45,8 +45,9 @@ class Row:
 def _exactness(runs: list[Measurement]) -> str:
     flags = [r.exact_match for r in runs]
     if any(f is False for f in flags):
-        first = min(r.first_divergence for r in runs if r.exact_match is False)
-        return f"diverged at token {first}"
+        first = min((r.first_divergence, r.first_divergence_unit or "token")
+                    for r in runs if r.exact_match is False)
+        return f"diverged at {first[1]} {first[0]}"
     if flags and all(f is True for f in flags):
         return "identical"
     return "reference" if all(r.mode == "baseline" for r in runs) else "not checked"
@@ -64,18 +65,34 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                               .order_by(Measurement.node, Measurement.run_index)))
         outcomes = list(c.scalars(select(NodeOutcome).where(NodeOutcome.sweep_id == sweep_id)
                                   .order_by(NodeOutcome.node)))
+        failed = [{"node": e.node, "seq": e.seq, "what": " · ".join(
+            str(e.payload[k]) for k in ("variant", "workload", "mode") if e.payload.get(k)),
+                   "error": str(e.payload.get("error"))[:500]}
+                  for e in c.scalars(select(Event).where(Event.sweep_id == sweep_id,
+                                                         Event.type == "generation_failed")
+                                     .order_by(Event.node, Event.seq))]
         quality = {(e.node, e.payload["num_draft_tokens"]): e.payload["pass_rate"]
                    for e in c.scalars(select(Event).where(Event.sweep_id == sweep_id,
                                                           Event.type == "quality"))}
         summaries = c.execute(select(Run.node, Run.workload, Run.mode, Run.num_draft_tokens,
                                      Run.engine, Run.summary).where(Run.sweep_id == sweep_id))
         # http runtimes: which one, and streamed vs non-streamed output per config
-        parity: dict[tuple, str] = {}
+        merged: dict[tuple, dict] = {}
         engines: dict[tuple, str] = {}
         for n, w, m, k, e, x in summaries:
             engines.setdefault((n, w), e)
-            if x.get("parity"):
-                parity[(n, w, m, k)] = _parity_text(x["parity"])
+            p = x.get("parity")
+            if p:  # every config in the row counts, not only the last one read
+                into = merged.setdefault((n, w, m, k), {"checked": 0, "mismatches": 0,
+                                                        "tool_mismatches": 0,
+                                                        "first_difference": None})
+                into["checked"] += p["checked"]
+                into["mismatches"] += p["mismatches"]
+                into["tool_mismatches"] += p.get("tool_mismatches") or 0
+                offs = [o for o in (into["first_difference"], p.get("first_difference"))
+                        if o is not None]
+                into["first_difference"] = min(offs) if offs else None
+        parity = {key: _parity_text(p) for key, p in merged.items()}
         c.expunge_all()
     groups: dict[tuple[str, str], list] = {}
     for r in runs:
@@ -102,7 +119,7 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
 
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
             "notices": agent_notices(store, [sweep_id]), "soaks": soak_results(store, sweep_id),
-            "set_aside": store.quarantined(sweep_id)}
+            "set_aside": store.quarantined(sweep_id), "failed_generations": failed}
 
 
 def soak_results(store: Store, sweep_id: str) -> list[dict]:

@@ -11,6 +11,7 @@ Modes:
 - ``surrogate``: the emoji U+1F600 is streamed as two JSON escapes of its UTF-16 halves in
   two separate events (``"\\ud83d"`` then ``"\\ude00"``); the non-streamed text is whole.
 - ``double-usage``: correct text, but ``usage.completion_tokens`` is twice the truth.
+- ``diverge``: like ``correct``, but its greedy text differs from it at character 12.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def answer(body: dict, tokens: Tokens) -> list[str]:
 
 
 def make_handler(mode: str, tokens: Tokens):
+    global GREEDY
+    if mode == "diverge":
+        GREEDY = GREEDY[:12] + "X" + GREEDY[13:]
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -117,7 +121,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--mode", default="correct",
-                    choices=["correct", "fail", "surrogate", "double-usage"])
+                    choices=["correct", "fail", "surrogate", "double-usage", "diverge"])
     ap.add_argument("--tokenizer", default=None, help="a tokenizer.json to count tokens with")
     args = ap.parse_args()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port),

@@ -1,4 +1,5 @@
-"""quarantined events: journal lines a node sent that did not pass the decode boundary
+"""quarantined events (journal lines that did not pass the decode boundary) and the unit of
+a measurement's first divergence (token, or character for a runtime without a tokenizer)
 
 Revision ID: 0008
 Revises: 0007
@@ -28,7 +29,12 @@ def upgrade() -> None:
         sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
         sa.UniqueConstraint("sweep_id", "node", "line_sha256", name="uq_quarantined_line"),
     )
+    with op.batch_alter_table("measurements", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("first_divergence_unit", sa.String(length=16),
+                                      nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("measurements", schema=None) as batch_op:
+        batch_op.drop_column("first_divergence_unit")
     op.drop_table("quarantined_events")

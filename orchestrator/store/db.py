@@ -43,7 +43,7 @@ MEASUREMENT_COLUMNS = ("run_index", "workload", "prompt_sha256", "mode", "knob",
                "itl_p95_ms", "drafted_tokens", "accepted_tokens", "acceptance_rate",
                "peak_mlx_memory_bytes", "exact_match", "first_divergence", "output_text",
                "context_bucket", "itl_p99_ms", "swap_in_bytes", "bandwidth_utilisation",
-               "unreliable", "unreliable_reasons")
+               "unreliable", "unreliable_reasons", "first_divergence_unit")
 
 
 try:  # orjson reads JSON columns several times faster; the review reads a lot of them

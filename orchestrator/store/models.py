@@ -125,6 +125,8 @@ class Measurement(Base):
     bandwidth_utilisation: Mapped[float | None] = mapped_column(Float)
     unreliable: Mapped[bool | None] = mapped_column(Boolean)
     unreliable_reasons: Mapped[list | None] = mapped_column(JSON)
+    # added in 0008: token, or character (an http runtime without a tokenizer)
+    first_divergence_unit: Mapped[str | None] = mapped_column(String(16))
 
 
 class NodeFacts(Base):
