@@ -27,6 +27,7 @@ system-deps:
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 test: $(STAMP) system-deps lint
 	$(VENV)/bin/python -m pytest -q -ra

@@ -13,7 +13,7 @@ TOKENIZER_SAMPLE = 'def f(x):\n    return {"a": [1, 2.5]}  # The quick brown fox
 
 
 def installed_versions() -> dict[str, str | None]:
-    out = {}
+    out: dict[str, str | None] = {}
     for dist in ("mlx", "mlx-lm"):
         try:
             out[dist] = metadata.version(dist)
@@ -53,7 +53,7 @@ def load_pair(job: Job):
         except Exception as e:  # mlx-lm raises many types for a bad folder
             raise ModelLoadError(f"{role} model at {ref.path} does not load: "
                                  f"{type(e).__name__}: {e}") from e
-    (target, tokenizer), (draft, draft_tok) = loaded["target"], loaded["draft"]
+    (target, tokenizer), (draft, draft_tok) = loaded["target"], loaded["draft"]  # type: ignore[misc]  # load() returns (model, tokenizer) unless asked for its config
     check_same_tokenizer(tokenizer, draft_tok)
     check_trimmable(target, "target")
     check_trimmable(draft, "draft")

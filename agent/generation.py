@@ -46,7 +46,7 @@ def generate_once(model, tokenizer, prompt_ids: list[int], cfg: dict, max_tokens
     prompt_tps = None
     t0 = time.perf_counter_ns()
     for r in stream_generate(model, tokenizer, prompt_ids, max_tokens=max_tokens,
-                             draft_model=draft_model, **kwargs):
+                             draft_model=draft_model, **kwargs):  # type: ignore[arg-type]
         times.append((time.perf_counter_ns() - t0) / 1e9)
         tokens.append(int(r.token))
         from_draft.append(bool(r.from_draft))

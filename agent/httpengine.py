@@ -93,7 +93,7 @@ def fold_tool_deltas(calls: list[dict], deltas: list) -> str:
 def _connect(base_url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
     u = urllib.parse.urlsplit(base_url)
     cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-    return cls(u.hostname, u.port or (443 if u.scheme == "https" else 80),
+    return cls(u.hostname or "", u.port or (443 if u.scheme == "https" else 80),
                timeout=timeout), u.path.rstrip("/")
 
 
@@ -316,14 +316,15 @@ def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
                                          len(texts))
     if source == "chunks":
         total = None  # one token per chunk, below
+    cum: list[int] = []
     if count_tokens is not None:
-        cum, acc = [], ""
+        acc = ""
         for t in texts:
             acc += t
             cum.append(len(count_tokens(acc)))
     elif total:
         chars = sum(len(t) for t in texts) or 1
-        run, cum = 0, []
+        run = 0
         for t in texts:
             run += len(t)
             cum.append(max(1, round(total * run / chars)))
@@ -331,8 +332,8 @@ def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
         cum = list(range(1, len(texts) + 1))
     token_times: list[float] = []
     prev = 0
-    for t, c in zip(times, cum):
-        token_times += [t] * max(c - prev, 0)
+    for when, c in zip(times, cum):
+        token_times += [when] * max(c - prev, 0)
         prev = max(prev, c)
     rate, mean, skipped = decode_rates(token_times, decode_skip)
     itl = [(b - a) * 1e3 for a, b in zip(times, times[1:])]

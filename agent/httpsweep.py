@@ -20,6 +20,7 @@ from . import httpengine as h
 from .job import Job
 from .journal import Journal
 from .protocol import KNOBS
+from .summary import emit_summaries, exactness
 
 
 class Runtime:
@@ -139,8 +140,6 @@ def _observe(url: str, api: str, body: dict, timeout: float, headers: dict, coun
 
 
 def run_http_job(job: Job, journal: Journal) -> int:
-    from .runner import _exactness, _summaries
-
     eng = job.engine
     api = eng.get("api", "completions")
     timeout = float(eng.get("request_timeout_s", 300))  # per socket read: a slow first byte
@@ -155,7 +154,9 @@ def run_http_job(job: Job, journal: Journal) -> int:
     field_knobs = eng.get("knobs", {})
     knob_values = [(k, v) for k, vals in {**job.knobs, **field_knobs}.items()
                    if k != "num_draft_tokens" for v in vals] or [(None, None)]
-    gens, refs, outputs = [], {}, {}
+    gens: list[dict] = []
+    refs: dict[tuple, list] = {}
+    outputs: dict[tuple, dict] = {}
     i = 0
     if api != "chat":
         for w in job.workloads:
@@ -214,7 +215,7 @@ def run_http_job(job: Job, journal: Journal) -> int:
                         # the output a speculative variant must reproduce: text, then calls
                         out = (ids or list(whole["text"])) + [
                             json.dumps([c["name"], c["arguments"]]) for c in whole["tool_calls"]]
-                        exact = {**_exactness(out, refs.get(key), cfg),
+                        exact = {**exactness(out, refs.get(key), cfg),
                                  "first_divergence_unit": "token" if ids else "character"}
                         if mode == "baseline":
                             refs.setdefault(key, out)
@@ -238,7 +239,7 @@ def run_http_job(job: Job, journal: Journal) -> int:
                              values=sorted(by_value, key=str), effect=False,
                              message=f"knob had no effect: {knob} in {sorted(by_value, key=str)}"
                                      " gave identical output")
-    _summaries(job, journal, gens)
+    emit_summaries(job, journal, gens)
     journal.emit("job_finished", status="ok", generations=len(gens), engine="http",
                  failed=planned - len(gens))
     return 0

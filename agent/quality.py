@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 
-TYPES = {"object": dict, "array": list, "string": str, "integer": int, "number": (int, float),
-         "boolean": bool, "null": type(None)}
+TYPES: dict[str, type | tuple[type, ...]] = {
+    "object": dict, "array": list, "string": str, "integer": int, "number": (int, float),
+    "boolean": bool, "null": type(None)}
 
 
 def first_json(text: str):

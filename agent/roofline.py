@@ -27,7 +27,7 @@ def chip_bandwidth_gbs(brand: str | None) -> float | None:
 def model_bytes(model) -> int:
     from mlx.utils import tree_flatten
 
-    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))  # type: ignore[str-unpack,union-attr]  # mlx stubs type leaves loosely
 
 
 def kv_bytes_per_position(model) -> int:

@@ -23,7 +23,7 @@ from .journal import Journal
 from .protocol import EVENT_SCHEMA, EXIT_CODES
 from .roofline import bytes_per_token, chip_bandwidth_gbs, kv_bytes_per_position, model_bytes
 from .roofline import utilisation as bw_utilisation
-from .summary import config_summary, distribution_test
+from .summary import emit_summaries, exactness
 from .telemetry.sampler import SAMPLE_KEYS
 
 SAMPLE_FIELDS = ("ts", *SAMPLE_KEYS)  # one telemetry sample inside a generation event
@@ -61,19 +61,6 @@ def _sampling_key(w: Workload, cfg: dict) -> tuple:
     return (w.name, cfg["temperature"], cfg["top_k"], cfg["top_p"], cfg["min_p"])
 
 
-def _exactness(tokens: list, reference: list | None, cfg: dict) -> dict:
-    """Greedy output against its baseline's; ``first_divergence`` indexes ``tokens``."""
-    if cfg["temperature"] != 0:
-        return {"exact_match": None, "exactness": "sampled", "first_divergence": None}
-    if reference is None:
-        return {"exact_match": None, "exactness": "reference", "first_divergence": None}
-    if tokens == reference:
-        return {"exact_match": True, "exactness": "identical", "first_divergence": None}
-    first = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b),
-                 min(len(tokens), len(reference)))
-    return {"exact_match": False, "exactness": "diverged", "first_divergence": first}
-
-
 def _chip() -> str | None:
     if sys.platform != "darwin":
         return None
@@ -86,7 +73,7 @@ def _chip() -> str | None:
 
 def previous_generations(journal_path: Path, job_id: str) -> list[dict]:
     """Generation events this job already journaled (for ``--resume``)."""
-    out = []
+    out: list[dict] = []
     if not journal_path.exists():
         return out
     for line in journal_path.read_text(encoding="utf-8").splitlines():
@@ -108,7 +95,7 @@ class Sweep:
         self.prompts = {w.name: tokenizer.encode(w.prompt) for w in job.workloads}
         chip = _chip()
         self.bandwidth_gbs = job.memory_bandwidth_gbs or chip_bandwidth_gbs(chip)
-        self.roof = {"target_bytes": model_bytes(target), "draft_bytes": model_bytes(draft),
+        self.roof: dict = {"target_bytes": model_bytes(target), "draft_bytes": model_bytes(draft),
                      "target_kv_bytes_per_token": kv_bytes_per_position(target),
                      "draft_kv_bytes_per_token": kv_bytes_per_position(draft),
                      "chip": chip, "memory_bandwidth_gbs": self.bandwidth_gbs}
@@ -175,7 +162,7 @@ def _soak(job: Job, journal: Journal, sweep: Sweep) -> int:
     from .soak import run_soak
 
     names = {w.name: w for w in job.workloads}
-    w = names.get(job.soak.get("workload"), job.workloads[0])
+    w = names.get(str(job.soak.get("workload")), job.workloads[0])
     k = job.soak.get("num_draft_tokens", job.base["num_draft_tokens"])
     cfg = {**job.base, "num_draft_tokens": k or 1}
     max_tokens = int(job.soak.get("max_tokens", w.max_tokens))
@@ -220,12 +207,12 @@ def _sweep(job: Job, journal: Journal, sweep: Sweep, resume: bool) -> int:
         except Exception as e:  # a config mlx-lm rejects must not sink the other configs
             journal.emit("generation_failed", **desc, error=f"{type(e).__name__}: {e}")
             continue
-        exact = {**_exactness(m["token_ids"], references.get(key), cfg),
+        exact = {**exactness(m["token_ids"], references.get(key), cfg),
                  "first_divergence_unit": "token"}
         if mode == "baseline":
             references.setdefault(key, m["token_ids"])
         gens.append(journal.emit("generation", **desc, **exact, **m))
-    _summaries(job, journal, gens)
+    emit_summaries(job, journal, gens)
     if job.quality_tasks:
         _quality(job, journal, sweep)
     journal.emit("job_finished", status="ok", generations=len(gens),
@@ -233,75 +220,12 @@ def _sweep(job: Job, journal: Journal, sweep: Sweep, resume: bool) -> int:
     return 0
 
 
-def _config_key(workload: str, mode: str, cfg: dict) -> tuple:
-    return (workload, mode, json.dumps(cfg, sort_keys=True))
-
-
-def _sampling_only(cfg: dict) -> str:
-    """A config without what tells speculation apart (draft width, http variant): the key a
-    speculative config shares with its baseline."""
-    return json.dumps({k: v for k, v in cfg.items() if k not in ("num_draft_tokens", "variant")},
-                      sort_keys=True)
-
-
-def _sampled_ids(g: dict) -> list:
-    # an http runtime without a tokenizer gives text only: compare characters then
-    return g.get("token_ids") or [ord(c) for c in g.get("output_text") or ""]
-
-
-def _summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
-    """One summary per distinct (workload, mode, config): baselines pool across pairings."""
-    groups: dict[tuple, list[dict]] = {}
-    for g in gens:
-        groups.setdefault(_config_key(g["workload"], g["mode"], g["config"]), []).append(g)
-    for (workload, mode, _), gs in groups.items():
-        cfg = gs[0]["config"]
-        s = config_summary(gs, job.cv_threshold)
-        checked = [g for g in gs if g.get("parity") in ("ok", "mismatch")]
-        if checked:  # http engine: streamed vs non-streamed text
-            bad = [g for g in checked if g["parity"] != "ok"]
-            s["parity"] = {"checked": len(checked), "mismatches": len(bad),
-                           "first_difference": min((g["first_difference"] for g in bad
-                                                    if g["first_difference"] is not None),
-                                                   default=None),
-                           "tool_mismatches": sum(g.get("tool_parity") == "mismatch"
-                                                  for g in bad)}
-        if mode == "speculative" and cfg["temperature"] > 0:
-            want = _sampling_only({**cfg, **job.baseline})
-            base = next((bs for (bw, bm, _), bs in groups.items() if bw == workload
-                         and bm == "baseline" and _sampling_only(bs[0]["config"]) == want), [])
-            s["distribution"] = distribution_test([_sampled_ids(b) for b in base],
-                                                  [_sampled_ids(g) for g in gs], seed=job.seed)
-        journal.emit("config_summary", workload=workload, context_bucket=gs[0]["context_bucket"],
-                     engine=gs[0].get("runtime") or "mlx-lm", mode=mode,
-                     knob=None if mode == "baseline" else gs[0]["knob"],
-                     knob_value=None if mode == "baseline" else gs[0]["knob_value"],
-                     num_draft_tokens=gs[0]["num_draft_tokens"], config=cfg, **s)
-    by_bucket: dict[tuple, list[dict]] = {}
-    for g in gens:
-        if g["mode"] == "speculative" and g.get("acceptance_by_position"):
-            by_bucket.setdefault((g["context_bucket"], g["num_draft_tokens"]), []).append(g)
-    rows = []
-    for (bucket, k), gs in sorted(by_bucket.items()):
-        d = sum(g["drafted_tokens"] for g in gs)
-        a = sum(g["accepted_tokens"] for g in gs)
-        pos = []
-        for p in range(k):
-            pd = sum(g["acceptance_by_position"][p]["drafted"] for g in gs)
-            pa = sum(g["acceptance_by_position"][p]["accepted"] for g in gs)
-            pos.append({"position": p + 1, "drafted": pd, "accepted": pa,
-                        "rate": round(pa / pd, 4) if pd else None})
-        rows.append({"context_bucket": bucket, "num_draft_tokens": k, "drafted_tokens": d,
-                     "accepted_tokens": a, "acceptance_rate": round(a / d, 4) if d else None,
-                     "acceptance_by_position": pos})
-    journal.emit("acceptance_by_bucket", rows=rows)
-
-
 def _quality(job: Job, journal: Journal, sweep: Sweep) -> None:
     """Each distinct config answers the frozen task set once, greedily."""
     from .quality import check
 
-    configs = {("baseline", 0): {**job.base, **job.baseline, "num_draft_tokens": 0}}
+    configs: dict[tuple, dict] = {("baseline", 0): {**job.base, **job.baseline,
+                                                    "num_draft_tokens": 0}}
     for knob, value, cfg in candidate_configs(job):
         configs[("speculative", cfg["num_draft_tokens"], knob, json.dumps(value))] = cfg
     tasks = job.quality_tasks

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from .stats import cv, percentile
+
+if TYPE_CHECKING:
+    from .job import Job
+    from .journal import Journal
 
 VALUE_METRICS = ("decode_tok_s", "acceptance_rate", "ttft_ms", "itl_p95_ms", "itl_p99_ms",
                  "itl_p50_ms", "peak_mlx_memory_bytes", "swap_used_after_bytes", "swap_in_bytes",
@@ -16,7 +22,7 @@ SUMMARY_METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate",
                    "peak_mlx_memory_bytes", "bandwidth_utilisation")
 
 
-def describe(values: list[float]) -> dict:
+def describe(values: list[float | None]) -> dict:
     vals = [v for v in values if v is not None]
     if not vals:
         return {"n": 0, "median": None, "p95": None, "cv": None}
@@ -86,3 +92,82 @@ def distribution_test(baseline: list[list[int]], candidate: list[list[int]], *, 
     return {"p_value": round((hits + 1) / (permutations + 1), 4), "statistic": round(observed, 4),
             "runs": [len(baseline), len(candidate)], "min_attainable_p": round(1 / splits, 4),
             "ngram": n, "prefix_tokens": prefix}
+
+
+# -- exactness and the summaries of one job (both engines) ---------------------------------
+
+def exactness(tokens: list, reference: list | None, cfg: dict) -> dict:
+    """Greedy output against its baseline's; ``first_divergence`` indexes ``tokens``."""
+    if cfg["temperature"] != 0:
+        return {"exact_match": None, "exactness": "sampled", "first_divergence": None}
+    if reference is None:
+        return {"exact_match": None, "exactness": "reference", "first_divergence": None}
+    if tokens == reference:
+        return {"exact_match": True, "exactness": "identical", "first_divergence": None}
+    first = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b),
+                 min(len(tokens), len(reference)))
+    return {"exact_match": False, "exactness": "diverged", "first_divergence": first}
+
+
+def _config_key(workload: str, mode: str, cfg: dict) -> tuple:
+    return (workload, mode, json.dumps(cfg, sort_keys=True))
+
+
+def _sampling_only(cfg: dict) -> str:
+    """A config without what tells speculation apart (draft width, http variant): the key a
+    speculative config shares with its baseline."""
+    return json.dumps({k: v for k, v in cfg.items() if k not in ("num_draft_tokens", "variant")},
+                      sort_keys=True)
+
+
+def _sampled_ids(g: dict) -> list:
+    # an http runtime without a tokenizer gives text only: compare characters then
+    return g.get("token_ids") or [ord(c) for c in g.get("output_text") or ""]
+
+
+def emit_summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
+    """One summary per distinct (workload, mode, config): baselines pool across pairings."""
+    groups: dict[tuple, list[dict]] = {}
+    for g in gens:
+        groups.setdefault(_config_key(g["workload"], g["mode"], g["config"]), []).append(g)
+    for (workload, mode, _), gs in groups.items():
+        cfg = gs[0]["config"]
+        s = config_summary(gs, job.cv_threshold)
+        checked = [g for g in gs if g.get("parity") in ("ok", "mismatch")]
+        if checked:  # http engine: streamed vs non-streamed text
+            bad = [g for g in checked if g["parity"] != "ok"]
+            s["parity"] = {"checked": len(checked), "mismatches": len(bad),
+                           "first_difference": min((g["first_difference"] for g in bad
+                                                    if g["first_difference"] is not None),
+                                                   default=None),
+                           "tool_mismatches": sum(g.get("tool_parity") == "mismatch"
+                                                  for g in bad)}
+        if mode == "speculative" and cfg["temperature"] > 0:
+            want = _sampling_only({**cfg, **job.baseline})
+            base = next((bs for (bw, bm, _), bs in groups.items() if bw == workload
+                         and bm == "baseline" and _sampling_only(bs[0]["config"]) == want), [])
+            s["distribution"] = distribution_test([_sampled_ids(b) for b in base],
+                                                  [_sampled_ids(g) for g in gs], seed=job.seed)
+        journal.emit("config_summary", workload=workload, context_bucket=gs[0]["context_bucket"],
+                     engine=gs[0].get("runtime") or "mlx-lm", mode=mode,
+                     knob=None if mode == "baseline" else gs[0]["knob"],
+                     knob_value=None if mode == "baseline" else gs[0]["knob_value"],
+                     num_draft_tokens=gs[0]["num_draft_tokens"], config=cfg, **s)
+    by_bucket: dict[tuple, list[dict]] = {}
+    for g in gens:
+        if g["mode"] == "speculative" and g.get("acceptance_by_position"):
+            by_bucket.setdefault((g["context_bucket"], g["num_draft_tokens"]), []).append(g)
+    rows = []
+    for (bucket, k), gs in sorted(by_bucket.items()):
+        d = sum(g["drafted_tokens"] for g in gs)
+        a = sum(g["accepted_tokens"] for g in gs)
+        pos = []
+        for p in range(k):
+            pd = sum(g["acceptance_by_position"][p]["drafted"] for g in gs)
+            pa = sum(g["acceptance_by_position"][p]["accepted"] for g in gs)
+            pos.append({"position": p + 1, "drafted": pd, "accepted": pa,
+                        "rate": round(pa / pd, 4) if pd else None})
+        rows.append({"context_bucket": bucket, "num_draft_tokens": k, "drafted_tokens": d,
+                     "accepted_tokens": a, "acceptance_rate": round(a / d, 4) if d else None,
+                     "acceptance_by_position": pos})
+    journal.emit("acceptance_by_bucket", rows=rows)

@@ -86,7 +86,7 @@ GENERATION_RULES = _rules(Measurement, _measurement_fields(),
 SAMPLE_RULES = _rules(TelemetrySample, ("ts", *[
     c.name for c in TelemetrySample.__table__.c
     if c.name not in ("id", "sweep_id", "node", "seq", "idx", "ts")]))
-KNOB_VALUE_MAX = Measurement.__table__.c["knob_value"].type.length
+KNOB_VALUE_MAX: int = Measurement.__table__.c["knob_value"].type.length  # type: ignore[attr-defined]
 
 
 def _value_problem(name: str, v: Any, kind: int, size: int, nullable: bool) -> str | None:
@@ -237,7 +237,7 @@ class Decoder:
         if type(seq) is not int or not 0 < seq <= MAX_INT32:
             return Quarantined(None, f"seq {seq!r} is not an integer in 1..{MAX_INT32}", text)
         typ = e.get("type")
-        fields = EVENT_FIELDS.get(typ) if type(typ) is str else None
+        fields = EVENT_FIELDS.get(typ) if isinstance(typ, str) else None
         if fields is None:
             return Quarantined(seq, f"unknown event type {typ!r}", text)
         ts = e.get("ts")
@@ -248,7 +248,7 @@ class Decoder:
                 return Quarantined(seq, f"{typ}: field {name!r} must be "
                                         f"{'/'.join(_json_name(t) for t in types)}, got "
                                         f"{_json_name(type(e.get(name)))}", text)
-        deep = DEEP_CHECKS.get(typ)
+        deep = DEEP_CHECKS.get(str(typ))
         if deep is not None:
             problem = deep(e)
             if problem:

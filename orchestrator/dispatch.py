@@ -21,17 +21,15 @@ from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
-import agent
-
 from .blobs import CONTROLLER_CACHE, push_model
 from .decode import Decoder, Quarantined
 from .errors import RemoteError, SpecfleetError, StoreError, UnreachableError
 from .fanout import Outcome, run_fan_out
 from .inventory import Host
+from .node_paths import expand_root
 from .store import Store
 from .transport import SSHOptions, connect, q
 
-AGENT_DIR = Path(agent.__file__).resolve().parent
 INGEST_BATCH = 64
 INGEST_EVERY_S = 0.25
 
@@ -55,10 +53,6 @@ class SweepOptions:
     store_retry_timeout_s: float = 120.0
     lease_ttl_s: float = 120.0
     trigger: str = "manual"
-
-
-def expand_root(root: str, home: str) -> str:
-    return home + root[1:] if root == "~" or root.startswith("~/") else root
 
 
 def model_pair_name(doc: dict) -> str:
@@ -177,7 +171,7 @@ class NodeRun:
 
     async def launch(self, t, doc: dict, job: dict) -> None:
         from .facts import collect
-        from .provision import _agent, provision_host
+        from .provision import provision_host, push_agent
 
         h = self.host
         root = expand_root(h.root, await t.home())
@@ -191,7 +185,7 @@ class NodeRun:
             env_id = d["env_id"]
         else:  # the node brings its own Python (specfleet_python); the agent checks pins
             await t.run(f"mkdir -p {q(root)}")
-            agent_dir = (await _agent(t, root))["agent_dir"]
+            agent_dir = (await push_agent(t, root))["agent_dir"]
             python = h.python
             report = await push_model(t, h.name, python, root,
                                       {r: Path(doc["models"][r]["path"])
@@ -326,8 +320,8 @@ class NodeRun:
                 delay = min(delay * 2, 10)
 
     def outcome(self) -> Outcome:
-        last = self.store.last_event(self.sweep_id, self.host.name)
-        kind = last and last["type"]
+        last = self.store.last_event(self.sweep_id, self.host.name) or {}
+        kind = last.get("type")
         if kind == "job_finished" and last.get("status", "ok") != "ok":  # e.g. soak_failed
             self.store.set_sweep_node(self.sweep_id, self.host.name, state="finished")
             why = "; ".join(last.get("reasons") or []) or "see the journal"
@@ -365,6 +359,7 @@ class NodeRun:
         keeper = asyncio.create_task(self.keep_lease())
         try:
             if mode == "start":
+                assert doc is not None and job is not None
                 await self.launch(t, doc, job)
             elif mode == "resume":
                 self.started = True

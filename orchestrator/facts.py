@@ -59,7 +59,9 @@ def facts_script(root: str, python: str) -> str:
 
 
 def sections(text: str) -> dict[str, str]:
-    out, name, buf = {}, None, []
+    out: dict[str, str] = {}
+    name: str | None = None
+    buf: list[str] = []
     for line in text.splitlines():
         if line.startswith("@@"):
             if name:
@@ -178,7 +180,7 @@ def parse_facts(text: str, host: Host) -> dict:
 
 
 async def collect(host: Host, t) -> dict:
-    from .dispatch import expand_root
+    from .node_paths import expand_root
 
     home = await t.home()
     root = expand_root(host.root, home)

@@ -17,7 +17,9 @@ SUBSCRIPT = re.compile(r"^(.+)\[(?:(-?[0-9]+)|([0-9]+)([:-])([0-9]*))\]$")
 
 def _split(pattern: str) -> list[str]:
     """Split on commas, and on colons outside brackets (``macs[0:1]`` is one term)."""
-    out, cur, depth = [], [], 0
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in pattern:
         depth += ch == "["
         depth -= ch == "]" and depth > 0

@@ -272,7 +272,7 @@ def _agent_would_accept(job: dict, path: Path) -> None:
                    "models": {"target": {"path": "target"}, "draft": {"path": "draft"}}})
     except JobFileError as e:
         msg = str(e).split(": ", 1)[1]
-        section = re.match(r"[a-z_]*", msg).group(0)
+        section = re.match(r"[a-z_]*", msg).group(0)  # type: ignore[union-attr]  # [a-z_]* always matches
         section = "sweep" if section in ("knobs", "base", "baseline") else section
         raise ConfigError(msg, str(path), line_of(load_yaml(path), section)) from None
 

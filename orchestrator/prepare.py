@@ -82,7 +82,8 @@ def _connect(host: Host, known_hosts: str, password: str | None, timeout: float)
     import paramiko
     from fabric import Connection
 
-    kw = {"look_for_keys": host.key_file is None, "allow_agent": host.key_file is None}
+    kw: dict[str, object] = {"look_for_keys": host.key_file is None,
+                             "allow_agent": host.key_file is None}
     if host.key_file:
         kw["key_filename"] = os.path.expanduser(host.key_file)
     c = Connection(host=host.address, user=host.user, port=host.port, connect_kwargs=kw,

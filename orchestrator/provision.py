@@ -18,9 +18,9 @@ from pathlib import Path
 from agent.fingerprint import file_sha256
 
 from .blobs import CONTROLLER_CACHE, push_files, push_model
-from .dispatch import AGENT_DIR, expand_root
 from .errors import RemoteError, SpecfleetError
 from .inventory import Host
+from .node_paths import AGENT_DIR, expand_root
 from .plan import platform_matches, platform_node
 from .transport import q
 from .wheelhouse import PROBE, Lock, ResolveError, check_lock, node_packages, resolve
@@ -120,7 +120,8 @@ async def _env(t, host: Host, root: str, doc: dict, node: dict, progress) -> dic
             "wheels_sent_bytes": report.sent_bytes, "env_python": f"{env_dir}/bin/python"}
 
 
-async def _agent(t, root: str) -> dict:
+async def push_agent(t, root: str) -> dict:
+    """The agent folder on the node (ROOT/agents/<agent_id>), pushed once per version."""
     agent_id, _ = agent_artefact()
     dest = f"{root}/agents/{agent_id}"
     if (await t.run(f"test -f {q(dest + '/.complete')}", check=False)).exit_status == 0:
@@ -145,7 +146,7 @@ async def provision_host(host: Host, t, doc: dict, progress=None) -> dict:
         env = await _env(t, host, root, doc, node, progress)
     except ResolveError as e:
         raise SpecfleetError(f"{host.name}: {e}") from None
-    agent = await _agent(t, root)
+    agent = await push_agent(t, root)
     weights = await push_model(t, host.name, base_python(host), root,
                                {r: Path(doc["models"][r]["path"]) for r in ("target", "draft")},
                                CONTROLLER_CACHE / "fingerprints.json", progress,

@@ -12,7 +12,7 @@ from .analysis.charts import all_charts, label
 from .analysis.rules import DEFAULT_RULES, load_rules
 from .analysis.weekly import analyse
 from .errors import SpecfleetError
-from .review import TEMPLATES, _fmt
+from .review import TEMPLATES, fmt_value
 from .store import Store
 
 FORMATS = ("html", "md", "json")
@@ -51,7 +51,7 @@ def _runtime_verdict(group: dict) -> str:
 def environment(html: bool) -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined,
                       autoescape=select_autoescape(["html.j2"]) if html else False)
-    env.filters.update(fmt=_fmt, num=_num, series_label=label, md=_md,
+    env.filters.update(fmt=fmt_value, num=_num, series_label=label, md=_md,
                        runtime_verdict=_runtime_verdict)
     return env
 

@@ -173,7 +173,8 @@ def _verdict(rows: list[Row]) -> str:
     spec = [r for r in rows if r.mode == "speculative" and r.speedup is not None]
     if not spec:
         return "No speculative runs measured."
-    best = max(spec, key=lambda r: r.speedup)
+    best = max(spec, key=lambda r: r.speedup or 0.0)
+    assert best.speedup is not None
     inexact = [r for r in spec if r.exactness.startswith("diverged")]
     if inexact:
         widths = ", ".join(str(r.num_draft_tokens) for r in inexact)
@@ -182,17 +183,17 @@ def _verdict(rows: list[Row]) -> str:
         return (f"Speculation is a net loss here: best is draft width {best.num_draft_tokens} "
                 f"at {best.speedup:.2f}× the baseline. Keep autoregressive decoding.")
     return (f"Best: draft width {best.num_draft_tokens} at {best.speedup:.2f}× the baseline "
-            f"(acceptance {_fmt(best.acceptance_rate, '.2f')}).")
+            f"(acceptance {fmt_value(best.acceptance_rate, '.2f')}).")
 
 
-def _fmt(value, spec: str = ".1f", missing: str = "–") -> str:
+def fmt_value(value, spec: str = ".1f", missing: str = "–") -> str:
     return missing if value is None else format(value, spec)
 
 
 def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(
         ["html", "j2"], default_for_string=True, default=True), undefined=StrictUndefined)
-    env.filters["fmt"] = _fmt
+    env.filters["fmt"] = fmt_value
     return env
 
 

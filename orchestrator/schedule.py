@@ -230,9 +230,9 @@ def entries(dest: Path | None = None) -> list[Entry]:
                 cal = re.search(r"OnCalendar=\*-\*-\* (\d\d:\d\d)", p.read_text())
                 svc = p.with_suffix(".service").read_text() if p.with_suffix(
                     ".service").exists() else ""
-                lock = re.search(r'ExecStart="[^"]*" "nightly" "([^"]+)"', svc)
+                hit = re.search(r'ExecStart="[^"]*" "nightly" "([^"]+)"', svc)
                 found.append(Entry(p.stem, kind, p, cal.group(1) if cal else "?",
-                                   lock.group(1) if lock else "?"))
+                                   hit.group(1) if hit else "?"))
     cron_src = (dest / CRON_FILE).read_text() if dest and (dest / CRON_FILE).exists() else (
         subprocess.run(["crontab", "-l"], capture_output=True, text=True).stdout
         if dest is None and shutil.which("crontab") else "")

@@ -71,7 +71,7 @@ class LocalTransport:
             command, stdin=asyncio.subprocess.PIPE if input is not None else None,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, err = await proc.communicate(input.encode() if input is not None else None)
-        res = Result(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+        res = Result(proc.returncode or 0, _text(out), _text(err))
         if check and res.exit_status != 0:
             raise RemoteError(self.host.name, command, res.exit_status, res.stderr)
         return res
@@ -85,10 +85,11 @@ class LocalTransport:
         proc = await asyncio.create_subprocess_shell(
             command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE)
+        assert proc.stdin is not None  # asked for with PIPE
         sent = await _pump(local, offset, proc.stdin, progress)
         proc.stdin.close()
         out, err = await proc.communicate()
-        res = Result(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+        res = Result(proc.returncode or 0, _text(out), _text(err))
         if res.exit_status != 0:
             raise RemoteError(self.host.name, command, res.exit_status, res.stderr)
         return res, sent
@@ -101,6 +102,7 @@ class LocalTransport:
         proc = await asyncio.create_subprocess_shell(
             command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             limit=1 << 24)
+        assert proc.stdout is not None and proc.stderr is not None  # asked for with PIPE
         stderr_task = asyncio.create_task(proc.stderr.read())
         async for raw in proc.stdout:
             yield raw.decode(errors="replace")
@@ -135,6 +137,12 @@ class SSHTransport:
             _append_known_host(o.known_hosts_path, h.address, peer[1] if peer else h.port or 22,
                                self.conn.get_server_host_key())
         return self
+
+    @property
+    def live(self) -> asyncssh.SSHClientConnection:
+        """The open connection (only used inside ``async with``)."""
+        assert self.conn is not None, "use the transport as `async with connect(host)`"
+        return self.conn
 
     async def _connect(self, known_hosts):
         h, o = self.host, self.options
@@ -181,7 +189,7 @@ class SSHTransport:
 
     async def run(self, command: str, check: bool = True, input: str | None = None) -> Result:
         try:
-            r = await self.conn.run(command, check=False, input=input)
+            r = await self.live.run(command, check=False, input=input)
         except (OSError, asyncssh.Error) as e:
             raise UnreachableError(self.host.name, f"connection lost: {e}") from None
         if r.exit_status is None:  # the session died mid-command: not a success
@@ -193,7 +201,7 @@ class SSHTransport:
 
     async def write_text(self, remote: str, text: str) -> None:
         try:
-            r = await self.conn.run(f"cat > {q(remote)}", input=text, check=False)
+            r = await self.live.run(f"cat > {q(remote)}", input=text, check=False)
         except (OSError, asyncssh.Error) as e:
             raise UnreachableError(self.host.name, f"connection lost: {e}") from None
         if r.exit_status != 0:
@@ -208,14 +216,14 @@ class SSHTransport:
         writes); a dropped session leaves a shorter file that the next push resumes.
         """
         try:
-            async with self.conn.create_process(command, encoding=None) as proc:
+            async with self.live.create_process(command, encoding=None) as proc:
                 # a dead session stops the pump; the exit status check below reports it
                 sent = await _pump(local, offset, proc.stdin, progress,
-                                   lambda: proc.is_closing() or self.conn.is_closed())
+                                   lambda: proc.is_closing() or self.live.is_closed())
                 proc.stdin.write_eof()
                 done = await proc.wait(check=False)  # collects what stdout/stderr still hold
-                out = (done.stdout or b"").decode(errors="replace")
-                err = (done.stderr or b"").decode(errors="replace")
+                out = _text(done.stdout)
+                err = _text(done.stderr)
         except (OSError, asyncssh.Error) as e:
             raise UnreachableError(self.host.name, f"transfer broke: {e}") from None
         if proc.exit_status is None:
@@ -226,7 +234,7 @@ class SSHTransport:
 
     async def put_dir(self, local: Path, remote: str) -> None:
         try:
-            async with self.conn.start_sftp_client() as sftp:
+            async with self.live.start_sftp_client() as sftp:
                 await sftp.makedirs(remote, exist_ok=True)
                 for path in sorted(local.rglob("*")):
                     if "__pycache__" in path.parts:
@@ -241,7 +249,7 @@ class SSHTransport:
 
     async def stream_lines(self, command: str) -> AsyncIterator[str]:
         try:
-            async with self.conn.create_process(command) as proc:
+            async with self.live.create_process(command) as proc:
                 stderr_task = asyncio.create_task(proc.stderr.read())
                 async for line in proc.stdout:
                     yield line
@@ -270,6 +278,10 @@ async def _pump(local: Path, offset: int, stdin, progress=None,
             if progress:
                 progress(len(chunk))
     return sent
+
+
+def _text(data) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 
 
 def _known_hosts_lines(path: str, port: int) -> tuple[str, list[str]]:

@@ -39,8 +39,8 @@ def parse_pmset_batt(text: str) -> dict:
     source = re.search(r"Now drawing from '([^']+)'", text)
     pct = re.search(r"\t\s*(\d+)%;\s*([^;]+);", text) or re.search(r"(\d+)%;\s*([^;]+);", text)
     name = source.group(1) if source else None
-    return {"power_source": {"AC Power": "ac", "Battery Power": "battery",
-                             "UPS Power": "ups"}.get(name, name and name.lower()),
+    kinds = {"AC Power": "ac", "Battery Power": "battery", "UPS Power": "ups"}
+    return {"power_source": None if name is None else kinds.get(name, name.lower()),
             "battery_percent": int(pct.group(1)) if pct else None,
             "battery_state": pct.group(2).strip() if pct else None}
 
@@ -81,7 +81,8 @@ def parse_vm_stat(text: str) -> dict:
 def parse_pressure_level(text: str) -> dict:
     m = re.search(r"(\d+)\s*$", text.strip())
     level = int(m.group(1)) if m else None
-    return {"memory_pressure": PRESSURE_LEVELS.get(level), "memory_pressure_level": level}
+    return {"memory_pressure": None if level is None else PRESSURE_LEVELS.get(level),
+            "memory_pressure_level": level}
 
 
 PARSERS = {"therm": parse_pmset_therm, "batt": parse_pmset_batt, "pmset": parse_pmset_g,

@@ -75,7 +75,9 @@ def _eval(node: ast.AST, metrics: dict):
         return True
     if isinstance(node, ast.Name):
         return metrics.get(node.id)
-    return node.value
+    if isinstance(node, ast.Constant):
+        return node.value
+    raise ValueError(f"unsupported expression {ast.dump(node)[:60]}")
 
 
 def fire(rules: list[Rule], metrics: dict) -> list[dict]:

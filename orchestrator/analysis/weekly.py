@@ -43,8 +43,8 @@ def iso_week_bounds(week: str | None, now: datetime | None = None) -> tuple[date
     if week is None:
         y, w, _ = now.isocalendar()
         week = f"{y}-W{w:02d}"
-    y, w = week.split("-W")
-    start = datetime.combine(date.fromisocalendar(int(y), int(w), 1), datetime.min.time(),
+    year, wk = week.split("-W")
+    start = datetime.combine(date.fromisocalendar(int(year), int(wk), 1), datetime.min.time(),
                              tzinfo=timezone.utc)
     return start, start + timedelta(days=7), week
 
@@ -182,7 +182,8 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         acceptance_p50=median(_vals(runs, "acceptance_rate")),
         speedup=median(speedups) if first.mode == "speculative" else 1.0,
         ttft_p50=median(ttft),
-        ttft_change=(median(ttft) / median(base_ttft) - 1) if ttft and base_ttft else None,
+        ttft_change=(statistics.median(ttft) / statistics.median(base_ttft) - 1)
+        if ttft and base_ttft else None,
         itl_p95=median(_vals(runs, "itl_p95_ms")), itl_p99=median(_vals(runs, "itl_p99_ms")),
         peak_memory=median(_vals(runs, "peak_mlx_memory_bytes")),
         swap_peak=max(swap) if swap else None, swap_in_nights=swap_in_nights,
@@ -283,13 +284,13 @@ def regression(now: list[RunRow], then: list[RunRow], metric: str = "decode_tok_
     a, b = pick(then, metric), pick(now, metric)
     if not a or not b:
         return {"verdict": "no data", "ratio": None, "p": None, "n": [len(a), len(b)]}
-    ratio = median(b) / median(a) if median(a) else None
+    ratio = statistics.median(b) / statistics.median(a) if statistics.median(a) else None
     mw = mann_whitney(a, b)
     enough = len(a) >= MIN_REPS and len(b) >= MIN_REPS
     big = ratio is not None and (ratio < 1 / REGRESSION_FACTOR or ratio > REGRESSION_FACTOR)
     significant = mw["p"] is not None and mw["p"] < REGRESSION_P
     if big and significant and enough:
-        verdict = "regression" if ratio < 1 else "improvement"
+        verdict = "regression" if ratio is not None and ratio < 1 else "improvement"
     elif big or significant:
         verdict = "unconfirmed"
     else:
@@ -346,7 +347,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
         ident = latest.identity
         cur = [r for r in current if identity_key(r.identity) == identity_key(ident)]
         mixed = len({identity_key(r.identity) for r in current}) > 1
-        section = {"series": {"chip": key[0], "model_pair": key[1], "workload": key[2],
+        section: dict = {"series": {"chip": key[0], "model_pair": key[1], "workload": key[2],
                               "context_bucket": key[3], "engine": key[4]},
                    "identity": ident, "stale": stale, "mixed_identities": mixed,
                    "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
@@ -359,7 +360,8 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                 d, t = median(v.get("decode_tok_s") or []), median(v.get("ttft_ms") or [])
                 if d:
                     base_by_sweep[(r.sweep_id, r.node)] = {"decode": d, "ttft": t}
-            configs, shaky = defaultdict(list), defaultdict(list)
+            configs: dict[tuple, list[RunRow]] = defaultdict(list)
+            shaky: dict[tuple, list[RunRow]] = defaultdict(list)
             for r in cur:  # an unreliable trial is reported, never averaged in
                 (shaky if r.shaky else configs)[(r.mode, r.k)].append(r)
             for ck in shaky:
@@ -384,7 +386,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                     c.classification = classify(c)
                 section["configs"].append(c.__dict__)
             spec = [c for c in stats.values() if c.mode == "speculative" and c.speedup]
-            best = max(spec, key=lambda c: c.speedup) if spec else None
+            best = max(spec, key=lambda c: c.speedup or 0.0) if spec else None
             metrics = {
                 "best_k": best.k if best else None,
                 "best_speedup": best.speedup if best else None,
@@ -417,7 +419,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                         reg.update(config=f"{mode} k={k}", period=period,
                                    cause=identity_changes(prev, ident) if then else [])
                         section["regressions"].append(reg)
-            section["trend"] = _trend(runs, metrics["best_k"])
+            section["trend"] = _trend(runs, best.k if best else None)
             section["speedup_by_k"] = {c.k: c.speedup for c in spec}
             section["itl_p95_values"] = {
                 "baseline": _vals(configs.get(("baseline", 0), []), "itl_p95_ms"),

@@ -93,7 +93,7 @@ def fleet_options(fn):
     return fn
 
 
-def _ssh(kw: dict):
+def ssh_options(kw: dict):
     from ..transport import SSHOptions
 
     return SSHOptions(known_hosts=kw.pop("known_hosts"),
@@ -102,31 +102,31 @@ def _ssh(kw: dict):
                       connect_timeout=kw.pop("connect_timeout"))
 
 
-def _inventory(kw: dict):
+def inventory_from(kw: dict):
     from ..inventory import load_inventory
 
     paths = list(kw.pop("inventory_path"))
     return load_inventory(paths, kw.pop("vault_password_file")), ",".join(map(str, paths))
 
 
-def _hosts(kw: dict):
-    inv, where = _inventory(kw)
+def hosts_from(kw: dict):
+    inv, where = inventory_from(kw)
     return inv.select(kw.pop("limit")), where
 
 
-def _plan_hosts(doc: dict, lock_path: Path, kw: dict):
+def plan_hosts(doc: dict, lock_path: Path, kw: dict):
     """The hosts a lock's plan sweeps: its ``nodes.limit`` unless --limit was given, then
     only those carrying all of its ``nodes.labels``."""
     from ..inventory import with_labels
 
     if kw["limit"] is None and doc["nodes"].get("limit"):
         kw["limit"] = doc["nodes"]["limit"]
-    hosts, inventory_path = _hosts(kw)
+    hosts, inventory_path = hosts_from(kw)
     return with_labels(hosts, doc["nodes"].get("labels") or [],
                        f"{lock_path}: nodes.labels"), inventory_path
 
 
-def _report(outcomes, retry_file: Path, as_json: bool, extra: dict | None = None,
+def report_outcomes(outcomes, retry_file: Path, as_json: bool, extra: dict | None = None,
             describe=None) -> None:
     """Per-host lines (or JSON), a summary, the retry file; exit 1 if any host was not ok."""
     from ..fanout import not_ok, summary_line, write_retry_file
@@ -155,7 +155,7 @@ def _report(outcomes, retry_file: Path, as_json: bool, extra: dict | None = None
 class TransferProgress:
     """Bytes and rate per host on stderr, at most twice a second per host."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.sent: dict[str, int] = {}
         self.t0: dict[str, float] = {}
         self.last: dict[str, float] = {}
@@ -177,7 +177,7 @@ class TransferProgress:
         return cb
 
 
-def _lock_from(path: Path, log) -> tuple[dict, Path]:
+def lock_from(path: Path, log) -> tuple[dict, Path]:
     """A verified lock from a lock file, or from a plan (locked on the fly)."""
     from ..plan import load_lock, load_plan, verify_lock, write_lock
 

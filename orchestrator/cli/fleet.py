@@ -9,15 +9,15 @@ import click
 
 from .base import (
     TransferProgress,
-    _hosts,
-    _lock_from,
-    _report,
-    _ssh,
     db_option,
     fleet_options,
+    hosts_from,
     inventory_option,
     limit_option,
+    lock_from,
     main,
+    report_outcomes,
+    ssh_options,
 )
 
 
@@ -35,7 +35,7 @@ def inventory_list(as_json: bool, **kw):
 
     Example: specfleet inventory list -i inventory/local.yml --limit 'all:!ghost' --json
     """
-    hosts, _ = _hosts(kw)
+    hosts, _ = hosts_from(kw)
     rows = [{"name": h.name, "address": h.address, "port": h.port or 22, "user": h.user,
              "connection": h.connection, "python": h.python, "groups": list(h.groups)}
             for h in hosts]
@@ -83,14 +83,14 @@ def fleet_facts(db_url, failed_hosts_file, as_json, **kw):
     from ..fanout import run_fan_out
     from ..store import open_store
 
-    ssh = _ssh(kw)
-    hosts, _ = _hosts(kw)
+    ssh = ssh_options(kw)
+    hosts, _ = hosts_from(kw)
     outcomes = run_fan_out(hosts, collect, ssh)
     store = open_store(db_url)
     for o in outcomes:
         if o.status == "ok":
             store.add_facts(o.host, o.value)
-    _report(outcomes, failed_hosts_file, as_json, describe=_describe_facts)
+    report_outcomes(outcomes, failed_hosts_file, as_json, describe=_describe_facts)
 
 
 @main.group()
@@ -121,7 +121,7 @@ def node_prepare(ask_become_pass, check, known_hosts, failed_hosts_file, as_json
 
     from ..prepare import prepare_host
 
-    hosts, _ = _hosts(kw)
+    hosts, _ = hosts_from(kw)
     password = click.prompt("BECOME password", hide_input=True, err=True) \
         if ask_become_pass else None
     known = known_hosts or os.path.expanduser("~/.ssh/known_hosts")
@@ -136,7 +136,7 @@ def node_prepare(ask_become_pass, check, known_hosts, failed_hosts_file, as_json
                     click.echo(f"[{h.name}] {'':<22} would run: sudo sh -c "
                                f"{shlex.quote(s['command'])}", err=True)
 
-    _report(outcomes, failed_hosts_file, as_json,
+    report_outcomes(outcomes, failed_hosts_file, as_json,
             describe=lambda o: ", ".join(sorted({s["state"] for s in o.value})))
 
 
@@ -152,11 +152,11 @@ def provision(plan_path, db_url, failed_hosts_file, as_json, **kw):
     from ..provision import provision_host
     from ..store import open_store
 
-    doc, _ = _lock_from(plan_path, lambda m: click.echo(m, err=True))
+    doc, _ = lock_from(plan_path, lambda m: click.echo(m, err=True))
     store = open_store(db_url)
     store.record_lock(doc)
-    ssh = _ssh(kw)
-    hosts, _ = _hosts(kw)
+    ssh = ssh_options(kw)
+    hosts, _ = hosts_from(kw)
     bars = TransferProgress()
     outcomes = run_fan_out(
         hosts, lambda h, t: provision_host(h, t, doc, bars.for_host(h.name)), ssh)
@@ -172,5 +172,5 @@ def provision(plan_path, db_url, failed_hosts_file, as_json, **kw):
                 + (f" · {v['weights_resent_corrupt']} corrupt blob(s) found and re-sent"
                    if v.get("weights_resent_corrupt") else "") + f" · {v['seconds']:.1f}s")
 
-    _report(outcomes, failed_hosts_file, as_json, extra={"plan": str(plan_path)},
+    report_outcomes(outcomes, failed_hosts_file, as_json, extra={"plan": str(plan_path)},
             describe=describe)

@@ -10,14 +10,14 @@ import click
 
 from ..errors import SpecfleetError
 from .base import (
-    _hosts,
-    _lock_from,
-    _plan_hosts,
-    _report,
-    _ssh,
     db_option,
     fleet_options,
+    hosts_from,
+    lock_from,
     main,
+    plan_hosts,
+    report_outcomes,
+    ssh_options,
 )
 
 
@@ -49,13 +49,13 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
 
     if sum(x is not None for x in (lock_path, attach_id, resume_id)) != 1:
         raise click.UsageError("give a LOCK, or --attach SWEEP_ID, or --resume SWEEP_ID")
-    ssh = _ssh(kw)
+    ssh = ssh_options(kw)
     doc = None
     if lock_path:
-        doc, _ = _lock_from(lock_path, lambda m: click.echo(m, err=True))
-        hosts, inventory_path = _plan_hosts(doc, lock_path, kw)
+        doc, _ = lock_from(lock_path, lambda m: click.echo(m, err=True))
+        hosts, inventory_path = plan_hosts(doc, lock_path, kw)
     else:
-        hosts, inventory_path = _hosts(kw)
+        hosts, inventory_path = hosts_from(kw)
     store = open_store(db_url)
     opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout)
     sweep_id = attach_id or resume_id
@@ -73,7 +73,7 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
                    "again with `specfleet sweep --attach SWEEP_ID` (the id is printed above; "
                    "`specfleet sweeps list` shows it too)", err=True)
         sys.exit(130)
-    _report(result.outcomes, failed_hosts_file, as_json,
+    report_outcomes(result.outcomes, failed_hosts_file, as_json,
             extra={"sweep_id": result.sweep_id, "status": result.status},
             describe=lambda o: f"{o.value['events']} events")
     click.echo(f"sweep {result.sweep_id}: {result.status}", err=True)
@@ -107,9 +107,9 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
     from ..store import open_store
 
     try:
-        doc, _ = _lock_from(lock_path, lambda m: None)
-        ssh = _ssh(kw)
-        hosts, inventory_path = _plan_hosts(doc, lock_path, kw)
+        doc, _ = lock_from(lock_path, lambda m: None)
+        ssh = ssh_options(kw)
+        hosts, inventory_path = plan_hosts(doc, lock_path, kw)
     except SpecfleetError as e:
         # nobody watches a nightly: the night it missed, and why, goes into the store
         _record_failed_nightly(db_url, lock_path, str(e))
@@ -127,7 +127,7 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
         line += "; " + "; ".join(f"{o.host} {o.status}: {(o.detail or '')[:120]}" for o in bad)
     click.echo(line, err=as_json)
     if as_json:  # prints the JSON document and exits 1 if any node was not ok
-        _report(result.outcomes, failed_hosts_file, True,
+        report_outcomes(result.outcomes, failed_hosts_file, True,
                 extra={"sweep_id": result.sweep_id, "status": result.status})
     write_retry_file(result.outcomes, failed_hosts_file)
     sys.exit(1 if bad else 0)
@@ -152,9 +152,9 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
     from ..store import open_store
     from ..store.models import ReproCheck
 
-    doc, _ = _lock_from(lock_path, lambda m: None)
-    ssh = _ssh(kw)
-    hosts, inventory_path = _hosts(kw)
+    doc, _ = lock_from(lock_path, lambda m: None)
+    ssh = ssh_options(kw)
+    hosts, inventory_path = hosts_from(kw)
     if len(hosts) < 2:
         raise click.UsageError("repro needs at least two nodes (--limit a,b)")
     store = open_store(db_url)

@@ -49,7 +49,7 @@ MEASUREMENT_COLUMNS = ("run_index", "workload", "prompt_sha256", "mode", "knob",
 try:  # orjson reads JSON columns several times faster; the review reads a lot of them
     from orjson import loads as _json_loads
 except ImportError:  # pragma: no cover - orjson is a dependency, but stay importable
-    _json_loads = json.loads
+    _json_loads = json.loads  # type: ignore[assignment]
 
 
 def resolve_url(url: str | None) -> str:
