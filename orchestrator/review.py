@@ -40,6 +40,8 @@ class Row:
     unreliable: int = 0
     unreliable_reasons: tuple[str, ...] = ()
     streaming_parity: str | None = None  # http runtimes: streamed vs non-streamed output
+    knob: str | None = None               # the knob this row's setting came from
+    knob_value: str | None = None
 
 
 def _exactness(runs: list[Measurement]) -> str:
@@ -74,16 +76,18 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         quality = {(e.node, e.payload["num_draft_tokens"]): e.payload["pass_rate"]
                    for e in c.scalars(select(Event).where(Event.sweep_id == sweep_id,
                                                           Event.type == "quality"))}
-        summaries = c.execute(select(Run.node, Run.workload, Run.mode, Run.num_draft_tokens,
-                                     Run.engine, Run.summary).where(Run.sweep_id == sweep_id))
+        summaries = c.execute(select(Run.node, Run.workload, Run.mode, Run.knob,
+                                     Run.knob_value, Run.engine, Run.summary)
+                              .where(Run.sweep_id == sweep_id))
         # http runtimes: which one, and streamed vs non-streamed output per config
         merged: dict[tuple, dict] = {}
         engines: dict[tuple, str] = {}
-        for n, w, m, k, e, x in summaries:
+        for n, w, m, kn, kv, e, x in summaries:
             engines.setdefault((n, w), e)
             p = x.get("parity")
             if p:  # every config in the row counts, not only the last one read
-                into = merged.setdefault((n, w, m, k), {"checked": 0, "mismatches": 0,
+                key = (n, w, m) + ((None, None) if m == "baseline" else (kn, kv))
+                into = merged.setdefault(key, {"checked": 0, "mismatches": 0,
                                                         "tool_mismatches": 0,
                                                         "first_difference": None})
                 into["checked"] += p["checked"]
@@ -99,15 +103,10 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         groups.setdefault((r.node, r.workload), []).append(r)
     sections = []
     for (node, workload), rs in sorted(groups.items()):
-        base = [r for r in rs if r.mode == "baseline"]
-        base_rate = median(r.decode_tok_s for r in base)
-        rows = [_row("baseline (autoregressive)", "baseline", 0, base, base_rate)]
-        for k in sorted({r.num_draft_tokens for r in rs if r.mode == "speculative"}):
-            cand = [r for r in rs if r.mode == "speculative" and r.num_draft_tokens == k]
-            rows.append(_row(f"speculative, draft width {k}", "speculative", k, cand, base_rate))
+        rows = _rows(rs)
         rows = [replace(r, task_pass_rate=quality.get((node, r.num_draft_tokens)),
-                        streaming_parity=parity.get((node, workload, r.mode,
-                                                     r.num_draft_tokens)))
+                        streaming_parity=parity.get((node, workload, r.mode) + (
+                            (None, None) if r.mode == "baseline" else (r.knob, r.knob_value))))
                 for r in rows]
         engine = engines.get((node, workload))
         sections.append({"node": node, "workload": workload, "rows": rows,
@@ -153,10 +152,47 @@ def _parity_text(p: dict) -> str:
     return f"{p['mismatches']} of {p['checked']} differ{where}{tools}"
 
 
-def _row(label, mode, k, runs, base_rate) -> Row:
+# Settings that choose how to speculate (a draft width; an http runtime's variant): every
+# baseline run shares their sampling. Any other knob changes sampling, so its baseline too.
+SPECULATION_SETTINGS = ("num_draft_tokens", "variant")
+
+
+def _rows(rs: list[Measurement]) -> list[Row]:
+    """One row per setting of a knob: a draft width, a runtime variant, or a sampling knob's
+    value (its runs are never pooled with another value's). Each candidate is compared with
+    the baseline runs of the same sampling."""
+    def setting(r: Measurement) -> tuple[str, str]:
+        return r.knob or "num_draft_tokens", r.knob_value or ""
+
+    base = [r for r in rs if r.mode == "baseline"]
+    shared = [r for r in base if setting(r)[0] in SPECULATION_SETTINGS]
+    rows = []
+    if shared or not base:
+        rows.append(_row("baseline (autoregressive)", "baseline", 0, shared,
+                         median(r.decode_tok_s for r in shared)))
+    for (knob, value) in sorted({setting(r) for r in base} - {setting(r) for r in shared}):
+        runs = [r for r in base if setting(r) == (knob, value)]
+        rows.append(_row(f"baseline, {knob}={value}", "baseline", 0, runs,
+                         median(r.decode_tok_s for r in runs), knob, value))
+    for knob, value in sorted({setting(r) for r in rs if r.mode == "speculative"},
+                              key=lambda kv: (kv[0] not in SPECULATION_SETTINGS, kv)):
+        cand = [r for r in rs if r.mode == "speculative" and setting(r) == (knob, value)]
+        k = cand[0].num_draft_tokens
+        paired = shared if knob in SPECULATION_SETTINGS else [
+            r for r in base if setting(r) == (knob, value)]
+        label = {"num_draft_tokens": f"speculative, draft width {k}",
+                 "variant": f"speculative, variant {value} (draft width {k})"}.get(
+            knob, f"speculative, {knob}={value} (draft width {k})")
+        rows.append(_row(label, "speculative", k, cand,
+                         median(r.decode_tok_s for r in paired), knob, value))
+    return rows
+
+
+def _row(label, mode, k, runs, base_rate, knob=None, knob_value=None) -> Row:
     rate = median(r.decode_tok_s for r in runs)
     mem = median(r.peak_mlx_memory_bytes for r in runs)
-    return Row(label=label, mode=mode, num_draft_tokens=k, runs=len(runs), decode_tok_s=rate,
+    return Row(label=label, mode=mode, num_draft_tokens=k, knob=knob, knob_value=knob_value,
+               runs=len(runs), decode_tok_s=rate,
                speedup=rate / base_rate if rate and base_rate else None,
                acceptance_rate=median(r.acceptance_rate for r in runs),
                itl_p95_ms=median(r.itl_p95_ms for r in runs),

@@ -128,3 +128,32 @@ def test_sweep_detail_page_escapes_model_output(reviewed_store):
     parser.feed(dom)
     assert parser.scripts == 0 and parser.imgs == 0
     assert "&lt;script&gt;document.title" in out.read_text()  # shown as text, not run
+
+
+def test_a_sampling_knob_gets_rows_of_its_own(model_pair, tmp_path):
+    """Declared = shown: runs at temperature 0.9 are neither pooled into a draft-width row
+    nor compared with the greedy baseline; each value has its row and its own baseline."""
+    from statistics import median
+
+    from orchestrator.plan import load_plan, write_lock
+    from tests.locks import plan_text
+
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, widths=(2,), max_tokens=24).replace(
+        "knobs: {num_draft_tokens: [2]}", "knobs: {num_draft_tokens: [2], temperature: [0.9]}"))
+    doc = load_lock(write_lock(load_plan(plan), lambda m: None))
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    local = Host(name="local", address="localhost", connection="local",
+                 python=__import__("sys").executable, root=str(tmp_path / "node"))
+    result = start_sweep(doc, [local], store, opts=SweepOptions(provision=False))
+    assert result.ok, result.outcomes
+    (section,) = review_data(store, result.sweep_id)["sections"]
+    rows = {r.label: r for r in section["rows"]}
+    assert list(rows) == ["baseline (autoregressive)", "baseline, temperature=0.9",
+                          "speculative, draft width 2",
+                          "speculative, temperature=0.9 (draft width 3)"]
+    hot, hot_base = rows["speculative, temperature=0.9 (draft width 3)"], \
+        rows["baseline, temperature=0.9"]
+    assert hot.runs == 1 and hot_base.runs == 1 and rows["speculative, draft width 2"].runs == 1
+    assert hot.speedup == pytest.approx(hot.decode_tok_s / median([hot_base.decode_tok_s]))
+    assert hot.exactness == "not checked"  # sampled: no token-identity claim

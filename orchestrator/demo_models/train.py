@@ -101,13 +101,12 @@ def build_pair(docs: list[str], out: Path, args: dict | None = None, log=print) 
         cfg = model_config(spec, tok.get_vocab_size())
         log(f"training {name} ({spec['hidden_size']} hidden, {args['steps']} steps)")
         weights = train_model(ids, cfg, spec["lr"], args, log)
-        folder = out / name
-        folder.mkdir(parents=True, exist_ok=True)
-        mx.save_safetensors(str(folder / "model.safetensors"), weights,
-                            metadata={"format": "mlx"})
-        (folder / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-        tok.save(str(folder / "tokenizer.json"))
-        (folder / "tokenizer_config.json").write_text(json.dumps({
+        d = out / name
+        d.mkdir(parents=True, exist_ok=True)
+        mx.save_safetensors(str(d / "model.safetensors"), weights, metadata={"format": "mlx"})
+        (d / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        tok.save(str(d / "tokenizer.json"))
+        (d / "tokenizer_config.json").write_text(json.dumps({
             "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOT, "bos_token": None,
             "model_max_length": 4096, "clean_up_tokenization_spaces": False,
         }, indent=2, sort_keys=True) + "\n")
