@@ -297,7 +297,12 @@ def nonstreamed(whole: dict, wall_s: float, count_tokens=None) -> dict:
     """The non-streamed request end to end: wall time and, where the tokens can be counted,
     completion tokens over that time (prefill included, so below decode tok/s)."""
     usage = (whole.get("usage") or {}).get("completion_tokens")
-    n, source, problem = token_count(whole["text"], usage, count_tokens)
+    # tool calls are generated output too: their text bounds what usage may claim
+    calls = "".join(c["name"] + (c["arguments"] or "") for c in whole.get("tool_calls") or [])
+    if count_tokens is not None or not calls:
+        n, source, problem = token_count(whole["text"], usage, count_tokens)
+    else:
+        n, source, problem = token_count(whole["text"] + calls, usage)
     return {"nonstreamed_ms": round(wall_s * 1e3, 3), "nonstreamed_tokens": n,
             "nonstreamed_tok_s": round(n / wall_s, 2) if n and wall_s > 0 else None,
             "nonstreamed_token_source": source,
@@ -312,8 +317,9 @@ def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
     texts = [t for _, t in timeline]
     times = [t for t, _ in timeline]
     usage = (s.usage or {}).get("completion_tokens")
-    total, source, problem = token_count("".join(t for _, t in s.chunks), usage, count_tokens,
-                                         len(texts))
+    total, source, problem = token_count(
+        "".join(t for _, t in s.chunks) if count_tokens is not None else "".join(texts),
+        usage, count_tokens, len(texts))
     if source == "chunks":
         total = None  # one token per chunk, below
     cum: list[int] = []
