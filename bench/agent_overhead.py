@@ -69,27 +69,32 @@ print(json.dumps(out))
 """
 
 
-def processes(d: Path, raw: dict, reps: int, rounds: int, env_extra: dict) -> None:
-    """Part 2: the agent as its own process vs a bare mlx-lm process, interleaved."""
+def processes(d: Path, raw: dict, reps: int, rounds: int, env_extra: dict,
+              telemetry_interval_s: float = 0.5) -> None:
+    """Part 2: the agent as its own process vs a bare mlx-lm process, interleaved, the
+    order flipped every round (whoever goes second may find a warmer machine)."""
     import json
     import os
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
     job = {**raw, "job_id": "overhead", "knobs": {"num_draft_tokens": [3]},
-           "repetitions": reps, "warmup_tokens": 16}
+           "repetitions": reps, "warmup_tokens": 16,
+           "telemetry_interval_s": telemetry_interval_s}
     (d / "job.json").write_text(json.dumps(job))
     prompt = raw["workloads"][0]["prompt"]
     max_tokens = raw["workloads"][0]["max_tokens"]
     bare_r: dict[str, list[float]] = {"baseline": [], "speculative": []}
     agent_r: dict[str, list[float]] = {"baseline": [], "speculative": []}
-    for i in range(rounds):
+    def run_bare() -> None:
         out = subprocess.run([sys.executable, "-c", BARE_PROCESS, str(d), prompt,
                               str(max_tokens), str(reps)], capture_output=True, text=True,
                              cwd=root, check=True).stdout
         for k, v in json.loads(out.splitlines()[-1]).items():
             bare_r[k] += v
-        journal = d / f"agent{i}.jsonl"
+
+    def run_agent(i: int) -> None:
+        journal = d / f"agent{i}-{telemetry_interval_s}.jsonl"
         subprocess.run([sys.executable, "-m", "agent", "run", str(d / "job.json"), "--journal",
                         str(journal), "--lock", str(d / "agent.lock"), "--cache-dir",
                         str(d / "cache"), "--quiet"], cwd=root, check=True,
@@ -98,7 +103,16 @@ def processes(d: Path, raw: dict, reps: int, rounds: int, env_extra: dict) -> No
             e = json.loads(line)
             if e["type"] == "generation":
                 agent_r[e["mode"]].append(e["decode_tok_s"])
+
+    for i in range(rounds):
+        if i % 2 == 0:
+            run_bare()
+            run_agent(i)
+        else:
+            run_agent(i)
+            run_bare()
     what = " ".join(f"{k}={v}" for k, v in env_extra.items()) or "as shipped"
+    what += f", telemetry every {telemetry_interval_s} s"
     print(f"\nseparate processes ({what}): {rounds} rounds × {reps} repetitions, "
           f"{max_tokens} tokens, agent vs bare interleaved")
     for mode in ("baseline", "speculative"):
@@ -115,6 +129,8 @@ def main() -> None:
     ap.add_argument("--agent-env", action="append", default=[], metavar="NAME=VALUE",
                     help="set for the agent process in an extra part 2 run")
     ap.add_argument("--skip-in-process", action="store_true")
+    ap.add_argument("--telemetry-off", action="store_true",
+                    help="also run part 2 with the agent's sampler idle (one reading an hour)")
     args = ap.parse_args()
     from mlx_lm import load
 
@@ -127,6 +143,8 @@ def main() -> None:
         if not args.skip_in_process:
             in_process(raw, model, tok, draft, args)
         processes(Path(d), raw, args.reps, args.rounds, {})
+        if args.telemetry_off:  # the suspect: the sampler thread competing for the GIL
+            processes(Path(d), raw, args.reps, args.rounds, {}, telemetry_interval_s=3600.0)
         if args.agent_env:
             processes(Path(d), raw, args.reps, args.rounds,
                       dict(kv.split("=", 1) for kv in args.agent_env))

@@ -255,10 +255,16 @@ def build_lock(plan: Plan, log=print) -> dict:
            "prompts": {r["name"]: r["prompt_sha256"] for r in workloads},
            "prompt_sources": {"use": sources, "context": list(buckets)},
            "job": job, "gates": plan.section("gates"), "nodes": plan.section("nodes")}
-    doc["lock_id"] = hashlib.sha256(json.dumps(
-        {k: v for k, v in doc.items() if k != "created_at"}, sort_keys=True).encode()
-    ).hexdigest()
+    doc["lock_id"] = lock_digest(doc)
     return doc
+
+
+def lock_digest(doc: dict) -> str:
+    """A lock's id: the sha256 of its own canonical content (all but the id and the time it
+    was written), so any edit to the file shows."""
+    return hashlib.sha256(json.dumps(
+        {k: v for k, v in doc.items() if k not in ("created_at", "lock_id")},
+        sort_keys=True).encode()).hexdigest()
 
 
 def _agent_would_accept(job: dict, path: Path) -> None:
@@ -308,8 +314,12 @@ def load_lock(path: str | Path) -> dict:
 
 
 def verify_lock(doc: dict, lock_file: Path) -> None:
-    """Refuse a lock whose plan, weights or prompts changed since it was written."""
+    """Refuse a lock that was edited, or whose plan, weights or prompts changed since it
+    was written."""
     changes = []
+    if lock_digest(doc) != doc.get("lock_id"):
+        changes.append("the lock file itself was edited after `plan lock` wrote it (its "
+                       "content no longer hashes to its lock_id)")
     plan_path = Path(doc["plan_path"])
     if not plan_path.exists():
         changes.append(f"the plan {plan_path} is gone")

@@ -68,6 +68,23 @@ def test_sweep_refuses_a_stale_lock_before_touching_anything(pair_copy, tmp_path
     assert not db.exists()  # nothing was written
 
 
+def test_a_lock_edited_by_hand_is_refused(pair_copy, tmp_path):
+    """A lock is tamper-evident: its id is the digest of its own content, so more
+    repetitions or another knob typed into the file never run under the old id."""
+    lock = make_lock(tmp_path, pair_copy)
+    doc = json.loads(lock.read_text())
+    doc["job"]["repetitions"] = 5
+    lock.write_text(json.dumps(doc, indent=2))
+    db = tmp_path / "s.db"
+    for cmd in (["plan", "check", str(lock)], ["sweep", str(lock), "--db", f"sqlite:///{db}"]):
+        r = CliRunner().invoke(main, cmd)
+        assert r.exit_code == 1 and "the lock file itself was edited" in r.output, r.output
+    assert not db.exists()
+    doc["job"]["repetitions"] = 1  # put back exactly: the same content, the same id
+    lock.write_text(json.dumps(doc))
+    assert CliRunner().invoke(main, ["plan", "check", str(lock)]).exit_code == 0
+
+
 def test_plan_lock_cli_and_check(pair_copy, tmp_path):
     plan = tmp_path / "plan.yml"
     plan.write_text(plan_text(pair_copy))
