@@ -19,7 +19,7 @@ from pathlib import Path
 from . import httpengine as h
 from .job import Job
 from .journal import Journal
-from .protocol import KNOBS
+from .protocol import KNOBS, SAMPLING_DEFAULTS
 from .summary import emit_summaries, exactness
 
 
@@ -211,7 +211,7 @@ def run_http_job(job: Job, journal: Journal) -> int:
                             journal.emit("generation_failed", **desc,
                                          error=f"{type(e).__name__}: {e}")
                             continue
-                        key = (w.name, cfg["temperature"], cfg.get("top_k"), cfg.get("top_p"))
+                        key = (w.name, *(cfg.get(k) for k in SAMPLING_DEFAULTS))
                         # the output a speculative variant must reproduce: text, then calls
                         out = (ids or list(whole["text"])) + [
                             json.dumps([c["name"], c["arguments"]]) for c in whole["tool_calls"]]

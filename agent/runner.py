@@ -20,7 +20,7 @@ from . import AGENT_VERSION
 from .checks import check_environment, load_pair
 from .job import Job, Workload
 from .journal import Journal
-from .protocol import EVENT_SCHEMA, EXIT_CODES
+from .protocol import EVENT_SCHEMA, EXIT_CODES, SAMPLING_DEFAULTS
 from .roofline import bytes_per_token, chip_bandwidth_gbs, kv_bytes_per_position, model_bytes
 from .roofline import utilisation as bw_utilisation
 from .summary import emit_summaries, exactness
@@ -58,7 +58,7 @@ def build_plan(job: Job) -> list[dict]:
 
 
 def _sampling_key(w: Workload, cfg: dict) -> tuple:
-    return (w.name, cfg["temperature"], cfg["top_k"], cfg["top_p"], cfg["min_p"])
+    return (w.name, *(cfg.get(k) for k in SAMPLING_DEFAULTS))
 
 
 def _chip() -> str | None:
