@@ -69,6 +69,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          {"mlx-lm": "top_p", "http": "top_p"}),
     Knob("min_p", 0.0, _number(lambda v: 0 <= v < 1), "a number in [0, 1)",
          {"mlx-lm": "min_p", "http": "min_p"}),
+    # XTC ("exclude top choices"): mlx-lm's sampler and llama-server both take it
+    Knob("xtc_probability", 0.0, _number(lambda v: 0 <= v <= 1), "a number in [0, 1]",
+         {"mlx-lm": "xtc_probability", "http": "xtc_probability"}),
 )}
 SAMPLING_DEFAULTS: dict[str, Any] = {k.name: k.default for k in KNOBS.values() if k.sampling}
 DEFAULT_SWEEP: dict[str, list] = {"num_draft_tokens": [2, 3, 4, 6]}

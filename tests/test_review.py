@@ -157,3 +157,39 @@ def test_a_sampling_knob_gets_rows_of_its_own(model_pair, tmp_path):
     assert hot.runs == 1 and hot_base.runs == 1 and rows["speculative, draft width 2"].runs == 1
     assert hot.speedup == pytest.approx(hot.decode_tok_s / median([hot_base.decode_tok_s]))
     assert hot.exactness == "not checked"  # sampled: no token-identity claim
+
+
+def test_a_knob_added_to_the_registry_reaches_every_layer(model_pair, tmp_path):
+    """xtc_probability is named only in agent/protocol.py: the plan accepts and checks it,
+    mlx-lm's sampler gets it, the event and the store carry it, and the sweep page shows
+    it in a row of its own; an out-of-range value stops at lock time with its line."""
+    from sqlalchemy import select
+
+    from orchestrator.errors import ConfigError
+    from orchestrator.plan import load_plan, write_lock
+    from tests.locks import plan_text
+
+    plan = tmp_path / "plan.yml"
+    text = plan_text(model_pair, widths=(2,), max_tokens=24)
+    plan.write_text(text.replace("knobs: {num_draft_tokens: [2]}",
+                                 "knobs: {num_draft_tokens: [2], xtc_probability: [1.5]}"))
+    with pytest.raises(ConfigError, match=r"sweep.knobs.xtc_probability: xtc_probability=1.5 "
+                                          r"is not valid; it must be a number in \[0, 1\]"):
+        load_plan(plan)
+    plan.write_text(text.replace("knobs: {num_draft_tokens: [2]}",
+                                 "knobs: {num_draft_tokens: [2], xtc_probability: [0.5]}\n"
+                                 "  base: {temperature: 0.8}"))
+    doc = load_lock(write_lock(load_plan(plan), lambda m: None))
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    local = Host(name="local", address="localhost", connection="local",
+                 python=__import__("sys").executable, root=str(tmp_path / "node"))
+    result = start_sweep(doc, [local], store, opts=SweepOptions(provision=False))
+    assert result.ok, result.outcomes
+    with store.engine.connect() as c:
+        stored = c.execute(select(Measurement.mode, Measurement.knob, Measurement.knob_value)
+                           .where(Measurement.knob == "xtc_probability")).all()
+    assert sorted(stored) == [("baseline", "xtc_probability", "0.5"),
+                              ("speculative", "xtc_probability", "0.5")]
+    (section,) = review_data(store, result.sweep_id)["sections"]
+    assert "speculative, xtc_probability=0.5 (draft width 3)" in [r.label for r in
+                                                                   section["rows"]]
