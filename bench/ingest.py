@@ -36,9 +36,10 @@ def sample_events(n: int) -> list[dict]:
     from mlx_lm import load
 
     from agent.generation import generate_once
+    from agent.protocol import SAMPLING_DEFAULTS
 
     m, tok = load(str(ROOT / "tests/data/demo-models/target"))
-    cfg = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "num_draft_tokens": 0}
+    cfg = {**SAMPLING_DEFAULTS, "num_draft_tokens": 0}
     g = generate_once(m, tok, tok.encode("def f(x):"), cfg, 64)
     base = {"schema": 1, "type": "generation", "job_id": "bench", "workload": "code",
             "prompt_sha256": "0" * 64, "mode": "baseline", "knob": "num_draft_tokens",
