@@ -115,15 +115,34 @@ def _value_problem(name: str, v: Any, kind: int, size: int, nullable: bool) -> s
     return None
 
 
+_OK_TYPES = {_INT: (int,), _BIG: (int,), _FLOAT: (int, float), _BOOL: (bool,), _STR: (str,)}
+
+
 def _check_rules(e: dict, rules) -> str | None:
+    # hot path (every value of every generation event): the common case is decided with
+    # a type lookup and one comparison; _value_problem only words what failed
     get = e.get
     for name, kind, size, nullable in rules:
         v = get(name)
-        if v is None and nullable:
+        if v is None:
+            if nullable:
+                continue
+            return f"{name} is missing"
+        ok = _OK_TYPES.get(kind)
+        if ok is None:  # JSON: anything
             continue
-        problem = _value_problem(name, v, kind, size, nullable)
-        if problem:
-            return problem
+        t = type(v)
+        if t not in ok:
+            return _value_problem(name, v, kind, size, nullable)
+        if t is int and kind != _FLOAT:
+            top = MAX_INT32 if kind == _INT else MAX_INT64
+            if not -top <= v <= top:
+                return _value_problem(name, v, kind, size, nullable)
+        elif t is str:
+            if (size and len(v) > size) or "\x00" in v:
+                return _value_problem(name, v, kind, size, nullable)
+        elif t is float and v != v:
+            return f"{name} is NaN"
     return None
 
 

@@ -53,6 +53,8 @@ PLANTED = [
      "generation: workload is 200 characters long; the store holds 128"),
     (generation(7, ttft_ms="fast"),
      "generation: field 'ttft_ms' must be integer/number/null, got string"),
+    (generation(11, generated_tokens=2**40),
+     "generation: generated_tokens=1099511627776 is out of range"),
     (generation(8, output_text="ok\x00then"), None),        # kept, NUL replaced in the text
     (generation(9, output_text="x" * (3 << 20)), None),     # a 3 MiB line is read, not lost
     ("this is not json", "not JSON"),
@@ -106,7 +108,7 @@ def test_bad_lines_are_set_aside_and_the_rest_is_stored(backend, tmp_path, reque
     assert len(kept) == len(want)  # the second follow added nothing
     for reason in want:
         assert any(reason in q.reason for q in kept), (reason, [q.reason for q in kept])
-    assert {q.seq for q in kept} >= {2, 5, 6, 7}
+    assert {q.seq for q in kept} >= {2, 5, 6, 7, 11}
     assert sum("set aside a journal line" in m for m in said) == len(want)
 
 
