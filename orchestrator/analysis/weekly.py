@@ -323,6 +323,17 @@ def failed_sweeps(store: Store, start: datetime, end: datetime) -> list[dict]:
     return list(out.values())
 
 
+def plan_gates(store: Store, sweep_ids: list[str]) -> dict[str, tuple[str | None, dict]]:
+    """Each sweep's plan name and the gates its plan declared (``gates`` in the lock)."""
+    out: dict[str, tuple[str | None, dict]] = {}
+    with store.engine.connect() as c:
+        for sid, name, lock in c.execute(
+                select(Sweep.id, Plan.name, Plan.lock).join(Plan, Plan.id == Sweep.plan_id)
+                .where(Sweep.id.in_(sweep_ids))):
+            out[sid] = (name, dict((lock or {}).get("gates") or {}))
+    return out
+
+
 def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | None = None,
             now: datetime | None = None) -> dict:
     gates = {**DEFAULT_GATES, **(gates or {})}
@@ -336,6 +347,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
     generations = speculative_generations(store, sweep_ids)
     failed = failed_window_configs(store, sweep_ids, gates["failed_acceptance"],
                                    gates["failed_window_s"], generations)
+    declared = plan_gates(store, sweep_ids)
     by_series: dict[tuple, list[RunRow]] = defaultdict(list)
     for r in history:
         by_series[r.series].append(r)
@@ -352,6 +364,11 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                    "identity": ident, "stale": stale, "mixed_identities": mixed,
                    "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
                    "regressions": []}
+        # the gates the plan behind this series' latest run declared, over the defaults
+        plan_name, own = declared.get(latest.sweep_id, (None, {}))
+        series_gates = {**gates, **own}
+        section["gates"] = series_gates
+        section["gates_from"] = f"plan {plan_name}" if own else "defaults"
         if cur:
             base_runs = [r for r in cur if r.mode == "baseline" and not r.shaky]
             base_by_sweep = {}
@@ -382,7 +399,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                 if mode == "speculative" and base is not None:
                     fw = any((r.sweep_id, r.node, key[2], k) in failed for r in configs[(mode, k)])
                     c.gates = evaluate_gates(c, base, acc4.acceptance_p50 if acc4 else None,
-                                             key[3], gates, fw)
+                                             key[3], series_gates, fw)
                     c.classification = classify(c)
                 section["configs"].append(c.__dict__)
             spec = [c for c in stats.values() if c.mode == "speculative" and c.speedup]
