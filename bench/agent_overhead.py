@@ -29,7 +29,7 @@ from agent.job import parse_job  # noqa: E402
 from agent.stats import decode_rates  # noqa: E402
 from agent.telemetry import Sampler  # noqa: E402
 from orchestrator.demo_models import build_demo_models  # noqa: E402
-from orchestrator.jobspec import build_job  # noqa: E402
+from orchestrator.sweep.jobspec import build_job  # noqa: E402
 
 SKIP = 64
 

@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.facts import collect, facts_script  # noqa: E402
-from orchestrator.fanout import run_fan_out  # noqa: E402
+from orchestrator.fleet.facts import collect, facts_script  # noqa: E402
+from orchestrator.fleet.fanout import run_fan_out  # noqa: E402
 from tests.fleet import start_fleet, stop_fleet  # noqa: E402
 
 

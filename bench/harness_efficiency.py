@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.demo_models import build_demo_models  # noqa: E402
-from orchestrator.jobspec import build_job  # noqa: E402
+from orchestrator.sweep.jobspec import build_job  # noqa: E402
 
 
 def agent_share(job_path: Path, d: Path) -> tuple[float, float, int]:

@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import create_engine, text  # noqa: E402
 
-from orchestrator.decode import Decoder, Quarantined  # noqa: E402
 from orchestrator.store import open_store  # noqa: E402
+from orchestrator.sweep.decode import Decoder, Quarantined  # noqa: E402
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 

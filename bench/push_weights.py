@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.blobs import push_model  # noqa: E402
 from orchestrator.errors import UnreachableError  # noqa: E402
-from orchestrator.transport import connect  # noqa: E402
+from orchestrator.fleet.blobs import push_model  # noqa: E402
+from orchestrator.fleet.transport import connect  # noqa: E402
 from tests.fleet import start_fleet, stop_fleet  # noqa: E402
 
 

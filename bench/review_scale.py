@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import create_engine, text  # noqa: E402
 
-from orchestrator.report import write_review  # noqa: E402
+from orchestrator.review.report import write_review  # noqa: E402
 from orchestrator.store import open_store  # noqa: E402
 from orchestrator.store.models import Run, Sweep  # noqa: E402
 

@@ -13,14 +13,14 @@ from sqlalchemy import select
 from agent.protocol import DEFAULT_SWEEP
 
 from .demo_models import build_demo_models
-from .dispatch import StderrProgress, SweepOptions, start_sweep
 from .errors import SpecfleetError
-from .inventory import load_inventory
-from .plan import load_lock, load_plan, write_lock
-from .report import write_review
-from .review import render_review
+from .fleet.inventory import load_inventory
+from .review.report import write_review
+from .review.sweep_page import render_review
 from .store import open_store
 from .store.models import Event
+from .sweep.dispatch import StderrProgress, SweepOptions, start_sweep
+from .sweep.plan import load_lock, load_plan, write_lock
 
 LOCAL_INVENTORY = Path(__file__).resolve().parents[1] / "inventory" / "local.yml"
 

@@ -35,7 +35,7 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
 
 
 def _construct_vault(loader: _Loader, node: yaml.ScalarNode):
-    from .vault import VaultText
+    from .fleet.vault import VaultText
 
     return VaultText(loader.construct_scalar(node), node.start_mark.line + 1)
 

@@ -37,7 +37,7 @@ class Fleet:
 
     def host(self, i: int = 0, **overrides):
         """An inventory Host for node ``i`` (the library's own type, not a stand-in)."""
-        from orchestrator.inventory import Host
+        from orchestrator.fleet.inventory import Host
 
         n = self.nodes[i]
         kw = dict(name=n.name, address=n.address, port=n.port, user=n.user,
@@ -46,7 +46,7 @@ class Fleet:
         return Host(**kw)
 
     def ssh_options(self, **kw):
-        from orchestrator.transport import SSHOptions
+        from orchestrator.fleet.transport import SSHOptions
 
         return SSHOptions(known_hosts=str(self.known_hosts), **kw)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.jobspec import build_job
+from orchestrator.sweep.jobspec import build_job
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.jobspec import build_job
+from orchestrator.sweep.jobspec import build_job
 from tests.test_agent import ROOT, run_agent
 
 

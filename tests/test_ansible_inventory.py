@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from orchestrator.cli import main
 from orchestrator.errors import ConfigError
-from orchestrator.inventory import load_inventory
+from orchestrator.fleet.inventory import load_inventory
 
 DATA = Path(__file__).parent / "data" / "inventories"
 VAULT_PASS = DATA / "vault-password.txt"

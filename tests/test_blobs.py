@@ -9,9 +9,9 @@ import subprocess
 import pytest
 
 from agent.fingerprint import fingerprint
-from orchestrator.blobs import NodeDiskFull, push_model
 from orchestrator.errors import UnreachableError
-from orchestrator.transport import connect
+from orchestrator.fleet.blobs import NodeDiskFull, push_model
+from orchestrator.fleet.transport import connect
 
 
 def push(fleet, host, models, cache, progress=None):

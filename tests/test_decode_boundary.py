@@ -17,12 +17,12 @@ import pytest
 from sqlalchemy import select
 
 from agent.protocol import EVENT_SCHEMA
-from orchestrator.decode import Decoder, ProtocolMismatch, Quarantined
-from orchestrator.dispatch import NodeRun, SweepOptions
-from orchestrator.inventory import Host
+from orchestrator.fleet.inventory import Host
+from orchestrator.fleet.transport import LocalTransport
 from orchestrator.store import open_store
 from orchestrator.store.models import Event, Measurement
-from orchestrator.transport import LocalTransport
+from orchestrator.sweep.decode import Decoder, ProtocolMismatch, Quarantined
+from orchestrator.sweep.dispatch import NodeRun, SweepOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from orchestrator.cli import main
-from orchestrator.facts import (
+from orchestrator.fleet.facts import (
     parse_boottime,
     parse_df,
     parse_facts,
@@ -16,7 +16,7 @@ from orchestrator.facts import (
     parse_sp_hardware,
     parse_sw_vers,
 )
-from orchestrator.inventory import Host
+from orchestrator.fleet.inventory import Host
 from orchestrator.store import open_store
 
 MAC = Path(__file__).parent / "data" / "macos"

@@ -8,7 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
-from orchestrator.jobspec import build_job
+from orchestrator.sweep.jobspec import build_job
 from tests.test_agent import run_agent
 from tests.test_http_engine import ARGS, _arg, free_port
 
@@ -140,7 +140,7 @@ def test_a_knob_the_runtime_ignores_is_reported(model_pair, tmp_path):
     # and the sweep's review page says so
     from datetime import datetime, timezone
 
-    from orchestrator.review import render_review
+    from orchestrator.review.sweep_page import render_review
     from orchestrator.store import open_store
     from tests.browser import dump_dom
     from tests.history import new_sweep

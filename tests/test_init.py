@@ -3,8 +3,8 @@
 from click.testing import CliRunner
 
 from orchestrator.cli import main
-from orchestrator.inventory import load_inventory
-from orchestrator.plan import load_lock, load_plan
+from orchestrator.fleet.inventory import load_inventory
+from orchestrator.sweep.plan import load_lock, load_plan
 
 
 def test_init_then_lock_then_sweep(tmp_path):

@@ -1,7 +1,7 @@
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.inventory import load_inventory
+from orchestrator.fleet.inventory import load_inventory
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -159,7 +159,7 @@ def test_plan_labels_select_hosts_and_a_label_nobody_has_is_an_error(tmp_path, m
     from click.testing import CliRunner
 
     from orchestrator.cli import main
-    from orchestrator.inventory import with_labels
+    from orchestrator.fleet.inventory import with_labels
     from tests.locks import make_lock
 
     inv = tmp_path / "hosts.yml"

@@ -10,7 +10,7 @@ import pytest
 from agent.quality import check, first_json
 from agent.roofline import bytes_per_token, chip_bandwidth_gbs, utilisation
 from agent.summary import config_summary, distribution_test
-from orchestrator.jobspec import build_job, load_quality_tasks
+from orchestrator.sweep.jobspec import build_job, load_quality_tasks
 from tests.test_agent import ROOT
 
 

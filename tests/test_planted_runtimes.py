@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from orchestrator.jobspec import build_job
+from orchestrator.sweep.jobspec import build_job
 from tests.test_agent import run_agent
 from tests.test_http_engine import free_port
 

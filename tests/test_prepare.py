@@ -79,7 +79,7 @@ DATA = Path(__file__).parent / "data" / "macos"
 def test_mac_power_steps_from_captured_pmset():
     """Low Power Mode on, Power Nap on (captured on Apple silicon): both steps needed, with
     the exact commands; an Intel-era MacBook without lowpowermode gets a note, not a step."""
-    from orchestrator.prepare import mac_power_steps, parse_pmset_custom
+    from orchestrator.fleet.prepare import mac_power_steps, parse_pmset_custom
 
     lpm = (DATA / "pmset_custom_apple_silicon_lpm.txt").read_text()
     blocks = parse_pmset_custom(lpm)

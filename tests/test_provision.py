@@ -8,8 +8,8 @@ from click.testing import CliRunner
 
 from orchestrator.cli import main
 from orchestrator.errors import ConfigError
-from orchestrator.plan import load_plan
 from orchestrator.store import open_store
+from orchestrator.sweep.plan import load_plan
 
 
 def write_plan(tmp_path, model_pair, python="3.11", extra=""):

@@ -5,9 +5,9 @@ import json
 from click.testing import CliRunner
 from sqlalchemy import select
 
-from orchestrator.analysis.repro import compare
 from orchestrator.cli import main
-from orchestrator.report import write_review
+from orchestrator.review.report import write_review
+from orchestrator.review.repro import compare
 from orchestrator.store import open_store
 from orchestrator.store.models import ReproCheck
 from tests.locks import make_lock

@@ -7,12 +7,12 @@ from click.testing import CliRunner
 from sqlalchemy import update
 
 from orchestrator.cli import main
-from orchestrator.dispatch import SweepOptions, start_sweep
-from orchestrator.inventory import Host
-from orchestrator.plan import load_lock
-from orchestrator.review import review_data
+from orchestrator.fleet.inventory import Host
+from orchestrator.review.sweep_page import review_data
 from orchestrator.store import open_store
 from orchestrator.store.models import Measurement
+from orchestrator.sweep.dispatch import SweepOptions, start_sweep
+from orchestrator.sweep.plan import load_lock
 from tests.browser import dump_dom
 from tests.locks import make_lock
 
@@ -135,7 +135,7 @@ def test_a_sampling_knob_gets_rows_of_its_own(model_pair, tmp_path):
     nor compared with the greedy baseline; each value has its row and its own baseline."""
     from statistics import median
 
-    from orchestrator.plan import load_plan, write_lock
+    from orchestrator.sweep.plan import load_plan, write_lock
     from tests.locks import plan_text
 
     plan = tmp_path / "plan.yml"
@@ -166,7 +166,7 @@ def test_a_knob_added_to_the_registry_reaches_every_layer(model_pair, tmp_path):
     from sqlalchemy import select
 
     from orchestrator.errors import ConfigError
-    from orchestrator.plan import load_plan, write_lock
+    from orchestrator.sweep.plan import load_plan, write_lock
     from tests.locks import plan_text
 
     plan = tmp_path / "plan.yml"

@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator.cli import main
-from orchestrator.dispatch import SweepOptions, start_sweep
-from orchestrator.inventory import Host
-from orchestrator.plan import load_lock
+from orchestrator.fleet.inventory import Host
 from orchestrator.store import open_store
+from orchestrator.sweep.dispatch import SweepOptions, start_sweep
+from orchestrator.sweep.plan import load_lock
 from tests.locks import make_lock
 from tests.test_store import HEAD
 

@@ -127,7 +127,7 @@ def test_sweep_into_postgresql(fleet, model_pair, tmp_path, pg_url):
 def test_a_plan_can_soak_instead_of_sweep(fleet, model_pair, tmp_path):
     """`soak:` in a plan: the node decodes back to back for the duration, the controller
     shows throttled progress and the verdict, and the sweep's review has a Soak table."""
-    from orchestrator.review import render_review
+    from orchestrator.review.sweep_page import render_review
     from tests.browser import dump_dom
 
     lock = make_lock(tmp_path, model_pair, max_tokens=32, extra="\n".join([

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.facts import collect
-from orchestrator.fanout import run_fan_out
-from orchestrator.transport import q
+from orchestrator.fleet.facts import collect
+from orchestrator.fleet.fanout import run_fan_out
+from orchestrator.fleet.transport import q
 from tests.fleet import set_link
 
 HOSTILE = ["it's", 'a"b', "x; touch /tmp/PWNED-{tag}", "$(touch /tmp/PWNED-{tag})",
@@ -172,7 +172,7 @@ def test_concurrency_is_bounded(big_fleet, concurrency):
 
 def test_ssh_config_aliases_are_honoured(fleet, tmp_path):
     """A host known only by its ~/.ssh/config alias: HostName, Port, User, IdentityFile."""
-    from orchestrator.inventory import load_inventory
+    from orchestrator.fleet.inventory import load_inventory
 
     n = fleet.nodes[0]
     cfg = tmp_path / "ssh_config"

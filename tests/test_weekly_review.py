@@ -9,11 +9,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.analysis.ranktest import mann_whitney
-from orchestrator.analysis.rules import load_rules
-from orchestrator.analysis.weekly import analyse
 from orchestrator.cli import main
 from orchestrator.errors import ConfigError
+from orchestrator.review.ranktest import mann_whitney
+from orchestrator.review.rules import load_rules
+from orchestrator.review.weekly import analyse
 from orchestrator.store import open_store
 from tests.browser import dump_dom
 from tests.history import config_values as V
@@ -178,7 +178,7 @@ def test_mann_whitney_matches_scipy():
 
 
 def test_acceptance_under_floor_for_two_windows_fails_the_run(tmp_path):
-    from orchestrator.analysis.weekly import failed_window_configs
+    from orchestrator.review.weekly import failed_window_configs
     from orchestrator.store.models import Event
     from tests.history import new_sweep
 
@@ -234,7 +234,7 @@ def test_runtimes_side_by_side_with_streaming_parity(tmp_path):
     spec = next(c for c in llama["configs"] if c["mode"] == "speculative")
     assert spec["classification"].endswith("streaming_parity")
     assert spec["parity_first_difference"] == 17
-    from orchestrator.report import write_review
+    from orchestrator.review.report import write_review
 
     out = write_review(store, tmp_path / "r.html", week="2026-W20", formats=("html", "md"),
                        now=NOW)
@@ -278,7 +278,7 @@ def test_a_plans_gates_decide_its_series_classification(tmp_path):
         c.execute(Sweep.__table__.update().where(Sweep.id.in_(sweeps)).values(
             plan_id="lock-1"))
     assert classification() == ("production candidate", "plan relaxed")
-    from orchestrator.report import write_review
+    from orchestrator.review.report import write_review
 
     out = write_review(store, tmp_path / "r.html", week="2026-W20", formats=("html",),
                        now=NOW)

@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from orchestrator.plan import platform_node
-from orchestrator.wheelclosure import ClosureError, check_closure
-from orchestrator.wheelhouse import ResolveError, check_lock, node_packages, resolve
+from orchestrator.fleet.wheelclosure import ClosureError, check_closure
+from orchestrator.fleet.wheelhouse import ResolveError, check_lock, node_packages, resolve
+from orchestrator.sweep.plan import platform_node
 
 PINS = ("mlx==0.32.4", "mlx-lm==0.32.2")
 
@@ -69,7 +69,7 @@ def test_a_cached_wheelhouse_missing_a_wheel_is_refused_not_used(tmp_path, monke
     were evaluated) fails the closure check with the platform named."""
     import json
 
-    import orchestrator.wheelhouse as wh
+    import orchestrator.fleet.wheelhouse as wh
 
     mac = lock_for("macos-14-arm64")
     cache = tmp_path / "cache"

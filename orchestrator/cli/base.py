@@ -94,7 +94,7 @@ def fleet_options(fn):
 
 
 def ssh_options(kw: dict):
-    from ..transport import SSHOptions
+    from ..fleet.transport import SSHOptions
 
     return SSHOptions(known_hosts=kw.pop("known_hosts"),
                       accept_new_host_keys=kw.pop("accept_new_host_keys"),
@@ -103,7 +103,7 @@ def ssh_options(kw: dict):
 
 
 def inventory_from(kw: dict):
-    from ..inventory import load_inventory
+    from ..fleet.inventory import load_inventory
 
     paths = list(kw.pop("inventory_path"))
     return load_inventory(paths, kw.pop("vault_password_file")), ",".join(map(str, paths))
@@ -117,7 +117,7 @@ def hosts_from(kw: dict):
 def plan_hosts(doc: dict, lock_path: Path, kw: dict):
     """The hosts a lock's plan sweeps: its ``nodes.limit`` unless --limit was given, then
     only those carrying all of its ``nodes.labels``."""
-    from ..inventory import with_labels
+    from ..fleet.inventory import with_labels
 
     if kw["limit"] is None and doc["nodes"].get("limit"):
         kw["limit"] = doc["nodes"]["limit"]
@@ -129,7 +129,7 @@ def plan_hosts(doc: dict, lock_path: Path, kw: dict):
 def report_outcomes(outcomes, retry_file: Path, as_json: bool, extra: dict | None = None,
             describe=None) -> None:
     """Per-host lines (or JSON), a summary, the retry file; exit 1 if any host was not ok."""
-    from ..fanout import not_ok, summary_line, write_retry_file
+    from ..fleet.fanout import not_ok, summary_line, write_retry_file
 
     written = write_retry_file(outcomes, retry_file)
     if as_json:
@@ -179,7 +179,7 @@ class TransferProgress:
 
 def lock_from(path: Path, log) -> tuple[dict, Path]:
     """A verified lock from a lock file, or from a plan (locked on the fly)."""
-    from ..plan import load_lock, load_plan, verify_lock, write_lock
+    from ..sweep.plan import load_lock, load_plan, verify_lock, write_lock
 
     if path.suffix == ".json":
         doc = load_lock(path)

@@ -79,8 +79,8 @@ def _describe_facts(o) -> str:
 def fleet_facts(db_url, failed_hosts_file, as_json, **kw):
     """Collect and store each node's facts: OS and build, chip, RAM, GPU cores, free disk,
     Python, power source and battery, low-power mode, thermal state, uptime, node lock."""
-    from ..facts import collect
-    from ..fanout import run_fan_out
+    from ..fleet.facts import collect
+    from ..fleet.fanout import run_fan_out
     from ..store import open_store
 
     ssh = ssh_options(kw)
@@ -119,7 +119,7 @@ def node_prepare(ask_become_pass, check, known_hosts, failed_hosts_file, as_json
     import os
     import shlex
 
-    from ..prepare import prepare_host
+    from ..fleet.prepare import prepare_host
 
     hosts, _ = hosts_from(kw)
     password = click.prompt("BECOME password", hide_input=True, err=True) \
@@ -148,8 +148,8 @@ def provision(plan_path, db_url, failed_hosts_file, as_json, **kw):
     """Make each node ready for PLAN (a plan, or its .lock.json), idempotently: the pinned
     environment (hash-locked wheels installed offline), the agent artefact, and the model
     pair as verified blobs."""
-    from ..fanout import run_fan_out
-    from ..provision import provision_host
+    from ..fleet.fanout import run_fan_out
+    from ..fleet.provision import provision_host
     from ..store import open_store
 
     doc, _ = lock_from(plan_path, lambda m: click.echo(m, err=True))

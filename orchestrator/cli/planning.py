@@ -23,7 +23,7 @@ def plan():
 @click.option("--json", "as_json", is_flag=True, help="Print the lock's summary as JSON.")
 def plan_lock(plan_path, as_json):
     """Write PLAN.lock.json next to PLAN. Sweeps run only from a lock."""
-    from ..plan import load_lock, load_plan, write_lock
+    from ..sweep.plan import load_lock, load_plan, write_lock
 
     out = write_lock(load_plan(plan_path), lambda m: click.echo(m, err=True))
     doc = load_lock(out)
@@ -46,7 +46,7 @@ def plan_lock(plan_path, as_json):
 @click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
 def plan_check(lock_path):
     """Verify that LOCK still matches its plan, weights and prompts."""
-    from ..plan import load_lock, verify_lock
+    from ..sweep.plan import load_lock, verify_lock
 
     verify_lock(load_lock(lock_path), lock_path)
     click.echo(f"{lock_path}: matches its plan, weights and prompts")
@@ -95,8 +95,8 @@ def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_pa
 
     Example: specfleet schedule install plan.lock.json -i inventory/ --limit lab --at 02:00
     """
-    from ..plan import load_lock, verify_lock
-    from ..schedule import default_kind, install, nightly_options, render
+    from ..sweep.plan import load_lock, verify_lock
+    from ..sweep.schedule import default_kind, install, nightly_options, render
 
     doc = load_lock(lock_path)
     verify_lock(doc, lock_path)
@@ -121,7 +121,7 @@ def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_pa
 @click.option("--json", "as_json", is_flag=True)
 def schedule_list(dest, as_json):
     """Nightly schedules this user has installed."""
-    from ..schedule import entries
+    from ..sweep.schedule import entries
 
     rows = [{"name": e.name, "kind": e.kind, "at": e.at, "lock": e.lock, "path": str(e.path)}
             for e in entries(dest)]
@@ -137,7 +137,7 @@ def schedule_list(dest, as_json):
 @click.option("--disable/--no-disable", default=True, show_default=True)
 def schedule_remove(name, dest, disable):
     """Disable and delete the nightly schedule NAME (see `schedule list`)."""
-    from ..schedule import remove
+    from ..sweep.schedule import remove
 
     for p in remove(name, dest, disable):
         click.echo(f"removed {p}")

@@ -29,9 +29,9 @@ def review(week, out, formats, rules_file, sweep_id, db_url):
     """The weekly signal → action review: per series the numbers, gates and
     classification, the actions the rules call for with their evidence, regressions with
     the identity change that explains them, stale series, and charts."""
-    from ..analysis.rules import DEFAULT_RULES
-    from ..report import FORMATS, write_review
-    from ..review import render_review
+    from ..review.report import FORMATS, write_review
+    from ..review.rules import DEFAULT_RULES
+    from ..review.sweep_page import render_review
     from ..store import open_store
 
     store = open_store(db_url)

@@ -44,8 +44,8 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
     `--attach SWEEP_ID` picks up; if an agent died, `--resume SWEEP_ID`. Exits non-zero if
     any node was not ok; the other nodes' results are stored.
     """
-    from ..dispatch import StderrProgress, SweepOptions, continue_sweep, start_sweep
     from ..store import open_store
+    from ..sweep.dispatch import StderrProgress, SweepOptions, continue_sweep, start_sweep
 
     if sum(x is not None for x in (lock_path, attach_id, resume_id)) != 1:
         raise click.UsageError("give a LOCK, or --attach SWEEP_ID, or --resume SWEEP_ID")
@@ -82,8 +82,8 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
 def _record_failed_nightly(db_url: str | None, lock_path: Path, reason: str) -> None:
     import uuid
 
-    from ..dispatch import controller_id
     from ..store import open_store
+    from ..sweep.dispatch import controller_id
 
     try:
         open_store(db_url).record_failed_start(
@@ -101,10 +101,10 @@ def _record_failed_nightly(db_url: str | None, lock_path: Path, reason: str) -> 
 def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
     """The scheduled sweep: refuses to start while a previous nightly of the same plan
     runs, records trigger=nightly, prints one summary line, exits 1 if any node failed."""
-    from ..dispatch import StderrProgress, SweepOptions, start_sweep
-    from ..fanout import write_retry_file
-    from ..schedule import NightlyGuard
+    from ..fleet.fanout import write_retry_file
     from ..store import open_store
+    from ..sweep.dispatch import StderrProgress, SweepOptions, start_sweep
+    from ..sweep.schedule import NightlyGuard
 
     try:
         doc, _ = lock_from(lock_path, lambda m: None)
@@ -147,10 +147,10 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
     within a tolerance from each node's own repetition spread. Exit 0 only if so."""
     from datetime import datetime, timezone
 
-    from ..analysis.repro import compare, sweep_values
-    from ..dispatch import StderrProgress, SweepOptions, start_sweep
+    from ..review.repro import compare, sweep_values
     from ..store import open_store
     from ..store.models import ReproCheck
+    from ..sweep.dispatch import StderrProgress, SweepOptions, start_sweep
 
     doc, _ = lock_from(lock_path, lambda m: None)
     ssh = ssh_options(kw)

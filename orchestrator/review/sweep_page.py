@@ -15,11 +15,11 @@ from sqlalchemy.orm import Session
 
 from agent.stats import median
 
-from .errors import SpecfleetError
-from .store import Store
-from .store.models import Event, Measurement, NodeOutcome, Run, Sweep
+from ..errors import SpecfleetError
+from ..store import Store
+from ..store.models import Event, Measurement, NodeOutcome, Run, Sweep
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                          "has_parity": any(r.streaming_parity for r in rows),
                          "context_bucket": rs[0].context_bucket or "short",
                          "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows)})
-    from .analysis.runtimes import agent_notices
+    from .runtimes import agent_notices
 
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
             "notices": agent_notices(store, [sweep_id]), "soaks": soak_results(store, sweep_id),

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from agent.fingerprint import file_sha256
 
+from ..errors import RemoteError, SpecfleetError
+from ..sweep.plan import platform_matches, platform_node
 from .blobs import CONTROLLER_CACHE, push_files, push_model
-from .errors import RemoteError, SpecfleetError
 from .inventory import Host
 from .node_paths import AGENT_DIR, expand_root
-from .plan import platform_matches, platform_node
 from .transport import q
 from .wheelhouse import PROBE, Lock, ResolveError, check_lock, node_packages, resolve
 

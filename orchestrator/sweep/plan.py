@@ -20,8 +20,8 @@ from pathlib import Path
 
 from agent.fingerprint import VERIFY_MAX_AGE_S, manifest
 
-from .errors import ConfigError
-from .yamlfile import line_of, load_yaml
+from ..errors import ConfigError
+from ..yamlfile import line_of, load_yaml
 
 # key → type, or a nested spec; lists are written [type]
 SPEC = {
@@ -202,8 +202,8 @@ def platform_matches(desc: str, node: dict) -> bool:
 
 def build_lock(plan: Plan, log=print) -> dict:
     """Resolve everything a sweep needs into one JSON document."""
+    from ..fleet.wheelhouse import resolve
     from .jobspec import DEFAULT_WORKLOADS, collect_workloads, job_template
-    from .wheelhouse import resolve
 
     env = plan.section("environment")
     # An empty list means unmanaged: nodes bring their own Python, the agent checks pins.

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from .errors import ConfigError, SpecfleetError
+from ..errors import ConfigError, SpecfleetError
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "schedule"
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "schedule"
 PREFIX = "specfleet-nightly-"
 CRON_FILE = "specfleet.cron"  # with --dest, cron lines go to this file instead of crontab
 
@@ -137,7 +137,7 @@ def nightly_options(doc: dict, lock_path: Path, inventory: list[Path], *, limit:
     """The ``specfleet nightly`` options an entry carries, checked now rather than at 2 am:
     the inventory and pattern select hosts, and a lock without environments is swept with
     ``--no-provision``. Returns (options, notes for the user)."""
-    from .inventory import load_inventory, with_labels
+    from ..fleet.inventory import load_inventory, with_labels
 
     opts: list[str] = []
     notes: list[str] = []
@@ -282,7 +282,7 @@ class NightlyGuard:
     def __init__(self, lock_id: str):
         from agent.lock import NodeLock
 
-        from .blobs import CONTROLLER_CACHE
+        from ..fleet.blobs import CONTROLLER_CACHE
 
         self.lock = NodeLock(CONTROLLER_CACHE / f"nightly-{lock_id[:16]}.lock", lock_id)
 

@@ -19,7 +19,7 @@ from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
-from .errors import SpecfleetError
+from ..errors import SpecfleetError
 
 
 class ClosureError(SpecfleetError):

@@ -21,14 +21,14 @@ from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from .blobs import CONTROLLER_CACHE, push_model
+from ..errors import RemoteError, SpecfleetError, StoreError, UnreachableError
+from ..fleet.blobs import CONTROLLER_CACHE, push_model
+from ..fleet.fanout import Outcome, run_fan_out
+from ..fleet.inventory import Host
+from ..fleet.node_paths import expand_root
+from ..fleet.transport import SSHOptions, connect, q
+from ..store import Store
 from .decode import Decoder, Quarantined
-from .errors import RemoteError, SpecfleetError, StoreError, UnreachableError
-from .fanout import Outcome, run_fan_out
-from .inventory import Host
-from .node_paths import expand_root
-from .store import Store
-from .transport import SSHOptions, connect, q
 
 INGEST_BATCH = 64
 INGEST_EVERY_S = 0.25
@@ -170,8 +170,8 @@ class NodeRun:
     # -- launch ------------------------------------------------------------------------
 
     async def launch(self, t, doc: dict, job: dict) -> None:
-        from .facts import collect
-        from .provision import provision_host, push_agent
+        from ..fleet.facts import collect
+        from ..fleet.provision import provision_host, push_agent
 
         h = self.host
         root = expand_root(h.root, await t.home())

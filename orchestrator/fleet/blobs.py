@@ -18,7 +18,7 @@ from pathlib import Path
 
 from agent.fingerprint import VERIFY_MAX_AGE_S, cached_fingerprint, model_files
 
-from .errors import RemoteError, SpecfleetError
+from ..errors import RemoteError, SpecfleetError
 from .transport import q
 
 STREAMS = 4  # blobs in flight per node: many small wheels would otherwise go one by one

@@ -14,7 +14,7 @@ import string
 import warnings
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?$")
 GROUP_NAME = re.compile(r"^([^:\]\s]+)\s*(?:#.*)?$")

@@ -22,8 +22,8 @@ from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text
 
 from agent.protocol import EVENT_FIELDS, EVENT_SCHEMA, EVENT_SCHEMA_MAJOR
 
-from .errors import SpecfleetError
-from .store.models import Measurement, TelemetrySample
+from ..errors import SpecfleetError
+from ..store.models import Measurement, TelemetrySample
 
 MAX_LINE_BYTES = 16 << 20      # a journal line longer than this is quarantined, not read
 MAX_INT32 = 2**31 - 1
@@ -76,7 +76,7 @@ def _rules(table, names, skip=()) -> tuple[tuple[str, int, int, bool], ...]:
 
 
 def _measurement_fields() -> tuple[str, ...]:
-    from .store.db import MEASUREMENT_COLUMNS
+    from ..store.db import MEASUREMENT_COLUMNS
 
     return MEASUREMENT_COLUMNS
 

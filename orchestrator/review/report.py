@@ -8,12 +8,12 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from .analysis.charts import all_charts, label
-from .analysis.rules import DEFAULT_RULES, load_rules
-from .analysis.weekly import analyse
-from .errors import SpecfleetError
-from .review import TEMPLATES, fmt_value
-from .store import Store
+from ..errors import SpecfleetError
+from ..store import Store
+from .charts import all_charts, label
+from .rules import DEFAULT_RULES, load_rules
+from .sweep_page import TEMPLATES, fmt_value
+from .weekly import analyse
 
 FORMATS = ("html", "md", "json")
 
@@ -59,7 +59,7 @@ def environment(html: bool) -> Environment:
 def repro_checks(store: Store, start: str, end: str) -> list[dict]:
     from sqlalchemy import select
 
-    from .store.models import ReproCheck
+    from ..store.models import ReproCheck
 
     with store.engine.connect() as c:
         rows = c.execute(select(ReproCheck.report).where(

@@ -16,8 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import SpecfleetError
 from .blobs import CONTROLLER_CACHE
-from .errors import SpecfleetError
 from .wheelclosure import ClosureError, canonical, check_closure
 
 PROBE = ("import json, platform, sys; print(json.dumps({'sys_platform': sys.platform, "

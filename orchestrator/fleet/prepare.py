@@ -18,7 +18,7 @@ import os
 import re
 import shlex
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .fanout import Outcome
 from .inventory import Host
 

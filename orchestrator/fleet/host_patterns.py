@@ -9,7 +9,7 @@ import fnmatch
 import re
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 # Ansible's PATTERN_WITH_SUBSCRIPT: a pattern, then [n], [-n], [x:y] or [x:]
 SUBSCRIPT = re.compile(r"^(.+)\[(?:(-?[0-9]+)|([0-9]+)([:-])([0-9]*))\]$")

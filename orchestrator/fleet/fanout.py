@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import RemoteError, SpecfleetError, UnreachableError
+from ..errors import RemoteError, SpecfleetError, UnreachableError
 from .inventory import Host
 from .transport import SSHOptions, connect
 

@@ -13,11 +13,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
+from ..yamlfile import LineDict, load_yaml
 from .host_patterns import select_names
 from .inventory_ini import host_pattern, parse_ini
 from .vault import VaultError, VaultText, decrypt, read_password
-from .yamlfile import LineDict, load_yaml
 
 SPECFLEET_VARS = {
     "specfleet_python": "interpreter with mlx-lm on the node (default python3)",

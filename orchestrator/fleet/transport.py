@@ -18,7 +18,7 @@ from pathlib import Path
 
 import asyncssh
 
-from .errors import RemoteError, RemoteTimeoutError, UnreachableError
+from ..errors import RemoteError, RemoteTimeoutError, UnreachableError
 from .inventory import Host
 
 CHUNK = 1 << 20

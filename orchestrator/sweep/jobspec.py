@@ -11,10 +11,10 @@ from agent import SCHEMA
 from agent.fingerprint import fingerprint
 from agent.protocol import DEFAULT_SWEEP, KNOBS
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
-PROMPTS = Path(__file__).parent / "prompts"
-TASKS = Path(__file__).parent / "tasks" / "quality.jsonl"
+PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
+TASKS = Path(__file__).resolve().parents[1] / "tasks" / "quality.jsonl"
 DEFAULT_WORKLOADS = ("code", "memo", "translation")
 BUCKETS = ("short", "medium", "long")
 DEFAULT_BASE = {name: knob.default for name, knob in KNOBS.items()}

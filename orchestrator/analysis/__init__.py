@@ -1,1 +1,0 @@
-"""From stored runs to decisions: series, gates, signals → actions, regressions, repro."""
