@@ -130,23 +130,30 @@ def test_sweep_detail_page_escapes_model_output(reviewed_store):
     assert "&lt;script&gt;document.title" in out.read_text()  # shown as text, not run
 
 
-def test_a_sampling_knob_gets_rows_of_its_own(model_pair, tmp_path):
-    """Declared = shown: runs at temperature 0.9 are neither pooled into a draft-width row
-    nor compared with the greedy baseline; each value has its row and its own baseline."""
-    from statistics import median
-
+def sweep_locally(plan, tmp_path):
+    """Lock ``plan`` and sweep this machine with it into a fresh SQLite store."""
     from orchestrator.sweep.plan import load_plan, write_lock
-    from tests.locks import plan_text
 
-    plan = tmp_path / "plan.yml"
-    plan.write_text(plan_text(model_pair, widths=(2,), max_tokens=24).replace(
-        "knobs: {num_draft_tokens: [2]}", "knobs: {num_draft_tokens: [2], temperature: [0.9]}"))
     doc = load_lock(write_lock(load_plan(plan), lambda m: None))
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     local = Host(name="local", address="localhost", connection="local",
                  python=__import__("sys").executable, root=str(tmp_path / "node"))
     result = start_sweep(doc, [local], store, opts=SweepOptions(provision=False))
     assert result.ok, result.outcomes
+    return store, result
+
+
+def test_a_sampling_knob_gets_rows_of_its_own(model_pair, tmp_path):
+    """Declared = shown: runs at temperature 0.9 are neither pooled into a draft-width row
+    nor compared with the greedy baseline; each value has its row and its own baseline."""
+    from statistics import median
+
+    from tests.locks import plan_text
+
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, widths=(2,), max_tokens=24).replace(
+        "knobs: {num_draft_tokens: [2]}", "knobs: {num_draft_tokens: [2], temperature: [0.9]}"))
+    store, result = sweep_locally(plan, tmp_path)
     (section,) = review_data(store, result.sweep_id)["sections"]
     rows = {r.label: r for r in section["rows"]}
     assert list(rows) == ["baseline (autoregressive)", "baseline, temperature=0.9",
@@ -166,7 +173,7 @@ def test_a_knob_added_to_the_registry_reaches_every_layer(model_pair, tmp_path):
     from sqlalchemy import select
 
     from orchestrator.errors import ConfigError
-    from orchestrator.sweep.plan import load_plan, write_lock
+    from orchestrator.sweep.plan import load_plan
     from tests.locks import plan_text
 
     plan = tmp_path / "plan.yml"
@@ -179,12 +186,7 @@ def test_a_knob_added_to_the_registry_reaches_every_layer(model_pair, tmp_path):
     plan.write_text(text.replace("knobs: {num_draft_tokens: [2]}",
                                  "knobs: {num_draft_tokens: [2], xtc_probability: [0.5]}\n"
                                  "  base: {temperature: 0.8}"))
-    doc = load_lock(write_lock(load_plan(plan), lambda m: None))
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
-    local = Host(name="local", address="localhost", connection="local",
-                 python=__import__("sys").executable, root=str(tmp_path / "node"))
-    result = start_sweep(doc, [local], store, opts=SweepOptions(provision=False))
-    assert result.ok, result.outcomes
+    store, result = sweep_locally(plan, tmp_path)
     with store.engine.connect() as c:
         stored = c.execute(select(Measurement.mode, Measurement.knob, Measurement.knob_value)
                            .where(Measurement.knob == "xtc_probability")).all()
