@@ -104,10 +104,17 @@ class LocalTransport:
             limit=1 << 24)
         assert proc.stdout is not None and proc.stderr is not None  # asked for with PIPE
         stderr_task = asyncio.create_task(proc.stderr.read())
-        async for raw in proc.stdout:
-            yield raw.decode(errors="replace")
-        await proc.wait()
-        err = (await stderr_task).decode(errors="replace")
+        try:
+            async for raw in proc.stdout:
+                yield raw.decode(errors="replace")
+            await proc.wait()
+            err = (await stderr_task).decode(errors="replace")
+        finally:  # closed early: stop the command rather than leave it to the collector
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            if not stderr_task.done():
+                stderr_task.cancel()
         if proc.returncode != 0:
             raise RemoteError(self.host.name, command, proc.returncode, err)
 

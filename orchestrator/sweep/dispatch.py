@@ -9,6 +9,7 @@ backoff, and ``--attach`` / ``--resume`` pick a sweep up again later.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -272,21 +273,24 @@ class NodeRun:
         raw: list[str] = []
         flushed = time.monotonic()
         try:
-            async for line in t.stream_lines(cmd):
-                if not line.strip():
-                    continue
-                event = self.decoder.decode(line)  # the one boundary; may refuse the agent
-                if isinstance(event, Quarantined):
-                    await self.set_aside(event)
-                    continue
-                batch.append(event)
-                raw.append(line.strip())  # stored as written: no second serialisation
-                self.progress(self.host.name, event)
-                # batches make ingest cheap; the time bound keeps the store live
-                if len(batch) >= INGEST_BATCH or event["type"] != "generation" or \
-                        time.monotonic() - flushed > INGEST_EVERY_S:
-                    await self.ingest(batch, raw)
-                    batch, raw, flushed = [], [], time.monotonic()
+            # aclosing: a follower left early (an agent refused mid-stream) is closed now,
+            # not whenever the garbage collector finds it after the event loop is gone
+            async with contextlib.aclosing(t.stream_lines(cmd)) as lines:
+                async for line in lines:
+                    if not line.strip():
+                        continue
+                    event = self.decoder.decode(line)  # the one boundary; may refuse the agent
+                    if isinstance(event, Quarantined):
+                        await self.set_aside(event)
+                        continue
+                    batch.append(event)
+                    raw.append(line.strip())  # stored as written: no second serialisation
+                    self.progress(self.host.name, event)
+                    # batches make ingest cheap; the time bound keeps the store live
+                    if len(batch) >= INGEST_BATCH or event["type"] != "generation" or \
+                            time.monotonic() - flushed > INGEST_EVERY_S:
+                        await self.ingest(batch, raw)
+                        batch, raw, flushed = [], [], time.monotonic()
         finally:
             await self.ingest(batch, raw)
 
