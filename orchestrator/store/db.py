@@ -228,6 +228,11 @@ class Store:
                                      .returning(QuarantinedEvent.id)).all())
         return new
 
+    def quarantined_count(self, sweep_id: str, node: str) -> int:
+        with self.engine.connect() as c:
+            return c.execute(select(func.count()).select_from(QuarantinedEvent).where(
+                QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)).scalar() or 0
+
     def quarantined(self, sweep_id: str, node: str | None = None) -> list[QuarantinedEvent]:
         with Session(self.engine) as s:
             q = select(QuarantinedEvent).where(QuarantinedEvent.sweep_id == sweep_id)

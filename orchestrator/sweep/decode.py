@@ -23,7 +23,7 @@ from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text
 from agent.protocol import EVENT_FIELDS, EVENT_SCHEMA, EVENT_SCHEMA_MAJOR
 
 from ..errors import SpecfleetError
-from ..store.models import Measurement, TelemetrySample
+from ..store.models import Measurement, Run, TelemetrySample
 
 MAX_LINE_BYTES = 16 << 20      # a journal line longer than this is quarantined, not read
 MAX_INT32 = 2**31 - 1
@@ -86,6 +86,9 @@ GENERATION_RULES = _rules(Measurement, _measurement_fields(),
 SAMPLE_RULES = _rules(TelemetrySample, ("ts", *[
     c.name for c in TelemetrySample.__table__.c
     if c.name not in ("id", "sweep_id", "node", "seq", "idx", "ts")]))
+# a config_summary becomes a `runs` row: its strings are checked against those columns
+SUMMARY_RULES = _rules(Run, ("workload", "mode", "knob", "context_bucket", "prompt_sha256",
+                             "engine"))
 KNOB_VALUE_MAX: int = Measurement.__table__.c["knob_value"].type.length  # type: ignore[attr-defined]
 
 
@@ -190,11 +193,9 @@ def _check_summary(e: dict) -> str | None:
             v = d.get(k)
             if v is not None and type(v) is not float and type(v) is not int:
                 return f"metrics.{metric}.{k} must be a number"
-    for name, size in (("workload", 128), ("mode", 16), ("knob", 32), ("context_bucket", 16),
-                       ("prompt_sha256", 64), ("engine", 64)):
-        v = e.get(name)
-        if v is not None and (type(v) is not str or len(v) > size or "\x00" in v):
-            return f"{name} must be a string of at most {size} characters"
+    problem = _check_rules(e, SUMMARY_RULES)
+    if problem:
+        return problem
     kv = e.get("knob_value")
     if kv is not None and len(str(kv)) > KNOB_VALUE_MAX:
         return f"knob_value is longer than {KNOB_VALUE_MAX} characters"

@@ -136,13 +136,11 @@ class NodeRun:
         self.opts, self.progress = opts, progress
         self.started = False  # once an agent runs, its lease outlives this controller
         self.decoder = Decoder(host.name)
-        self.set_aside_count = 0
 
     async def set_aside(self, q: Quarantined) -> None:
         """A line that failed the decode boundary: kept with its reason, said once, and the
         follower goes on with the next line."""
         new = await asyncio.to_thread(self.store.quarantine, self.sweep_id, self.host.name, [q])
-        self.set_aside_count += 1
         if new:
             self.say(f"set aside a journal line{'' if q.seq is None else f' (seq {q.seq})'}: "
                      f"{q.reason[:160]}")
@@ -340,7 +338,7 @@ class NodeRun:
                            f"sweep page: `specfleet review --sweep {self.sweep_id}`")
         if kind == "job_finished":
             self.store.set_sweep_node(self.sweep_id, self.host.name, state="finished")
-            kept = len(self.store.quarantined(self.sweep_id, self.host.name))
+            kept = self.store.quarantined_count(self.sweep_id, self.host.name)
             return Outcome(self.host.name, "ok", value={
                 "events": self.store.last_seq(self.sweep_id, self.host.name),
                 "generations": last.get("generations"), "set_aside": kept},
