@@ -16,8 +16,6 @@ from pathlib import Path
 
 from .protocol import FINAL_EVENTS
 
-FINAL = FINAL_EVENTS
-
 
 def alive(pid: int | None) -> bool:
     if not pid:
@@ -64,7 +62,8 @@ def follow(journal: Path, from_seq: int, pid: int | None, poll_s: float = 0.05,
                     # keeps it aside with a reason rather than leaving a silent gap
                     if not isinstance(seq, int) or seq > from_seq:
                         out.write(line.decode("utf-8", "replace") + "\n")
-                        done = done or (isinstance(event, dict) and event.get("type") in FINAL)
+                        final = isinstance(event, dict) and event.get("type") in FINAL_EVENTS
+                        done = done or final
                 out.flush()
                 if done:
                     return 0
