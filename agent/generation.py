@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import resource
 import sys
 import time
@@ -12,7 +11,7 @@ from mlx_lm import stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from .protocol import KNOBS, SAMPLING_DEFAULTS
-from .stats import acceptance_summary, decode_rates, percentile
+from .trace import Trace, metrics
 
 
 def _rss_bytes() -> int | None:
@@ -28,9 +27,9 @@ def _max_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024  # macOS reports bytes, Linux KiB
 
 
-def generate_once(model, tokenizer, prompt_ids: list[int], cfg: dict, max_tokens: int,
-                  draft_model=None, seed: int = 0, decode_skip: int = 64) -> dict:
-    """Run one generation and return its measurements (units in the names)."""
+def generate_trace(model, tokenizer, prompt_ids: list[int], cfg: dict, max_tokens: int,
+                   draft_model=None, seed: int = 0) -> Trace:
+    """Run one generation; every token's arrival time, id and origin (draft or target)."""
     speculative = draft_model is not None
     sampler = make_sampler(**{KNOBS[k].engines["mlx-lm"]: cfg[k] for k in SAMPLING_DEFAULTS})
     kwargs = {"sampler": sampler}
@@ -52,39 +51,24 @@ def generate_once(model, tokenizer, prompt_ids: list[int], cfg: dict, max_tokens
         from_draft.append(bool(r.from_draft))
         text_parts.append(r.text)
         finish, prompt_tps = r.finish_reason, r.prompt_tps
-    itl_ms = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
-    rate, mean_rate, skipped = decode_rates(times, decode_skip)
-    text = "".join(text_parts)
-    m = {
-        "prompt_tokens": len(prompt_ids),
-        "generated_tokens": len(tokens),
-        "finish_reason": finish,
-        "ttft_ms": round(times[0] * 1e3, 3) if times else None,
-        "prefill_ms": round(len(prompt_ids) / prompt_tps * 1e3, 3) if prompt_tps else None,
-        "prefill_tok_s": round(prompt_tps, 2) if prompt_tps else None,
-        "decode_tok_s": round(rate, 2) if rate else None,
-        "decode_tok_s_mean": round(mean_rate, 2) if mean_rate else None,
-        "decode_skipped_tokens": skipped,
-        "itl_p50_ms": _r(percentile(itl_ms, 50)),
-        "itl_p95_ms": _r(percentile(itl_ms, 95)),
-        "itl_p99_ms": _r(percentile(itl_ms, 99)),
-        # Arrival times in µs since the request: compact, and enough to recompute everything.
-        "token_times_us": [round(t * 1e6) for t in times],
-        "peak_mlx_memory_bytes": int(mx.get_peak_memory()),
-        "rss_bytes": _rss_bytes(),
-        "max_rss_bytes": _max_rss_bytes(),
-        "token_ids": tokens,
-        "output_text": text,
-        "output_sha256": hashlib.sha256(text.encode()).hexdigest(),
-    }
-    if speculative:
-        m.update(acceptance_summary(from_draft, cfg["num_draft_tokens"], max_tokens))
-        m["from_draft"] = "".join("1" if f else "0" for f in from_draft)
-    else:
-        m.update({"drafted_tokens": 0, "accepted_tokens": 0, "acceptance_rate": None,
-                  "mean_accepted_len": None, "acceptance_by_position": []})
-    return m
+    return Trace(
+        arrivals=times, token_times=times, output_text="".join(text_parts), token_ids=tokens,
+        prompt_tokens=len(prompt_ids), finish_reason=finish,
+        from_draft=from_draft, fields={
+            "prefill_ms": round(len(prompt_ids) / prompt_tps * 1e3, 3) if prompt_tps else None,
+            "prefill_tok_s": round(prompt_tps, 2) if prompt_tps else None,
+            # arrival times in µs since the request: compact, and enough to recompute all
+            "token_times_us": [round(t * 1e6) for t in times],
+            "peak_mlx_memory_bytes": int(mx.get_peak_memory()),
+            "rss_bytes": _rss_bytes(),
+            "max_rss_bytes": _max_rss_bytes(),
+        })
 
 
-def _r(v: float | None) -> float | None:
-    return None if v is None else round(v, 4)
+def generate_once(model, tokenizer, prompt_ids: list[int], cfg: dict, max_tokens: int,
+                  draft_model=None, seed: int = 0, decode_skip: int = 64) -> dict:
+    """Run one generation and return its measurements (units in the names)."""
+    t = generate_trace(model, tokenizer, prompt_ids, cfg, max_tokens, draft_model, seed)
+    return metrics(t, speculative=draft_model is not None,
+                   num_draft_tokens=cfg.get("num_draft_tokens") or 0, max_tokens=max_tokens,
+                   decode_skip=decode_skip)

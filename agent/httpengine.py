@@ -19,7 +19,8 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 
-from .stats import decode_rates, percentile
+from .stats import percentile
+from .trace import Trace, metrics
 
 
 class HTTPEngineError(Exception):
@@ -309,17 +310,18 @@ def nonstreamed(whole: dict, wall_s: float, count_tokens=None) -> dict:
             **({"nonstreamed_usage_problem": problem} if problem else {})}
 
 
-def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
-    """TTFT, decode slope and ITL from chunk arrival times (content and tool-call chunks
-    alike). A chunk may hold several tokens: token positions come from the tokenizer when
-    given, else from the usage count spread over characters."""
+def trace_of(s: Stream, count_tokens=None) -> Trace:
+    """The streamed request as a trace: chunk arrivals (content and tool-call chunks alike)
+    and one time per token. A chunk may hold several tokens: token positions come from the
+    tokenizer when given, else from the usage count spread over characters, else one per
+    chunk. Acceptance is the runtime's own report (llama-server's ``timings``), if any."""
     timeline = sorted(s.chunks + s.tool_chunks, key=lambda c: c[0])
     texts = [t for _, t in timeline]
     times = [t for t, _ in timeline]
     usage = (s.usage or {}).get("completion_tokens")
+    text = "".join(t for _, t in s.chunks)
     total, source, problem = token_count(
-        "".join(t for _, t in s.chunks) if count_tokens is not None else "".join(texts),
-        usage, count_tokens, len(texts))
+        text if count_tokens is not None else "".join(texts), usage, count_tokens, len(texts))
     if source == "chunks":
         total = None  # one token per chunk, below
     cum: list[int] = []
@@ -341,22 +343,25 @@ def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
     for when, c in zip(times, cum):
         token_times += [when] * max(c - prev, 0)
         prev = max(prev, c)
-    rate, mean, skipped = decode_rates(token_times, decode_skip)
     itl = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
     timings = s.timings or {}
-    drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
     reported = timings.get("predicted_per_second")
-    return {"ttft_ms": round(times[0] * 1e3, 3) if times else None,
-            "decode_tok_s": round(rate, 2) if rate else None,
-            "decode_tok_s_mean": round(mean, 2) if mean else None,
+    return Trace(
+        arrivals=times, token_times=token_times, output_text=text, finish_reason=s.finish_reason,
+        drafted=timings.get("draft_n"), accepted=timings.get("draft_n_accepted"), fields={
+            # the same numbers as itl_*, named for what they time over http
             "chunk_itl_p50_ms": percentile(itl, 50), "chunk_itl_p95_ms": percentile(itl, 95),
             "chunk_itl_p99_ms": percentile(itl, 99), "chunks": len(texts),
-            "generated_tokens": prev or total, "usage_tokens": usage,
-            "token_source": source, **({"usage_problem": problem} if problem else {}),
-            "drafted_tokens": drafted, "accepted_tokens": accepted,
-            "acceptance_rate": (accepted / drafted) if drafted else None,
-            "acceptance": "reported" if drafted is not None else "not reported",
-            "keepalive_comments": s.comments, "finish_reason": s.finish_reason,
+            "usage_tokens": usage, "token_source": source,
+            **({"usage_problem": problem} if problem else {}),
+            "keepalive_comments": s.comments,
             # the runtime's own decode speed (llama-server, Ollama), beside ours
             "reported_decode_tok_s": round(reported, 2) if reported else None,
-            "chunk_times_us": [round(t * 1e6) for t in times]}
+            "chunk_times_us": [round(t * 1e6) for t in times]})
+
+
+def measure(s: Stream, count_tokens=None, decode_skip: int = 64) -> dict:
+    """A streamed request's metrics, derived as for every engine (``trace.metrics``)."""
+    t = trace_of(s, count_tokens)
+    return metrics(t, speculative=t.drafted is not None, num_draft_tokens=0, max_tokens=0,
+                   decode_skip=decode_skip)

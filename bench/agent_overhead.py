@@ -5,7 +5,8 @@ arrival time after the same warm-up tokens); the agent additionally runs its tel
 sampler, memory accounting and acceptance bookkeeping. Runs are interleaved (bare,
 agent, bare, agent, …) so machine noise hits both. Target: agent/bare ≥ 0.98.
 
-Part 1 measures in one process (the agent's Sweep.measure vs stream_generate). Part 2 runs
+Part 1 measures in one process (the shared loop's measure with the mlx-lm engine vs
+stream_generate). Part 2 runs
 them as users do, each in its own process: ``python -m agent run JOB`` (telemetry on,
 journal, lock) against a bare mlx-lm script that makes the same generations in the same
 order (baseline, then draft width 3, per repetition), the processes interleaved.
@@ -151,23 +152,29 @@ def main() -> None:
 
 
 def in_process(raw: dict, model, tok, draft, args) -> None:
-    from agent.runner import Sweep
+    from agent.journal import Journal
+    from agent.loop import Loop, Request
+    from agent.mlxengine import BASELINE, SPECULATIVE, MlxEngine
 
     job = parse_job(raw)
     w = job.workloads[0]
     prompt = tok.encode(w.prompt)
     print(f"{'mode':<16}{'bare tok/s':>12}{'agent tok/s':>13}{'agent/bare':>12}   median of "
           f"{args.reps}, {args.max_tokens} tokens, code prompt, decode slope after {SKIP}")
-    with Sampler(job.telemetry_interval_s) as sampler:
-        sweep = Sweep(job, None, model, draft, tok, sampler)
+    with Sampler(job.telemetry_interval_s) as sampler, \
+            tempfile.TemporaryDirectory() as scratch:
+        loop = Loop(job, Journal(Path(scratch) / "j.jsonl"), MlxEngine(job, model, draft, tok),
+                    sampler)
         for label, spec in (("autoregressive", False), ("speculative k=3", True)):
             cfg = {**job.base, "num_draft_tokens": 3}
+            v = SPECULATIVE if spec else BASELINE
             bare(model, tok, prompt, 32, draft if spec else None)  # warm both paths
-            sweep.measure(w, cfg, spec, 0, max_tokens=32)
+            loop.measure(Request(v, w.prompt, 32, cfg, 0, prompt_key=w.name))
             b, a = [], []
             for _ in range(args.reps):
                 b.append(bare(model, tok, prompt, args.max_tokens, draft if spec else None))
-                a.append(sweep.measure(w, cfg, spec, 0)["decode_tok_s"])
+                a.append(loop.measure(Request(v, w.prompt, w.max_tokens, cfg, 0,
+                                              prompt_key=w.name))["decode_tok_s"])
             mb, ma = statistics.median(b), statistics.median(a)
             paired = sorted(x / y for x, y in zip(a, b))
             print(f"{label:<16}{mb:>12.1f}{ma:>13.1f}{ma / mb:>12.3f}   paired ratio median "

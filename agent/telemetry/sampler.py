@@ -18,15 +18,22 @@ PRESSURE_ORDER = {None: -1, "normal": 0, "warn": 1, "critical": 2}
 REPLAY_ENV = "SPECFLEET_TELEMETRY_REPLAY"
 
 
-def _rss_bytes() -> int | None:
+def _rss_bytes(pid: int | None = None) -> int | None:
+    """Resident memory of this process, or of ``pid`` and its children (a runtime the
+    agent started may be a wrapper around the process that holds the model)."""
     try:
         import psutil  # optional on nodes; the only way to read current RSS on macOS
 
-        return psutil.Process().memory_info().rss
+        try:
+            proc = psutil.Process(pid)
+            procs = [proc] + (proc.children(recursive=True) if pid else [])
+            return sum(p.memory_info().rss for p in procs)
+        except psutil.Error:
+            return None
     except ImportError:
         pass
     try:
-        with open("/proc/self/statm") as f:
+        with open(f"/proc/{pid or 'self'}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except OSError:
         return None
@@ -68,6 +75,11 @@ class Sampler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.pid: int | None = None  # whose RSS the readings carry (None: this process)
+
+    def watch(self, pid: int | None) -> None:
+        """Read the RSS of ``pid`` (a runtime the agent started) instead of the agent's."""
+        self.pid = pid
 
     def __enter__(self):
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
@@ -86,6 +98,8 @@ class Sampler:
     def mark(self) -> int:
         """Take a reading now; return its index (use as a window boundary)."""
         snap = self.reader()
+        if self.pid:
+            snap["rss_bytes"] = _rss_bytes(self.pid)
         with self._lock:
             self.samples.append(snap)
             return len(self.samples) - 1
