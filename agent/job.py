@@ -25,7 +25,7 @@ JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
                  "max_tokens", "description", "tools"}
 SOAK_KEYS = {"duration_s", "num_draft_tokens", "max_tokens", "workload", "rss_growth_limit",
-             "sample_every_s"}
+             "sample_every_s", "variant"}
 
 
 @dataclass(frozen=True)
@@ -197,6 +197,8 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
     duration = soak.get("duration_s", 600)
     if not isinstance(duration, (int, float)) or duration <= 0:
         raise _fail(path, "soak.duration_s: must be a number of seconds > 0")
+    engine = _engine(raw, path)
+    _soak_target(soak, engine, path)
     verify = raw.get("verify_weights", "daily")
     if verify not in VERIFY_MAX_AGE_S:
         raise _fail(path, f"verify_weights: {verify!r} is not one of "
@@ -213,8 +215,33 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
         pins=raw.get("pins", {}), telemetry_interval_s=float(raw.get("telemetry_interval_s", 0.5)),
         cv_threshold=float(raw.get("cv_threshold", 0.10)),
         memory_bandwidth_gbs=raw.get("memory_bandwidth_gbs"), soak=soak,
-        quality_tasks=tuple(raw.get("quality_tasks", ())), engine=_engine(raw, path),
+        quality_tasks=tuple(raw.get("quality_tasks", ())), engine=engine,
         verify_weights=verify, raw=raw)
+
+
+def _soak_target(soak: dict, engine: dict, path: Path) -> None:
+    """What a soak runs must be unambiguous and watchable: in process, a draft width; over
+    http, a variant the agent starts itself (its memory is what the soak watches)."""
+    if not soak:
+        return
+    if not engine:
+        if "variant" in soak:
+            raise _fail(path, "soak.variant: only for an http engine; in process, choose "
+                              "soak.num_draft_tokens")
+        return
+    if "num_draft_tokens" in soak:
+        raise _fail(path, "soak.num_draft_tokens: an http variant fixes its own draft width; "
+                          "choose soak.variant")
+    variants = {v["name"]: v for v in engine["variants"]}
+    name = soak.get("variant") or next(
+        (v["name"] for v in engine["variants"] if v.get("speculative")),
+        engine["variants"][0]["name"])
+    if name not in variants:
+        raise _fail(path, f"soak.variant: {name!r} is not one of the engine's variants "
+                          f"({', '.join(variants)})")
+    if not variants[name].get("command"):
+        raise _fail(path, f"soak.variant: {name!r} has no command: a soak watches the "
+                          "runtime's memory, so the agent must start it")
 
 
 def _engine(raw: dict, path: Path) -> dict:
@@ -234,6 +261,9 @@ def _engine(raw: dict, path: Path) -> dict:
     if variants[0].get("speculative") and any(not v.get("speculative") for v in variants):
         raise _fail(path, "engine.variants: list the baseline (non-speculative) variant first: "
                           "speculative variants are checked against its output")
+    if not isinstance(eng.get("interleave", False), bool):
+        raise _fail(path, "engine.interleave: true or false (true: every variant runs at "
+                          "once, so baseline and candidate alternate per generation)")
     # runtime-specific request fields swept one at a time, e.g. llama-server's flat
     # "speculative.n_max" or mlx-serve's "enable_pld"
     fknobs = eng.get("knobs", {})

@@ -376,7 +376,9 @@ class Loop:
         req = Request(variant, w.prompt, max_tokens, cfg, job.seed, prompt_key=w.name)
         result = run_soak(job, journal, self.sampler, lambda: self.measure(req))
         names_, _ = self.engine.describe(Slot(w, variant, "", None, cfg, {}, 0))
-        journal.emit("soak_result", workload=w.name, num_draft_tokens=k, **names_, **result)
+        # whose memory the verdict judged: the runtime the agent started, or the agent
+        journal.emit("soak_result", workload=w.name, num_draft_tokens=k, **names_, **result,
+                     memory_of="runtime" if self.engine.runtime_pid(variant) else "agent")
         journal.emit("job_finished", status="ok" if result["status"] == "pass" else "soak_failed",
                      generations=result["generations"], reasons=result["reasons"])
         return EXIT_CODES["ok"] if result["status"] == "pass" else EXIT_CODES["soak_failed"]

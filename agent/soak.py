@@ -48,7 +48,7 @@ def run_soak(job, journal, sampler, generate_config) -> dict:
                   "decode_tok_s": m["decode_tok_s"], "acceptance_rate": m["acceptance_rate"],
                   "rss_bytes": w["rss_peak_bytes"], "swap_used_bytes": w["swap_used_after_bytes"],
                   "swap_in_bytes": w["swap_in_bytes"],
-                  "peak_mlx_memory_bytes": m["peak_mlx_memory_bytes"],
+                  "peak_mlx_memory_bytes": m.get("peak_mlx_memory_bytes"),
                   "memory_pressure": w["memory_pressure"]}
         samples.append(sample)
         pending.append(sample)

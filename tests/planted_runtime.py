@@ -123,7 +123,10 @@ def main() -> None:
     ap.add_argument("--mode", default="correct",
                     choices=["correct", "fail", "surrogate", "double-usage", "diverge"])
     ap.add_argument("--tokenizer", default=None, help="a tokenizer.json to count tokens with")
+    ap.add_argument("--ballast-mb", type=int, default=0,
+                    help="hold this much memory, touched, as weights would be")
     args = ap.parse_args()
+    ballast = bytearray(b"\x01" * (args.ballast_mb * 2**20))  # noqa: F841  # held, not read
     server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port),
                                              make_handler(args.mode, Tokens(args.tokenizer)))
     server.serve_forever()

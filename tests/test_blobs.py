@@ -86,7 +86,8 @@ def test_interrupted_transfer_resumes_from_its_offset(fleet, tmp_path, node_root
         push(fleet, host, {"target": big}, tmp_path / "fp.json", cut_after_16mib)
     have = sum(p.stat().st_size for p in (path / "blobs").glob("*.partial"))
     total = sum(p.stat().st_size for p in big.iterdir())
-    assert 16 << 20 <= have < total
+    # bytes in flight when the session died are lost: less than what was sent survives
+    assert 8 << 20 <= have < total
     r = push(fleet, host, {"target": big}, tmp_path / "fp.json")
     assert r.resumed_bytes == have
     # only the missing bytes travelled (a small blob may have completed before the cut)

@@ -131,7 +131,8 @@ def test_the_baseline_variant_comes_first(tmp_path, model_pair):
 
 def test_settings_an_engine_cannot_honour_are_refused_at_lock_time(tmp_path, model_pair):
     """Declared = applied, or refused with the plan's line: a draft-width knob with an http
-    engine, and a soak section with an http engine, were once accepted and ignored."""
+    engine was once accepted and ignored, and so was a soak section with an http engine
+    (the shared loop soaks http runtimes now, but only ones it can watch)."""
     engine = "engine:\n  type: http\n  variants:\n    - {name: plain, base_url: 'http://x:1'}"
     plan = tmp_path / "plan.yml"
     plan.write_text(plan_text(model_pair, widths=(2, 3), extra=engine))
@@ -141,8 +142,20 @@ def test_settings_an_engine_cannot_honour_are_refused_at_lock_time(tmp_path, mod
         load_plan(plan)
     assert e.value.line == next(i for i, ln in enumerate(lines, 1) if "num_draft_tokens" in ln)
     plan.write_text(plan_text(model_pair, widths=None, extra=engine + "\nsoak:\n  duration_s: 5"))
-    with pytest.raises(ConfigError, match=r"soak: a plan with an http engine cannot soak"):
-        load_plan(plan)
+    soak_line = next(i for i, ln in enumerate(plan.read_text().splitlines(), 1)
+                     if ln.startswith("soak:"))
+    with pytest.raises(ConfigError, match=r"soak.variant: 'plain' has no command: a soak "
+                                          r"watches the runtime's memory") as e:
+        write_lock(load_plan(plan), lambda m: None)
+    assert e.value.line == soak_line
+    plan.write_text(plan_text(model_pair, widths=None, extra=engine + "\nsoak:\n  "
+                              "num_draft_tokens: 4"))
+    with pytest.raises(ConfigError, match=r"soak.num_draft_tokens: an http variant fixes its "
+                                          r"own draft width"):
+        write_lock(load_plan(plan), lambda m: None)
+    plan.write_text(plan_text(model_pair, widths=(2,), extra="soak:\n  variant: draft"))
+    with pytest.raises(ConfigError, match=r"soak.variant: only for an http engine"):
+        write_lock(load_plan(plan), lambda m: None)
     plan.write_text(plan_text(model_pair, widths=(2,)).replace(
         "knobs: {num_draft_tokens: [2]}", "knobs: {num_draft_tokens: [2]}\n  base: {top_p: 1.5}"))
     with pytest.raises(ConfigError, match=r"sweep.base.top_p: top_p=1.5 is not valid; it must "

@@ -147,7 +147,7 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
     within a tolerance from each node's own repetition spread. Exit 0 only if so."""
     from datetime import datetime, timezone
 
-    from ..review.repro import compare, sweep_values
+    from ..review.repro import compare, sweep_values, verdict
     from ..store import open_store
     from ..store.models import ReproCheck
     from ..sweep.dispatch import StderrProgress, SweepOptions, start_sweep
@@ -161,11 +161,13 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
     result = start_sweep(doc, hosts, store, inventory=inventory_path,
                          opts=SweepOptions(ssh=ssh, provision=provision, trigger="repro"),
                          progress=StderrProgress())
-    per_node, idents = sweep_values(store, result.sweep_id)
+    per_node, idents, set_aside = sweep_values(store, result.sweep_id)
     report = compare(per_node, idents, tuple(m.strip() for m in metrics.split(",")), floor)
     report.update(sweep_id=result.sweep_id, created_at=datetime.now(timezone.utc).isoformat(),
-                  not_ok=[o.host for o in result.outcomes if o.status != "ok"])
-    report["reproducible"] = report["reproducible"] and not report["not_ok"]
+                  not_ok=[o.host for o in result.outcomes if o.status != "ok"],
+                  set_aside=set_aside)
+    report["verdict"] = verdict(report)
+    report["reproducible"] = report["verdict"] == "reproducible"
     with store.engine.begin() as c:
         c.execute(ReproCheck.__table__.insert().values(
             sweep_id=result.sweep_id, created_at=datetime.now(timezone.utc),
@@ -178,6 +180,8 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
                        + (f" — identity: {'; '.join(d['identity'])}" if d["identity"] else ""))
         for n in report["not_ok"]:
             click.echo(f"{n}: did not finish the sweep")
+        for x in set_aside:
+            click.echo(f"SET ASIDE {x['node']} {x['config']}: {'; '.join(x['reasons'])}")
         click.echo(f"repro sweep {result.sweep_id}: {report['checked']} comparisons, "
-                   + ("reproducible" if report["reproducible"] else "NOT reproducible"))
+                   + report["verdict"])
     sys.exit(0 if report["reproducible"] else 1)

@@ -56,18 +56,36 @@ def compare(per_node: dict[str, dict[tuple, dict]], identities: dict[str, dict],
             "disagreements": disagreements, "nodes": sorted(per_node)}
 
 
-def sweep_values(store: Store, sweep_id: str) -> tuple[dict, dict]:
+def sweep_values(store: Store, sweep_id: str) -> tuple[dict, dict, list[dict]]:
+    """Per node, each reliable run's repetition values; the nodes' identities; and the runs
+    set aside as unreliable (never compared: a contended node "agreeing" proves nothing)."""
     with store.engine.connect() as c:
         runs = c.execute(select(Run).where(Run.sweep_id == sweep_id)).all()
         nodes = c.execute(select(SweepNode.node, SweepNode.identity).where(
             SweepNode.sweep_id == sweep_id)).all()
     per_node: dict[str, dict] = defaultdict(dict)
     idents = {}
+    set_aside = []
     for r in runs:
+        idents[r.node] = {k: getattr(r, k, None) for k in FACTS}
+        if r.unreliable:
+            set_aside.append({"node": r.node, "config": f"{r.workload} {r.mode} "
+                              f"k={r.num_draft_tokens}", "reasons": (r.summary or {}).get(
+                                  "unreliable_reasons") or ["flagged unreliable"]})
+            continue
         per_node[r.node][(r.workload, r.mode, r.num_draft_tokens)] = (r.summary or {}).get(
             "values") or {}
-        idents[r.node] = {k: getattr(r, k, None) for k in FACTS}
     for node, ident in nodes:
         idents.setdefault(node, {}).update({k: v for k, v in (ident or {}).items()
                                             if k in FACTS and v is not None})
-    return dict(per_node), idents
+    return dict(per_node), idents, set_aside
+
+
+def verdict(report: dict) -> str:
+    """One answer: reproducible only when every run could be compared and all agreed."""
+    if report["disagreements"] or report.get("not_ok"):
+        return "NOT reproducible"
+    if report.get("set_aside"):
+        return (f"cannot tell: {len(report['set_aside'])} runs set aside as unreliable "
+                "(rerun on quiet nodes)")
+    return "reproducible" if report["checked"] else "cannot tell: nothing to compare"

@@ -42,6 +42,7 @@ class Row:
     streaming_parity: str | None = None  # http runtimes: streamed vs non-streamed output
     knob: str | None = None               # the knob this row's setting came from
     knob_value: str | None = None
+    set_aside: str | None = None          # why no conclusion is drawn from this row
 
 
 def _exactness(runs: list[Measurement]) -> str:
@@ -82,8 +83,14 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         # http runtimes: which one, and streamed vs non-streamed output per config
         merged: dict[tuple, dict] = {}
         engines: dict[tuple, str] = {}
+        # configs whose repetitions the agent flagged (a CV over the threshold): their rows
+        # are shown but never concluded from; a flagged baseline voids its section's speedups
+        flagged: dict[tuple, list[str]] = {}
         for n, w, m, kn, kv, e, x in summaries:
             engines.setdefault((n, w), e)
+            if x.get("unreliable_reasons"):
+                key = (n, w, m) + ((None, None) if m == "baseline" else (kn, kv))
+                flagged.setdefault(key, []).extend(x["unreliable_reasons"])
             p = x.get("parity")
             if p:  # every config in the row counts, not only the last one read
                 key = (n, w, m) + ((None, None) if m == "baseline" else (kn, kv))
@@ -103,7 +110,7 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         groups.setdefault((r.node, r.workload), []).append(r)
     sections = []
     for (node, workload), rs in sorted(groups.items()):
-        rows = _rows(rs)
+        rows = _set_aside(_rows(rs), flagged, node, workload)
         rows = [replace(r, task_pass_rate=quality.get((node, r.num_draft_tokens)),
                         streaming_parity=parity.get((node, workload, r.mode) + (
                             (None, None) if r.mode == "baseline" else (r.knob, r.knob_value))))
@@ -169,11 +176,11 @@ def _rows(rs: list[Measurement]) -> list[Row]:
     rows = []
     if shared or not base:
         rows.append(_row("baseline (autoregressive)", "baseline", 0, shared,
-                         median(r.decode_tok_s for r in shared)))
+                         median(r.decode_tok_s for r in _reliable(shared))))
     for (knob, value) in sorted({setting(r) for r in base} - {setting(r) for r in shared}):
         runs = [r for r in base if setting(r) == (knob, value)]
         rows.append(_row(f"baseline, {knob}={value}", "baseline", 0, runs,
-                         median(r.decode_tok_s for r in runs), knob, value))
+                         median(r.decode_tok_s for r in _reliable(runs)), knob, value))
     for knob, value in sorted({setting(r) for r in rs if r.mode == "speculative"},
                               key=lambda kv: (kv[0] not in SPECULATION_SETTINGS, kv)):
         cand = [r for r in rs if r.mode == "speculative" and setting(r) == (knob, value)]
@@ -184,19 +191,41 @@ def _rows(rs: list[Measurement]) -> list[Row]:
                  "variant": f"speculative, variant {value} (draft width {k})"}.get(
             knob, f"speculative, {knob}={value} (draft width {k})")
         rows.append(_row(label, "speculative", k, cand,
-                         median(r.decode_tok_s for r in paired), knob, value))
+                         median(r.decode_tok_s for r in _reliable(paired)), knob, value))
     return rows
 
 
+def _set_aside(rows: list[Row], flagged: dict, node: str, workload: str) -> list[Row]:
+    """Rows whose config the agent flagged unreliable keep their numbers but lose their
+    speedup; so does every row when the baseline it is compared with is flagged."""
+    base = flagged.get((node, workload, "baseline", None, None))
+    out = []
+    for r in rows:
+        own = flagged.get((node, workload, r.mode, r.knob, r.knob_value)) \
+            if r.mode == "speculative" else base
+        why = ("; ".join(sorted(set(own))) if own else
+               "its baseline is unreliable: " + "; ".join(sorted(set(base)))
+               if base and r.mode == "speculative" else r.set_aside)
+        out.append(replace(r, set_aside=why, speedup=None if why else r.speedup))
+    return out
+
+
+def _reliable(runs: list[Measurement]) -> list[Measurement]:
+    return [r for r in runs if not r.unreliable]
+
+
 def _row(label, mode, k, runs, base_rate, knob=None, knob_value=None) -> Row:
-    rate = median(r.decode_tok_s for r in runs)
-    mem = median(r.peak_mlx_memory_bytes for r in runs)
+    # medians from trials on a sound machine only; the others are counted, not averaged
+    ok = _reliable(runs)
+    rate = median(r.decode_tok_s for r in ok)
+    mem = median(r.peak_mlx_memory_bytes for r in ok)
     return Row(label=label, mode=mode, num_draft_tokens=k, knob=knob, knob_value=knob_value,
                runs=len(runs), decode_tok_s=rate,
                speedup=rate / base_rate if rate and base_rate else None,
-               acceptance_rate=median(r.acceptance_rate for r in runs),
-               itl_p95_ms=median(r.itl_p95_ms for r in runs),
-               ttft_ms=median(r.ttft_ms for r in runs),
+               set_aside=None if ok else "every trial unreliable",
+               acceptance_rate=median(r.acceptance_rate for r in ok),
+               itl_p95_ms=median(r.itl_p95_ms for r in ok),
+               ttft_ms=median(r.ttft_ms for r in ok),
                peak_memory_mb=mem / 1e6 if mem else None, exactness=_exactness(runs),
                sample_output=runs[0].output_text if runs else "",
                unreliable=sum(1 for r in runs if r.unreliable),
@@ -207,19 +236,26 @@ def _row(label, mode, k, runs, base_rate, knob=None, knob_value=None) -> Row:
 def _verdict(rows: list[Row]) -> str:
     """One sentence a reader can act on: does speculation pay here, and at which width."""
     spec = [r for r in rows if r.mode == "speculative" and r.speedup is not None]
+    aside = [r for r in rows if r.mode == "speculative" and r.set_aside]
+    # changed output is a fact about correctness, whatever the machine's noise did to speed
+    inexact = [r for r in rows if r.mode == "speculative" and r.exactness.startswith("diverged")]
+    if inexact:
+        widths = ", ".join(str(r.num_draft_tokens) for r in inexact)
+        return f"Output changed under speculation (draft width {widths}): do not ship."
+    note = (f" {len(aside)} speculative row{'s' if len(aside) > 1 else ''} set aside as "
+            "unreliable." if aside else "")
+    if not spec and aside:
+        return (f"No conclusion: all {len(aside)} speculative rows are set aside as "
+                f"unreliable ({aside[0].set_aside}).")
     if not spec:
         return "No speculative runs measured."
     best = max(spec, key=lambda r: r.speedup or 0.0)
     assert best.speedup is not None
-    inexact = [r for r in spec if r.exactness.startswith("diverged")]
-    if inexact:
-        widths = ", ".join(str(r.num_draft_tokens) for r in inexact)
-        return f"Output changed under speculation (draft width {widths}): do not ship."
     if best.speedup < 1:
         return (f"Speculation is a net loss here: best is draft width {best.num_draft_tokens} "
-                f"at {best.speedup:.2f}× the baseline. Keep autoregressive decoding.")
+                f"at {best.speedup:.2f}× the baseline. Keep autoregressive decoding.{note}")
     return (f"Best: draft width {best.num_draft_tokens} at {best.speedup:.2f}× the baseline "
-            f"(acceptance {fmt_value(best.acceptance_rate, '.2f')}).")
+            f"(acceptance {fmt_value(best.acceptance_rate, '.2f')}).{note}")
 
 
 def fmt_value(value, spec: str = ".1f", missing: str = "–") -> str:

@@ -65,11 +65,10 @@ class RunRow:
 
     @property
     def shaky(self) -> bool:
-        """Trials ran on a throttled, battery-powered, low-power or swapping machine. A run
-        flagged only for a high CV is still measured on a sound machine: it stays in."""
-        return self.unreliable and any(
-            not x.startswith("decode tok/s CV") for x in self.summary.get(
-                "unreliable_reasons") or ["unknown"])
+        """The store flagged this run unreliable (a throttled, battery-powered, low-power,
+        swapping or contended machine, or repetitions that spread too far): it is shown and
+        counted, never averaged into a number the review draws a conclusion from."""
+        return self.unreliable
 
 
 def load_runs(store: Store, start: datetime, end: datetime,
@@ -150,6 +149,7 @@ class ConfigStats:
     parity_tool_mismatches: int = 0     # of those, tool calls that differ
     gates: dict = field(default_factory=dict)
     classification: str = ""
+    set_aside: bool = False             # every run unreliable: shown, never concluded from
 
 
 def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> ConfigStats:
@@ -352,6 +352,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
     for r in history:
         by_series[r.series].append(r)
     out = []
+    set_aside_runs = 0
     for key, runs in sorted(by_series.items(), key=lambda kv: kv[0]):
         current = [r for r in runs if r.at >= start]
         latest = max(runs, key=lambda r: r.at)
@@ -391,18 +392,31 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                     st.unreliable_reasons = sorted({x for r in shaky[ck] for x in
                                                     r.summary.get("unreliable_reasons") or []})
                     st.runs = len(rs) + len(shaky[ck])
+                else:  # nothing reliable to conclude from: its numbers are shown only
+                    st.set_aside, st.speedup = True, None
+                    st.classification = "set aside: every run unreliable"
                 stats[ck] = st
+            section["set_aside"] = [
+                {"config": "baseline" if m == "baseline" else f"speculative k={k}",
+                 "runs": len(rs), "of": len(rs) + len(configs[(m, k)]),
+                 "reasons": sorted({x for r in rs for x in
+                                    r.summary.get("unreliable_reasons") or ["unknown"]})}
+                for (m, k), rs in sorted(shaky.items()) if rs]
+            set_aside_runs += sum(len(rs) for rs in shaky.values())
             base = stats.get(("baseline", 0))
+            base = None if base is None or base.set_aside else base
             acc4 = stats.get(("speculative", 4))
+            acc4 = None if acc4 is None or acc4.set_aside else acc4
             for (mode, k), c in sorted(stats.items(), key=lambda kv: (kv[0][0] != "baseline",
                                                                        kv[0][1])):
-                if mode == "speculative" and base is not None:
+                if mode == "speculative" and base is not None and not c.set_aside:
                     fw = any((r.sweep_id, r.node, key[2], k) in failed for r in configs[(mode, k)])
                     c.gates = evaluate_gates(c, base, acc4.acceptance_p50 if acc4 else None,
                                              key[3], series_gates, fw)
                     c.classification = classify(c)
                 section["configs"].append(c.__dict__)
-            spec = [c for c in stats.values() if c.mode == "speculative" and c.speedup]
+            spec = [c for c in stats.values() if c.mode == "speculative" and c.speedup
+                    and not c.set_aside]
             best = max(spec, key=lambda c: c.speedup or 0.0) if spec else None
             metrics = {
                 "best_k": best.k if best else None,
@@ -448,7 +462,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             "notices": agent_notices(store, sweep_ids),
             "failures": (failures := failed_sweeps(store, start, end)),
             "counts": {"failed_sweeps": len(failures), "series": len(out),
-                       "runs_this_week": len(this_week),
+                       "runs_this_week": len(this_week), "set_aside_runs": set_aside_runs,
                        "stale": sum(1 for s in out if s["stale"])}}
 
 

@@ -36,8 +36,9 @@ SPEC = {
               "swap_ceiling_bytes": int, "ttft_regression_limit": float},
     "nodes": {"limit": str, "labels": [str]},
     # soak instead of a sweep: back-to-back generations of one config, memory watched
+    # (variant: which of an http engine's variants; it must be one the agent starts)
     "soak": {"duration_s": float, "num_draft_tokens": int, "max_tokens": int, "workload": str,
-             "rss_growth_limit": float, "sample_every_s": float},
+             "rss_growth_limit": float, "sample_every_s": float, "variant": str},
     "engine": dict,  # a runtime behind an OpenAI-compatible API (see README); checked by the agent
 }
 REQUIRED = {"environment": ("python", "packages"), "models": ("target", "draft")}
@@ -127,10 +128,6 @@ def load_plan(path: str | Path) -> Plan:
                           f"{', '.join(VERIFY_MAX_AGE_S)}", str(path),
                           line_of(data["models"], "verify"))
     _check_knobs(data, path)
-    if data.get("engine") and data.get("soak"):
-        raise ConfigError("soak: a plan with an http engine cannot soak (the soak loop drives "
-                          "mlx-lm in process); remove soak or engine", str(path),
-                          line_of(data, "soak"))
     return Plan(path=path, python=python, packages=tuple(env["packages"]), models=pair,
                 raw=json.loads(json.dumps(data)))
 
