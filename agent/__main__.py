@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="skip generations this job already journaled (after a crash)")
     run.add_argument("--lock", type=Path, default=None,
                      help="node lock file (default ~/.specfleet/agent.lock)")
+    run.add_argument("--machine-lock", type=Path, default=None,
+                     help="machine-wide lock shared by every specfleet root and user "
+                          "(default $SPECFLEET_MACHINE_LOCK or /tmp/specfleet-machine.lock)")
     run.add_argument("--cache-dir", type=Path, default=None,
                      help="fingerprint cache folder (default ~/.specfleet/cache)")
     run.add_argument("--detach", action="store_true",
@@ -52,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.detach:
         _detach(journal)
     return main_run(args.job, journal, echo=not (args.quiet or args.detach),
-                    resume=args.resume, lock_path=args.lock, cache_dir=args.cache_dir)
+                    resume=args.resume, lock_path=args.lock, cache_dir=args.cache_dir,
+                    machine_lock=args.machine_lock)
 
 
 def _detach(journal: Path) -> None:

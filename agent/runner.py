@@ -66,10 +66,10 @@ def run_job(job: Job, journal: Journal, *, cache_file: Path, resume: bool = Fals
 
 def main_run(job_path: Path, journal_path: Path | None, *, echo: bool = True,
              resume: bool = False, lock_path: Path | None = None,
-             cache_dir: Path | None = None) -> int:
+             cache_dir: Path | None = None, machine_lock: Path | None = None) -> int:
     from .errors import AgentError
     from .job import load_job
-    from .lock import NodeLock
+    from .lock import NodeLock, machine_lock_path
 
     home = Path(os.path.expanduser("~/.specfleet"))
     journal_path = journal_path or job_path.with_suffix(".events.jsonl")
@@ -77,7 +77,10 @@ def main_run(job_path: Path, journal_path: Path | None, *, echo: bool = True,
     try:
         job = load_job(job_path)
         journal.job_id = job.job_id
-        with NodeLock(lock_path or home / "agent.lock", job.job_id):
+        root_lock = lock_path or home / "agent.lock"
+        # the machine first: a second controller with another root must not measure here
+        with NodeLock(machine_lock or machine_lock_path(), job.job_id, shared=True,
+                      note=f"root lock {root_lock}"), NodeLock(root_lock, job.job_id):
             return run_job(job, journal, resume=resume,
                            cache_file=(cache_dir or home / "cache") / "fingerprints.json")
     except AgentError as e:

@@ -16,6 +16,15 @@ from tests.fleet import add_netns_node, start_fleet, stop_fleet
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
+@pytest.fixture(autouse=True)
+def machine_lock(tmp_path, monkeypatch):
+    """Each test is a machine of its own for local agents: an agent a test leaves running
+    must not hold the next test's machine-wide lock (/tmp/specfleet-machine.lock)."""
+    path = tmp_path / "machine.lock"
+    monkeypatch.setenv("SPECFLEET_MACHINE_LOCK", str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def shared_dir():
     """A world-readable scratch folder: sshd node users must read the models in it."""

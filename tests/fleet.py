@@ -35,13 +35,19 @@ class Fleet:
     python: str
     nodes: list[Node] = field(default_factory=list)
 
+    def machine_lock(self, i: int) -> str:
+        """Every loopback node stands for a machine of its own: its own machine-wide lock
+        (they all run on this one host, where they would otherwise share /tmp's)."""
+        return f"/tmp/specfleet-test-{self.nodes[i].name}-{self.nodes[i].user}.lock"
+
     def host(self, i: int = 0, **overrides):
         """An inventory Host for node ``i`` (the library's own type, not a stand-in)."""
         from orchestrator.fleet.inventory import Host
 
         n = self.nodes[i]
         kw = dict(name=n.name, address=n.address, port=n.port, user=n.user,
-                  key_file=str(self.client_key), python=self.python)
+                  key_file=str(self.client_key), python=self.python,
+                  vars={"specfleet_machine_lock": self.machine_lock(i)})
         kw.update(overrides)
         return Host(**kw)
 
@@ -56,7 +62,9 @@ class Fleet:
                  "      hosts:"]
         for n in self.nodes:
             lines += [f"        {n.name}:", f"          ansible_host: {n.address}",
-                      f"          ansible_port: {n.port}", f"          ansible_user: {n.user}"]
+                      f"          ansible_port: {n.port}", f"          ansible_user: {n.user}",
+                      f"          specfleet_machine_lock: "
+                      f"{self.machine_lock(self.nodes.index(n))}"]
         for name, hv in (extra_hosts or {}).items():
             lines.append(f"        {name}:")
             lines += [f"          {k}: {v}" for k, v in hv.items()]

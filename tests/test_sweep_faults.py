@@ -124,3 +124,43 @@ def test_controller_disk_full_before_the_sweep_starts(fleet, model_pair, tmp_pat
         assert (set(jobs.iterdir()) if jobs.exists() else set()) == before
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_a_model_folder_without_weights_is_refused_at_lock_and_at_sweep(model_pair, tmp_path):
+    """Once locked fine and then failed with a traceback, the sweep left `running`."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+    from orchestrator.store import open_store
+
+    pair = tmp_path / "pair"
+    shutil.copytree(model_pair, pair)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("weights come later")
+    plan = tmp_path / "plan.yml"
+    from tests.locks import plan_text
+
+    plan.write_text(plan_text(pair).replace(f"target: {pair / 'target'}", f"target: {empty}"))
+    r = CliRunner().invoke(main, ["plan", "lock", str(plan)])
+    line = next(i for i, ln in enumerate(plan.read_text().splitlines(), 1) if "target:" in ln)
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert f"{plan}:{line}: models.target: {empty} has no weights (*.safetensors) and " \
+           "config.json; point it at an MLX model folder" in r.output
+    # a lock made while the folder held the model, whose weights then went away
+    lock = make_lock(tmp_path, pair, name="ok.yml")
+    for f in (pair / "target").iterdir():
+        f.unlink()
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    inv = tmp_path / "local.yml"
+    inv.write_text("all:\n  hosts:\n    local:\n      ansible_connection: local\n"
+                   f"      specfleet_root: {tmp_path / 'node'}\n")
+    r = CliRunner().invoke(main, ["sweep", str(lock), "-i", str(inv), "--db", url,
+                                  "--no-provision", "--failed-hosts-file",
+                                  str(tmp_path / "retry")])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert "the lock no longer matches: target" in r.output and "Re-lock" in r.output
+    store = open_store(url)  # refused before a sweep record was made: nothing left running
+    assert store.latest_sweep_id() is None

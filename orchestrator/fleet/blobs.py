@@ -222,7 +222,11 @@ async def push_model(t, host_name: str, python: str, root: str, models: dict[str
     """Make ``ROOT/models/<fp>/<role>`` exist on the node for every role in ``models``."""
     groups, prints = {}, {}
     for role, d in models.items():
-        fp, files = local_manifest(Path(d), cache_file)
+        try:
+            fp, files = local_manifest(Path(d), cache_file)
+        except OSError as e:  # the lock's folder changed since `plan lock`
+            raise SpecfleetError(f"{role} model: {e}; re-lock the plan once the folder "
+                                 "holds the model") from None
         dest = f"models/{fp.split(':')[-1][:24]}/{role}"
         groups[dest], prints[role] = files, (dest, fp)
     report = await push_files(t, host_name, python, root, groups, progress, verify)

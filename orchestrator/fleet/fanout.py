@@ -54,6 +54,12 @@ async def fan_out(hosts: list[Host], fn: Callable[[Host, Any], Awaitable[Any]],
                 out = Outcome(h.name, "unreachable", e.reason)
             except SpecfleetError as e:
                 out = Outcome(h.name, "failed", str(e))
+            except Exception as e:  # a bug must not sink the other hosts or hide this one
+                import traceback
+
+                where = traceback.extract_tb(e.__traceback__)[-1]
+                out = Outcome(h.name, "failed", f"internal error: {type(e).__name__}: {e} (at "
+                              f"{Path(where.filename).name}:{where.lineno}; please report it)")
         out.seconds = round(time.monotonic() - t0, 3)
         return out
 

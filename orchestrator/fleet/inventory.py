@@ -28,6 +28,7 @@ SPECFLEET_VARS = {
     "specfleet_weights_root": "where content-addressed weights live (default ROOT/blobs)",
     "specfleet_labels": "free-form labels for plans",
     "specfleet_become_user": "owner of the specfleet root created by `node prepare`",
+    "specfleet_machine_lock": "machine-wide agent lock (default /tmp/specfleet-machine.lock)",
 }
 
 

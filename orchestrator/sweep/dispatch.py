@@ -221,7 +221,9 @@ class NodeRun:
         sn = self._row()
         cmd = (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent run {q(sn.job_path)} "
                f"--journal {q(sn.journal_path)} --lock {q(sn.root + '/agent.lock')} "
-               f"--cache-dir {q(sn.root + '/cache')} --detach" + (" --resume" if resume else ""))
+               f"--cache-dir {q(sn.root + '/cache')} --detach" + (" --resume" if resume else "")
+               + (f" --machine-lock {q(str(self.host.vars['specfleet_machine_lock']))}"
+                  if self.host.vars.get("specfleet_machine_lock") else ""))
         res = await t.run(cmd)
         pid = json.loads(res.stdout.strip().splitlines()[-1])["pid"]
         self.store.set_sweep_node(self.sweep_id, self.host.name, state="running", pid=pid)
@@ -415,8 +417,13 @@ def start_sweep(doc: dict, hosts: list[Host], store: Store, *, inventory: str | 
         "fingerprint"]} for r in ("target", "draft")}}, inventory, plan_id=doc["lock_id"],
         trigger=opts.trigger, controller=controller_id())
     announce(sweep_id)
-    outcomes = _run(hosts, store, sweep_id, opts, progress or (lambda n, e: None), "start",
-                    doc, job)
+    try:
+        outcomes = _run(hosts, store, sweep_id, opts, progress or (lambda n, e: None), "start",
+                        doc, job)
+    except Exception as e:  # never leave the record `running` for a sweep that stopped
+        _finish(store, sweep_id, [Outcome(h.name, "failed", f"the controller stopped: "
+                                          f"{type(e).__name__}: {e}") for h in hosts])
+        raise
     return SweepResult(sweep_id, _finish(store, sweep_id, outcomes), outcomes)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from agent.fingerprint import VERIFY_MAX_AGE_S, manifest
+from agent.fingerprint import VERIFY_MAX_AGE_S, manifest, model_files
 
 from ..errors import ConfigError
 from ..yamlfile import line_of, load_yaml
@@ -120,6 +120,15 @@ def load_plan(path: str | Path) -> Plan:
         p = (path.parent / data["models"][role]).resolve()
         if not p.is_dir():
             raise ConfigError(f"models.{role}: {p} is not a folder", str(path),
+                              line_of(data["models"], role))
+        files = {f.name for f in model_files(p)}
+        # a folder mlx-lm cannot load would lock fine and fail on every node at sweep time
+        if not any(f.endswith(".safetensors") for f in files) or "config.json" not in files:
+            missing = " and ".join(x for x, ok in (
+                ("weights (*.safetensors)", any(f.endswith(".safetensors") for f in files)),
+                ("config.json", "config.json" in files)) if not ok)
+            raise ConfigError(f"models.{role}: {p} has no {missing}; point it at an MLX model "
+                              "folder (e.g. one written by mlx_lm.convert)", str(path),
                               line_of(data["models"], role))
         pair[role] = p
     verify = data["models"].get("verify", "daily")
