@@ -161,6 +161,11 @@ class HttpEngine:
         rt = self.running.get(variant.name)
         return rt.proc.pid if rt and rt.proc else None
 
+    def cpu_accounted(self, variant: Variant) -> bool:
+        # a runtime someone else started (Ollama, LM Studio) works in a process we cannot
+        # tell from any other: its CPU would read as contention
+        return bool(self.specs[variant.name].get("command"))
+
     def prompt_tokens(self, w: Workload) -> int | None:
         return len(self.count(w.prompt)) if self.count else None
 

@@ -20,8 +20,8 @@ SAMPLING_DEFAULTS = protocol.SAMPLING_DEFAULTS
 BUCKETS = ("short", "medium", "long")
 JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline", "base", "knobs",
             "repetitions", "warmup_tokens", "decode_skip_tokens", "seed", "telemetry_interval_s",
-            "cv_threshold", "memory_bandwidth_gbs", "soak", "quality_tasks", "sweep_id",
-            "engine", "verify_weights"}
+            "cv_threshold", "contention_threshold", "memory_bandwidth_gbs", "soak",
+            "quality_tasks", "sweep_id", "engine", "verify_weights"}
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
                  "max_tokens", "description", "tools"}
 SOAK_KEYS = {"duration_s", "num_draft_tokens", "max_tokens", "workload", "rss_growth_limit",
@@ -62,6 +62,7 @@ class Job:
     pins: dict = field(default_factory=dict)
     telemetry_interval_s: float = 0.5
     cv_threshold: float = 0.10
+    contention_threshold: float = 0.25  # share of CPU other processes may take
     memory_bandwidth_gbs: float | None = None
     soak: dict = field(default_factory=dict)
     quality_tasks: tuple = ()
@@ -214,9 +215,17 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
         decode_skip_tokens=int(raw.get("decode_skip_tokens", 64)), seed=int(raw.get("seed", 0)),
         pins=raw.get("pins", {}), telemetry_interval_s=float(raw.get("telemetry_interval_s", 0.5)),
         cv_threshold=float(raw.get("cv_threshold", 0.10)),
+        contention_threshold=_share(raw, "contention_threshold", 0.25, path),
         memory_bandwidth_gbs=raw.get("memory_bandwidth_gbs"), soak=soak,
         quality_tasks=tuple(raw.get("quality_tasks", ())), engine=engine,
         verify_weights=verify, raw=raw)
+
+
+def _share(raw: dict, key: str, default: float, path: Path) -> float:
+    v = raw.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise _fail(path, f"{key}: a share of the machine's CPU in (0, 1], got {v!r}")
+    return float(v)
 
 
 def _soak_target(soak: dict, engine: dict, path: Path) -> None:

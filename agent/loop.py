@@ -85,6 +85,11 @@ class Engine(Protocol):
         """The process whose memory the telemetry should watch (None: the agent's own)."""
         ...
 
+    def cpu_accounted(self, variant: Variant) -> bool:
+        """Whether all CPU doing this variant's work can be counted as ours (the agent, or
+        a runtime it started); if not, contention by other processes is not judged."""
+        ...
+
     def prompt_tokens(self, w: Workload) -> int | None: ...
 
     def generate(self, req: Request) -> Trace: ...
@@ -204,7 +209,7 @@ class Loop:
                 self.journal.emit("notice", variant=warm.name, message="warm-up failed: "
                                   + self.engine.explain(e, warm))
         self.active = v.name
-        self.sampler.watch(self.engine.runtime_pid(v))
+        self.sampler.watch(self.engine.runtime_pid(v), self.engine.cpu_accounted(v))
         return None
 
     def _config_for(self, v: Variant) -> dict:
@@ -225,7 +230,7 @@ class Loop:
                     num_draft_tokens=req.config.get("num_draft_tokens") or 0,
                     max_tokens=req.max_tokens, decode_skip=self.job.decode_skip_tokens)
         tele = summarise_window(window)
-        reasons = unreliable_reasons(tele)
+        reasons = unreliable_reasons(tele, self.job.contention_threshold)
         m.update(tele, unreliable=bool(reasons), unreliable_reasons=reasons,
                  telemetry=[{k: s.get(k) for k in SAMPLE_FIELDS} for s in window])
         m.update(self.engine.extras(m, req))

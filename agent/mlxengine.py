@@ -50,6 +50,9 @@ class MlxEngine:
     def runtime_pid(self, variant: Variant) -> int | None:
         return None
 
+    def cpu_accounted(self, variant: Variant) -> bool:
+        return True  # the model runs in this process
+
     def prompt_tokens(self, w: Workload) -> int | None:
         return len(self.prompts[w.name])
 

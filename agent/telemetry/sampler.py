@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..protocol import TELEMETRY_KEYS
 from . import linux, macos
+from .cpu import machine_cpu, other_share, process_cpu
 
 # What each telemetry sample in a run's window carries (besides "ts"); the store keeps
 # one column per key, so this is part of the controller/agent contract.
@@ -63,6 +64,9 @@ def read_snapshot() -> dict:
         snap["source"] = "linux"
     snap["ts"] = time.time()
     snap["rss_bytes"] = _rss_bytes()
+    cpu = machine_cpu()  # cumulative counters: a window's share is exact at any interval
+    snap["cpu_busy_s"], snap["cpu_total_s"] = cpu if cpu else (None, None)
+    snap["own_cpu_s"] = process_cpu()
     return snap
 
 
@@ -76,10 +80,13 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.pid: int | None = None  # whose RSS the readings carry (None: this process)
+        self.accounted = True  # is all the CPU doing our work ours to count?
 
-    def watch(self, pid: int | None) -> None:
-        """Read the RSS of ``pid`` (a runtime the agent started) instead of the agent's."""
-        self.pid = pid
+    def watch(self, pid: int | None, accounted: bool = True) -> None:
+        """Read the RSS of ``pid`` (a runtime the agent started) instead of the agent's, and
+        count its CPU as ours. ``accounted=False``: the work runs where we cannot count it
+        (a runtime someone else started), so contention is not judged."""
+        self.pid, self.accounted = pid, accounted
 
     def __enter__(self):
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
@@ -100,6 +107,11 @@ class Sampler:
         snap = self.reader()
         if self.pid:
             snap["rss_bytes"] = _rss_bytes(self.pid)
+            theirs = process_cpu(self.pid)
+            own = snap.get("own_cpu_s")
+            snap["own_cpu_s"] = None if theirs is None or own is None else own + theirs
+        if not self.accounted:
+            snap["own_cpu_s"] = None
         with self._lock:
             self.samples.append(snap)
             return len(self.samples) - 1
@@ -142,12 +154,19 @@ def summarise_window(samples: list[dict]) -> dict:
         "memory_pressure": max((s.get("memory_pressure") for s in samples),
                                key=lambda p: PRESSURE_ORDER.get(p, -1), default=None),
         "rss_peak_bytes": max(rss) if rss else None,
+        # share of the machine's CPU that other processes took while this ran
+        "cpu_other_share": other_share(samples[0], samples[-1]) if len(samples) >= 2 else None,
     }
 
 
-def unreliable_reasons(t: dict) -> list[str]:
-    """Why numbers measured in this window cannot be trusted (empty when they can)."""
+def unreliable_reasons(t: dict, contention: float = 0.25) -> list[str]:
+    """Why numbers measured in this window cannot be trusted (empty when they can).
+    ``contention``: the share of CPU capacity other processes may take before it counts."""
     reasons = []
+    share = t.get("cpu_other_share")
+    if share is not None and share >= contention:
+        reasons.append(f"contended: other processes used {share:.0%} of the CPU "
+                       f"(limit {contention:.0%})")
     if t.get("thermal_throttled"):
         limit = t.get("cpu_speed_limit_min_pct")
         reasons.append("thermal throttling" + (f" (CPU speed limit {limit}%)" if limit else ""))

@@ -31,7 +31,8 @@ SPEC = {
     "models": {"target": str, "draft": str, "source": str, "revision": str, "verify": str},
     "workloads": {"use": [str], "context": [str], "max_tokens": int, "quality": bool},
     "sweep": {"base": dict, "baseline": dict, "knobs": dict, "repetitions": int,
-              "warmup_tokens": int, "seed": int, "cv_threshold": float},
+              "warmup_tokens": int, "seed": int, "cv_threshold": float,
+              "contention_threshold": float},
     "gates": {"acceptance_floor": float, "min_speedup": float, "itl_p95_ceiling_ms": float,
               "swap_ceiling_bytes": int, "ttft_regression_limit": float},
     "nodes": {"limit": str, "labels": [str]},
@@ -239,6 +240,7 @@ def build_lock(plan: Plan, log=print) -> dict:
                              for p in plan.packages}, quality=bool(w.get("quality")))
     job["baseline"] = sweep.get("baseline") or {}
     job["cv_threshold"] = sweep.get("cv_threshold", 0.10)
+    job["contention_threshold"] = sweep.get("contention_threshold", 0.25)
     job["verify_weights"] = plan.section("models").get("verify", "daily")
     if plan.section("engine"):
         job["engine"] = plan.section("engine")
@@ -285,7 +287,8 @@ def _agent_would_accept(job: dict, path: Path) -> None:
     except JobFileError as e:
         msg = str(e).split(": ", 1)[1]
         section = re.match(r"[a-z_]*", msg).group(0)  # type: ignore[union-attr]  # [a-z_]* always matches
-        section = "sweep" if section in ("knobs", "base", "baseline") else section
+        section = "sweep" if section in ("knobs", "base", "baseline", "cv_threshold",
+                                         "contention_threshold") else section
         raise ConfigError(msg, str(path), line_of(load_yaml(path), section)) from None
 
 

@@ -1,0 +1,96 @@
+"""A busy machine is said, not averaged: generations measured while other processes took a
+large share of the CPU are flagged unreliable ("contended"), and the flag is the plan's to
+tune. The audit that found this ran 96% CPU pressure and saw 0 of 96 generations flagged."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.telemetry.cpu import other_share, parse_proc_pid_stat, parse_proc_stat
+from agent.telemetry.sampler import unreliable_reasons
+from orchestrator.errors import ConfigError
+from orchestrator.sweep.jobspec import build_job
+from orchestrator.sweep.plan import load_plan, write_lock
+from tests.locks import plan_text
+from tests.test_agent import run_agent
+
+DATA = Path(__file__).with_name("data") / "linux"
+
+
+def test_proc_stat_and_pid_stat_are_read_as_the_kernel_writes_them():
+    # captured on this machine: cpu  249882 469 27610 306802 4418 0 2917 2047 0 0
+    busy, total = parse_proc_stat((DATA / "proc_stat.txt").read_text(), hz=100)
+    assert total == pytest.approx((249882 + 469 + 27610 + 306802 + 4418 + 2917 + 2047) / 100)
+    assert busy == pytest.approx(total - (306802 + 4418) / 100)
+    # a command name with spaces and a ")" must not shift the fields (proc(5))
+    line = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 0 0 20 0 1 0"
+    assert parse_proc_pid_stat(line, hz=100) == pytest.approx(18.01)
+    assert parse_proc_stat("intr 1 2 3") is None and parse_proc_pid_stat("garbage") is None
+
+
+def test_the_share_is_what_others_took_of_the_capacity():
+    a = {"cpu_busy_s": 100.0, "cpu_total_s": 400.0, "own_cpu_s": 10.0}
+    # 2 s on 4 CPUs = 8 s of capacity; the machine was busy 6 s, 1.5 of them ours
+    b = {"cpu_busy_s": 106.0, "cpu_total_s": 408.0, "own_cpu_s": 11.5}
+    assert other_share(a, b) == 0.562  # rounded to 0.1%
+    assert unreliable_reasons({"cpu_other_share": 0.5625}) == [
+        "contended: other processes used 56% of the CPU (limit 25%)"]
+    assert unreliable_reasons({"cpu_other_share": 0.5625}, contention=0.6) == []
+    # work we cannot count (a runtime someone else started): not judged at all
+    assert other_share(a, {**b, "own_cpu_s": None}) is None
+
+
+def _burn(seconds: float) -> list[subprocess.Popen]:
+    """Two processes spinning for a bounded time: a user's build, a browser, an indexer."""
+    code = f"import time\nt = time.time() + {seconds}\nwhile time.time() < t: pass\n"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
+
+
+def test_generations_under_cpu_pressure_are_flagged_and_quiet_ones_are_not(model_pair,
+                                                                          tmp_path):
+    def run(name: str, burn: bool) -> list[dict]:
+        d = tmp_path / name
+        d.mkdir()
+        job = build_job(model_pair, ["code"], max_tokens=48)
+        job["workloads"], job["knobs"] = job["workloads"][:1], {"num_draft_tokens": [2]}
+        job["repetitions"] = 2
+        (d / "job.json").write_text(json.dumps(job))
+        burners = _burn(90) if burn else []
+        try:
+            proc = run_agent(d / "job.json", d / "j.jsonl", timeout=300)
+        finally:
+            for b in burners:
+                b.kill()
+                b.wait()
+        assert proc.returncode == 0, proc.stderr
+        ev = [json.loads(x) for x in (d / "j.jsonl").read_text().splitlines()]
+        return [e for e in ev if e["type"] == "generation"]
+
+    busy = run("busy", burn=True)
+    assert len(busy) == 4
+    for g in busy:  # two spinning processes on this 2-core machine
+        assert g["cpu_other_share"] >= 0.25 and g["unreliable"] is True
+        assert any(r.startswith("contended: other processes used ") for r in
+                   g["unreliable_reasons"])
+    quiet = run("quiet", burn=False)
+    assert all(g["cpu_other_share"] is not None for g in quiet)
+    assert not [g for g in quiet if any(r.startswith("contended") for r in
+                                        g["unreliable_reasons"])], \
+        [g["cpu_other_share"] for g in quiet]
+
+
+def test_the_threshold_is_the_plans_and_checked(model_pair, tmp_path):
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, extra="  contention_threshold: 1.5"))
+    line = next(i for i, ln in enumerate(plan.read_text().splitlines(), 1)
+                if "contention_threshold" in ln)
+    with pytest.raises(ConfigError, match=r"contention_threshold: a share of the machine's "
+                                          r"CPU in \(0, 1\], got 1.5") as e:
+        write_lock(load_plan(plan), lambda m: None)
+    assert e.value.line is not None and e.value.line <= line
+    plan.write_text(plan_text(model_pair, extra="  contention_threshold: 0.6"))
+    doc = json.loads(write_lock(load_plan(plan), lambda m: None).read_text())
+    assert doc["job"]["contention_threshold"] == 0.6
