@@ -94,3 +94,38 @@ def test_the_threshold_is_the_plans_and_checked(model_pair, tmp_path):
     plan.write_text(plan_text(model_pair, extra="  contention_threshold: 0.6"))
     doc = json.loads(write_lock(load_plan(plan), lambda m: None).read_text())
     assert doc["job"]["contention_threshold"] == 0.6
+
+
+def test_a_cpu_hog_beside_a_sweep_on_a_loopback_node_sets_its_runs_aside(fleet, model_pair,
+                                                                        tmp_path):
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+    from orchestrator.review.sweep_page import review_data
+    from orchestrator.store import open_store
+    from tests.locks import make_lock
+
+    lock = make_lock(tmp_path, model_pair, widths=(2,), repetitions=2, max_tokens=48)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    hogs = _burn(120)
+    try:
+        r = CliRunner().invoke(main, ["sweep", str(lock), "-i", str(inv), "--limit", "node1",
+                                      "--known-hosts", str(fleet.known_hosts), "--db", url,
+                                      "--no-provision", "--failed-hosts-file",
+                                      str(tmp_path / "retry")])
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert r.exit_code == 0, r.output
+    data = review_data(open_store(url))
+    for section in data["sections"]:
+        spec = [row for row in section["rows"] if row.mode == "speculative"]
+        assert spec and all(row.set_aside and row.speedup is None for row in spec)
+        assert all(any(x.startswith("contended: other processes used ")
+                       for x in row.unreliable_reasons) for row in section["rows"])
+        assert section["verdict"].startswith("No conclusion: the speculative row is set "
+                                             "aside as unreliable (")
+        assert "contended: other processes used " in section["verdict"]

@@ -77,3 +77,32 @@ def test_the_machine_lock_is_shared_across_users(tmp_path, fleet):
             f.write(before)
         if os.path.exists(path):
             os.unlink(path)
+
+
+def test_two_controllers_with_their_own_stores_and_roots_on_one_node(fleet, model_pair,
+                                                                     tmp_path):
+    """Leases live in each controller's store and the root lock under each root: only the
+    machine lock stands between them. One measures; the other is told who holds the node."""
+    from tests.controller import json_from_log, specfleet
+    from tests.locks import make_lock
+
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=2, max_tokens=64)
+    procs = []
+    for side in ("a", "b"):
+        inv = tmp_path / f"hosts-{side}.yml"
+        # the same node (address, user, machine lock), another specfleet root
+        inv.write_text(fleet.inventory_yaml().replace(
+            "  vars:\n", f"  vars:\n    specfleet_root: ~/root-{side}\n", 1))
+        procs.append(specfleet("sweep", str(lock), "-i", str(inv), "--limit", "node1",
+                               "--known-hosts", str(fleet.known_hosts), "--db",
+                               f"sqlite:///{tmp_path / side}.db", "--no-provision",
+                               "--failed-hosts-file", str(tmp_path / f"retry-{side}"), "--json",
+                               log=tmp_path / f"{side}.log"))
+    codes = sorted(p.wait(timeout=300) for p in procs)
+    assert codes == [0, 1]
+    logs = [(tmp_path / f"{s}.log").read_text() for s in ("a", "b")]
+    loser = next(x for x in logs if '"status": "failed"' in x)
+    assert "node is busy: job " in loser and fleet.machine_lock(0) in loser
+    assert "root lock " in loser and "/root-" in loser  # who holds it, and from which root
+    winner = json_from_log(next(x for x in logs if x is not loser and x))
+    assert winner["status"] == "ok"

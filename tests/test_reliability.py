@@ -94,7 +94,7 @@ def test_repro_never_calls_unreliable_runs_reproducible(tmp_path):
     assert [(x["node"], x["config"]) for x in set_aside] == [
         ("mac-02", "code baseline k=0"), ("mac-02", "code speculative k=3")]
     report = {**compare(per_node, idents), "set_aside": set_aside, "not_ok": []}
-    assert verdict(report) == ("cannot tell: 2 runs set aside as unreliable (rerun on quiet "
+    assert verdict(report) == ("inconclusive: 2 runs set aside as unreliable (rerun on quiet "
                                "nodes)")
 
 

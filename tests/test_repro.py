@@ -32,7 +32,7 @@ def test_disagreement_lists_identity_differences_first():
 def test_repro_on_two_sshd_nodes(fleet, model_pair, tmp_path, sqlite_url):
     # the two "machines" share this host's two cores: each node's agent is the other's
     # contention, and their decode speed spreads. Runs flagged for either would be set aside
-    # (and rightly "cannot tell": tests/test_reliability.py); this test is about agreement,
+    # (and rightly "inconclusive": tests/test_reliability.py); this test is about agreement,
     # so its plan declares loose thresholds
     lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=2,
                      extra="  cv_threshold: 5.0\n  contention_threshold: 1.0")

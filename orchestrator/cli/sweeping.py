@@ -144,7 +144,8 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
 @db_option
 def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_json, **kw):
     """Run LOCK on several nodes (--limit a,b,c) and check they agree, metric by metric,
-    within a tolerance from each node's own repetition spread. Exit 0 only if so."""
+    within a tolerance from each node's own repetition spread. Runs flagged unreliable are
+    set aside, never compared. Exit 0 if reproducible, 1 if not, 3 if inconclusive."""
     from datetime import datetime, timezone
 
     from ..review.repro import compare, sweep_values, verdict
@@ -184,4 +185,6 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
             click.echo(f"SET ASIDE {x['node']} {x['config']}: {'; '.join(x['reasons'])}")
         click.echo(f"repro sweep {result.sweep_id}: {report['checked']} comparisons, "
                    + report["verdict"])
-    sys.exit(0 if report["reproducible"] else 1)
+    # 3: the data could not answer (unreliable or nothing compared), not a disagreement
+    sys.exit(0 if report["reproducible"] else 3 if report["verdict"].startswith(
+        "inconclusive") else 1)

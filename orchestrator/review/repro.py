@@ -86,6 +86,6 @@ def verdict(report: dict) -> str:
     if report["disagreements"] or report.get("not_ok"):
         return "NOT reproducible"
     if report.get("set_aside"):
-        return (f"cannot tell: {len(report['set_aside'])} runs set aside as unreliable "
+        return (f"inconclusive: {len(report['set_aside'])} runs set aside as unreliable "
                 "(rerun on quiet nodes)")
-    return "reproducible" if report["checked"] else "cannot tell: nothing to compare"
+    return "reproducible" if report["checked"] else "inconclusive: nothing to compare"

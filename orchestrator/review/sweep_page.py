@@ -245,8 +245,10 @@ def _verdict(rows: list[Row]) -> str:
     note = (f" {len(aside)} speculative row{'s' if len(aside) > 1 else ''} set aside as "
             "unreliable." if aside else "")
     if not spec and aside:
-        return (f"No conclusion: all {len(aside)} speculative rows are set aside as "
-                f"unreliable ({aside[0].set_aside}).")
+        n = len(aside)
+        return (f"No conclusion: {'the' if n == 1 else f'all {n}'} speculative "
+                f"row{'s are' if n > 1 else ' is'} set aside as unreliable "
+                f"({aside[0].set_aside}).")
     if not spec:
         return "No speculative runs measured."
     best = max(spec, key=lambda r: r.speedup or 0.0)
