@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from importlib import metadata
 from pathlib import Path
 
@@ -25,6 +26,10 @@ def installed_versions() -> dict[str, str | None]:
 def check_environment(job: Job, cache_file: Path) -> dict:
     """Refuse to measure on the wrong thing: version pins and model fingerprints."""
     versions = installed_versions()
+    running = ".".join(platform.python_version_tuple()[:2])
+    if job.python and job.python != running:
+        raise EnvironmentMismatch(f"Python {running} runs the agent but the plan declares "
+                                  f"{job.python} (environment.python)")
     for dist, want in job.pins.items():
         if versions.get(dist) != want:
             raise EnvironmentMismatch(

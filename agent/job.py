@@ -21,7 +21,7 @@ BUCKETS = ("short", "medium", "long")
 JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline", "base", "knobs",
             "repetitions", "warmup_tokens", "decode_skip_tokens", "seed", "telemetry_interval_s",
             "cv_threshold", "contention_threshold", "memory_bandwidth_gbs", "soak",
-            "quality_tasks", "sweep_id", "engine", "verify_weights"}
+            "quality_tasks", "sweep_id", "engine", "verify_weights", "python"}
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
                  "max_tokens", "description", "tools"}
 SOAK_KEYS = {"duration_s", "num_draft_tokens", "max_tokens", "workload", "rss_growth_limit",
@@ -68,6 +68,7 @@ class Job:
     quality_tasks: tuple = ()
     engine: dict = field(default_factory=dict)
     verify_weights: str = "daily"  # how old a weight file's last full hash may be
+    python: str | None = None  # MAJOR.MINOR the plan declares (environment.python)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -218,7 +219,14 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
         contention_threshold=_share(raw, "contention_threshold", 0.25, path),
         memory_bandwidth_gbs=raw.get("memory_bandwidth_gbs"), soak=soak,
         quality_tasks=tuple(raw.get("quality_tasks", ())), engine=engine,
-        verify_weights=verify, raw=raw)
+        verify_weights=verify, python=_python(raw, path), raw=raw)
+
+
+def _python(raw: dict, path: Path) -> str | None:
+    v = raw.get("python")
+    if v is not None and (not isinstance(v, str) or v.count(".") != 1):
+        raise _fail(path, f"python: MAJOR.MINOR such as '3.11', got {v!r}")
+    return v
 
 
 def _share(raw: dict, key: str, default: float, path: Path) -> float:

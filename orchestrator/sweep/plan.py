@@ -241,6 +241,7 @@ def build_lock(plan: Plan, log=print) -> dict:
     job["baseline"] = sweep.get("baseline") or {}
     job["cv_threshold"] = sweep.get("cv_threshold", 0.10)
     job["contention_threshold"] = sweep.get("contention_threshold", 0.25)
+    job["python"] = plan.python  # managed envs are built for it; unmanaged nodes must run it
     job["verify_weights"] = plan.section("models").get("verify", "daily")
     if plan.section("engine"):
         job["engine"] = plan.section("engine")
