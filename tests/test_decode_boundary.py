@@ -110,6 +110,26 @@ def test_bad_lines_are_set_aside_and_the_rest_is_stored(backend, tmp_path, reque
         assert any(reason in q.reason for q in kept), (reason, [q.reason for q in kept])
     assert {q.seq for q in kept} >= {2, 5, 6, 7, 11}
     assert sum("set aside a journal line" in m for m in said) == len(want)
+    # every line is accounted for (stored, or set aside with or without a readable seq)
+    assert store.missing_seqs(sid, "n1") == ([(3, 4)], 4)
+    run = NodeRun(Host(name="n1", address="localhost", connection="local"), store, sid, "t",
+                  SweepOptions(), lambda n, e: None)
+    assert run.outcome().status == "ok"
+
+
+def test_a_line_that_never_arrived_is_named_by_its_seq(tmp_path, sqlite_url):
+    journal = tmp_path / "node.events.jsonl"
+    lines = [{"schema": 1, "seq": n, "type": "notice", "ts": 1000.0 + n, "message": "m"}
+             for n in (1, 2, 5, 6)] + [{"schema": 1, "seq": 7, "type": "job_finished",
+                                         "ts": 1010.0, "status": "ok", "generations": 0}]
+    journal.write_text("".join(json.dumps(e) + "\n" for e in lines))  # 3 and 4 were lost
+    store, sid, _ = follow(sqlite_url, journal)
+    run = NodeRun(Host(name="n1", address="localhost", connection="local"), store, sid, "t",
+                  SweepOptions(), lambda n, e: None)
+    out = run.outcome()
+    assert out.status == "failed"
+    assert out.detail == (f"2 journal line(s) never reached the store: seq 3-4; the node's "
+                          f"journal {journal} holds what it wrote")
 
 
 def test_another_major_schema_is_refused_with_the_agent_version(tmp_path, sqlite_url):

@@ -233,6 +233,28 @@ class Store:
             return c.execute(select(func.count()).select_from(QuarantinedEvent).where(
                 QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)).scalar() or 0
 
+    def missing_seqs(self, sweep_id: str, node: str) -> tuple[list[tuple[int, int]], int]:
+        """Ranges of journal sequence numbers below the last one that are neither stored
+        nor set aside with that number, and how many lines were set aside with no readable
+        number (they may be some of those)."""
+        with self.engine.connect() as c:
+            unnumbered = c.execute(select(func.count()).select_from(QuarantinedEvent).where(
+                QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+                QuarantinedEvent.seq.is_(None))).scalar() or 0
+            have = set(c.execute(select(Event.seq).where(
+                Event.sweep_id == sweep_id, Event.node == node)).scalars())
+            have |= {n for n in c.execute(select(QuarantinedEvent.seq).where(
+                QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+                QuarantinedEvent.seq.is_not(None))).scalars() if n is not None}
+        gaps: list[tuple[int, int]] = []
+        for n in range(1, max(have, default=0)):
+            if n not in have:
+                if gaps and gaps[-1][1] == n - 1:
+                    gaps[-1] = (gaps[-1][0], n)
+                else:
+                    gaps.append((n, n))
+        return gaps, unnumbered
+
     def quarantined(self, sweep_id: str, node: str | None = None) -> list[QuarantinedEvent]:
         with Session(self.engine) as s:
             q = select(QuarantinedEvent).where(QuarantinedEvent.sweep_id == sweep_id)

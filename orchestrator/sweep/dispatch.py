@@ -338,6 +338,18 @@ class NodeRun:
                            f"{last['failed']} planned generation(s) failed "
                            f"({last.get('generations', 0)} measured); the errors are on the "
                            f"sweep page: `specfleet review --sweep {self.sweep_id}`")
+        gaps, unnumbered = self.store.missing_seqs(self.sweep_id, self.host.name)
+        lost = sum(b - a + 1 for a, b in gaps) - unnumbered  # set-aside lines fill some
+        if kind == "job_finished" and lost > 0:  # never silent: say which never arrived
+            self.store.set_sweep_node(self.sweep_id, self.host.name, state="finished")
+            ranges = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps[:20])
+            return Outcome(self.host.name, "failed",
+                           f"{lost} journal line(s) never reached the store: seq {ranges}"
+                           f"{' …' if len(gaps) > 20 else ''}"
+                           + (f" ({unnumbered} set-aside line(s) had no readable seq)"
+                              if unnumbered else "")
+                           + f"; the node's journal {self._row().journal_path} holds what "
+                             "it wrote")
         if kind == "job_finished":
             self.store.set_sweep_node(self.sweep_id, self.host.name, state="finished")
             kept = self.store.quarantined_count(self.sweep_id, self.host.name)
