@@ -97,3 +97,34 @@ def test_ctrl_c_leaves_agents_running_and_attach_finishes(fleet, model_pair, tmp
     att = specfleet("sweep", "--attach", sid, *args, log=tmp_path / "a.log")
     assert att.wait(timeout=300) == 0, (tmp_path / "a.log").read_text()[-2000:]
     assert stored_events(sqlite_url, sid, "node1") == journal(fleet.nodes[0], sid)
+
+
+def test_attach_can_leave_a_node_out_and_the_sweep_waits_for_it(fleet, model_pair, tmp_path,
+                                                                 sqlite_url):
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=2, max_tokens=64)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    args = ["-i", str(inv), "--known-hosts", str(fleet.known_hosts), "--db", sqlite_url,
+            "--no-provision", "--failed-hosts-file", str(tmp_path / "r")]
+    log = tmp_path / "c.log"
+    ctl = specfleet("sweep", str(lock), "--limit", "node1,node2", *args, log=log)
+    sid = sweep_id_from(log)
+    wait_for(lambda: stored_generations(sqlite_url, sid, "node1") >= 1, what="a generation")
+    ctl.send_signal(signal.SIGINT)
+    assert ctl.wait(timeout=60) == 130
+    # pick up node1 only (node2 is out of reach, say): it finishes, the sweep does not
+    one = specfleet("sweep", "--attach", sid, "--limit", "node1", *args, "--json",
+                    log=tmp_path / "one.log")
+    assert one.wait(timeout=300) == 0, (tmp_path / "one.log").read_text()[-2000:]
+    text = (tmp_path / "one.log").read_text()
+    out = json_from_log(text)
+    assert out["status"] == "running" and out["left_out"] == ["node2"]
+    assert [o["host"] for o in out["outcomes"]] == ["node1"]
+    assert f"left out, still to finish: node2 (pick them up with `specfleet sweep --attach " \
+           f"{sid}`)" in text
+    assert stored_events(sqlite_url, sid, "node1") == journal(fleet.nodes[0], sid)
+    # then all of them: node1 is already done, node2 is followed to its end
+    rest = specfleet("sweep", "--attach", sid, *args, "--json", log=tmp_path / "rest.log")
+    assert rest.wait(timeout=300) == 0, (tmp_path / "rest.log").read_text()[-2000:]
+    assert json_from_log((tmp_path / "rest.log").read_text())["status"] == "ok"
+    assert stored_events(sqlite_url, sid, "node2") == journal(fleet.nodes[1], sid)

@@ -55,6 +55,7 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
         doc, _ = lock_from(lock_path, lambda m: click.echo(m, err=True))
         hosts, inventory_path = plan_hosts(doc, lock_path, kw)
     else:
+        chose = kw.get("limit") is not None  # --limit: pick up only these nodes
         hosts, inventory_path = hosts_from(kw)
     store = open_store(db_url)
     opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout)
@@ -67,14 +68,18 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
                     f"sweep {sid} started on {len(hosts)} node(s)", err=True))
         else:
             result = continue_sweep(sweep_id, hosts, store, resume=resume_id is not None,
-                                    opts=opts, progress=StderrProgress())
+                                    opts=opts, progress=StderrProgress(), leave_out=chose)
     except KeyboardInterrupt:
         click.echo("interrupted: the agents keep running on the nodes; pick the sweep up "
                    "again with `specfleet sweep --attach SWEEP_ID` (the id is printed above; "
                    "`specfleet sweeps list` shows it too)", err=True)
         sys.exit(130)
+    if result.left_out:  # said first: report_outcomes exits when a node was not ok
+        click.echo(f"left out, still to finish: {', '.join(result.left_out)} (pick them up "
+                   f"with `specfleet sweep --attach {result.sweep_id}`)", err=True)
     report_outcomes(result.outcomes, failed_hosts_file, as_json,
-            extra={"sweep_id": result.sweep_id, "status": result.status},
+            extra={"sweep_id": result.sweep_id, "status": result.status,
+                   "left_out": list(result.left_out)},
             describe=lambda o: f"{o.value['events']} events")
     click.echo(f"sweep {result.sweep_id}: {result.status}", err=True)
 

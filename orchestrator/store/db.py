@@ -162,7 +162,10 @@ class Store:
             c.execute(delete(NodeLease).where(NodeLease.node == node,
                                               NodeLease.holder == holder))
 
-    def finish_sweep(self, sweep_id: str, outcomes: dict[str, tuple[str, str | None]]) -> str:
+    def finish_sweep(self, sweep_id: str, outcomes: dict[str, tuple[str, str | None]],
+                     pending: tuple[str, ...] = ()) -> str:
+        """Record the nodes' outcomes; the sweep's status follows, unless ``pending`` nodes
+        (left out of an --attach or --resume) have yet to finish: it stays running."""
         with self.engine.begin() as c:
             for node, (st, detail) in outcomes.items():
                 stmt = self._insert(NodeOutcome).values(sweep_id=sweep_id, node=node, status=st,
@@ -173,6 +176,8 @@ class Store:
             statuses = set(c.execute(select(NodeOutcome.status).where(
                 NodeOutcome.sweep_id == sweep_id)).scalars())
         status = "ok" if statuses == {"ok"} else ("failed" if "ok" not in statuses else "partial")
+        if pending:
+            return "running"
         with self.engine.begin() as c:
             c.execute(update(Sweep).where(Sweep.id == sweep_id).values(
                 status=status, finished_at=datetime.now(timezone.utc)))

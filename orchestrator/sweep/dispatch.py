@@ -40,6 +40,7 @@ class SweepResult:
     sweep_id: str
     status: str
     outcomes: list[Outcome] = field(default_factory=list)
+    left_out: tuple[str, ...] = ()  # nodes an --attach/--resume left to finish later
 
     @property
     def ok(self) -> bool:
@@ -408,9 +409,11 @@ def _run(hosts: list[Host], store: Store, sweep_id: str, opts: SweepOptions, pro
     return run_fan_out(hosts, one, opts.ssh)
 
 
-def _finish(store: Store, sweep_id: str, outcomes: list[Outcome]) -> str:
+def _finish(store: Store, sweep_id: str, outcomes: list[Outcome],
+            pending: tuple[str, ...] = ()) -> str:
     try:
-        return store.finish_sweep(sweep_id, {o.host: (o.status, o.detail) for o in outcomes})
+        return store.finish_sweep(sweep_id, {o.host: (o.status, o.detail) for o in outcomes},
+                                  pending)
     except SQLAlchemyError as e:
         raise StoreError(f"could not record the outcome of sweep {sweep_id} "
                          f"({str(e).splitlines()[0]}); the nodes' journals keep every event: "
@@ -440,18 +443,28 @@ def start_sweep(doc: dict, hosts: list[Host], store: Store, *, inventory: str | 
 
 
 def continue_sweep(sweep_id: str, hosts: list[Host], store: Store, *, resume: bool,
-                   opts: SweepOptions | None = None, progress=None) -> SweepResult:
-    """``--attach``: follow running agents; ``--resume``: restart dead ones with --resume."""
+                   opts: SweepOptions | None = None, progress=None,
+                   leave_out: bool = False) -> SweepResult:
+    """``--attach``: follow running agents; ``--resume``: restart dead ones with --resume.
+    ``leave_out``: the user chose the nodes (--limit); the others are left as they are, and
+    the sweep stays running until they finish too."""
     opts = opts or SweepOptions()
     if store.sweep(sweep_id) is None:
         raise SpecfleetError(f"no sweep {sweep_id!r} in the store")
-    names = {r.node for r in store.sweep_nodes(sweep_id)}
-    chosen = [h for h in hosts if h.name in names]
-    missing = names - {h.name for h in chosen}
-    if missing:
+    rows = {r.node: r for r in store.sweep_nodes(sweep_id)}
+    chosen = [h for h in hosts if h.name in rows]
+    missing = set(rows) - {h.name for h in chosen}
+    if missing and not leave_out:
         raise SpecfleetError(f"sweep {sweep_id} ran on {', '.join(sorted(missing))}, which the "
-                             "inventory (or --limit) does not include")
+                             "inventory does not include (name the nodes to pick up with "
+                             "--limit to leave the others out)")
+    if not chosen:
+        raise SpecfleetError(f"--limit selects none of the nodes sweep {sweep_id} ran on "
+                             f"({', '.join(sorted(rows))})")
+    # nodes left out whose agents have not finished: the sweep is not over
+    pending = tuple(sorted(n for n in missing if rows[n].state not in ("finished", "failed")))
     outcomes = _run(chosen, store, sweep_id, opts, progress or (lambda n, e: None),
                     "resume" if resume else "attach")
-    return SweepResult(sweep_id, _finish(store, sweep_id, outcomes), outcomes)
+    return SweepResult(sweep_id, _finish(store, sweep_id, outcomes, pending), outcomes,
+                       left_out=pending)
 
