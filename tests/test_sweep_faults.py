@@ -73,6 +73,40 @@ def test_postgresql_restarted_mid_sweep(fleet, model_pair, tmp_path, pg_url):
     assert stored_events(pg_url, sid, "node1") == journal(fleet.nodes[0], sid)
 
 
+def _restart_postgresql() -> None:
+    cluster = subprocess.run(["ls", "/etc/postgresql"], capture_output=True,
+                             text=True).stdout.split()[0]
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", cluster, "main", "restart"],
+                   check=True)
+
+
+def test_postgresql_restarted_during_a_resume(fleet, model_pair, tmp_path, pg_url):
+    """An audit saw `--resume` stop with "terminating connection due to administrator
+    command" while PostgreSQL restarted; every path that writes the store must ride it out."""
+    import signal
+
+    from tests.controller import kill_agent
+
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3, 4), repetitions=3, max_tokens=96)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    log = tmp_path / "c.log"
+    ctl = specfleet("sweep", str(lock), *args(fleet, inv, pg_url, tmp_path), log=log)
+    sid = sweep_id_from(log)
+    wait_for(lambda: stored_generations(pg_url, sid, "node1") >= 2, what="first generations")
+    ctl.send_signal(signal.SIGINT)
+    ctl.wait(timeout=60)
+    kill_agent(fleet.nodes[0])  # the agent died too: --resume restarts it
+    res = specfleet("sweep", "--resume", sid, *args(fleet, inv, pg_url, tmp_path, retry="r2"),
+                    log=tmp_path / "r.log")
+    before = stored_generations(pg_url, sid, "node1")
+    wait_for(lambda: stored_generations(pg_url, sid, "node1") > before, what="resumed work")
+    _restart_postgresql()
+    assert res.wait(timeout=300) == 0, (tmp_path / "r.log").read_text()[-3000:]
+    assert "Traceback" not in (tmp_path / "r.log").read_text()
+    assert stored_events(pg_url, sid, "node1") == journal(fleet.nodes[0], sid)
+
+
 def test_controller_disk_full_then_attach(fleet, model_pair, tmp_path):
     small = tmp_path / "small"
     small.mkdir()

@@ -383,7 +383,12 @@ class NodeRun:
                 sn = self._row()
                 if sn.state == "finished":
                     return self.outcome()
-                alive = await t.run(f"kill -0 {int(sn.pid or 0)} 2>/dev/null", check=False)
+                # the agent's own test: a killed agent can linger as a zombie that
+                # `kill -0` calls alive when nothing reaps it (a container's init)
+                alive = await t.run(
+                    f"cd {q(sn.agent_dir)} && {q(sn.python)} -c 'import sys; from agent.follow "
+                    f"import alive; sys.exit(0 if alive({int(sn.pid or 0)}) else 1)'",
+                    check=False)
                 if alive.exit_status != 0:
                     await self.start_agent(t, resume=True)
             else:
