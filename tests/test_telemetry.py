@@ -108,6 +108,20 @@ def test_window_summary_counts_swap_ins_during_the_window():
     assert unreliable_reasons(s) == ["swapped in 4096 bytes"]
 
 
+def test_critical_memory_pressure_sets_a_generation_aside(tmp_path, monkeypatch):
+    """macOS says it in kern.memorystatus_vm_pressure_level (4 = critical, as captured)."""
+    for src, dst in [("pmset_therm_apple_silicon.txt", "therm"),
+                     ("pmset_batt_desktop.txt", "batt"), ("pmset_g_apple_silicon.txt", "pmset"),
+                     ("sysctl_swapusage.txt", "swapusage"), ("vm_stat_intel.txt", "vm_stat")]:
+        (tmp_path / f"{dst}.txt").write_text(text(src))
+    (tmp_path / "pressure.txt").write_text("kern.memorystatus_vm_pressure_level: 4\n")
+    monkeypatch.setenv("SPECFLEET_TELEMETRY_REPLAY", str(tmp_path))
+    summary = summarise_window([read_snapshot(), read_snapshot()])
+    assert summary["memory_pressure"] == "critical"
+    assert "memory pressure critical" in unreliable_reasons(summary)
+    assert unreliable_reasons({"memory_pressure": "warn"}) == []
+
+
 def test_sampler_samples_in_the_background():
     import time
 

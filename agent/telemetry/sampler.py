@@ -176,4 +176,6 @@ def unreliable_reasons(t: dict, contention: float = 0.25) -> list[str]:
         reasons.append("low-power mode")
     if t.get("swap_in_bytes"):
         reasons.append(f"swapped in {t['swap_in_bytes']} bytes")
+    if t.get("memory_pressure") == "critical":  # the OS is reclaiming memory from everyone
+        reasons.append("memory pressure critical")
     return reasons
