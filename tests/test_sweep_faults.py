@@ -57,7 +57,9 @@ def test_store_unreachable_at_start_writes_nothing(fleet, model_pair, tmp_path):
     assert after == before  # no node was touched
 
 
-def test_postgresql_restarted_mid_sweep(fleet, model_pair, tmp_path, pg_url):
+def _sweep_under_way(fleet, model_pair, tmp_path, pg_url):
+    """A sweep of node1 into PostgreSQL, two generations in: (controller, sweep id, log,
+    inventory)."""
     lock = make_lock(tmp_path, model_pair, widths=(2, 3, 4), repetitions=3, max_tokens=96)
     inv = tmp_path / "hosts.yml"
     inv.write_text(fleet.inventory_yaml())
@@ -65,10 +67,12 @@ def test_postgresql_restarted_mid_sweep(fleet, model_pair, tmp_path, pg_url):
     ctl = specfleet("sweep", str(lock), *args(fleet, inv, pg_url, tmp_path), log=log)
     sid = sweep_id_from(log)
     wait_for(lambda: stored_generations(pg_url, sid, "node1") >= 2, what="first generations")
-    cluster = subprocess.run(["ls", "/etc/postgresql"], capture_output=True,
-                             text=True).stdout.split()[0]
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", cluster, "main", "restart"],
-                   check=True)
+    return ctl, sid, log, inv
+
+
+def test_postgresql_restarted_mid_sweep(fleet, model_pair, tmp_path, pg_url):
+    ctl, sid, log, _ = _sweep_under_way(fleet, model_pair, tmp_path, pg_url)
+    _restart_postgresql()
     assert ctl.wait(timeout=300) == 0, log.read_text()[-3000:]
     assert stored_events(pg_url, sid, "node1") == journal(fleet.nodes[0], sid)
 
@@ -87,13 +91,7 @@ def test_postgresql_restarted_during_a_resume(fleet, model_pair, tmp_path, pg_ur
 
     from tests.controller import kill_agent
 
-    lock = make_lock(tmp_path, model_pair, widths=(2, 3, 4), repetitions=3, max_tokens=96)
-    inv = tmp_path / "hosts.yml"
-    inv.write_text(fleet.inventory_yaml())
-    log = tmp_path / "c.log"
-    ctl = specfleet("sweep", str(lock), *args(fleet, inv, pg_url, tmp_path), log=log)
-    sid = sweep_id_from(log)
-    wait_for(lambda: stored_generations(pg_url, sid, "node1") >= 2, what="first generations")
+    ctl, sid, _, inv = _sweep_under_way(fleet, model_pair, tmp_path, pg_url)
     ctl.send_signal(signal.SIGINT)
     ctl.wait(timeout=60)
     kill_agent(fleet.nodes[0])  # the agent died too: --resume restarts it
