@@ -70,3 +70,43 @@ def test_sweep_needs_exactly_one_of_lock_attach_resume(tmp_path):
     r = CliRunner().invoke(main, ["sweep", "--db", f"sqlite:///{tmp_path / 's.db'}"])
     assert r.exit_code == 2
     assert "give a LOCK, or --attach SWEEP_ID, or --resume SWEEP_ID" in r.output
+
+
+def test_a_week_that_is_not_an_iso_week_is_one_line(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    _seeded_store(url)
+    for week in ("2026-48", "2026-W60", "W48", "2026-W00"):
+        r = CliRunner().invoke(main, ["review", "--week", week, "--db", url, "--out",
+                                      str(tmp_path / "r.html")])
+        assert r.exit_code == 1 and isinstance(r.exception, SystemExit)
+        assert f"Error: --week: '{week}' is not an ISO week of a real year, like " in r.output
+        assert "Traceback" not in r.output
+    assert _events(url) == 5
+
+
+def test_a_downgrade_to_no_such_revision_names_the_real_ones(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    _seeded_store(url)
+    before = open_store(url).current_revision()
+    r = CliRunner().invoke(main, ["db", "downgrade", "9999", "--db", url])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit)
+    assert "Error: cannot downgrade to '9999': Can't locate revision identified by '9999'; " \
+           "revisions: base, 0001, " in r.output
+    assert open_store(url, migrate=False).current_revision() == before and _events(url) == 5
+
+
+def test_store_urls_that_cannot_work_say_how_to_write_one(tmp_path):
+    cases = {
+        "mysql://u@h/db": "Error: --db: 'mysql' stores are not supported; use sqlite:///PATH "
+                          "or postgresql+psycopg://USER@HOST:PORT/DB",
+        str(tmp_path / "s.db"): f"Error: --db '{tmp_path / 's.db'}' is not a store URL; for a "
+                                f"SQLite file write sqlite:///{tmp_path / 's.db'}",
+        f"sqlite:///{tmp_path}": f"Error: --db sqlite:///{tmp_path}: that is a folder; name a "
+                                 f"file in it, e.g. sqlite:///{tmp_path}/specfleet.db",
+        "sqlite:///": "Error: --db sqlite:///: names no file; e.g. sqlite:///specfleet.db",
+    }
+    for url, message in cases.items():
+        r = CliRunner().invoke(main, ["sweeps", "list", "--db", url])
+        assert r.exit_code == 1 and isinstance(r.exception, SystemExit), (url, r.output)
+        assert message in r.output, (url, r.output)
+    assert not (tmp_path / "s.db").exists()  # nothing was created on the way

@@ -9,6 +9,7 @@ review names the parts that changed.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from sqlalchemy import select
 
 from agent.stats import cv, median, percentile
 
+from ..errors import ConfigError
 from ..store import Store
 from ..store.models import Event, NodeOutcome, Plan, Run, Sweep
 from .ranktest import mann_whitney
@@ -43,9 +45,15 @@ def iso_week_bounds(week: str | None, now: datetime | None = None) -> tuple[date
     if week is None:
         y, w, _ = now.isocalendar()
         week = f"{y}-W{w:02d}"
-    year, wk = week.split("-W")
-    start = datetime.combine(date.fromisocalendar(int(year), int(wk), 1), datetime.min.time(),
-                             tzinfo=timezone.utc)
+    m = re.fullmatch(r"(\d{4})-W(\d{2})", week)
+    try:
+        if not m:
+            raise ValueError
+        first = date.fromisocalendar(int(m.group(1)), int(m.group(2)), 1)
+    except ValueError:
+        raise ConfigError(f"--week: {week!r} is not an ISO week of a real year, like "
+                          f"{now.isocalendar()[0]}-W{now.isocalendar()[1]:02d}") from None
+    start = datetime.combine(first, datetime.min.time(), tzinfo=timezone.utc)
     return start, start + timedelta(days=7), week
 
 

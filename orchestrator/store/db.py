@@ -431,6 +431,7 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
 def open_store(url: str | None = None, migrate: bool = True) -> Store:
     """Open (and by default migrate to head) the store at ``url``."""
     url = resolve_url(url)
+    check_url(url)
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -444,6 +445,24 @@ def open_store(url: str | None = None, migrate: bool = True) -> Store:
         raise StoreError(f"cannot open store {engine_url_for_humans(url)}: "
                          f"{e.__class__.__name__}: {str(e).splitlines()[0]}") from None
     return Store(engine)
+
+
+def check_url(url: str) -> None:
+    """Refuse, with the fix, what SQLAlchemy would answer with its own words: a bare path,
+    another database, a folder."""
+    scheme = url.split("://", 1)[0] if "://" in url else None
+    if scheme is None:
+        raise StoreError(f"--db {url!r} is not a store URL; for a SQLite file write "
+                         f"sqlite:///{url} (sqlite://// + an absolute path)")
+    if scheme not in ("sqlite", "postgresql", "postgresql+psycopg"):
+        raise StoreError(f"--db: {scheme!r} stores are not supported; use sqlite:///PATH or "
+                         "postgresql+psycopg://USER@HOST:PORT/DB")
+    path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else None
+    if scheme == "sqlite" and path == "":
+        raise StoreError(f"--db {url}: names no file; e.g. sqlite:///specfleet.db")
+    if path and Path(path).is_dir():
+        raise StoreError(f"--db {url}: that is a folder; name a file in it, e.g. "
+                         f"{url.rstrip('/')}/specfleet.db")
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
@@ -471,10 +490,18 @@ def upgrade(engine: Engine, url: str, revision: str = "head") -> None:
 
 
 def downgrade(engine: Engine, url: str, revision: str) -> None:
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
     cfg = alembic_config(url)
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, revision)
+    known = [s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()]
+    try:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, revision)
+    except CommandError as e:
+        raise StoreError(f"cannot downgrade to {revision!r}: {str(e).splitlines()[0]}; "
+                         f"revisions: base, {', '.join(sorted(known))}") from None
 
 
 def engine_url_for_humans(url: str) -> str:
