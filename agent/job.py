@@ -200,7 +200,7 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
     if not isinstance(duration, (int, float)) or duration <= 0:
         raise _fail(path, "soak.duration_s: must be a number of seconds > 0")
     engine = _engine(raw, path)
-    _soak_target(soak, engine, path)
+    soak = _soak_target(soak, engine, path)
     verify = raw.get("verify_weights", "daily")
     if verify not in VERIFY_MAX_AGE_S:
         raise _fail(path, f"verify_weights: {verify!r} is not one of "
@@ -236,16 +236,17 @@ def _share(raw: dict, key: str, default: float, path: Path) -> float:
     return float(v)
 
 
-def _soak_target(soak: dict, engine: dict, path: Path) -> None:
+def _soak_target(soak: dict, engine: dict, path: Path) -> dict:
     """What a soak runs must be unambiguous and watchable: in process, a draft width; over
-    http, a variant the agent starts itself (its memory is what the soak watches)."""
+    http, a variant the agent starts itself (its memory is what the soak watches). Returns
+    the soak with an http variant resolved (the first speculative one unless named)."""
     if not soak:
-        return
+        return soak
     if not engine:
         if "variant" in soak:
             raise _fail(path, "soak.variant: only for an http engine; in process, choose "
                               "soak.num_draft_tokens")
-        return
+        return soak
     if "num_draft_tokens" in soak:
         raise _fail(path, "soak.num_draft_tokens: an http variant fixes its own draft width; "
                           "choose soak.variant")
@@ -259,6 +260,7 @@ def _soak_target(soak: dict, engine: dict, path: Path) -> None:
     if not variants[name].get("command"):
         raise _fail(path, f"soak.variant: {name!r} has no command: a soak watches the "
                           "runtime's memory, so the agent must start it")
+    return {**soak, "variant": name}
 
 
 def _engine(raw: dict, path: Path) -> dict:

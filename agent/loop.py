@@ -128,6 +128,16 @@ def candidates(job: Job, engine: Engine) -> list[tuple[str | None, Any, dict, di
     return out or [(None, None, dict(job.base), {})]
 
 
+def config_for(job: Job, v: Variant, cfg: dict) -> dict:
+    """A knob setting as a variant runs it: a baseline with speculation off (and the job's
+    baseline overrides), a variant that fixes its draft width with that width."""
+    if not v.speculative:
+        return {**cfg, **job.baseline, "num_draft_tokens": 0}
+    if v.num_draft_tokens is not None:
+        return {**cfg, "num_draft_tokens": v.num_draft_tokens}
+    return dict(cfg)
+
+
 def build_plan(job: Job, engine: Engine) -> list[Slot]:
     variants = list(engine.variants)
     reference = variants[0] if variants and not variants[0].speculative else None
@@ -140,9 +150,7 @@ def build_plan(job: Job, engine: Engine) -> list[Slot]:
                 for v in others or [None]:
                     pair = [x for x in (reference, v) if x is not None]
                     for var in pair:
-                        c = ({**cfg, **job.baseline, "num_draft_tokens": 0} if var is reference
-                             else {**cfg, "num_draft_tokens": var.num_draft_tokens}
-                             if var.num_draft_tokens is not None else dict(cfg))
+                        c = config_for(job, var, cfg)
                         k, kv = (knob, value) if knob else (
                             ("variant", var.name) if engine.name == "http"
                             else ("num_draft_tokens", cfg["num_draft_tokens"]))
@@ -202,7 +210,8 @@ class Loop:
             w = self.job.workloads[0]
             try:
                 self.engine.generate(Request(warm, w.prompt, self.job.warmup_tokens,
-                                             self._config_for(warm), self.job.seed,
+                                             config_for(self.job, warm, self.job.base),
+                                             self.job.seed,
                                              tools=w.tools, prompt_key=w.name))
                 self.warmups += 1
             except Exception as e:  # said, not fatal: each generation then fails or not
@@ -211,14 +220,6 @@ class Loop:
         self.active = v.name
         self.sampler.watch(self.engine.runtime_pid(v), self.engine.cpu_accounted(v))
         return None
-
-    def _config_for(self, v: Variant) -> dict:
-        cfg = dict(self.job.base)
-        if not v.speculative:
-            cfg["num_draft_tokens"] = 0
-        elif v.num_draft_tokens is not None:
-            cfg["num_draft_tokens"] = v.num_draft_tokens
-        return cfg
 
     def measure(self, req: Request) -> dict:
         from .telemetry import summarise_window, unreliable_reasons

@@ -22,14 +22,12 @@ from .protocol import EVENT_SCHEMA, EXIT_CODES
 
 
 def soak_variant(job: Job, engine: Engine) -> Variant:
-    """The variant a soak runs: the one named, else the baseline when the soak asks for
-    draft width 0, else the first speculative one."""
+    """The variant a soak runs: over http the one the job names (resolved when it was
+    read); in process the baseline when the soak asks for draft width 0, else speculation."""
     vs = engine.variants
     if job.soak.get("variant"):
         return next(v for v in vs if v.name == job.soak["variant"])
-    if job.soak.get("num_draft_tokens") == 0:
-        return next((v for v in vs if not v.speculative), vs[0])
-    return next((v for v in vs if v.speculative), vs[0])
+    return next(v for v in vs if v.speculative != (job.soak.get("num_draft_tokens") == 0))
 
 
 def run_job(job: Job, journal: Journal, *, cache_file: Path, resume: bool = False) -> int:

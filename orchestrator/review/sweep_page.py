@@ -203,9 +203,11 @@ def _set_aside(rows: list[Row], flagged: dict, node: str, workload: str) -> list
     for r in rows:
         own = flagged.get((node, workload, r.mode, r.knob, r.knob_value)) \
             if r.mode == "speculative" else base
-        why = ("; ".join(sorted(set(own))) if own else
-               "its baseline is unreliable: " + "; ".join(sorted(set(base)))
-               if base and r.mode == "speculative" else r.set_aside)
+        why = r.set_aside
+        if own:
+            why = "; ".join(sorted(set(own)))
+        elif base and r.mode == "speculative":
+            why = "its baseline is unreliable: " + "; ".join(sorted(set(base)))
         out.append(replace(r, set_aside=why, speedup=None if why else r.speedup))
     return out
 

@@ -149,6 +149,14 @@ def _check_rules(e: dict, rules) -> str | None:
     return None
 
 
+def _knob_value_problem(e: dict) -> str | None:
+    # stored as text in a bounded column, whatever type the value had
+    kv = e.get("knob_value")
+    if kv is not None and len(str(kv)) > KNOB_VALUE_MAX:
+        return f"knob_value is longer than {KNOB_VALUE_MAX} characters"
+    return None
+
+
 def _check_generation(e: dict) -> str | None:
     cfg = e["config"]
     t = cfg.get("temperature")
@@ -159,12 +167,9 @@ def _check_generation(e: dict) -> str | None:
         # model output may hold anything: keep the event, store the text without the NUL
         # (PostgreSQL text cannot hold it); token_ids still carry the exact output
         e["output_text"] = text.replace("\x00", "\ufffd")
-    problem = _check_rules(e, GENERATION_RULES)
+    problem = _check_rules(e, GENERATION_RULES) or _knob_value_problem(e)
     if problem:
         return problem
-    kv = e.get("knob_value")
-    if kv is not None and len(str(kv)) > KNOB_VALUE_MAX:
-        return f"knob_value is longer than {KNOB_VALUE_MAX} characters"
     reasons = e.get("unreliable_reasons")
     if reasons is not None and (type(reasons) is not list or
                                 any(type(r) is not str for r in reasons)):
@@ -193,13 +198,7 @@ def _check_summary(e: dict) -> str | None:
             v = d.get(k)
             if v is not None and type(v) is not float and type(v) is not int:
                 return f"metrics.{metric}.{k} must be a number"
-    problem = _check_rules(e, SUMMARY_RULES)
-    if problem:
-        return problem
-    kv = e.get("knob_value")
-    if kv is not None and len(str(kv)) > KNOB_VALUE_MAX:
-        return f"knob_value is longer than {KNOB_VALUE_MAX} characters"
-    return None
+    return _check_rules(e, SUMMARY_RULES) or _knob_value_problem(e)
 
 
 def _check_environment(e: dict) -> str | None:
