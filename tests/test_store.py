@@ -71,8 +71,47 @@ def test_downgrade_and_upgrade_keep_working(any_url):
     assert "runs" not in inspect(create_engine(any_url)).get_table_names()
     upgrade(store.engine, any_url)
     assert {"runs", "measurements", "events", "sweeps", "node_outcomes", "node_leases",
-            "telemetry_samples", "plans", "environments", "models", "sweep_nodes"} <= set(
+            "plans", "environments", "models", "sweep_nodes"} <= set(
         inspect(create_engine(any_url)).get_table_names())
+    assert "telemetry_samples" in inspect(create_engine(any_url)).get_view_names()
+
+
+def _with_telemetry(seq: int, index: int) -> dict:
+    window = [{"ts": 1000.0 + seq + i / 2, "swap_used_bytes": 1 << 30, "rss_bytes": 5 << 27,
+               "swap_in_bytes_total": None, "memory_pressure": "warn",
+               "thermal_throttled": bool(i), "cpu_speed_limit_pct": 100,
+               "power_source": "ac", "low_power_mode": False} for i in range(2)]
+    return {**_generation(seq, index), "telemetry": window}
+
+
+def test_telemetry_samples_view_reads_every_window_and_survives_a_downgrade(any_url):
+    """Since 0009 the samples are read from the events that carry them (one write per
+    generation); the view has the old table's columns and types, and going back to 0008
+    rebuilds the table from the same events."""
+    from orchestrator.store.models import TelemetrySample
+
+    store = open_store(any_url)
+    store.create_sweep("s1", JOB, None)
+    store.ingest("s1", "n1", [_with_telemetry(2, 0), _with_telemetry(3, 1),
+                              {"schema": 1, "seq": 4, "type": "note", "ts": 1.0}])
+    with store.engine.connect() as c:
+        view = [tuple(r) for r in c.execute(select(TelemetrySample).order_by(
+            TelemetrySample.c.seq, TelemetrySample.c.idx))]
+    assert view == [("s1", "n1", seq, i, 1000.0 + seq + i / 2, 1 << 30, None, 5 << 27, "warn",
+                     bool(i), 100, "ac", False) for seq in (2, 3) for i in range(2)]
+    assert [c["name"] for c in inspect(create_engine(any_url)).get_columns(
+        "telemetry_samples")] == [c.name for c in TelemetrySample.c]
+    downgrade(store.engine, any_url, "0008")
+    with store.engine.connect() as c:
+        old = c.exec_driver_sql("SELECT sweep_id, node, seq, idx, ts, rss_bytes, "
+                                "memory_pressure FROM telemetry_samples ORDER BY seq, idx").all()
+    assert [tuple(r) for r in old] == [("s1", "n1", seq, i, 1000.0 + seq + i / 2, 5 << 27, "warn")
+                                       for seq in (2, 3) for i in range(2)]
+    upgrade(store.engine, any_url)
+    with store.engine.connect() as c:
+        assert c.scalar(select(func.count()).select_from(TelemetrySample)) == 4
+        assert c.scalar(select(Event.payload).where(Event.seq == 2))["telemetry"][1][
+            "thermal_throttled"] is True
 
 
 def test_unopenable_store_is_a_clear_error(tmp_path):

@@ -14,10 +14,8 @@ from sqlalchemy import create_engine, delete, func, insert, select, update
 from sqlalchemy import event as sa_event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
-
-from agent.telemetry.sampler import SAMPLE_KEYS
 
 from ..errors import StoreError
 from .models import (
@@ -199,13 +197,9 @@ class Store:
             for e in events:
                 if e["type"] == "environment_checked":
                     self._set_identity(c, sweep_id, node, e)
-            if gens:
+            if gens:  # their telemetry is read through the telemetry_samples view
                 self._bulk(c, "measurements", MEASUREMENT_TABLE_COLUMNS,
                            [_measurement_tuple(sweep_id, node, e) for e in gens])
-                samples = [(sweep_id, node, e["seq"], i, t["ts"], *(t.get(k) for k in SAMPLE_KEYS))
-                           for e in gens for i, t in enumerate(e.get("telemetry") or [])]
-                if samples:
-                    self._bulk(c, "telemetry_samples", SAMPLE_COLUMNS, samples)
             summaries = [e for e in events if e["type"] == "config_summary"]
             if summaries:
                 identity = self._identity(c, sweep_id, node)
@@ -270,7 +264,8 @@ class Store:
             return rows
 
     def _bulk(self, c, table: str, columns: tuple[str, ...], rows: list[tuple]) -> int:
-        """INSERT … ON CONFLICT DO NOTHING straight through the driver's executemany.
+        """INSERT … ON CONFLICT DO NOTHING straight through the driver (SQLite
+        executemany, PostgreSQL COPY).
 
         SQLAlchemy's per-row parameter processing cost more than the database itself;
         values here are already plain (JSON pre-serialised). Returns rows inserted.
@@ -279,35 +274,46 @@ class Store:
         if self.engine.dialect.name == "postgresql":
             import psycopg
 
-            cur = c.connection.driver_connection.cursor()
-            # Usually every row is new (the follower starts after the last stored seq):
-            # COPY straight in. If any row exists, undo that and take the idempotent path.
-            cur.execute("SAVEPOINT specfleet_bulk")
             try:
-                with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as cp:
-                    for row in rows:
-                        cp.write_row(row)
-                cur.execute("RELEASE SAVEPOINT specfleet_bulk")
-                return len(rows)
-            except psycopg.errors.UniqueViolation:
-                cur.execute("ROLLBACK TO SAVEPOINT specfleet_bulk")
-            # COPY into a per-transaction scratch table, then one INSERT … SELECT that skips
-            # what is already stored.
-            scratch = f"_in_{table}"
-            cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {scratch} AS SELECT {cols} FROM "
-                        f"{table} WITH NO DATA")
-            with cur.copy(f"COPY {scratch} ({cols}) FROM STDIN") as cp:
-                for row in rows:
-                    cp.write_row(row)
-            cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {scratch} "
-                        "ON CONFLICT DO NOTHING")
-            inserted = cur.rowcount
-            cur.execute(f"TRUNCATE {scratch}")
-            return max(inserted, 0)
+                return self._copy(c, table, cols, rows)
+            except psycopg.Error as e:
+                # the raw cursor bypasses SQLAlchemy: give callers the error they handle
+                # (the follower retries SQLAlchemyError while the store is down)
+                raise DBAPIError.instance(f"COPY {table}", None, e, psycopg.Error) from e
         values = ", ".join("?" for _ in columns)
         result = c.exec_driver_sql(f"INSERT INTO {table} ({cols}) VALUES ({values}) "
                                    "ON CONFLICT DO NOTHING", rows)
         return max(result.rowcount, 0)
+
+    @staticmethod
+    def _copy(c, table: str, cols: str, rows: list[tuple]) -> int:
+        import psycopg
+
+        cur = c.connection.driver_connection.cursor()
+        # Usually every row is new (the follower starts after the last stored seq):
+        # COPY straight in. If any row exists, undo that and take the idempotent path.
+        cur.execute("SAVEPOINT specfleet_bulk")
+        try:
+            with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as cp:
+                for row in rows:
+                    cp.write_row(row)
+            cur.execute("RELEASE SAVEPOINT specfleet_bulk")
+            return len(rows)
+        except psycopg.errors.UniqueViolation:
+            cur.execute("ROLLBACK TO SAVEPOINT specfleet_bulk")
+        # COPY into a per-transaction scratch table, then one INSERT … SELECT that skips
+        # what is already stored.
+        scratch = f"_in_{table}"
+        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {scratch} AS SELECT {cols} FROM "
+                    f"{table} WITH NO DATA")
+        with cur.copy(f"COPY {scratch} ({cols}) FROM STDIN") as cp:
+            for row in rows:
+                cp.write_row(row)
+        cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {scratch} "
+                    "ON CONFLICT DO NOTHING")
+        inserted = cur.rowcount
+        cur.execute(f"TRUNCATE {scratch}")
+        return max(inserted, 0)
 
     def _set_identity(self, c, sweep_id: str, node: str, e: dict) -> None:
         facts = c.execute(select(NodeFacts.facts).where(NodeFacts.node == node)
@@ -390,20 +396,16 @@ _REASONS_AT = MEASUREMENT_COLUMNS.index("unreliable_reasons")
 
 
 def _measurement_tuple(sweep_id: str, node: str, e: dict) -> tuple:
-    get = e.get  # hot path: one call per generation event ingested
-    values = [get(k) for k in MEASUREMENT_COLUMNS]
+    values = list(map(e.get, MEASUREMENT_COLUMNS))  # hot path: once per generation ingested
     if values[_REASONS_AT] is not None:
         values[_REASONS_AT] = json.dumps(values[_REASONS_AT])
-    kv = get("knob_value")
+    kv = e.get("knob_value")
     return (sweep_id, node, e["seq"], None if kv is None else str(kv),
             e["config"]["temperature"], *values)
 
 
 def _measurement_row(sweep_id: str, node: str, e: dict) -> dict:
     return dict(zip(MEASUREMENT_TABLE_COLUMNS, _measurement_tuple(sweep_id, node, e)))
-
-
-SAMPLE_COLUMNS = ("sweep_id", "node", "seq", "idx", "ts", *SAMPLE_KEYS)
 
 
 def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:

@@ -30,9 +30,7 @@ from ..fleet.node_paths import expand_root
 from ..fleet.transport import SSHOptions, connect, q
 from ..store import Store
 from .decode import Decoder, Quarantined
-
-INGEST_BATCH = 64
-INGEST_EVERY_S = 0.25
+from .pipeline import IngestPipeline
 
 
 @dataclass
@@ -239,7 +237,7 @@ class NodeRun:
 
     # -- follow ------------------------------------------------------------------------
 
-    async def ingest(self, batch: list[dict], raw: list[str] | None = None) -> None:
+    async def ingest(self, batch: list[dict], raw: list[str]) -> None:
         """Store a batch, retrying while the store is down (the journal keeps everything)."""
         if not batch:
             return
@@ -270,9 +268,7 @@ class NodeRun:
         last = await asyncio.to_thread(self.store.last_seq, self.sweep_id, self.host.name)
         cmd = (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent follow "
                f"{q(sn.journal_path)} --from-seq {last} --pid {sn.pid or 0}")
-        batch: list[dict] = []
-        raw: list[str] = []
-        flushed = time.monotonic()
+        pipeline = IngestPipeline(self.ingest)
         try:
             # aclosing: a follower left early (an agent refused mid-stream) is closed now,
             # not whenever the garbage collector finds it after the event loop is gone
@@ -284,16 +280,11 @@ class NodeRun:
                     if isinstance(event, Quarantined):
                         await self.set_aside(event)
                         continue
-                    batch.append(event)
-                    raw.append(line.strip())  # stored as written: no second serialisation
                     self.progress(self.host.name, event)
-                    # batches make ingest cheap; the time bound keeps the store live
-                    if len(batch) >= INGEST_BATCH or event["type"] != "generation" or \
-                            time.monotonic() - flushed > INGEST_EVERY_S:
-                        await self.ingest(batch, raw)
-                        batch, raw, flushed = [], [], time.monotonic()
+                    # stored as written: no second serialisation
+                    await pipeline.add(event, line.strip())
         finally:
-            await self.ingest(batch, raw)
+            await pipeline.close()
 
     async def follow(self, t) -> None:
         """Follow until the agent is done; on a dropped link reconnect and go on.
