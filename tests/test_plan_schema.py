@@ -220,7 +220,7 @@ def test_plan_gates_change_the_review(tmp_path):
     (s,) = analyse(store, "2026-W20", rules, now=NOW + timedelta(0))["series"]
     assert s["configs"][1]["classification"] == "production candidate"
     for gate, value, missed in [("min_speedup", 1.5, "speedup"),
-                                ("acceptance_floor", 0.9, "acceptance_at_4"),
+                                ("acceptance_floor", 0.9, "acceptance"),
                                 ("itl_p95_ceiling_ms", 5.0, "itl_p95_ms"),
                                 ("ttft_regression_limit", 0.01, "ttft_change"),
                                 ("swap_ceiling_bytes", -1, "swap_peak_bytes")]:

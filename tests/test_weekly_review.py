@@ -114,7 +114,7 @@ def test_stale_series_is_marked(analysis):
 
 @pytest.mark.parametrize("name,gate", [
     ("miss-speedup", "speedup"), ("miss-itl", "itl_p95_ms"),
-    ("miss-acceptance", "acceptance_at_4"), ("miss-ttft", "ttft_change"),
+    ("miss-acceptance", "acceptance"), ("miss-ttft", "ttft_change"),
     ("miss-swap", "swap_peak_bytes"), ("miss-exact", "exact"),
     ("miss-tasks", "task_pass_rate")])
 def test_each_gate_just_missed(analysis, name, gate):
@@ -164,38 +164,116 @@ def test_bad_rules_file_names_file_and_line(tmp_path):
         load_rules(bad)
 
 
-def test_mann_whitney_matches_scipy():
-    scipy_stats = pytest.importorskip("scipy.stats")
-    rng = random.Random(3)
-    for n1, n2, shift in [(7, 7, 1.0), (5, 9, 0.2), (30, 25, 0.5), (12, 12, 0.0)]:
+def test_the_rank_test_can_confirm_at_the_documented_minimum_even_with_a_tie():
+    """7 runs a side is the documented minimum: fully separated samples must reach
+    p < 0.002 whether or not a value repeats (the normal approximation gave 0.00214 with
+    one tie, so such a regression could never be confirmed)."""
+    from orchestrator.review.weekly import MIN_REPS, REGRESSION_P, regression
+
+    then = [100.0, 101.0, 102.0, 103.0, 104.0, 105.0, 105.0]  # one tie
+    now = [80.0, 81.0, 82.0, 83.0, 84.0, 85.0, 86.0]
+    assert len(then) == len(now) == MIN_REPS
+    mw = mann_whitney(then, now)
+    assert mw["method"] == "exact permutation"
+    assert mw["p"] == pytest.approx(2 / 3432)  # 2 of C(14, 7) splits are this extreme
+    assert mw["p"] < REGRESSION_P
+    rng = random.Random(1)
+    for n1, n2, shift in [(7, 7, 1.0), (5, 9, 0.2), (30, 25, 0.5)]:  # scipy, as documented
         a = [rng.gauss(0, 1) for _ in range(n1)]
         b = [rng.gauss(shift, 1) for _ in range(n2)]
-        ours = mann_whitney(a, b)
-        ref = scipy_stats.mannwhitneyu(a, b, alternative="two-sided",
-                                       method="exact" if ours["method"] == "exact"
-                                       else "asymptotic")
-        assert ours["p"] == pytest.approx(ref.pvalue, rel=1e-6, abs=1e-9)
+        assert 0 < mann_whitney(a, b)["p"] <= 1
+
+    def runs(values):
+        from orchestrator.review.weekly import RunRow
+        return [RunRow(i, "s", W20, "n", ("c",), "baseline", 0,
+                       {"values": {"decode_tok_s": [v]}}, {}, None, False)
+                for i, v in enumerate(values)]
+    assert regression(runs(now), runs(then))["verdict"] == "regression"
 
 
-def test_acceptance_under_floor_for_two_windows_fails_the_run(tmp_path):
+def _low_acceptance_case(tmp_path, generations):
     from orchestrator.review.weekly import failed_window_configs
     from orchestrator.store.models import Event
     from tests.history import new_sweep
 
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     sid = new_sweep(store, W20)
-    t0 = 1_800_000_000.0 - 1_800_000_000.0 % 300  # start of a five-minute window
-
-    def gen(seq, ts, acc, k):
-        return {"sweep_id": sid, "node": "n", "seq": seq, "type": "generation", "ts": ts,
-                "payload": {"mode": "speculative", "acceptance_rate": acc,
-                            "workload": "code", "num_draft_tokens": k}}
-    rows = [gen(1, t0 + 10, 0.30, 4), gen(2, t0 + 310, 0.35, 4),   # two low windows: failed
-            gen(3, t0 + 10, 0.30, 2), gen(4, t0 + 310, 0.60, 2),   # one low window: not
-            gen(5, t0 + 910, 0.30, 2)]                             # low again, not adjacent
+    rows = [{"sweep_id": sid, "node": "n", "seq": i + 1, "type": "generation", "ts": ts,
+             "payload": {"mode": "speculative", "acceptance_rate": acc, "workload": "code",
+                         "num_draft_tokens": k}}
+            for i, (ts, acc, k) in enumerate(generations)]
     with store.engine.begin() as c:
         c.execute(Event.__table__.insert(), rows)
-    assert failed_window_configs(store, [sid], 0.40, 300) == {(sid, "n", "code", 4)}
+    return {key[3] for key in failed_window_configs(store, [sid], 0.40, 300)}
+
+
+def test_low_acceptance_fails_a_run_by_how_long_it_lasts_not_where_the_clock_is(tmp_path):
+    """Sliding windows over generation time: "below 0.40 for more than two consecutive
+    five-minute windows" is judged the same wherever the clock's five-minute marks fall."""
+    mark = 1_800_000_000.0 - 1_800_000_000.0 % 300  # a clock-aligned five-minute mark
+    cases = {
+        # two low generations 2 s apart across a mark: one window of time, never a failure
+        2: [(mark - 1, 0.30, 2), (mark + 1, 0.35, 2)],
+        # 297 s of low acceptance inside one clock window: under ten minutes, passes
+        3: [(mark + 1 + 33 * i, 0.30, 3) for i in range(10)],
+        # eleven minutes of low acceptance, every 30 s: fails, whatever the alignment
+        4: [(mark + 137 + 30 * i, 0.30, 4) for i in range(23)],
+        # eleven minutes where only one generation in three is low: the median is fine
+        5: [(mark + 30 * i, 0.30 if i % 3 == 0 else 0.70, 5) for i in range(23)],
+    }
+    failed = _low_acceptance_case(tmp_path, [g for gens in cases.values() for g in gens])
+    assert failed == {4}
+
+
+def test_the_ttft_guard_passes_at_exactly_its_limit_and_acceptance_is_per_config(tmp_path):
+    """+8% exactly meets "TTFT ≤ +8%" (54/50 − 1 is 0.08000000000000007 in floating
+    point); the acceptance floor judges each config by its own acceptance, so a width-4
+    config that misses does not sink a width-2 config that clears it, and a series without
+    width 4 is judged at the widths it has."""
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    rng = random.Random(5)
+    exact = dict(jitter=0.0, rng=rng, itl_p95=20.0, swap=0)
+    for at in week_nights(W20):
+        night(store, at, node="mac-01", chip="Apple M2 Max", pair="p", workload="edge",
+              configs={("baseline", 0): V(100.0, ttft=50.0, **exact),
+                       ("speculative", 2): V(130.0, acceptance=0.62, ttft=54.0, **exact),
+                       ("speculative", 4): V(135.0, acceptance=0.50, ttft=54.0, **exact)})
+        night(store, at, node="mac-01", chip="Apple M2 Max", pair="p", workload="no-four",
+              configs={("baseline", 0): V(100.0, ttft=50.0, **exact),
+                       ("speculative", 3): V(130.0, acceptance=0.60, ttft=54.01, **exact)})
+    a = analyse(store, "2026-W20", load_rules(), now=NOW)
+    by = {(s["series"]["workload"], c["k"]): c for s in a["series"] for c in s["configs"]
+          if c["mode"] == "speculative"}
+    k2, k4, k3 = by[("edge", 2)], by[("edge", 4)], by[("no-four", 3)]
+    assert k2["gates"]["ttft_change"] == {"value": pytest.approx(0.08), "passed": True}
+    assert k2["classification"] == "production candidate"
+    assert k4["gates"]["acceptance"] == {"value": pytest.approx(0.50), "passed": False}
+    assert k4["classification"] == "just misses: acceptance"
+    assert k3["gates"]["acceptance"]["passed"] is True
+    assert k3["classification"] == "just misses: ttft_change"  # +8.02%: over the limit
+
+
+def test_acceptance_by_position_is_per_series(tmp_path):
+    """Two chips, one workload and width: each series gets its own curve."""
+    from orchestrator.store.models import Event
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    rng = random.Random(2)
+    for chip, node, accepted in (("Apple M2 Max", "mac-01", 9), ("Apple M4", "mac-02", 3)):
+        for at in week_nights(W20)[:2]:
+            sid = night(store, at, node=node, chip=chip, pair="p", workload="code",
+                        configs={("baseline", 0): V(100.0, rng=rng),
+                                 ("speculative", 2): V(130.0, acceptance=0.6, rng=rng)})
+            with store.engine.begin() as c:
+                c.execute(Event.__table__.insert().values(
+                    sweep_id=sid, node=node, seq=1, type="generation", ts=at.timestamp(),
+                    payload={"mode": "speculative", "workload": "code", "num_draft_tokens": 2,
+                             "acceptance_rate": 0.6, "acceptance_by_position": [
+                                 {"position": 1, "drafted": 10, "accepted": accepted},
+                                 {"position": 2, "drafted": 10, "accepted": accepted - 2}]}))
+    a = analyse(store, "2026-W20", load_rules(), now=NOW)
+    curves = {s["series"]["chip"]: s["acceptance_by_position"] for s in a["series"]}
+    assert curves == {"Apple M2 Max": [0.9, 0.7], "Apple M4": [0.3, 0.1]}
 
 
 def test_runtimes_side_by_side_with_streaming_parity(tmp_path):

@@ -1,33 +1,17 @@
-"""Mann-Whitney U, two-sided: exact for small samples, normal approximation otherwise."""
+"""Mann-Whitney U, two-sided, computed with scipy.
+
+Small samples get an exact p: scipy's exact distribution when no value repeats, and the
+exhaustive permutation distribution when some do (a tie is common at the documented
+minimum of 7 runs a side: 7 vs 7 fully separated with one tie is p = 0.00058 exactly,
+where the normal approximation said 0.00214 and a real regression could never be
+confirmed). Larger samples use the normal approximation with the tie correction.
+"""
 
 from __future__ import annotations
 
 import math
-from functools import cache
 
-
-def _ranks(values: list[float]) -> list[float]:
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
-@cache
-def _count(n1: int, n2: int, u: int) -> int:
-    """Arrangements of n1 + n2 items with statistic u (no ties)."""
-    if u < 0:
-        return 0
-    if n1 == 0 or n2 == 0:
-        return 1 if u == 0 else 0
-    return _count(n1 - 1, n2, u - n2) + _count(n1, n2 - 1, u)
+EXACT_ARRANGEMENTS = 20_000  # up to this many ways to split the pool (8 vs 8), p is exact
 
 
 def mann_whitney(a: list[float], b: list[float]) -> dict:
@@ -35,24 +19,20 @@ def mann_whitney(a: list[float], b: list[float]) -> dict:
     n1, n2 = len(a), len(b)
     if n1 == 0 or n2 == 0:
         return {"u": None, "p": None, "n": [n1, n2], "method": "empty"}
-    ranks = _ranks(list(a) + list(b))
-    r1 = sum(ranks[:n1])
-    u1 = r1 - n1 * (n1 + 1) / 2
-    u = min(u1, n1 * n2 - u1)
+    import numpy as np
+    from scipy import stats
+
     ties = len(set(a) | set(b)) < n1 + n2
-    if not ties and n1 * n2 <= 2500:
-        total = math.comb(n1 + n2, n1)
-        tail = sum(_count(n1, n2, k) for k in range(int(u) + 1))
-        p = min(1.0, 2 * tail / total)
-        method = "exact"
+    if len(set(a) | set(b)) == 1:  # every value equal: nothing to rank
+        return {"u": n1 * n2 / 2, "p": 1.0, "n": [n1, n2], "method": "all equal"}
+    small = math.comb(n1 + n2, n1) <= EXACT_ARRANGEMENTS
+    method: object
+    if small and not ties:
+        method, name = "exact", "exact"
+    elif small:
+        method, name = stats.PermutationMethod(n_resamples=np.inf), "exact permutation"
     else:
-        n = n1 + n2
-        counts: dict[float, int] = {}
-        for v in list(a) + list(b):
-            counts[v] = counts.get(v, 0) + 1
-        tie_term = sum(c ** 3 - c for c in counts.values()) / (n * (n - 1))
-        sigma = math.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term))
-        z = (abs(u1 - n1 * n2 / 2) - 0.5) / sigma if sigma else 0.0
-        p = math.erfc(max(z, 0) / math.sqrt(2))
-        method = "normal"
-    return {"u": u1, "p": p, "n": [n1, n2], "method": method}
+        method, name = "asymptotic", "normal"
+    r = stats.mannwhitneyu(a, b, alternative="two-sided", method=method)
+    return {"u": float(r.statistic), "p": min(1.0, float(r.pvalue)), "n": [n1, n2],
+            "method": name}
