@@ -24,18 +24,44 @@ from .base import (
               default=None, help="Signal → action rules (YAML); default: the shipped set.")
 @click.option("--sweep", "sweep_id", default=None,
               help="Instead, one sweep's detail page (baseline vs each draft width).")
+@click.option("--fail-on", "fail_on", default=None, metavar="CAUSES",
+              help="Exit 1 if the week shows any of these (comma-separated): regression, "
+                   "gate-miss (a series with no production candidate), stale, failed-sweep; "
+                   "one line per finding on stderr. For CI.")
+@click.option("--junit", "junit", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Also write JUnit XML: one test case per series × gate.")
+@click.option("--notify", "notify_url", default=None, metavar="URL",
+              help="Also POST a JSON summary (Slack-style `text` plus fields) to this webhook; "
+                   "retried 3 times, never changes the exit status.")
 @db_option
-def review(week, out, formats, rules_file, sweep_id, db_url):
+def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url, db_url):
     """The weekly signal → action review: per series the numbers, gates and
     classification, the actions the rules call for with their evidence, regressions with
-    the identity change that explains them, stale series, and charts."""
-    from ..review.report import FORMATS, write_review
+    the identity change that explains them, stale series, and charts.
+
+    \b
+    Example (CI, after the nightly sweeps):
+      specfleet review --week 2026-W48 --out review/ --fail-on regression,failed-sweep \\
+        --junit review/junit.xml
+    """
+    import sys
+
+    from ..errors import SpecfleetError
+    from ..review import ci
+    from ..review.report import FORMATS, review_analysis, write_review
     from ..review.rules import DEFAULT_RULES
     from ..review.sweep_page import render_review
     from ..store import open_store
 
+    try:
+        causes = ci.parse_causes(fail_on) if fail_on is not None else ()
+    except SpecfleetError as e:
+        raise click.BadParameter(str(e).removeprefix("--fail-on: "),
+                                 param_hint="--fail-on") from None
     store = open_store(db_url)
     if sweep_id:
+        if fail_on or junit or notify_url:
+            raise click.UsageError("--fail-on, --junit and --notify review a week, not --sweep")
         path = render_review(store, out, sweep_id)
         click.echo(f"review written to {path.resolve()}")
         return
@@ -43,11 +69,26 @@ def review(week, out, formats, rules_file, sweep_id, db_url):
     bad = set(fmts) - set(FORMATS)
     if bad:
         raise click.BadParameter(f"unknown format {', '.join(sorted(bad))}", param_hint="--format")
-    written = write_review(store, out, week=week, formats=fmts,
-                           rules_file=rules_file or DEFAULT_RULES)
+    a = review_analysis(store, week=week, rules_file=rules_file or DEFAULT_RULES)
+    written = write_review(store, out, formats=fmts, analysis=a)
     for fmt, path in written.items():
         click.echo(f"review written to {path.resolve()}" if fmt == "html" else
                    f"{fmt} written to {path.resolve()}")
+    found = ci.findings(a)
+    if junit:
+        click.echo(f"junit written to {ci.write_junit(a, junit).resolve()}")
+    if notify_url:
+        why = ci.notify(notify_url, a, found, causes or ci.CAUSES)
+        click.echo(f"notified {notify_url}" if why is None else
+                   f"warning: could not notify {notify_url}: {why}", err=why is not None)
+    failing = ci.summary_lines(found, causes)
+    for line in failing:
+        click.echo(line, err=True)
+    if causes:
+        click.echo(f"review {a['week']}: {len(failing)} finding(s) for --fail-on "
+                   f"{','.join(causes)}", err=True)
+    if failing:
+        sys.exit(1)
 
 
 @main.group()

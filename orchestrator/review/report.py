@@ -68,14 +68,25 @@ def repro_checks(store: Store, start: str, end: str) -> list[dict]:
     return list(rows)
 
 
-def write_review(store: Store, out: Path, *, week: str | None = None,
-                 formats: tuple[str, ...] = FORMATS, rules_file: Path = DEFAULT_RULES,
-                 gates: dict | None = None, now: datetime | None = None) -> dict[str, Path]:
-    """Analyse the week and write each format; ``out`` is a folder or an .html path."""
+def review_analysis(store: Store, *, week: str | None = None,
+                    rules_file: Path = DEFAULT_RULES, gates: dict | None = None,
+                    now: datetime | None = None) -> dict:
+    """The week's analysis, with its repro checks: what every format and the CI gate read."""
     if store.latest_sweep_id() is None:
         raise SpecfleetError("the store holds no sweeps yet; run `specfleet sweep` first")
     a = analyse(store, week, load_rules(rules_file), gates, now)
     a["repro"] = repro_checks(store, a["start"], a["end"])
+    return a
+
+
+def write_review(store: Store, out: Path, *, week: str | None = None,
+                 formats: tuple[str, ...] = FORMATS, rules_file: Path = DEFAULT_RULES,
+                 gates: dict | None = None, now: datetime | None = None,
+                 analysis: dict | None = None) -> dict[str, Path]:
+    """Analyse the week (unless ``analysis`` is given) and write each format; ``out`` is a
+    folder or an .html path."""
+    a = analysis or review_analysis(store, week=week, rules_file=rules_file, gates=gates,
+                                    now=now)
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     if out.suffix == ".html":
         folder, stem = out.parent, out.stem

@@ -1,0 +1,155 @@
+"""The weekly review as a CI gate: causes to fail on, JUnit XML, a webhook summary.
+
+Reads only the analysis (``weekly.analyse``), so the gate says exactly what the page says:
+a set-aside config is never a gate miss or a regression, and a series with no speculative
+config measured has no gates to miss.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+from ..errors import ConfigError
+
+CAUSES = ("regression", "gate-miss", "stale", "failed-sweep")
+
+
+def parse_causes(text: str) -> tuple[str, ...]:
+    causes = tuple(c.strip() for c in text.split(",") if c.strip())
+    bad = [c for c in causes if c not in CAUSES]
+    if bad or not causes:
+        raise ConfigError(f"--fail-on: {', '.join(bad) or repr(text)} is not a cause; "
+                          f"choose from {','.join(CAUSES)}")
+    return causes
+
+
+def series_label(s: dict) -> str:
+    d = s["series"]
+    return f"{d['chip']} · {d['model_pair']} · {d['workload']} · {d['context_bucket']} · " \
+           f"{d['engine']}"
+
+
+def judged_config(s: dict) -> dict | None:
+    """The config a series is judged by: its fastest production candidate, else its
+    fastest speculative config with gates (set-aside configs have none)."""
+    judged = [c for c in s["configs"] if c["mode"] == "speculative" and c.get("gates")]
+    if not judged:
+        return None
+    candidates = [c for c in judged if c["classification"] == "production candidate"]
+    return max(candidates or judged, key=lambda c: c.get("speedup") or 0.0)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def findings(a: dict) -> dict[str, list[str]]:
+    """Per cause, one line per finding (empty lists where nothing was found)."""
+    out: dict[str, list[str]] = {c: [] for c in CAUSES}
+    for s in a["series"]:
+        name = series_label(s)
+        for r in s.get("regressions", []):
+            if r["verdict"] == "regression":
+                why = f"; changed: {', '.join(r['cause'])}" if r.get("cause") else ""
+                out["regression"].append(
+                    f"{name}: {r['config']} {r['period']}: {r['ratio']:.3f}× (p={r['p']:.2g}, "
+                    f"n={r['n'][0]} vs {r['n'][1]}){why}")
+        c = judged_config(s)
+        if c is not None and c["classification"] != "production candidate":
+            missed = [f"{g} {_fmt(v['value'])}" for g, v in c["gates"].items()
+                      if v["passed"] is False]
+            out["gate-miss"].append(f"{name}: no production candidate; best k={c['k']} "
+                                    f"misses {', '.join(missed)}")
+        if s["stale"]:
+            out["stale"].append(f"{name}: no run since {s['latest_run'][:10]}")
+    for f in a["failures"]:
+        nodes = "; ".join(f"{n['node']} {n['status']}: {n['reason'][:120]}" for n in f["nodes"])
+        out["failed-sweep"].append(f"sweep {f['sweep_id']} ({f['trigger']}, {f['at']}) "
+                                   f"{f['status']}" + (f": {nodes}" if nodes else ""))
+    return out
+
+
+def summary_lines(found: dict[str, list[str]], causes: tuple[str, ...]) -> list[str]:
+    return [f"{cause}: {line}" for cause in causes for line in found[cause]]
+
+
+def write_junit(a: dict, path: Path) -> Path:
+    """One test case per series × gate (the series' judged config), plus one for its
+    regressions and one for staleness; failed sweeps are one case each."""
+    suite = ET.Element("testsuite", name=f"specfleet review {a['week']}")
+    counts = {"tests": 0, "failures": 0, "skipped": 0}
+
+    def case(classname: str, name: str, failure: str | None = None,
+             skipped: str | None = None) -> None:
+        el = ET.SubElement(suite, "testcase", classname=classname, name=name)
+        counts["tests"] += 1
+        if failure is not None:
+            ET.SubElement(el, "failure", message=failure).text = failure
+            counts["failures"] += 1
+        elif skipped is not None:
+            ET.SubElement(el, "skipped", message=skipped)
+            counts["skipped"] += 1
+
+    for s in a["series"]:
+        name = series_label(s)
+        c = judged_config(s)
+        if c is None:
+            case(name, "gates", skipped="no speculative config measured reliably this week")
+        else:
+            for gate, v in c["gates"].items():
+                if v["passed"] is None:
+                    case(name, gate, skipped=f"k={c['k']}: not measured")
+                else:
+                    case(name, gate, None if v["passed"] else
+                         f"k={c['k']}: {gate} = {_fmt(v['value'])}")
+        regs = [r for r in s.get("regressions", []) if r["verdict"] == "regression"]
+        case(name, "no regression", "; ".join(
+            f"{r['config']} {r['period']} {r['ratio']:.3f}×" for r in regs) or None)
+        case(name, "not stale", f"no run since {s['latest_run'][:10]}" if s["stale"] else None)
+    for f in a["failures"]:
+        case("sweeps", f"sweep {f['sweep_id']}", f"{f['status']} ({f['trigger']}, {f['at']})")
+    for k, v in counts.items():
+        suite.set(k, str(v))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    return path
+
+
+def notify(url: str, a: dict, found: dict[str, list[str]], causes: tuple[str, ...], *,
+           attempts: int = 3, timeout_s: float = 5.0, backoff_s: float = 1.0) -> str | None:
+    """POST the summary to a webhook (Slack-style ``text`` plus structured fields).
+    Retried; returns None when delivered, else why not. Never raises: a webhook that is
+    down must not cost the review (its files are already written)."""
+    failing = summary_lines(found, causes)
+    head = (f"specfleet review {a['week']}: "
+            + (f"{len(failing)} finding(s) to act on" if failing else "nothing to act on"))
+    body = {"text": "\n".join([head, *failing[:20]]), "week": a["week"],
+            "counts": a["counts"], "fail_on": list(causes),
+            "findings": {c: found[c] for c in causes},
+            "series": [{"series": s["series"], "stale": s["stale"],
+                        "classification": (judged_config(s) or {}).get("classification")}
+                       for s in a["series"]]}
+    data = json.dumps(body, default=str).encode()
+    why = "not attempted"
+    for attempt in range(attempts):
+        req = urllib.request.Request(url, data=data, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310
+                if 200 <= resp.status < 300:
+                    return None
+                why = f"HTTP {resp.status}"
+        except urllib.error.HTTPError as e:
+            why = f"HTTP {e.code}"
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            why = str(getattr(e, "reason", e))
+        if attempt + 1 < attempts:
+            time.sleep(backoff_s * 2 ** attempt)
+    return f"{why} after {attempts} attempt(s)"

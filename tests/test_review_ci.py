@@ -1,0 +1,159 @@
+"""The weekly review as a CI gate: --fail-on exit codes with one line per finding,
+JUnit XML per series × gate, and a webhook summary (retried, never blocking)."""
+
+import json
+import random
+import threading
+import xml.etree.ElementTree as ET
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+from orchestrator.store import open_store
+from tests.history import config_values as V
+from tests.history import night, week_nights
+from tests.test_weekly_review import W17, W19, W20
+
+COMMON = dict(node="mac-01", chip="Apple M2 Max", bucket="short")
+
+
+def _good(rng):
+    return {("baseline", 0): V(100.0, rng=rng),
+            ("speculative", 4): V(130.0, acceptance=0.70, ttft=51.5, itl_p95=20.0, swap=0,
+                                  rng=rng)}
+
+
+@pytest.fixture
+def week(tmp_path):
+    """One week with one of each cause, and a store with only a good series."""
+    rng = random.Random(11)
+    url = f"sqlite:///{tmp_path / 'bad.db'}"
+    store = open_store(url)
+    for at in week_nights(W19):
+        night(store, at, pair="llama", workload="bump", **COMMON,
+              configs={("baseline", 0): V(400, rng=rng)})
+    for at in week_nights(W20):
+        night(store, at, pair="llama", workload="bump", **COMMON,
+              configs={("baseline", 0): V(300, rng=rng)}, identity={"mlx_lm_version": "0.33.0"})
+        night(store, at, pair="gemma", workload="good", **COMMON, configs=_good(rng))
+        night(store, at, pair="gemma", workload="slow", **COMMON,
+              configs={("baseline", 0): V(100.0, rng=rng),
+                       ("speculative", 3): V(105.0, acceptance=0.7, rng=rng)})
+    night(store, W17, pair="old", workload="forgotten", **COMMON,
+          configs={("baseline", 0): V(100, rng=rng)})
+    store.record_failed_start("nightly-x", "the lock no longer matches", trigger="nightly")
+    from orchestrator.store.models import Sweep
+
+    with store.engine.begin() as c:  # the failed start happened in the reviewed week
+        c.execute(Sweep.__table__.update().where(Sweep.id == "nightly-x").values(
+            created_at=W20 + timedelta(days=2)))
+    clean = f"sqlite:///{tmp_path / 'clean.db'}"
+    for at in week_nights(W20):
+        night(open_store(clean), at, pair="gemma", workload="good", **COMMON, configs=_good(rng))
+    return url, clean
+
+
+def _review(url, tmp_path, *args):
+    return CliRunner().invoke(main, ["review", "--week", "2026-W20", "--db", url, "--out",
+                                     str(tmp_path / "out"), "--format", "json", *args])
+
+
+def test_fail_on_exits_1_with_one_line_per_finding_of_the_causes_asked(week, tmp_path):
+    url, clean = week
+    r = _review(url, tmp_path, "--fail-on", "regression")
+    assert r.exit_code == 1, r.output
+    lines = [x for x in r.stderr.splitlines() if x.startswith("regression: ")]
+    # a quarter slower after the mlx-lm bump: against last week's repetitions and against
+    # the nights before (7 vs 7, which the exact rank test can confirm)
+    assert [x.split(": ")[2] for x in lines] == ["baseline k=0 week over week",
+                                                  "baseline k=0 vs last 4 weeks"]
+    assert all("bump" in x and "changed: mlx-lm 0.32.2 → 0.33.0" in x for x in lines)
+    assert "review 2026-W20: 2 finding(s) for --fail-on regression" in r.stderr
+    assert (tmp_path / "out" / "review-2026-W20.json").exists()  # the review is written first
+
+    r = _review(url, tmp_path, "--fail-on", "gate-miss,stale,failed-sweep")
+    assert r.exit_code == 1
+    found = sorted(x.split(": ", 1)[0] for x in r.stderr.splitlines() if ": " in x
+                   and not x.startswith("review "))
+    assert found == ["failed-sweep", "gate-miss", "stale"]
+    assert "slow" in r.stderr and "best k=3 misses speedup 1.0" in r.stderr  # 1.05×
+    assert "sweep nightly-x (nightly" in r.stderr and "the lock no longer matches" in r.stderr
+    assert "forgotten" in r.stderr and "no run since 2026-04-20" in r.stderr
+
+    r = _review(clean, tmp_path, "--fail-on", "regression,gate-miss,stale,failed-sweep")
+    assert r.exit_code == 0, r.output
+    assert "0 finding(s)" in r.stderr
+    assert _review(url, tmp_path).exit_code == 0  # without --fail-on, a report only
+
+
+def test_fail_on_an_unknown_cause_is_a_usage_error(week, tmp_path):
+    r = _review(week[0], tmp_path, "--fail-on", "regression,slowness")
+    assert r.exit_code == 2
+    assert "--fail-on" in r.output and "slowness is not a cause" in r.output
+    assert "regression,gate-miss,stale,failed-sweep" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_junit_has_a_case_per_series_and_gate(week, tmp_path):
+    url, _ = week
+    junit = tmp_path / "junit.xml"
+    r = _review(url, tmp_path, "--junit", str(junit))
+    assert r.exit_code == 0, r.output
+    suite = ET.parse(junit).getroot()
+    cases = {((c.get("classname").split(" · ") + ["sweeps"] * 3)[2], c.get("name")): c
+             for c in suite}
+    assert cases[("sweeps", "sweep nightly-x")].find("failure") is not None
+    assert cases[("slow", "speedup")].find("failure").get("message").startswith(
+        "k=3: speedup = 1.0")
+    assert cases[("good", "speedup")].find("failure") is None
+    assert cases[("bump", "no regression")].find("failure") is not None
+    assert cases[("bump", "gates")].find("skipped") is not None  # baseline only
+    assert cases[("forgotten", "not stale")].find("failure") is not None
+    gates = {name for (wl, name) in cases if wl == "good"}
+    assert {"speedup", "itl_p95_ms", "acceptance", "ttft_change", "swap_peak_bytes",
+            "exact"} <= gates
+    assert int(suite.get("tests")) == len(suite) and int(suite.get("failures")) == sum(
+        1 for c in suite if c.find("failure") is not None)
+
+
+class _Hook(BaseHTTPRequestHandler):
+    fail_first = 1
+    bodies: list = []
+
+    def do_POST(self):  # noqa: N802
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).bodies.append(json.loads(body))
+        if len(type(self).bodies) <= type(self).fail_first:
+            self.send_response(503)
+        else:
+            self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+def test_notify_posts_a_summary_retrying_and_never_blocks(week, tmp_path):
+    url, _ = week
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        hook = f"http://127.0.0.1:{server.server_port}/hook"
+        r = _review(url, tmp_path, "--notify", hook, "--fail-on", "regression")
+        assert r.exit_code == 1  # the findings decide the exit, not the webhook
+        assert f"notified {hook}" in r.output
+        first, second = _Hook.bodies  # 503 once, then delivered
+        assert first == second
+        assert second["text"].startswith("specfleet review 2026-W20: 2 finding(s) to act on")
+        assert "regression: " in second["text"] and second["fail_on"] == ["regression"]
+        assert second["findings"]["regression"][0].startswith("Apple M2 Max · llama · bump")
+        assert {s["series"]["workload"] for s in second["series"]} >= {"bump", "good"}
+    finally:
+        server.shutdown()
+    r = _review(url, tmp_path, "--notify", "http://127.0.0.1:1/hook")  # nothing listens
+    assert r.exit_code == 0, r.output
+    assert "warning: could not notify http://127.0.0.1:1/hook" in r.stderr
+    assert "after 3 attempt(s)" in r.stderr
