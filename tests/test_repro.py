@@ -23,7 +23,7 @@ def test_disagreement_lists_identity_differences_first():
     assert not r["reproducible"] and r["checked"] == 6
     assert {tuple(d["nodes"]) for d in r["disagreements"]} == {("a", "c"), ("b", "c")}
     assert all(d["metric"] == "decode_tok_s" for d in r["disagreements"])
-    assert r["disagreements"][0]["identity"] == ["macOS build 24A335 → 24B83"]
+    assert r["disagreements"][0]["identity"] == ["OS build 24A335 → 24B83"]
     noisy = {"decode_tok_s": [300, 420, 380]}  # a wide spread widens the tolerance
     assert compare({"a": {cfg: steady}, "b": {cfg: noisy}}, {},
                    ("decode_tok_s",))["reproducible"]

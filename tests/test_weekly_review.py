@@ -361,3 +361,60 @@ def test_a_plans_gates_decide_its_series_classification(tmp_path):
     out = write_review(store, tmp_path / "r.html", week="2026-W20", formats=("html",),
                        now=NOW)
     assert "gates from plan relaxed: speedup ≥ 1.05×" in dump_dom(out["html"])
+
+
+def test_one_verdict_per_series_with_evidence_in_words(tmp_path):
+    """Each series gets exactly one decision by the documented precedence, its evidence
+    in words and numbers, the draft-width rules that fired (not their contradicting
+    actions side by side) and why a node's numbers may not transfer."""
+    from orchestrator.review.report import write_review
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    rng = random.Random(9)
+    mac = dict(node="mac-01", chip="Apple M2 Max", pair="p")
+    ok = dict(itl_p95=20.0, swap=0, ttft=51.0, rng=rng)
+    for at in week_nights(W20):
+        night(store, at, workload="good", **mac, configs={
+            ("baseline", 0): V(100.0, rng=rng), ("speculative", 2): V(125.0, acceptance=0.8, **ok),
+            ("speculative", 4): V(130.0, acceptance=0.7, **ok)})
+        night(store, at, workload="narrower", **mac, configs={
+            ("baseline", 0): V(100.0, rng=rng), ("speculative", 2): V(112.0, acceptance=0.7, **ok),
+            ("speculative", 4): V(104.0, acceptance=0.5, **ok)})
+        night(store, at, workload="lighter", **mac, configs={
+            ("baseline", 0): V(100.0, rng=rng), ("speculative", 2): V(103.0, acceptance=0.6, **ok),
+            ("speculative", 3): V(108.0, acceptance=0.6, **ok)})
+        night(store, at, workload="loss", node="ci-01", chip="Intel Xeon", pair="p", configs={
+            ("baseline", 0): V(100.0, rng=rng), ("speculative", 3): V(94.0, acceptance=0.36, **ok)})
+        night(store, at, workload="shaky", **mac, configs={("baseline", 0): V(100.0, rng=rng)})
+        night(store, at, workload="shaky", **mac, sweep_id=None, unreliable="contended: 40%",
+              configs={("speculative", 3): V(140.0, acceptance=0.7, **ok)})
+    store.add_facts("ci-01", {"os_name": "Debian GNU/Linux", "os_build": "12 (bookworm)",
+                              "chip": "Intel Xeon"})
+    a = analyse(store, "2026-W20", load_rules(), now=NOW)
+    v = {s["series"]["workload"]: s["verdict"] for s in a["series"]}
+    assert v["good"]["text"] == "production candidate at draft width 4"
+    assert v["good"]["evidence"].startswith(
+        "speculation at draft width 4 is 1.30× the baseline on 7 reliable runs")
+    assert v["narrower"]["text"].startswith("graded fallback step 1: shrink draft width to 2")
+    assert v["narrower"]["evidence"].endswith("; width 4 does worse")
+    assert v["lighter"]["text"].startswith("graded fallback step 2: a lighter draft tier")
+    assert v["loss"]["text"] == "keep autoregressive: no draft width is faster than the baseline"
+    assert v["loss"]["evidence"] == ("speculation at draft width 3 is 0.94× the baseline on 7 "
+                                     "reliable runs; speedup 0.94 < 1.16; acceptance 0.36 < 0.55")
+    assert {"net-loss", "draft-mismatch"} <= set(v["loss"]["rules"])
+    assert v["loss"]["caveats"] == [
+        "measured on Intel Xeon, not Apple Silicon: mlx ran on its CPU backend, so speedups "
+        "need not transfer to a Mac's GPU", "the OS is Debian GNU/Linux 12 (bookworm), not macOS"]
+    assert v["good"]["caveats"] == []
+    assert v["shaky"]["text"] == "needs more data: no reliable speculative config this week"
+    assert "contended: 40%" in v["shaky"]["evidence"]
+    assert a["counts"]["verdicts"] == {"production candidate": 1, "graded fallback": 2,
+                                       "keep autoregressive": 1, "needs more data": 1}
+    out = write_review(store, tmp_path / "r.html", week="2026-W20", now=NOW)
+    dom = dump_dom(out["html"])
+    assert dom.count("data-decision=") == len(a["series"]) == 5  # one row per series
+    assert "Disable speculation" not in dom  # the verdict replaced the net-loss action
+    assert "1 production candidate, 2 graded fallback, 1 keep autoregressive, 1 needs more " \
+           "data" in dom
+    md = out["md"].read_text()
+    assert md.count("| keep autoregressive: no draft width is faster") == 1

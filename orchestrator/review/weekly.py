@@ -25,6 +25,7 @@ from ..store.models import Event, NodeOutcome, Plan, Run, Sweep
 from .ranktest import mann_whitney
 from .rules import Rule, fire
 from .runtimes import agent_notices, side_by_side
+from .verdict import decide
 
 IDENTITY = ("env_id", "mlx_version", "mlx_lm_version", "os_build", "node", "prompt_sha256",
             "target_fingerprint", "draft_fingerprint")
@@ -121,7 +122,7 @@ def identity_key(ident: dict) -> tuple:
 
 
 LABELS = {"env_id": "env id", "mlx_version": "mlx", "mlx_lm_version": "mlx-lm",
-          "os_build": "macOS build", "node": "node", "prompt_sha256": "prompts",
+          "os_build": "OS build", "node": "node", "prompt_sha256": "prompts",
           "target_fingerprint": "target weights", "draft_fingerprint": "draft weights",
           "chip": "chip", "power_source": "power source"}
 
@@ -397,6 +398,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
     failed = failed_window_configs(store, sweep_ids, gates["failed_acceptance"],
                                    gates["failed_window_s"], generations)
     declared = plan_gates(store, sweep_ids)
+    facts = store.latest_facts()  # what each node is: why its numbers may not transfer
     by_series: dict[tuple, list[RunRow]] = defaultdict(list)
     for r in history:
         by_series[r.series].append(r)
@@ -503,6 +505,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             section["itl_p95_values"] = {
                 "baseline": _vals(configs.get(("baseline", 0), []), "itl_p95_ms"),
                 "best": _vals(configs[("speculative", best.k)], "itl_p95_ms") if best else []}
+        section["verdict"] = decide(section, facts.get(latest.node))
         out.append(section)
     # a generation event names its workload and bucket; its sweep and node give the rest
     series_of = {(r.sweep_id, r.node, r.series[2], r.series[3]): r.series for r in this_week}
@@ -513,7 +516,10 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             "failures": (failures := failed_sweeps(store, start, end)),
             "counts": {"failed_sweeps": len(failures), "series": len(out),
                        "runs_this_week": len(this_week), "set_aside_runs": set_aside_runs,
-                       "stale": sum(1 for s in out if s["stale"])}}
+                       "stale": sum(1 for s in out if s["stale"]),
+                       "verdicts": {d: sum(1 for s in out if s["verdict"]["decision"] == d)
+                                    for d in ("production candidate", "graded fallback",
+                                              "keep autoregressive", "needs more data")}}}
 
 
 def _decode_share(base_runs: list[RunRow]) -> float | None:

@@ -1,0 +1,152 @@
+"""One decision per series, with its evidence in words, the rules that fired and why the
+numbers may not transfer.
+
+Precedence (the first that holds is the verdict):
+1. **needs more data** — no reliable baseline this week, no reliable speculative config,
+   or fewer than ``MIN_RUNS`` reliable runs behind the config it would be judged by;
+2. **production candidate at draft width K** — the fastest config that passes every gate;
+3. **keep autoregressive** — no width is faster than the baseline, or speculation changed
+   the output at every width, or acceptance failed (the low-acceptance rule) at every width;
+4. **graded fallback** — speculation helps somewhere but no config passes every gate. The
+   ladder, from the criteria: shrink the draft width one step → a lighter draft tier →
+   autoregressive only. Step 1 when a narrower width than the widest measured is the
+   fastest (shrink to it); else step 2 (narrower widths do no better: a lighter draft).
+
+The draft-width rules (``LADDER_RULES``) say parts of the same decision in their own
+words and could contradict it ("disable speculation" next to "shrink the width"): the
+verdict replaces them and lists their ids as the rules that fired. Other rules (memory,
+swap, prefill) are further actions, shown as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MIN_RUNS = 3
+LADDER_RULES = frozenset({"draft-mismatch", "stop-widening", "net-loss", "bursty-rollbacks",
+                          "fallback-order"})
+_MACOS_BUILD = re.compile(r"^\d{2}[A-Z]\d{1,4}[a-z]?$")  # e.g. 24A335, 23F79, 22G120a
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.1%}"
+
+
+def _describe(c: dict, gates: dict) -> str:
+    """'speculation at draft width 3 is 0.94× the baseline on 12 reliable runs;
+    acceptance 0.36 < 0.55'."""
+    reliable = c["runs"] - c["unreliable"]
+    parts = [f"speculation at draft width {c['k']} is {c['speedup']:.2f}× the baseline on "
+             f"{reliable} reliable run{'s' if reliable != 1 else ''}"]
+    g = c.get("gates") or {}
+    for name, v in g.items():
+        if v["passed"] is not False:
+            continue
+        val = v["value"]
+        parts.append({
+            "speedup": f"speedup {val:.2f} < {gates['min_speedup']}",
+            "acceptance": f"acceptance {val:.2f} < {gates['acceptance_floor']}",
+            "itl_p95_ms": f"ITL p95 {val:.1f} ms > {gates['itl_p95_ceiling_ms']} ms",
+            "ttft_change": f"TTFT {_pct(val)} > +{gates['ttft_regression_limit']:.0%}",
+            "swap_peak_bytes": f"peak swap {val / 1e9:.2f} GB > "
+                               f"{gates['swap_ceiling_bytes'] / 1e9:.1f} GB",
+            "exact": "output differs from the baseline",
+            "streaming_parity": f"{val} streaming parity mismatches",
+            "task_pass_rate": f"task pass rate {val:+.1%} vs the baseline",
+            "not_failed": "acceptance under the failure floor for more than ten minutes",
+        }.get(name, f"{name} {val}"))
+    return "; ".join(parts)
+
+
+def caveats(identity: dict, facts: dict | None) -> list[str]:
+    """Why a series' numbers may not transfer to the Macs the decision is for."""
+    facts = facts or {}
+    out = []
+    chip = identity.get("chip") or facts.get("chip")
+    os_name = facts.get("os_name")
+    build = facts.get("os_build") or identity.get("os_build")
+    if chip and not str(chip).startswith("Apple"):
+        out.append(f"measured on {chip}, not Apple Silicon: mlx ran on its CPU backend, so "
+                   "speedups need not transfer to a Mac's GPU")
+    elif not chip:
+        out.append("the node's chip is unknown (`specfleet fleet facts` records it)")
+    if os_name and "mac" not in str(os_name).lower():
+        out.append(f"the OS is {os_name}" + (f" {build}" if build else "") + ", not macOS")
+    elif not os_name and build and not _MACOS_BUILD.match(str(build)):
+        out.append(f"OS build {build} is not a macOS build")
+    if identity.get("power_source") == "battery" or facts.get("power_source") == "battery":
+        out.append("the node ran on battery power")
+    if facts.get("low_power_mode"):
+        out.append("Low Power Mode was on")
+    return out
+
+
+def _identity(section: dict) -> dict:
+    ident = dict(section.get("identity") or {})
+    chip = section["series"]["chip"]
+    if chip != ident.get("node"):  # a series of a node whose chip is unknown is named by node
+        ident["chip"] = chip
+    return ident
+
+
+def decide(section: dict, facts: dict | None = None) -> dict:
+    """The series' one verdict (see the module docstring for the precedence)."""
+    gates = section["gates"]
+    configs = section.get("configs") or []
+    fired = [s["rule"] for s in section.get("signals") or []]
+    out: dict[str, Any] = {"decision": "needs more data", "step": None, "k": None, "text": "",
+           "evidence": "", "rules": [r for r in fired if r in LADDER_RULES],
+           "further": [s for s in section.get("signals") or [] if s["rule"] not in LADDER_RULES],
+           "caveats": caveats(_identity(section), facts)}
+    base = next((c for c in configs if c["mode"] == "baseline" and not c["set_aside"]), None)
+    spec = [c for c in configs if c["mode"] == "speculative" and not c["set_aside"]
+            and c.get("speedup") is not None and c.get("gates")]
+    if section.get("stale") and not configs:
+        out["text"] = "needs more data: no run this week"
+        out["evidence"] = f"latest run {section['latest_run'][:10]}"
+        return out
+    if base is None or not spec:
+        out["text"] = "needs more data: " + ("no reliable baseline this week" if base is None
+                                             else "no reliable speculative config this week")
+        aside = section.get("set_aside") or []
+        out["evidence"] = "; ".join(f"{x['config']}: {x['runs']} of {x['of']} runs set aside "
+                                    f"({', '.join(x['reasons'])})" for x in aside) or \
+            "nothing measured"
+        return out
+    fastest = max(spec, key=lambda c: c["speedup"])
+    passing = [c for c in spec if c["classification"] == "production candidate"]
+    judged = max(passing, key=lambda c: c["speedup"]) if passing else fastest
+    if judged["runs"] - judged["unreliable"] < MIN_RUNS:
+        out.update(text=f"needs more data: {judged['runs'] - judged['unreliable']} reliable "
+                        f"run(s) at draft width {judged['k']}, {MIN_RUNS} needed",
+                   evidence=_describe(judged, gates), k=judged["k"])
+        return out
+    if passing:
+        out.update(decision="production candidate", k=judged["k"],
+                   text=f"production candidate at draft width {judged['k']}",
+                   evidence=_describe(judged, gates) + "; passes every gate")
+        return out
+    no_gain = fastest["speedup"] < 1.0
+    changed = all(c["exact"] is False for c in spec)
+    failed = all(c["gates"].get("not_failed", {}).get("passed") is False for c in spec)
+    if no_gain or changed or failed:
+        why = ("no draft width is faster than the baseline" if no_gain else
+               "speculation changed the output at every width" if changed else
+               "acceptance failed at every width")
+        out.update(decision="keep autoregressive", step=3,
+                   text=f"keep autoregressive: {why}", evidence=_describe(fastest, gates))
+        return out
+    widest = max(c["k"] for c in spec)
+    if fastest["k"] < widest:
+        out.update(decision="graded fallback", step=1, k=fastest["k"],
+                   text=f"graded fallback step 1: shrink draft width to {fastest['k']}, then a "
+                        "lighter draft tier, then autoregressive",
+                   evidence=_describe(fastest, gates)
+                   + f"; width {widest} does worse")
+    else:
+        out.update(decision="graded fallback", step=2, k=fastest["k"],
+                   text="graded fallback step 2: a lighter draft tier, then autoregressive "
+                        "(narrower widths do no better)",
+                   evidence=_describe(fastest, gates))
+    return out
