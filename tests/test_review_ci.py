@@ -157,3 +157,25 @@ def test_notify_posts_a_summary_retrying_and_never_blocks(week, tmp_path):
     assert r.exit_code == 0, r.output
     assert "warning: could not notify http://127.0.0.1:1/hook" in r.stderr
     assert "after 3 attempt(s)" in r.stderr
+
+
+def test_policy_is_the_verdicts_for_a_gateway_and_diffs_week_to_week(week, tmp_path):
+    url, _ = week
+    first, again = tmp_path / "p1.json", tmp_path / "p2.json"
+    assert _review(url, tmp_path, "--policy", str(first)).exit_code == 0
+    assert _review(url, tmp_path, "--policy", str(again)).exit_code == 0
+    assert first.read_bytes() == again.read_bytes()  # deterministic: a change is a real diff
+    doc = json.loads(first.read_text())
+    assert doc["schema"] == "specfleet-policy/1" and doc["week"] == "2026-W20"
+    by = {s["workload"]: s for s in doc["series"]}
+    assert by["good"]["speculation"] is True and by["good"]["num_draft_tokens"] == 4
+    assert by["good"]["decision"] == "production candidate"
+    assert by["good"]["fallback"]["ladder"] == [{"step": 2, "action": "lighter_draft_tier"},
+                                                {"step": 3, "action": "autoregressive"}]
+    assert by["good"]["fallback"]["when"] == {"acceptance_below": 0.55,
+                                              "swap_peak_bytes_above": 1.5e9,
+                                              "ttft_change_above": 0.08}
+    assert by["slow"]["decision"] == "graded fallback" and by["slow"]["speculation"] is True
+    assert by["bump"]["speculation"] is False and by["bump"]["num_draft_tokens"] is None
+    assert by["bump"]["decision"] == "needs more data"
+    assert by["forgotten"]["because"] == "needs more data: no run this week"

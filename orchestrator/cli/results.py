@@ -33,8 +33,12 @@ from .base import (
 @click.option("--notify", "notify_url", default=None, metavar="URL",
               help="Also POST a JSON summary (Slack-style `text` plus fields) to this webhook; "
                    "retried 3 times, never changes the exit status.")
+@click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Also write the week's verdicts as a runtime policy (JSON: "
+                                 "per series speculation on/off, draft width, fallback ladder).")
 @db_option
-def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url, db_url):
+def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url, policy_file,
+           db_url):
     """The weekly signal → action review: per series the numbers, gates and
     classification, the actions the rules call for with their evidence, regressions with
     the identity change that explains them, stale series, and charts.
@@ -60,8 +64,9 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
                                  param_hint="--fail-on") from None
     store = open_store(db_url)
     if sweep_id:
-        if fail_on or junit or notify_url:
-            raise click.UsageError("--fail-on, --junit and --notify review a week, not --sweep")
+        if fail_on or junit or notify_url or policy_file:
+            raise click.UsageError("--fail-on, --junit, --notify and --policy review a week, "
+                                   "not --sweep")
         path = render_review(store, out, sweep_id)
         click.echo(f"review written to {path.resolve()}")
         return
@@ -75,6 +80,12 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
         click.echo(f"review written to {path.resolve()}" if fmt == "html" else
                    f"{fmt} written to {path.resolve()}")
     found = ci.findings(a)
+    if policy_file:
+        from ..review.verdict import policy
+
+        policy_file.parent.mkdir(parents=True, exist_ok=True)
+        policy_file.write_text(json.dumps(policy(a), indent=2, sort_keys=True) + "\n")
+        click.echo(f"policy written to {policy_file.resolve()}")
     if junit:
         click.echo(f"junit written to {ci.write_junit(a, junit).resolve()}")
     if notify_url:

@@ -150,3 +150,39 @@ def decide(section: dict, facts: dict | None = None) -> dict:
                         "(narrower widths do no better)",
                    evidence=_describe(fastest, gates))
     return out
+
+
+POLICY_SCHEMA = "specfleet-policy/1"
+
+
+def policy(a: dict) -> dict:
+    """The week's verdicts as a runtime policy a gateway can read: per series, speculation
+    on or off, the draft width, and the graded-fallback ladder with the thresholds that
+    trigger each step. Deterministic (sorted, no timestamps), so week to week it reviews
+    as a diff."""
+    gates = a["gates"]
+    out = []
+    for s in sorted(a["series"], key=lambda s: tuple(s["series"].values())):
+        v = s["verdict"]
+        on = v["decision"] in ("production candidate", "graded fallback") and v["k"] is not None
+        widths = sorted({c["k"] for c in s.get("configs") or [] if c["mode"] == "speculative"
+                         and not c["set_aside"]})
+        narrower = [k for k in widths if on and k < v["k"]]
+        ladder = []
+        if on:
+            if narrower:
+                ladder.append({"step": 1, "action": "shrink_draft_width", "to": narrower[-1]})
+            ladder.append({"step": 2, "action": "lighter_draft_tier"})
+        ladder.append({"step": 3, "action": "autoregressive"})
+        d = s["series"]
+        out.append({
+            "series": " / ".join(str(d[k]) for k in ("chip", "model_pair", "workload",
+                                                      "context_bucket", "engine")),
+            **d, "decision": v["decision"], "step": v["step"], "speculation": on,
+            "num_draft_tokens": v["k"] if on else None,
+            "fallback": {"ladder": ladder, "when": {
+                "acceptance_below": gates["acceptance_floor"],
+                "swap_peak_bytes_above": gates["swap_ceiling_bytes"],
+                "ttft_change_above": gates["ttft_regression_limit"]}},
+            "because": v["text"], "evidence": v["evidence"]})
+    return {"schema": POLICY_SCHEMA, "week": a["week"], "series": out}
