@@ -84,3 +84,30 @@ def test_db_downgrade_and_upgrade_through_the_cli(any_url):
     assert r.output.strip() == "store at revision base (empty)"
     r = CliRunner().invoke(main, ["db", "upgrade", "--db", any_url])
     assert f"store at revision {HEAD}" in r.output
+
+
+def test_a_downgrade_that_deletes_data_says_what_and_needs_yes(any_url):
+    """`db downgrade` that would drop stored rows lists them and refuses without --yes
+    (CliRunner has no terminal); with --yes it goes ahead; the next command that opens the
+    store says it upgraded it back rather than doing it silently."""
+    from orchestrator.store import open_store
+    from orchestrator.sweep.decode import Quarantined
+
+    store = open_store(any_url)
+    store.create_sweep("s1", {"models": {"target": {}, "draft": {}}}, None)
+    store.quarantine("s1", "n1", [Quarantined(3, "not JSON", "{oops"),
+                                  Quarantined(None, "not JSON", "}}")])
+    r = CliRunner().invoke(main, ["db", "downgrade", "0007", "--db", any_url])
+    assert r.exit_code == 1
+    assert "downgrading to 0007 would delete:\n  table quarantined_events: 2 row(s)" in r.output
+    assert "nothing was changed; add --yes to delete it" in r.output
+    assert store.current_revision() == HEAD and store.quarantined_count("s1", "n1") == 2
+    # a downgrade that deletes nothing needs no --yes (0009 → 0008 rebuilds a table)
+    r = CliRunner().invoke(main, ["db", "downgrade", "0008", "--db", any_url])
+    assert r.exit_code == 0 and r.output.strip() == "store at revision 0008", r.output
+    r = CliRunner().invoke(main, ["db", "downgrade", "0007", "--yes", "--db", any_url])
+    assert r.exit_code == 0 and r.output.strip() == "store at revision 0007"
+    r = CliRunner().invoke(main, ["sweeps", "list", "--db", any_url])
+    assert r.exit_code == 0
+    assert f"upgraded from revision 0007 to {HEAD}" in r.stderr
+    assert "upgraded" not in CliRunner().invoke(main, ["sweeps", "list", "--db", any_url]).stderr

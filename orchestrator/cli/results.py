@@ -205,14 +205,36 @@ def db_upgrade(db_url):
 
 @db.command("downgrade")
 @click.argument("revision")
+@click.option("--yes", is_flag=True, help="Delete what the downgrade drops without asking.")
 @db_option
-def db_downgrade(revision, db_url):
-    """Migrate the store down to REVISION (e.g. 0004, or base)."""
-    from ..store import open_store
-    from ..store.db import downgrade, resolve_url
+def db_downgrade(revision, yes, db_url):
+    """Migrate the store down to REVISION (e.g. 0004, or base).
 
+    A downgrade that would delete stored data (tables or columns a later revision added)
+    first lists what it would delete, with row counts, and asks; without a terminal it
+    needs --yes. The next command that opens the store upgrades it again and says so.
+
+    \b
+    Example:
+      specfleet db downgrade 0008 --db sqlite:///specfleet.db
+    """
+    import sys
+
+    from ..store import open_store
+    from ..store.db import downgrade, downgrade_losses, resolve_url
+
+    url = resolve_url(db_url)
     store = open_store(db_url, migrate=False)
-    downgrade(store.engine, resolve_url(db_url), revision)
+    losses = downgrade_losses(store.engine, url, revision)
+    if losses and not yes:
+        listing = "".join(f"\n  {x}" for x in losses)
+        if not sys.stdin.isatty():
+            raise click.ClickException(
+                f"downgrading to {revision} would delete:{listing}\nnothing was changed; "
+                "add --yes to delete it")
+        click.confirm(f"downgrading to {revision} would delete:{listing}\ndelete it?",
+                      abort=True)
+    downgrade(store.engine, url, revision)
     click.echo(f"store at revision {store.current_revision() or 'base (empty)'}")
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -441,8 +443,13 @@ def open_store(url: str | None = None, migrate: bool = True) -> Store:
         engine = create_engine(url, pool_pre_ping=True, json_deserializer=_json_loads)
         if engine.dialect.name == "sqlite":
             sa_event.listen(engine, "connect", _sqlite_pragmas)
+            sa_event.listen(engine, "begin", _sqlite_begin)
         if migrate:
-            upgrade(engine, url)
+            was, now = upgrade(engine, url)
+            if was is not None and was != now:
+                # a store someone downgraded on purpose is not moved back up silently
+                print(f"specfleet: store {engine_url_for_humans(url)} upgraded from revision "
+                      f"{was} to {now}", file=sys.stderr)
     except SQLAlchemyError as e:
         raise StoreError(f"cannot open store {engine_url_for_humans(url)}: "
                          f"{e.__class__.__name__}: {str(e).splitlines()[0]}") from None
@@ -476,34 +483,86 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=10000"):
         cur.execute(f"PRAGMA {pragma}")
     cur.close()
+    # Python's sqlite3 opens a transaction only before INSERT/UPDATE/DELETE, so CREATE,
+    # DROP and ALTER committed on their own: a migration that failed halfway stayed
+    # halfway, and a downgrade could not be tried and rolled back. SQLAlchemy's recipe:
+    # the driver does no transaction handling, and every SQLAlchemy transaction is BEGIN.
+    dbapi_conn.isolation_level = None
+
+
+def _sqlite_begin(conn) -> None:
+    conn.exec_driver_sql("BEGIN")
 
 
 MIGRATION_LOCK = 0x5F5EC_F1EE7  # pg advisory lock key: one migrating controller at a time
 
 
-def upgrade(engine: Engine, url: str, revision: str = "head") -> None:
+def upgrade(engine: Engine, url: str, revision: str = "head") -> tuple[str | None, str | None]:
+    """Migrate up; returns the revisions before and after."""
     cfg = alembic_config(url)
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             # Two controllers opening a fresh database at once would race on CREATE TABLE.
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+        was = MigrationContext.configure(conn).get_current_revision()
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
+        return was, MigrationContext.configure(conn).get_current_revision()
 
 
 def downgrade(engine: Engine, url: str, revision: str) -> None:
+    with _downgrading(engine, url, revision) as conn:
+        conn.commit()
+
+
+@contextlib.contextmanager
+def _downgrading(engine: Engine, url: str, revision: str):
+    """Migrate down inside one transaction and hand it over, to commit or roll back."""
     from alembic.script import ScriptDirectory
     from alembic.util import CommandError
 
     cfg = alembic_config(url)
     known = [s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()]
-    try:
-        with engine.begin() as conn:
+    with engine.connect() as conn:
+        conn.begin()
+        try:
             cfg.attributes["connection"] = conn
             command.downgrade(cfg, revision)
-    except CommandError as e:
-        raise StoreError(f"cannot downgrade to {revision!r}: {str(e).splitlines()[0]}; "
-                         f"revisions: base, {', '.join(sorted(known))}") from None
+        except CommandError as e:
+            raise StoreError(f"cannot downgrade to {revision!r}: {str(e).splitlines()[0]}; "
+                             f"revisions: base, {', '.join(sorted(known))}") from None
+        yield conn
+
+
+def downgrade_losses(engine: Engine, url: str, revision: str) -> list[str]:
+    """What a downgrade to ``revision`` would delete, found by doing it in a transaction
+    and rolling it back (both stores migrate in transactions): each dropped table with its
+    rows and each dropped column with its values, where there are any."""
+    from sqlalchemy import inspect
+
+    def shape(conn) -> dict[str, set[str]]:
+        insp = inspect(conn)
+        return {t: {c["name"] for c in insp.get_columns(t)} for t in insp.get_table_names()
+                if t != "alembic_version"}
+
+    with engine.connect() as conn:
+        before = shape(conn)
+    with _downgrading(engine, url, revision) as conn:
+        after = shape(conn)
+        conn.rollback()
+    losses = []
+    with engine.connect() as conn:
+        for table, cols in sorted(before.items()):
+            if table not in after:
+                n = conn.exec_driver_sql(f'SELECT count(*) FROM "{table}"').scalar() or 0
+                if n:
+                    losses.append(f"table {table}: {n} row(s)")
+                continue
+            for col in sorted(cols - after[table]):
+                n = conn.exec_driver_sql(f'SELECT count("{col}") FROM "{table}"').scalar() or 0
+                if n:
+                    losses.append(f"column {table}.{col}: {n} value(s)")
+    return losses
 
 
 def engine_url_for_humans(url: str) -> str:
