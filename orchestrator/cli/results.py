@@ -102,6 +102,44 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
         sys.exit(1)
 
 
+@main.command()
+@click.argument("a")
+@click.argument("b")
+@click.option("--json", "as_json", is_flag=True, help="The comparison as JSON.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also render it as a self-contained HTML page.")
+@db_option
+def compare(a, b, as_json, out, db_url):
+    """Compare two sets of runs per config and metric: both medians, B/A with its 95%
+    confidence interval, the rank test's p and a verdict, identity differences first.
+
+    A and B are each a sweep id, an ISO week, or KEY=VALUE filters joined by commas
+    (KEY: sweep, week, node, chip, env_id, mlx_version, mlx_lm_version, os_build,
+    model_pair, engine, target_fingerprint, draft_fingerprint, prompt_sha256,
+    power_source). Runs flagged unreliable are listed, never compared.
+
+    \b
+    Examples:
+      specfleet compare 2026-W47 2026-W48
+      specfleet compare node=mac-01,week=2026-W48 node=mac-02,week=2026-W48
+      specfleet compare mlx_lm_version=0.32.2 mlx_lm_version=0.33.0 --json
+    """
+    from ..review.compare import as_text
+    from ..review.compare import compare as run_compare
+    from ..store import open_store
+
+    c = run_compare(open_store(db_url), a, b)
+    if out:
+        from ..review.report import environment
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(environment(True).get_template("compare.html.j2").render(c=c),
+                       encoding="utf-8")
+    click.echo(json.dumps(c, indent=2, default=str) if as_json else as_text(c))
+    if out:
+        click.echo(f"comparison written to {out.resolve()}", err=as_json)
+
+
 @main.group()
 def sweeps():
     """Sweeps in the store."""

@@ -1,0 +1,185 @@
+"""`specfleet compare A B`: two sets of runs side by side, per config and metric.
+
+A side is a selector: a sweep id, an ISO week (``2026-W20``), or ``key=value`` filters
+joined by commas (``node=mac-01,week=2026-W20``, ``mlx_lm_version=0.33.0``, ``chip=Apple
+M4``). Configs are matched by workload, context bucket, runtime, mode and draft width, so
+two nodes, two weeks or two identities compare like for like. Runs flagged unreliable
+are set aside and listed, never compared. The identity differences come first: they are
+the likeliest explanation of any difference below them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from agent.stats import median
+
+from ..errors import ConfigError
+from ..store import Store
+from ..store.models import Run, Sweep
+from .ranktest import mann_whitney
+from .weekly import iso_week_bounds
+
+METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate")
+HIGHER_IS_BETTER = {"decode_tok_s": True, "ttft_ms": False, "itl_p95_ms": False,
+                    "acceptance_rate": True}
+IDENTITY_KEYS = ("node", "chip", "env_id", "mlx_version", "mlx_lm_version", "os_build",
+                 "target_fingerprint", "draft_fingerprint", "prompt_sha256", "model_pair",
+                 "engine", "power_source")
+FILTERS = {"sweep", "week", *IDENTITY_KEYS}
+SIGNIFICANT_P = 0.01
+
+
+@dataclass
+class Side:
+    selector: str
+    runs: list  # Run rows (reliable)
+    set_aside: list
+
+
+def _parse(selector: str) -> dict[str, str]:
+    if "=" not in selector:
+        key = "week" if re.fullmatch(r"\d{4}-W\d{2}", selector) else "sweep"
+        return {key: selector}
+    out = {}
+    for part in selector.split(","):
+        key, _, value = part.partition("=")
+        key = key.strip()
+        if key not in FILTERS or not value.strip():
+            raise ConfigError(f"{selector!r}: {part.strip()!r} is not a filter; use a sweep id, "
+                              f"an ISO week like 2026-W20, or KEY=VALUE with KEY one of "
+                              f"{', '.join(sorted(FILTERS))}")
+        out[key] = value.strip()
+    return out
+
+
+def select_side(store: Store, selector: str) -> Side:
+    filters = _parse(selector)
+    q = select(Run).join(Sweep, Sweep.id == Run.sweep_id)
+    for key, value in filters.items():
+        if key == "sweep":
+            q = q.where(Run.sweep_id == value)
+        elif key == "week":
+            start, end, _ = iso_week_bounds(value)
+            q = q.where(Sweep.created_at >= start, Sweep.created_at < end)
+        else:
+            q = q.where(getattr(Run, key) == value)
+    from sqlalchemy.orm import Session
+
+    with Session(store.engine) as s:
+        rows = list(s.scalars(q))
+        s.expunge_all()
+    if not rows:
+        raise ConfigError(f"{selector!r} selects no runs in the store")
+    return Side(selector, [r for r in rows if not r.unreliable],
+                [r for r in rows if r.unreliable])
+
+
+def _key(r) -> tuple:
+    return (r.workload, r.context_bucket or "short", r.engine or "mlx-lm", r.mode,
+            r.num_draft_tokens)
+
+
+def _config(mode: str, k: int) -> str:
+    return "baseline" if mode == "baseline" else f"speculative k={k}"
+
+
+def _values(runs: list, metric: str) -> list[float]:
+    return [v for r in runs for v in ((r.summary or {}).get("values") or {}).get(metric) or []
+            if v is not None]
+
+
+def _ratio_ci(a: list[float], b: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """95% percentile bootstrap of median(b) / median(a), seeded (the same answer twice)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    xa, xb = np.asarray(a), np.asarray(b)
+    ma = np.median(xa[rng.integers(0, len(xa), (resamples, len(xa)))], axis=1)
+    mb = np.median(xb[rng.integers(0, len(xb), (resamples, len(xb)))], axis=1)
+    ok = ma != 0
+    ratios = mb[ok] / ma[ok]
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def _identity(runs: list) -> dict[str, list[str]]:
+    out: dict[str, set] = defaultdict(set)
+    for r in runs:
+        for k in IDENTITY_KEYS:
+            out[k].add(str(getattr(r, k)) if getattr(r, k) is not None else "?")
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def compare(store: Store, a_sel: str, b_sel: str) -> dict:
+    a, b = select_side(store, a_sel), select_side(store, b_sel)
+    ia, ib = _identity(a.runs + a.set_aside), _identity(b.runs + b.set_aside)
+    differences = [{"key": k, "a": ia[k], "b": ib[k]} for k in IDENTITY_KEYS if ia[k] != ib[k]]
+    by_a: dict[tuple, list] = defaultdict(list)
+    by_b: dict[tuple, list] = defaultdict(list)
+    for r in a.runs:
+        by_a[_key(r)].append(r)
+    for r in b.runs:
+        by_b[_key(r)].append(r)
+    rows = []
+    for key in sorted(set(by_a) | set(by_b), key=lambda k: tuple(map(str, k))):
+        workload, bucket, engine, mode, k = key
+        config = _config(mode, k)
+        for metric in METRICS:
+            va, vb = _values(by_a.get(key, []), metric), _values(by_b.get(key, []), metric)
+            if not va and not vb:
+                continue
+            row = {"workload": workload, "context_bucket": bucket, "engine": engine,
+                   "config": config, "metric": metric, "a": median(va), "b": median(vb),
+                   "n": [len(va), len(vb)], "ratio": None, "ci": None, "p": None,
+                   "verdict": "only in " + ("A" if va else "B") if not (va and vb) else ""}
+            if va and vb and row["a"]:
+                row["ratio"] = row["b"] / row["a"]
+                row["ci"] = list(_ratio_ci(va, vb))
+                row["p"] = mann_whitney(va, vb)["p"]
+                if row["p"] is not None and row["p"] < SIGNIFICANT_P and not (
+                        row["ci"][0] <= 1.0 <= row["ci"][1]):
+                    better = (row["ratio"] > 1) == HIGHER_IS_BETTER[metric]
+                    row["verdict"] = "B better" if better else "B worse"
+                else:
+                    row["verdict"] = "same within noise"
+            rows.append(row)
+    aside = [{"side": side, "sweep_id": r.sweep_id, "node": r.node, "workload": r.workload,
+              "config": _config(r.mode, r.num_draft_tokens),
+              "reasons": (r.summary or {}).get("unreliable_reasons") or ["unreliable"]}
+             for side, s in (("A", a), ("B", b)) for r in s.set_aside]
+    return {"a": a_sel, "b": b_sel, "runs": [len(a.runs), len(b.runs)],
+            "identity_differences": differences, "rows": rows, "set_aside": aside}
+
+
+def _f(v, spec: str = ".4g") -> str:
+    return "–" if v is None else format(v, spec)
+
+
+def as_text(c: dict) -> str:
+    lines = [f"A: {c['a']} ({c['runs'][0]} reliable runs)",
+             f"B: {c['b']} ({c['runs'][1]} reliable runs)", ""]
+    if c["identity_differences"]:
+        lines.append("identity differences (the likeliest causes of what follows):")
+        lines += [f"  {d['key']}: {', '.join(d['a'])} → {', '.join(d['b'])}"
+                  for d in c["identity_differences"]]
+    else:
+        lines.append("identity: the same on both sides")
+    lines.append("")
+    head = f"{'workload':<12}{'config':<17}{'metric':<16}{'A':>10}{'B':>10}{'B/A':>7}" \
+           f"{'95% CI':>15}{'p':>9}  verdict"
+    lines.append(head)
+    for r in c["rows"]:
+        ci = f"{r['ci'][0]:.3f}–{r['ci'][1]:.3f}" if r["ci"] else "–"
+        lines.append(f"{r['workload'][:11]:<12}{r['config']:<17}{r['metric']:<16}"
+                     f"{_f(r['a']):>10}{_f(r['b']):>10}{_f(r['ratio'], '.3f'):>7}{ci:>15}"
+                     f"{_f(r['p'], '.2g'):>9}  {r['verdict']}")
+    for s in c["set_aside"]:
+        lines.append(f"SET ASIDE {s['side']} {s['node']} {s['workload']} {s['config']}: "
+                     f"{'; '.join(s['reasons'])}")
+    return "\n".join(lines)
+
