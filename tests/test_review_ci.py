@@ -179,3 +179,19 @@ def test_policy_is_the_verdicts_for_a_gateway_and_diffs_week_to_week(week, tmp_p
     assert by["bump"]["speculation"] is False and by["bump"]["num_draft_tokens"] is None
     assert by["bump"]["decision"] == "needs more data"
     assert by["forgotten"]["because"] == "needs more data: no run this week"
+
+
+def test_json_and_webhook_carry_opentelemetry_genai_names(week, tmp_path):
+    url, _ = week
+    assert _review(url, tmp_path).exit_code == 0
+    data = json.loads((tmp_path / "out" / "review-2026-W20.json").read_text())
+    (good,) = [s for s in data["series"] if s["series"]["workload"] == "good"]
+    base, spec = good["configs"]
+    assert spec["otel"]["gen_ai.request.model"] == "gemma"
+    assert spec["otel"]["gen_ai.provider.name"] == "mlx-lm"
+    assert spec["otel"]["gen_ai.server.time_to_first_token"] == __import__("pytest").approx(
+        spec["ttft_p50"] / 1000)
+    assert spec["otel"]["gen_ai.server.time_per_output_token"] == __import__(
+        "pytest").approx(1 / spec["decode_p50"])
+    assert spec["otel"]["specfleet.speculative.num_draft_tokens"] == 4
+    assert base["otel"]["specfleet.speculative"] is False

@@ -15,6 +15,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from ..errors import ConfigError
+from .otel import config_attributes
 
 CAUSES = ("regression", "gate-miss", "stale", "failed-sweep")
 
@@ -134,7 +135,9 @@ def notify(url: str, a: dict, found: dict[str, list[str]], causes: tuple[str, ..
             "counts": a["counts"], "fail_on": list(causes),
             "findings": {c: found[c] for c in causes},
             "series": [{"series": s["series"], "stale": s["stale"],
-                        "classification": (judged_config(s) or {}).get("classification")}
+                        "decision": s["verdict"]["text"],
+                        "classification": (judged_config(s) or {}).get("classification"),
+                        "otel": [config_attributes(s["series"], c) for c in s["configs"]]}
                        for s in a["series"]]}
     data = json.dumps(body, default=str).encode()
     why = "not attempted"

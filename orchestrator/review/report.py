@@ -10,6 +10,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from ..errors import SpecfleetError
 from ..store import Store
+from . import otel
 from .charts import all_charts, label
 from .rules import DEFAULT_RULES, load_rules
 from .sweep_page import TEMPLATES, fmt_value
@@ -101,8 +102,8 @@ def write_review(store: Store, out: Path, *, week: str | None = None,
                 a=a, charts=all_charts(a["series"]), generated=generated, repro=a["repro"])
         elif fmt == "md":
             text = environment(False).get_template("weekly.md.j2").render(a=a)
-        elif fmt == "json":
-            text = json.dumps(a, indent=2, default=str)
+        elif fmt == "json":  # with OpenTelemetry GenAI names per config, for dashboards
+            text = json.dumps(otel.annotate(a), indent=2, default=str)
         else:
             raise ValueError(fmt)
         tmp = path.with_name(path.name + ".tmp")
