@@ -418,3 +418,42 @@ def test_one_verdict_per_series_with_evidence_in_words(tmp_path):
            "data" in dom
     md = out["md"].read_text()
     assert md.count("| keep autoregressive: no draft width is faster") == 1
+
+
+def test_change_points_on_planted_nightly_histories(tmp_path):
+    """Five weeks of nights per series: a step after a version bump (one change point, at
+    the bump, naming it), a slow drift (change points, no identity change), a one-night
+    outlier and a noisy-but-flat series (none)."""
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    rng = random.Random(12)
+    start = W20 - timedelta(days=28)
+    nights = [start + timedelta(days=i, hours=2) for i in range(35)]
+    bump_at = nights[20]
+    for i, at in enumerate(nights):
+        common = dict(node="mac-01", chip="Apple M2 Max", pair="p")
+        night(store, at, workload="step", **common,
+              configs={("baseline", 0): V(100.0 if at < bump_at else 80.0, rng=rng)},
+              identity={"mlx_lm_version": "0.32.2" if at < bump_at else "0.33.0"})
+        night(store, at, workload="drift", **common,
+              configs={("baseline", 0): V(100.0 * (1 - 0.01 * i), rng=rng)})
+        night(store, at, workload="outlier", **common,
+              configs={("baseline", 0): V(60.0 if i == 17 else 100.0, rng=rng)})
+        night(store, at, workload="noisy", **common,
+              configs={("baseline", 0): V(100.0, rng=rng, jitter=0.06)})
+    a = analyse(store, "2026-W20", load_rules(), now=NOW)
+    cps = {s["series"]["workload"]: s["change_points"] for s in a["series"]}
+    (step,) = cps["step"]
+    assert step["date"] == bump_at.date().isoformat()
+    assert step["size"] == pytest.approx(-0.2, abs=0.02) and step["p"] < 0.05
+    assert step["changed"] == ["mlx-lm 0.32.2 → 0.33.0"] and step["config"] == "baseline"
+    assert len(cps["drift"]) >= 3 and all(cp["size"] < 0 and cp["changed"] == [] and
+                                          cp["kind"] == "drift" for cp in cps["drift"])
+    assert step["kind"] == "step"
+    assert cps["outlier"] == [] and cps["noisy"] == []
+    from orchestrator.review.report import write_review
+
+    dom = dump_dom(write_review(store, tmp_path / "r.html", week="2026-W20", formats=("html",),
+                                now=NOW)["html"])
+    table = dom.split('id="change-points"', 1)[1].split("</table>", 1)[0]
+    assert table.count('data-kind="step"') == 1 and 'data-kind="drift"' in table
+    assert "mlx-lm 0.32.2 → 0.33.0" in table and "outlier" not in table

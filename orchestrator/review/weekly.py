@@ -22,6 +22,7 @@ from agent.stats import cv, median, percentile
 from ..errors import ConfigError
 from ..store import Store
 from ..store.models import Event, NodeOutcome, Plan, Run, Sweep
+from .changepoints import change_points
 from .ranktest import mann_whitney
 from .rules import Rule, fire
 from .runtimes import agent_notices, side_by_side
@@ -415,7 +416,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                               "context_bucket": key[3], "engine": key[4]},
                    "identity": ident, "stale": stale, "mixed_identities": mixed,
                    "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
-                   "regressions": []}
+                   "regressions": [], "change_points": []}
         # the gates the plan behind this series' latest run declared, over the defaults
         plan_name, own = declared.get(latest.sweep_id, (None, {}))
         series_gates = {**gates, **own}
@@ -500,6 +501,11 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                         reg.update(config=f"{mode} k={k}", period=period,
                                    cause=identity_changes(prev, ident) if then else [])
                         section["regressions"].append(reg)
+            section["change_points"] = [
+                {"config": "baseline" if mode == "baseline" else f"speculative k={k}",
+                 "metric": "decode_tok_s", **cp}
+                for (mode, k) in sorted(configs)
+                for cp in change_points(_nights(runs, mode, k), identity_changes)]
             section["trend"] = _trend(runs, best.k if best else None)
             section["speedup_by_k"] = {c.k: c.speedup for c in spec}
             section["itl_p95_values"] = {
@@ -533,6 +539,21 @@ def _decode_share(base_runs: list[RunRow]) -> float | None:
                 decode_s = n / rate
                 shares.append(decode_s / (decode_s + ttft / 1000))
     return median(shares)
+
+
+def _nights(runs: list[RunRow], mode: str, k: int) -> list[tuple[date, float, dict]]:
+    """Per night, the median decode tok/s of one config's reliable runs, and the identity
+    it ran under: the series change-point detection reads."""
+    by_night: dict[date, list[RunRow]] = defaultdict(list)
+    for r in runs:
+        if r.mode == mode and r.k == k and not r.shaky:
+            by_night[r.at.date()].append(r)
+    out = []
+    for d, rs in sorted(by_night.items()):
+        m = median(_per_run(rs, "decode_tok_s"))
+        if m is not None:
+            out.append((d, m, max(rs, key=lambda r: r.at).identity))
+    return out
 
 
 def _trend(runs: list[RunRow], k: int | None) -> list[dict]:
