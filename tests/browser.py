@@ -24,9 +24,10 @@ def _run(args: list[str]) -> subprocess.CompletedProcess:
                               capture_output=True, text=True, timeout=120)
 
 
-def dump_dom(page: Path) -> str:
-    """The DOM after Chromium parsed (and ran) the page, serialised."""
-    proc = _run(["--dump-dom", page.resolve().as_uri()])
+def dump_dom(page: Path, query: str = "") -> str:
+    """The DOM after Chromium parsed (and ran) the page, serialised; ``query`` (e.g.
+    ``?q=M4``) is appended to the page's URL, for pages that read it."""
+    proc = _run(["--dump-dom", page.resolve().as_uri() + query])
     if proc.returncode != 0:
         raise RuntimeError(f"chromium failed: {proc.stderr[-2000:]}")
     return proc.stdout

@@ -140,6 +140,26 @@ def compare(a, b, as_json, out, db_url):
         click.echo(f"comparison written to {out.resolve()}", err=as_json)
 
 
+@main.command()
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--week", default=None, metavar="YYYY-Www",
+              help="The week whose verdicts the index shows (default: the current week).")
+@db_option
+def site(out, week, db_url):
+    """Write a static history site into OUT: an index of every series (verdict, latest
+    run, sparkline; filter and sort, also from the URL as ?q=WORDS&sort=COLUMN) and one
+    page per series with its whole history, change points and identity changes marked.
+
+    \b
+    Example:
+      specfleet site public/ && xdg-open public/index.html
+    """
+    from ..review.site import write_site
+    from ..store import open_store
+
+    click.echo(f"site written to {write_site(open_store(db_url), out, week=week).resolve()}")
+
+
 @main.group()
 def sweeps():
     """Sweeps in the store."""
