@@ -451,6 +451,10 @@ def open_store(url: str | None = None, migrate: bool = True) -> Store:
                 print(f"specfleet: store {engine_url_for_humans(url)} upgraded from revision "
                       f"{was} to {now}", file=sys.stderr)
     except SQLAlchemyError as e:
+        msg = str(getattr(e, "orig", None) or e).splitlines()[0]
+        if "disk is full" in msg or "No space left" in msg:  # the migration rolled back
+            raise StoreError(f"the store is out of disk space ({msg}); nothing stored so far "
+                             f"is lost: free space and run the command again") from None
         raise StoreError(f"cannot open store {engine_url_for_humans(url)}: "
                          f"{e.__class__.__name__}: {str(e).splitlines()[0]}") from None
     return Store(engine)

@@ -411,9 +411,13 @@ def _finish(store: Store, sweep_id: str, outcomes: list[Outcome],
         return store.finish_sweep(sweep_id, {o.host: (o.status, o.detail) for o in outcomes},
                                   pending)
     except SQLAlchemyError as e:
+        # the outcomes are not stored: say them here, or their reasons are lost
+        said = "; ".join(f"{o.host} {o.status}" + (f": {o.detail}" if o.detail else "")
+                         for o in outcomes)
         raise StoreError(f"could not record the outcome of sweep {sweep_id} "
                          f"({str(e).splitlines()[0]}); the nodes' journals keep every event: "
-                         f"`specfleet sweep --attach {sweep_id}` once the store is back") from None
+                         f"`specfleet sweep --attach {sweep_id}` once the store is back"
+                         + (f". Outcomes: {said}" if said else "")) from None
 
 
 def start_sweep(doc: dict, hosts: list[Host], store: Store, *, inventory: str | None = None,
