@@ -84,7 +84,10 @@ def main() -> None:
     args = ap.parse_args()
     end = datetime(2026, 11, 23, tzinfo=timezone.utc)  # Monday: review week 2026-W47
     name = f"specfleet_scale_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    from sqlalchemy.pool import NullPool
+
+    # NullPool: a fresh admin connection for the final DROP, even if PostgreSQL restarted
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     with admin.connect() as c:
         c.execute(text(f'CREATE DATABASE "{name}"'))
     try:

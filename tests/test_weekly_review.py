@@ -420,11 +420,12 @@ def test_one_verdict_per_series_with_evidence_in_words(tmp_path):
     assert md.count("| keep autoregressive: no draft width is faster") == 1
 
 
-def test_change_points_on_planted_nightly_histories(tmp_path):
+def test_change_points_on_planted_nightly_histories(any_url, tmp_path):
     """Five weeks of nights per series: a step after a version bump (one change point, at
     the bump, naming it), a slow drift (change points, no identity change), a one-night
-    outlier and a noisy-but-flat series (none)."""
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    outlier and a noisy-but-flat series (none). The database groups the nights: SQLite
+    and PostgreSQL alike."""
+    store = open_store(any_url)
     rng = random.Random(12)
     start = W20 - timedelta(days=28)
     nights = [start + timedelta(days=i, hours=2) for i in range(35)]

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import SpecfleetError
 from ..store import Store
 from .changepoints import change_points
+from .levels import nightly_levels, series_totals
 from .report import environment
 from .rules import DEFAULT_RULES, load_rules
-from .weekly import _nights, analyse, identity_changes, identity_key, load_runs
+from .weekly import analyse, identity_changes, identity_key
 
 EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
@@ -91,21 +91,18 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
     now = now or datetime.now(timezone.utc)
     current = {tuple(s["series"].values()): s
                for s in analyse(store, week, load_rules(DEFAULT_RULES), now=now)["series"]}
-    everything = load_runs(store, EPOCH, now, values=False)  # one median per run: cheap
-    by_series: dict[tuple, list] = defaultdict(list)
-    for r in everything:
-        by_series[r.series].append(r)
+    # the database aggregates: a million runs come back as one row per series, config, night
+    levels = nightly_levels(store, EPOCH, now)
+    totals = series_totals(store, now)
     env = environment(True)
     (out / "series").mkdir(parents=True, exist_ok=True)
     rows = []
-    for key, runs in sorted(by_series.items(), key=lambda kv: tuple(map(str, kv[0]))):
+    for key, (count, latest_at) in sorted(totals.items(), key=lambda kv: tuple(map(str, kv[0]))):
         s = current.get(key)
         verdict = s["verdict"]["text"] if s else "not reviewed this week (stale)"
         decision = s["verdict"]["decision"] if s else "needs more data"
-        latest = max(runs, key=lambda r: r.at)
         configs = []
-        for mode, k in sorted({(r.mode, r.k) for r in runs}):
-            nights = _nights(runs, mode, k)
+        for (mode, k), nights in sorted(levels.get(key, {}).items()):
             cps = change_points(nights, identity_changes)
             changes = [{"date": nights[i][0].isoformat(),
                         "what": identity_changes(nights[i - 1][2], nights[i][2])}
@@ -115,16 +112,18 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
                             "nights": [(d.isoformat(), v) for d, v, _ in nights],
                             "chart": history_chart(nights, cps), "change_points": cps,
                             "identity_changes": changes})
-        base = next((c for c in configs if c["name"] == "baseline"), configs[0])
+        base: dict = next((c for c in configs if c["name"] == "baseline"),
+                    configs[0] if configs else {"nights": []})
         label = " · ".join(str(x) for x in key)
         page = f"series/{slug(key)}.html"
+        latest = latest_at if latest_at.tzinfo else latest_at.replace(tzinfo=timezone.utc)
         (out / page).write_text(env.get_template("site_series.html.j2").render(
-            label=label, verdict=verdict, s=s, configs=configs, latest=latest.at.isoformat()),
+            label=label, verdict=verdict, s=s, configs=configs, latest=latest.isoformat()),
             encoding="utf-8")
         rows.append({"label": label, "chip": key[0], "pair": key[1], "workload": key[2],
                      "bucket": key[3], "engine": key[4], "verdict": verdict,
-                     "decision": decision, "latest": latest.at.date().isoformat(),
-                     "runs": len(runs), "href": page,
+                     "decision": decision, "latest": latest.date().isoformat(),
+                     "runs": count, "href": page,
                      "spark": sparkline([v for _, v in base["nights"]][-60:]),
                      "change_points": sum(len(c["change_points"]) for c in configs)})
     index = out / "index.html"

@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from ..store import Store
 from ..store.models import Event, NodeOutcome, Plan, Run, Sweep
 from .changepoints import change_points
+from .levels import nightly_levels
 from .ranktest import mann_whitney
 from .rules import Rule, fire
 from .runtimes import agent_notices, side_by_side
@@ -400,6 +401,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                                    gates["failed_window_s"], generations)
     declared = plan_gates(store, sweep_ids)
     facts = store.latest_facts()  # what each node is: why its numbers may not transfer
+    levels = nightly_levels(store, start - timedelta(days=28), end)  # for change points
     by_series: dict[tuple, list[RunRow]] = defaultdict(list)
     for r in history:
         by_series[r.series].append(r)
@@ -505,7 +507,8 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                 {"config": "baseline" if mode == "baseline" else f"speculative k={k}",
                  "metric": "decode_tok_s", **cp}
                 for (mode, k) in sorted(configs)
-                for cp in change_points(_nights(runs, mode, k), identity_changes)]
+                for cp in change_points(levels.get(key, {}).get((mode, k), []),
+                                        identity_changes)]
             section["trend"] = _trend(runs, best.k if best else None)
             section["speedup_by_k"] = {c.k: c.speedup for c in spec}
             section["itl_p95_values"] = {
@@ -539,21 +542,6 @@ def _decode_share(base_runs: list[RunRow]) -> float | None:
                 decode_s = n / rate
                 shares.append(decode_s / (decode_s + ttft / 1000))
     return median(shares)
-
-
-def _nights(runs: list[RunRow], mode: str, k: int) -> list[tuple[date, float, dict]]:
-    """Per night, the median decode tok/s of one config's reliable runs, and the identity
-    it ran under: the series change-point detection reads."""
-    by_night: dict[date, list[RunRow]] = defaultdict(list)
-    for r in runs:
-        if r.mode == mode and r.k == k and not r.shaky:
-            by_night[r.at.date()].append(r)
-    out = []
-    for d, rs in sorted(by_night.items()):
-        m = median(_per_run(rs, "decode_tok_s"))
-        if m is not None:
-            out.append((d, m, max(rs, key=lambda r: r.at).identity))
-    return out
 
 
 def _trend(runs: list[RunRow], k: int | None) -> list[dict]:
