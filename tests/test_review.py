@@ -202,3 +202,22 @@ def test_a_knob_added_to_the_registry_reaches_every_layer(model_pair, tmp_path):
     (section,) = review_data(store, result.sweep_id)["sections"]
     assert "speculative, xtc_probability=0.5 (draft width 3)" in [r.label for r in
                                                                    section["rows"]]
+
+
+def test_the_weekly_page_and_the_sweep_page_count_the_same_trials(reviewed_store):
+    """One vocabulary across pages: a run is a config on a node in a sweep, its trials are
+    its generations; the weekly page's trials for a config equal the sweep page's."""
+    from orchestrator.review.rules import load_rules
+    from orchestrator.review.weekly import analyse
+
+    url, _, sweep_id = reviewed_store
+    store = open_store(url)
+    page = {(s["workload"], r.label): r.runs for s in review_data(store, sweep_id)["sections"]
+            for r in s["rows"]}
+    weekly = analyse(store, None, load_rules())
+    for s in weekly["series"]:
+        for c in s["configs"]:
+            label = ("baseline (autoregressive)" if c["mode"] == "baseline"
+                     else f"speculative, draft width {c['k']}")
+            assert c["runs"] == 1  # one sweep, one node
+            assert c["trials"] == page[(s["series"]["workload"], label)], (label, c)

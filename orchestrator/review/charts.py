@@ -13,6 +13,27 @@ plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": 
                      "axes.spines.right": False, "figure.dpi": 96})
 
 
+SHOWN = 8  # series per chart: more lines than this are unreadable; the site has them all
+
+
+def _legend(ax) -> None:
+    # beside the plot, never over its lines (bbox_inches="tight" keeps it in the figure)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0,
+              frameon=False)
+
+
+def _refline(ax, y: float, text: str, color: str, ls: str = "-") -> None:
+    """A horizontal reference line that says what it is, at its right end."""
+    ax.axhline(y, color=color, lw=0.8, ls=ls)
+    ax.annotate(text, xy=(1.0, y), xycoords=("axes fraction", "data"), xytext=(-2, 2),
+                textcoords="offset points", ha="right", va="bottom", fontsize=7, color=color)
+
+
+def _title(ax, text: str, shown: int, total: int) -> None:
+    ax.set_title(text + (f" ({shown} of {total} series; every series: `specfleet site`)"
+                         if total > shown else ""))
+
+
 def _svg(fig) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
@@ -27,8 +48,9 @@ def label(s: dict) -> str:
             + (f" · {x['engine']}" if x.get("engine", "mlx-lm") != "mlx-lm" else ""))
 
 
-def acceptance_over_time(sections: list[dict]) -> str | None:
-    shown = [s for s in sections if s.get("trend")][:8]
+def acceptance_over_time(sections: list[dict], floor: float = 0.55) -> str | None:
+    every = [s for s in sections if s.get("trend")]
+    shown = every[:SHOWN]
     if not shown:
         return None
     fig, ax = plt.subplots(figsize=(7, 2.8))
@@ -36,12 +58,12 @@ def acceptance_over_time(sections: list[dict]) -> str | None:
         pts = [p for p in s["trend"] if p["acceptance"] is not None]
         ax.plot([p["date"] for p in pts], [p["acceptance"] for p in pts], marker="o",
                 label=f"{label(s)} (k={s['metrics']['best_k']})")
-    ax.axhline(0.55, color="#888", lw=0.8, ls="--")
+    _refline(ax, floor, f"acceptance floor {floor}", "#888", "--")
     ax.set_ylabel("acceptance (P50)")
     ax.set_ylim(0, 1)
     ax.tick_params(axis="x", rotation=45)
-    ax.legend(fontsize=7, loc="lower left")
-    ax.set_title("Acceptance over time, best draft width per series")
+    _legend(ax)
+    _title(ax, "Acceptance over time, best draft width per series", len(shown), len(every))
     return _svg(fig)
 
 
@@ -54,8 +76,9 @@ def knee(speedup_by_k: dict) -> int | None:
     return min(k for k, v in pts.items() if v >= best * 0.95)
 
 
-def speedup_vs_width(sections: list[dict]) -> str | None:
-    shown = [s for s in sections if s.get("speedup_by_k")][:8]
+def speedup_vs_width(sections: list[dict], gate: float = 1.16) -> str | None:
+    every = [s for s in sections if s.get("speedup_by_k")]
+    shown = every[:SHOWN]
     if not shown:
         return None
     fig, ax = plt.subplots(figsize=(7, 2.8))
@@ -65,17 +88,18 @@ def speedup_vs_width(sections: list[dict]) -> str | None:
         kn = knee(s["speedup_by_k"])
         if kn is not None:
             ax.plot([kn], [dict(pts)[kn]], marker="*", ms=14, color=line.get_color())
-    ax.axhline(1.0, color="#b00020", lw=0.8)
-    ax.axhline(1.16, color="#0a7a2f", lw=0.8, ls="--")
+    _refline(ax, 1.0, "1.0× = the baseline", "#b00020")
+    _refline(ax, gate, f"{gate}× = the speedup gate", "#0a7a2f", "--")
     ax.set_xlabel("draft width (num_draft_tokens); ★ = knee")
     ax.set_ylabel("speedup vs baseline")
-    ax.legend(fontsize=7)
-    ax.set_title("Speedup by draft width")
+    _legend(ax)
+    _title(ax, "Speedup by draft width", len(shown), len(every))
     return _svg(fig)
 
 
 def itl_distribution(sections: list[dict]) -> str | None:
-    shown = [s for s in sections if (s.get("itl_p95_values") or {}).get("best")][:6]
+    every = [s for s in sections if (s.get("itl_p95_values") or {}).get("best")]
+    shown = every[:6]
     if not shown:
         return None
     fig, ax = plt.subplots(figsize=(7, 2.8))
@@ -87,12 +111,13 @@ def itl_distribution(sections: list[dict]) -> str | None:
     ax.boxplot(data)
     ax.set_xticks(range(1, len(names) + 1), names, fontsize=7)
     ax.set_ylabel("ITL p95 per trial (ms)")
-    ax.set_title("Inter-token latency: baseline vs best config")
+    _title(ax, "Inter-token latency: baseline vs best config", len(shown), len(every))
     return _svg(fig)
 
 
 def acceptance_by_position(sections: list[dict]) -> str | None:
-    shown = [s for s in sections if s.get("acceptance_by_position")][:6]
+    every = [s for s in sections if s.get("acceptance_by_position")]
+    shown = every[:6]
     if not shown:
         return None
     fig, ax = plt.subplots(figsize=(7, 2.8))
@@ -103,14 +128,16 @@ def acceptance_by_position(sections: list[dict]) -> str | None:
     ax.set_xlabel("draft position")
     ax.set_ylabel("accepted share")
     ax.set_ylim(0, 1)
-    ax.legend(fontsize=7)
-    ax.set_title("Acceptance by draft position")
+    _legend(ax)
+    _title(ax, "Acceptance by draft position", len(shown), len(every))
     return _svg(fig)
 
 
-def all_charts(sections: list[dict]) -> dict[str, str]:
-    charts = {"acceptance_over_time": acceptance_over_time(sections),
-              "speedup_vs_width": speedup_vs_width(sections),
+def all_charts(sections: list[dict], gates: dict | None = None) -> dict[str, str]:
+    gates = gates or {}
+    charts = {"acceptance_over_time": acceptance_over_time(
+                  sections, gates.get("acceptance_floor", 0.55)),
+              "speedup_vs_width": speedup_vs_width(sections, gates.get("min_speedup", 1.16)),
               "itl_distribution": itl_distribution(sections),
               "acceptance_by_position": acceptance_by_position(sections)}
     return {k: v for k, v in charts.items() if v}

@@ -99,7 +99,8 @@ def write_review(store: Store, out: Path, *, week: str | None = None,
         path = folder / f"{stem}.{fmt}"
         if fmt == "html":
             text = environment(True).get_template("weekly.html.j2").render(
-                a=a, charts=all_charts(a["series"]), generated=generated, repro=a["repro"])
+                a=a, charts=all_charts(a["series"], a["gates"]), generated=generated,
+                repro=a["repro"])
         elif fmt == "md":
             text = environment(False).get_template("weekly.md.j2").render(a=a)
         elif fmt == "json":  # with OpenTelemetry GenAI names per config, for dashboards

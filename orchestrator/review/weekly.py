@@ -161,6 +161,7 @@ class ConfigStats:
     gates: dict = field(default_factory=dict)
     classification: str = ""
     set_aside: bool = False             # every run unreliable: shown, never concluded from
+    trials: int = 0                     # generations behind the runs (the sweep page's unit)
 
 
 def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> ConfigStats:
@@ -200,7 +201,7 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         swap_peak=max(swap) if swap else None, swap_in_nights=swap_in_nights,
         exact=None if any(e is None for e in exact_flags) else all(exact_flags),
         unreliable=sum(1 for r in runs if r.shaky), unreliable_reasons=reasons,
-        task_pass_rate=median(rates) if rates else None)
+        task_pass_rate=median(rates) if rates else None, trials=len(dec))
 
 
 # Gates compare measured medians with declared limits: a value exactly at its limit passes
@@ -446,6 +447,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                     st.unreliable_reasons = sorted({x for r in shaky[ck] for x in
                                                     r.summary.get("unreliable_reasons") or []})
                     st.runs = len(rs) + len(shaky[ck])
+                    st.trials += len(_vals(shaky[ck], "decode_tok_s"))
                 else:  # nothing reliable to conclude from: its numbers are shown only
                     st.set_aside, st.speedup = True, None
                     st.classification = "set aside: every run unreliable"
