@@ -408,6 +408,8 @@ def test_one_verdict_per_series_with_evidence_in_words(tmp_path):
     assert v["good"]["caveats"] == []
     assert v["shaky"]["text"] == "needs more data: no reliable speculative config this week"
     assert "contended: 40%" in v["shaky"]["evidence"]
+    assert v["shaky"]["caveats"] == [
+        "other processes competed for the CPU in some runs (set aside)"]
     assert a["counts"]["verdicts"] == {"production candidate": 1, "graded fallback": 2,
                                        "keep autoregressive": 1, "needs more data": 1}
     out = write_review(store, tmp_path / "r.html", week="2026-W20", now=NOW)

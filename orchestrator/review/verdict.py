@@ -82,6 +82,18 @@ def caveats(identity: dict, facts: dict | None) -> list[str]:
     return out
 
 
+def _shaky(section: dict) -> list[str]:
+    """Machine states that set runs aside this week: the node is not always in the state
+    its numbers describe."""
+    reasons = sorted({r for x in section.get("set_aside") or [] for r in x["reasons"]})
+    kinds = [("throttl", "the node throttled during some runs this week (set aside)"),
+             ("battery", "some runs this week were on battery (set aside)"),
+             ("Low Power", "Low Power Mode was on during some runs this week (set aside)"),
+             ("contended", "other processes competed for the CPU in some runs (set aside)"),
+             ("swap", "the node swapped during some runs this week (set aside)")]
+    return [text for key, text in kinds if any(key in r for r in reasons)]
+
+
 def _identity(section: dict) -> dict:
     ident = dict(section.get("identity") or {})
     chip = section["series"]["chip"]
@@ -98,7 +110,7 @@ def decide(section: dict, facts: dict | None = None) -> dict:
     out: dict[str, Any] = {"decision": "needs more data", "step": None, "k": None, "text": "",
            "evidence": "", "rules": [r for r in fired if r in LADDER_RULES],
            "further": [s for s in section.get("signals") or [] if s["rule"] not in LADDER_RULES],
-           "caveats": caveats(_identity(section), facts)}
+           "caveats": caveats(_identity(section), facts) + _shaky(section)}
     base = next((c for c in configs if c["mode"] == "baseline" and not c["set_aside"]), None)
     spec = [c for c in configs if c["mode"] == "speculative" and not c["set_aside"]
             and c.get("speedup") is not None and c.get("gates")]
