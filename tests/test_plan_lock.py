@@ -161,3 +161,58 @@ def test_settings_an_engine_cannot_honour_are_refused_at_lock_time(tmp_path, mod
     with pytest.raises(ConfigError, match=r"sweep.base.top_p: top_p=1.5 is not valid; it must "
                                           r"be a number in \(0, 1\]"):
         load_plan(plan)
+
+
+def _draft_with(model_pair, tmp_path, edit) -> object:
+    """A copy of the demo pair whose draft's tokenizer.json went through ``edit``."""
+    pair = tmp_path / "pair"
+    shutil.copytree(model_pair, pair)
+    tok_path = pair / "draft" / "tokenizer.json"
+    tok = json.loads(tok_path.read_text())
+    edit(tok)
+    tok_path.write_text(json.dumps(tok))
+    return pair
+
+
+def test_a_draft_of_another_vocabulary_is_refused_at_lock_with_what_differs(model_pair,
+                                                                           tmp_path):
+    """Same size, other ids: mlx-lm's own check (sizes only) would let it run with its
+    acceptance destroyed; the lock names the difference and the plan's line."""
+    def swap(tok):
+        vocab = tok["model"]["vocab"]
+        a, b = "the", "of"
+        vocab[a], vocab[b] = vocab[b], vocab[a]
+
+    pair = _draft_with(model_pair, tmp_path, swap)
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(pair))
+    r = CliRunner().invoke(main, ["plan", "lock", str(plan)])
+    assert r.exit_code == 1
+    line = next(i for i, x in enumerate(plan.read_text().splitlines(), 1) if "draft:" in x)
+    assert f"plan.yml:{line}: models.draft:" in r.output
+    assert "does not share the target's vocabulary" in r.output
+    assert "2 token(s) have other ids" in r.output and "in the draft" in r.output
+    assert not (tmp_path / "plan.lock.json").exists()
+
+    def grow(tok):
+        tok["model"]["vocab"]["zzz-new"] = len(tok["model"]["vocab"])
+        tok["added_tokens"].append({"id": 5000, "content": "<|tool|>", "special": True})
+
+    pair2 = _draft_with(model_pair, tmp_path / "b", grow)
+    with pytest.raises(ConfigError) as e:
+        load_plan(_write(tmp_path / "b" / "plan.yml", plan_text(pair2)))
+    msg = str(e.value)
+    assert "vocabulary of 1906 tokens (target) vs 1907 (draft)" in msg
+    assert "1 token(s) only in the draft: 'zzz-new'" in msg
+    assert "added/special tokens differ: '<|tool|>=5000'" in msg
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_the_demo_pair_shares_one_vocabulary(model_pair):
+    from orchestrator.sweep.vocab import differences, vocabulary
+
+    assert differences(vocabulary(model_pair / "target"), vocabulary(model_pair / "draft")) == []

@@ -132,6 +132,7 @@ def load_plan(path: str | Path) -> Plan:
                               "folder (e.g. one written by mlx_lm.convert)", str(path),
                               line_of(data["models"], role))
         pair[role] = p
+    _check_vocabularies(pair["target"], pair["draft"], path, data)
     verify = data["models"].get("verify", "daily")
     if verify not in VERIFY_MAX_AGE_S:
         raise ConfigError(f"models.verify: {verify!r} is not one of "
@@ -140,6 +141,22 @@ def load_plan(path: str | Path) -> Plan:
     _check_knobs(data, path)
     return Plan(path=path, python=python, packages=tuple(env["packages"]), models=pair,
                 raw=json.loads(json.dumps(data)))
+
+
+def _check_vocabularies(target: Path, draft: Path, path: Path, data: dict) -> None:
+    """A draft of another vocabulary is refused here, with what differs: at run time it
+    is no error, only acceptance near zero."""
+    from .vocab import differences, vocabulary
+
+    t, d = vocabulary(target), vocabulary(draft)
+    if t is None or d is None:
+        return  # nothing comparable (no tokenizer.json): mlx-lm's own size check remains
+    diff = differences(t, d)
+    if diff:
+        raise ConfigError(f"models.draft: {draft} does not share the target's vocabulary "
+                          f"({'; '.join(diff)}); speculative decoding needs one vocabulary, "
+                          "or nearly every drafted token is rejected: choose a draft of the "
+                          "target's family", str(path), line_of(data["models"], "draft"))
 
 
 def _check_knobs(data: dict, path: Path) -> None:
