@@ -15,7 +15,7 @@ from collections import defaultdict
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Date, String, cast, func, select
+from sqlalchemy import Date, String, case, cast, func, select
 
 from ..store import Store
 from ..store.models import Run, Sweep
@@ -35,37 +35,36 @@ def series_columns() -> tuple:
             func.coalesce(Run.context_bucket, "short"), func.coalesce(Run.engine, "mlx-lm"))
 
 
-def series_totals(store: Store, end: datetime) -> dict[tuple, tuple[int, datetime]]:
-    """{series key: (runs, latest run)} over the whole store."""
-    keys = series_columns()
-    q = (select(*keys, func.count(), func.max(Sweep.created_at))
-         .join(Sweep, Sweep.id == Run.sweep_id).where(Sweep.created_at < end).group_by(*keys))
-    with store.engine.connect() as c:
-        return {tuple(r[:5]): (r[5], r[6]) for r in c.execute(q)}
-
-
-def nightly_levels(store: Store, start: datetime, end: datetime
+def nightly_levels(store: Store, start: datetime, end: datetime, totals: dict | None = None
                    ) -> dict[tuple, dict[tuple[str, int], Nights]]:
-    """{series key: {(mode, k): [(night, level, identity), …] in date order}}."""
+    """{series key: {(mode, k): [(night, level, identity), …] in date order}}.
+
+    ``totals``, if given, is filled from the same scan with {series key: [runs, latest
+    night]} counting every run (the level reads reliable ones only)."""
     night: Any
     if store.engine.dialect.name == "postgresql":
         night = cast(func.timezone("UTC", Sweep.created_at), Date)
     else:
         night = func.date(Sweep.created_at)
     keys = (*series_columns(), Run.mode, Run.num_draft_tokens, night)
-    q = (select(*keys, func.avg(Run.decode_tok_s_median),
-                *(func.max(getattr(Run, k)) for k in LEVEL_IDENTITY))
+    reliable = Run.unreliable.is_(False)
+    q = (select(*keys, func.avg(case((reliable, Run.decode_tok_s_median))), func.count(),
+                *(func.max(case((reliable, getattr(Run, k)))) for k in LEVEL_IDENTITY))
          .join(Sweep, Sweep.id == Run.sweep_id)
-         .where(Sweep.created_at >= start, Sweep.created_at < end, Run.unreliable.is_(False),
-                Run.decode_tok_s_median.is_not(None))
+         .where(Sweep.created_at >= start, Sweep.created_at < end)
          .group_by(*keys))
     out: dict[tuple, dict[tuple[str, int], Nights]] = defaultdict(lambda: defaultdict(list))
     with store.engine.connect() as c:
         for row in c.execute(q):
-            chip, p, workload, bucket, engine, mode, k, d, level, *ident = row
+            chip, p, workload, bucket, engine, mode, k, d, level, n, *ident = row
             d = d if isinstance(d, date) else date.fromisoformat(str(d)[:10])
-            out[(chip, p, workload, bucket, engine)][(mode, k)].append(
-                (d, float(level), dict(zip(LEVEL_IDENTITY, ident))))
+            key = (chip, p, workload, bucket, engine)
+            if totals is not None:
+                t = totals.setdefault(key, [0, d])
+                t[0] += n
+                t[1] = max(t[1], d)
+            if level is not None:  # a night with no reliable run has no level
+                out[key][(mode, k)].append((d, float(level), dict(zip(LEVEL_IDENTITY, ident))))
     for configs in out.values():
         for nights in configs.values():
             nights.sort(key=lambda n: n[0])

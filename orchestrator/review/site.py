@@ -18,7 +18,7 @@ from pathlib import Path
 from ..errors import SpecfleetError
 from ..store import Store
 from .changepoints import change_points
-from .levels import nightly_levels, series_totals
+from .levels import nightly_levels
 from .report import environment
 from .rules import DEFAULT_RULES, load_rules
 from .weekly import analyse, identity_changes, identity_key
@@ -92,8 +92,8 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
     current = {tuple(s["series"].values()): s
                for s in analyse(store, week, load_rules(DEFAULT_RULES), now=now)["series"]}
     # the database aggregates: a million runs come back as one row per series, config, night
-    levels = nightly_levels(store, EPOCH, now)
-    totals = series_totals(store, now)
+    totals: dict[tuple, list] = {}
+    levels = nightly_levels(store, EPOCH, now, totals)
     env = environment(True)
     (out / "series").mkdir(parents=True, exist_ok=True)
     rows = []
@@ -116,13 +116,12 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
                     configs[0] if configs else {"nights": []})
         label = " · ".join(str(x) for x in key)
         page = f"series/{slug(key)}.html"
-        latest = latest_at if latest_at.tzinfo else latest_at.replace(tzinfo=timezone.utc)
         (out / page).write_text(env.get_template("site_series.html.j2").render(
-            label=label, verdict=verdict, s=s, configs=configs, latest=latest.isoformat()),
+            label=label, verdict=verdict, s=s, configs=configs, latest=latest_at.isoformat()),
             encoding="utf-8")
         rows.append({"label": label, "chip": key[0], "pair": key[1], "workload": key[2],
                      "bucket": key[3], "engine": key[4], "verdict": verdict,
-                     "decision": decision, "latest": latest.date().isoformat(),
+                     "decision": decision, "latest": latest_at.isoformat(),
                      "runs": count, "href": page,
                      "spark": sparkline([v for _, v in base["nights"]][-60:]),
                      "change_points": sum(len(c["change_points"]) for c in configs)})
