@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -89,11 +90,16 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
     if store.latest_sweep_id() is None:
         raise SpecfleetError("the store holds no sweeps yet; run `specfleet sweep` first")
     now = now or datetime.now(timezone.utc)
-    current = {tuple(s["series"].values()): s
-               for s in analyse(store, week, load_rules(DEFAULT_RULES), now=now)["series"]}
-    # the database aggregates: a million runs come back as one row per series, config, night
+    # The database aggregates the whole history (a million runs come back as one row per
+    # series, config and night) while this thread analyses the week: the grouping runs in
+    # SQLite's C code or the PostgreSQL server, outside the GIL, so the two overlap.
     totals: dict[tuple, list] = {}
-    levels = nightly_levels(store, EPOCH, now, totals)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(nightly_levels, store, EPOCH, now, totals)
+        current = {tuple(s["series"].values()): s
+                   for s in analyse(store, week, load_rules(DEFAULT_RULES), now=now,
+                                    change_points_too=False)["series"]}
+        levels = pending.result()
     env = environment(True)
     (out / "series").mkdir(parents=True, exist_ok=True)
     rows = []

@@ -388,7 +388,9 @@ def plan_gates(store: Store, sweep_ids: list[str]) -> dict[str, tuple[str | None
 
 
 def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | None = None,
-            now: datetime | None = None) -> dict:
+            now: datetime | None = None, change_points_too: bool = True) -> dict:
+    """The week's review. ``change_points_too=False`` leaves out the five-week change
+    points (the history site finds its own over the whole history)."""
     gates = {**DEFAULT_GATES, **(gates or {})}
     start, end, label = iso_week_bounds(week, now)
     # repetitions for this week and last; per-night medians for the three weeks before
@@ -402,7 +404,8 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                                    gates["failed_window_s"], generations)
     declared = plan_gates(store, sweep_ids)
     facts = store.latest_facts()  # what each node is: why its numbers may not transfer
-    levels = nightly_levels(store, start - timedelta(days=28), end)  # for change points
+    levels = nightly_levels(store, start - timedelta(days=28), end) if change_points_too \
+        else {}
     by_series: dict[tuple, list[RunRow]] = defaultdict(list)
     for r in history:
         by_series[r.series].append(r)
