@@ -12,10 +12,9 @@ so a change of version or weights shows at the night it happened.
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import date, datetime
-from typing import Any
+from datetime import date, datetime, timezone
 
-from sqlalchemy import Date, String, case, cast, func, select
+from sqlalchemy import String, case, func, select
 
 from ..store import Store
 from ..store.models import Run, Sweep
@@ -41,31 +40,52 @@ def nightly_levels(store: Store, start: datetime, end: datetime, totals: dict | 
 
     ``totals``, if given, is filled from the same scan with {series key: [runs, latest
     night]} counting every run (the level reads reliable ones only)."""
-    night: Any
-    if store.engine.dialect.name == "postgresql":
-        night = cast(func.timezone("UTC", Sweep.created_at), Date)
-    else:
-        night = func.date(Sweep.created_at)
-    keys = (*series_columns(), Run.mode, Run.num_draft_tokens, night)
-    reliable = Run.unreliable.is_(False)
-    q = (select(*keys, func.avg(case((reliable, Run.decode_tok_s_median))), func.count(),
+    with store.engine.connect() as c:
+        all_sweeps = c.execute(select(Sweep.id, Sweep.created_at)).all()
+    nights = {sid: _night(at) for sid, at in all_sweeps
+              if start <= _aware(at) < end}
+    if not nights:
+        return {}
+    reliable = Run.unreliable.is_(False) & Run.decode_tok_s_median.is_not(None)
+    keys = (Run.sweep_id, *series_columns(), Run.mode, Run.num_draft_tokens)
+    # grouped per sweep, not per night: no join and no date arithmetic in the scan (the
+    # database reads the table once, in order); the nights are merged below
+    q = (select(*keys, func.sum(case((reliable, Run.decode_tok_s_median))),
+                func.count(case((reliable, 1))), func.count(),
                 *(func.max(case((reliable, getattr(Run, k)))) for k in LEVEL_IDENTITY))
-         .join(Sweep, Sweep.id == Run.sweep_id)
-         .where(Sweep.created_at >= start, Sweep.created_at < end)
          .group_by(*keys))
-    out: dict[tuple, dict[tuple[str, int], Nights]] = defaultdict(lambda: defaultdict(list))
+    if len(nights) < len(all_sweeps):  # a window: only its sweeps' runs (by index)
+        q = q.where(Run.sweep_id.in_(list(nights)))
+    acc: dict[tuple, dict[date, list]] = defaultdict(dict)
     with store.engine.connect() as c:
         for row in c.execute(q):
-            chip, p, workload, bucket, engine, mode, k, d, level, n, *ident = row
-            d = d if isinstance(d, date) else date.fromisoformat(str(d)[:10])
+            sid, chip, p, workload, bucket, engine, mode, k, total, n_ok, n, *ident = row
+            d = nights.get(sid)
+            if d is None:
+                continue
             key = (chip, p, workload, bucket, engine)
             if totals is not None:
                 t = totals.setdefault(key, [0, d])
                 t[0] += n
                 t[1] = max(t[1], d)
-            if level is not None:  # a night with no reliable run has no level
-                out[key][(mode, k)].append((d, float(level), dict(zip(LEVEL_IDENTITY, ident))))
-    for configs in out.values():
-        for nights in configs.values():
-            nights.sort(key=lambda n: n[0])
+            if not n_ok:
+                continue  # no reliable run that night: no level
+            slot = acc[(key, mode, k)].setdefault(d, [0.0, 0, {}])
+            slot[0] += total
+            slot[1] += n_ok
+            for name, v in zip(LEVEL_IDENTITY, ident):  # the highest, as the night's identity
+                if v is not None and (slot[2].get(name) is None or v > slot[2][name]):
+                    slot[2][name] = v
+    out: dict[tuple, dict[tuple[str, int], Nights]] = defaultdict(dict)
+    for (key, mode, k), per_night in acc.items():
+        out[key][(mode, k)] = [(d, total / n, {name: ident.get(name) for name in LEVEL_IDENTITY})
+                               for d, (total, n, ident) in sorted(per_night.items())]
     return out
+
+
+def _aware(at: datetime) -> datetime:
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
+def _night(at: datetime) -> date:
+    return _aware(at).astimezone(timezone.utc).date()

@@ -98,7 +98,8 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
         pending = pool.submit(nightly_levels, store, EPOCH, now, totals)
         current = {tuple(s["series"].values()): s
                    for s in analyse(store, week, load_rules(DEFAULT_RULES), now=now,
-                                    change_points_too=False)["series"]}
+                                    change_points_too=False,
+                                    regressions_too=False)["series"]}
         levels = pending.result()
     env = environment(True)
     (out / "series").mkdir(parents=True, exist_ok=True)

@@ -388,14 +388,18 @@ def plan_gates(store: Store, sweep_ids: list[str]) -> dict[str, tuple[str | None
 
 
 def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | None = None,
-            now: datetime | None = None, change_points_too: bool = True) -> dict:
-    """The week's review. ``change_points_too=False`` leaves out the five-week change
-    points (the history site finds its own over the whole history)."""
+            now: datetime | None = None, change_points_too: bool = True,
+            regressions_too: bool = True) -> dict:
+    """The week's review. ``change_points_too=False`` and ``regressions_too=False`` leave
+    those out (the history site shows verdicts and finds its own change points over the
+    whole history; verdicts depend on neither)."""
     gates = {**DEFAULT_GATES, **(gates or {})}
     start, end, label = iso_week_bounds(week, now)
     # repetitions for this week and last; per-night medians for the three weeks before
-    history = load_runs(store, start - timedelta(days=28), start - timedelta(days=7),
-                        values=False) + load_runs(store, start - timedelta(days=7), end)
+    # (without regressions, last week's repetitions are not needed either)
+    cut = start - timedelta(days=7) if regressions_too else start
+    history = load_runs(store, start - timedelta(days=28), cut, values=False) \
+        + load_runs(store, cut, end)
     this_week = [r for r in history if r.at >= start]
     sweep_ids = sorted({r.sweep_id for r in this_week})
     quality = quality_rates(store, sweep_ids)
@@ -496,7 +500,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             }
             section["metrics"] = metrics
             section["signals"] = fire(rules, metrics)
-            for (mode, k) in sorted(configs):
+            for (mode, k) in sorted(configs) if regressions_too else ():
                 earlier = [r for r in runs if r.mode == mode and r.k == k and r.at < start
                            and not r.shaky]
                 recent = [r for r in earlier if r.at >= start - timedelta(days=7)]
