@@ -44,7 +44,27 @@ def check_environment(job: Job, cache_file: Path) -> dict:
             raise EnvironmentMismatch(
                 f"{role} model at {ref.path} has fingerprint {got}, job expects {ref.fingerprint}")
         prints[role] = got
-    return {"versions": versions, "fingerprints": prints, "fingerprint_cache": stats}
+    return {"versions": versions, "fingerprints": prints, "fingerprint_cache": stats,
+            "quantization": {role: quant_tier(Path(ref.path))
+                             for role, ref in (("target", job.target), ("draft", job.draft))}}
+
+
+def quant_tier(folder: Path) -> str | None:
+    """The tier a model folder's weights are stored at, as its config.json says (the
+    ``quantization`` block mlx_lm.convert writes): "4-bit g64", or "unquantised". None when
+    the folder has no readable config. Part of a result's identity: tiers never pool."""
+    import json
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    q = config.get("quantization") or config.get("quantization_config")
+    if not isinstance(q, dict) or "bits" not in q:
+        return "unquantised"
+    mode = q.get("mode")
+    return f"{q['bits']}-bit g{q.get('group_size', '?')}" + (
+        f" {mode}" if mode and mode != "affine" else "")
 
 
 def load_pair(job: Job):

@@ -12,6 +12,9 @@ Format history
 - events 1.1: ``job_started`` carries ``event_schema`` ("1.1") and ``agent_version``;
   optional fields only. A controller reading 1.x accepts any 1.y and ignores fields it does
   not know; a different major version is refused with the agent's version named.
+- events 1.2: ``environment_checked`` carries ``quantization``: per role (target, draft)
+  the tier its weights are stored at ("8-bit g64", "unquantised"), read from the model's
+  own config.json; optional, so a 1.1 agent's events still decode.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 JOB_SCHEMA = 1
 EVENT_SCHEMA_MAJOR = 1
-EVENT_SCHEMA_MINOR = 1
+EVENT_SCHEMA_MINOR = 2
 EVENT_SCHEMA = f"{EVENT_SCHEMA_MAJOR}.{EVENT_SCHEMA_MINOR}"
 
 # -- exit codes of `python -m agent run` ------------------------------------------------

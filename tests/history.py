@@ -61,6 +61,7 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
                 "mlx_lm_version": ident["mlx_lm_version"],
                 "target_fingerprint": ident["target_fingerprint"],
                 "draft_fingerprint": ident["draft_fingerprint"],
+                "target_quant": ident.get("target_quant"), "draft_quant": ident.get("draft_quant"),
                 "prompt_sha256": ident["prompt_sha256"], "os_build": ident["os_build"],
                 "chip": chip, "power_source": "ac", "model_pair": pair, "engine": engine})
         c.execute(Run.__table__.insert(), rows)

@@ -149,3 +149,22 @@ def test_minor_versions_add_optional_fields_only():
     del missing["config"]
     q = d.decode(json.dumps(missing))
     assert isinstance(q, Quarantined) and "field 'config' must be object, got null" in q.reason
+
+
+def test_an_environment_event_with_a_malformed_tier_is_set_aside():
+    """events 1.2's optional quantization: strings that fit the store, or the line is
+    quarantined with the reason; an event without it (an agent at 1.1) still decodes."""
+    from orchestrator.sweep.decode import Decoder, Quarantined
+
+    base = {"schema": 1, "seq": 2, "type": "environment_checked", "ts": 1.0, "job_id": "j",
+            "versions": {"mlx": "0.1"}, "fingerprints": {"target": "sha256:t",
+                                                         "draft": "sha256:d"}}
+    d = Decoder("n1")
+    assert not isinstance(d.decode(json.dumps(base)), Quarantined)
+    ok = {**base, "quantization": {"target": "unquantised", "draft": "4-bit g64"}}
+    assert d.decode(json.dumps(ok))["quantization"]["draft"] == "4-bit g64"
+    for bad, reason in [({"draft": 4}, "quantization.draft must be a string of at most 32"),
+                        ("4-bit", "quantization must be an object"),
+                        ({"target": "x" * 40}, "quantization.target must be a string")]:
+        q = d.decode(json.dumps({**base, "quantization": bad}))
+        assert isinstance(q, Quarantined) and reason in q.reason, q

@@ -24,9 +24,15 @@ def test_init_then_lock_then_sweep(tmp_path):
     assert r.exit_code == 0, r.output
     lock = d / "plan.lock.json"
     assert load_lock(lock)["nodes"]["limit"] == "local"
-    r = CliRunner().invoke(main, ["sweep", str(lock), "-i", str(d / "inventory"),
-                                  "--no-provision", "--db", f"sqlite:///{d / 's.db'}",
-                                  "--failed-hosts-file", str(d / "retry")])
+    # a plan with platforms: [] manages no environments: the sweep does not provision, and
+    # says so, without being told --no-provision; asking for --provision is refused
+    args = [str(lock), "-i", str(d / "inventory"), "--db", f"sqlite:///{d / 's.db'}",
+            "--failed-hosts-file", str(d / "retry")]
+    r = CliRunner().invoke(main, ["sweep", "--provision", *args])
+    assert r.exit_code == 2 and "--provision: this lock manages no environments" in r.output
+    r = CliRunner().invoke(main, ["sweep", *args])
     assert r.exit_code == 0, r.output
+    assert "this lock manages no environments (environment.platforms: []): nodes use " \
+           "their own Python" in r.stderr
     again = CliRunner().invoke(main, ["init", str(d)])
     assert again.exit_code == 1 and "init does not overwrite files" in again.output

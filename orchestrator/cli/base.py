@@ -47,8 +47,9 @@ class _Group(click.Group):
 def main():
     """specfleet: benchmark speculative decoding across a fleet of Macs running mlx-lm.
 
-    Typical flow: `specfleet demo-models build models/`, then
-    `specfleet sweep --models models/`, then `specfleet review --out review.html`.
+    Typical flow: `specfleet init lab/` (an inventory and a plan for the demo pair), then
+    `specfleet plan lock lab/plan.yml`, `specfleet sweep lab/plan.lock.json -i
+    lab/inventory/`, and `specfleet review --out review/`.
     """
 
 

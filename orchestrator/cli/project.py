@@ -34,6 +34,34 @@ def demo_models_build(out: Path, retrain: bool, as_json: bool):
     click.echo(json.dumps(record, indent=2) if as_json else f"models written to {out}")
 
 
+@main.group()
+def models():
+    """Model folders: quantisation tiers made with mlx-lm's own conversion."""
+
+
+@models.command("quantize")
+@click.argument("src", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--bits", type=int, required=True, help="Bits per weight: 2, 3, 4, 5, 6 or 8.")
+@click.option("--group-size", type=int, default=64, show_default=True,
+              help="Weights per quantisation group: 32, 64 or 128.")
+@click.option("--json", "as_json", is_flag=True, help="Print the tier's record as JSON.")
+def models_quantize(src: Path, out: Path, bits: int, group_size: int, as_json: bool):
+    """Write a quantised tier of SRC (an unquantised MLX model folder) to OUT with
+    mlx_lm.convert, recording the source fingerprint, bits and group size in
+    OUT/specfleet-tier.json. Each run's identity names the tier, so tiers never pool.
+
+    \b
+    Example:
+      specfleet models quantize models/draft models/draft-4bit --bits 4
+    """
+    from ..tiers import quantize
+
+    record = quantize(src, out, bits, group_size)
+    click.echo(json.dumps(record, indent=2) if as_json else
+               f"{record['tier']} tier of {src} written to {out} ({record['fingerprint']})")
+
+
 @main.command()
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--models/--no-models", default=True, show_default=True,

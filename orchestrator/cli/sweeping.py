@@ -29,9 +29,10 @@ from .base import (
               help="Re-attach to a sweep's running agents and ingest what they wrote.")
 @click.option("--resume", "resume_id", metavar="SWEEP_ID", default=None,
               help="Restart a sweep's dead agents; they measure only what is missing.")
-@click.option("--provision/--no-provision", default=True, show_default=True,
-              help="Install the locked env on nodes first (--no-provision: nodes bring "
-                   "specfleet_python; the agent still checks the pins).")
+@click.option("--provision/--no-provision", default=None,
+              help="Install the locked env on nodes first (the default when the lock manages "
+                   "environments); --no-provision: nodes bring specfleet_python, and the agent "
+                   "still checks the pins (the default for a plan with platforms: []).")
 @click.option("--reconnect-timeout", type=float, default=120.0, show_default=True,
               help="Seconds to keep reconnecting to a node whose link dropped.")
 @db_option
@@ -58,6 +59,7 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
         chose = kw.get("limit") is not None  # --limit: pick up only these nodes
         hosts, inventory_path = hosts_from(kw)
     store = open_store(db_url)
+    provision = _provision(doc, provision, lambda m: click.echo(m, err=True))
     opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout)
     sweep_id = attach_id or resume_id
     try:
@@ -101,7 +103,8 @@ def _record_failed_nightly(db_url: str | None, lock_path: Path, reason: str) -> 
 @main.command()
 @fleet_options
 @click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--provision/--no-provision", default=True, show_default=True)
+@click.option("--provision/--no-provision", default=None,
+              help="As for `sweep`: on unless the lock manages no environments.")
 @db_option
 def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
     """The scheduled sweep: refuses to start while a previous nightly of the same plan
@@ -119,6 +122,7 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
         # nobody watches a nightly: the night it missed, and why, goes into the store
         _record_failed_nightly(db_url, lock_path, str(e))
         raise
+    provision = _provision(doc, provision, lambda m: None)
     with NightlyGuard(doc["lock_id"]):
         store = open_store(db_url)
         result = start_sweep(doc, hosts, store, inventory=inventory_path,
@@ -141,7 +145,8 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
 @main.command()
 @fleet_options
 @click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--provision/--no-provision", default=True, show_default=True)
+@click.option("--provision/--no-provision", default=None,
+              help="As for `sweep`: on unless the lock manages no environments.")
 @click.option("--metrics", default="decode_tok_s,acceptance_rate,ttft_ms", show_default=True,
               help="Metrics that must agree between nodes.")
 @click.option("--floor", type=float, default=0.03, show_default=True,
@@ -163,6 +168,7 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
     hosts, inventory_path = hosts_from(kw)
     if len(hosts) < 2:
         raise click.UsageError("repro needs at least two nodes (--limit a,b)")
+    provision = _provision(doc, provision, lambda m: click.echo(m, err=True))
     store = open_store(db_url)
     result = start_sweep(doc, hosts, store, inventory=inventory_path,
                          opts=SweepOptions(ssh=ssh, provision=provision, trigger="repro"),
@@ -193,3 +199,20 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
     # 3: the data could not answer (unreliable or nothing compared), not a disagreement
     sys.exit(0 if report["reproducible"] else 3 if report["verdict"].startswith(
         "inconclusive") else 1)
+
+
+def _provision(doc: dict | None, asked: bool | None, say) -> bool:
+    """Declared = applied: a plan with ``platforms: []`` manages no environments, so its
+    sweeps do not provision (the nodes bring their Python, the agent checks the pins);
+    asking for --provision then is refused rather than ignored."""
+    manages = bool(doc and doc.get("platforms"))
+    if asked is None:
+        if doc is not None and not manages:
+            say("this lock manages no environments (environment.platforms: []): nodes use "
+                "their own Python (specfleet_python); the agent checks the pins")
+        return manages if doc is not None else True
+    if asked and doc is not None and not manages:
+        raise click.UsageError("--provision: this lock manages no environments (its plan sets "
+                               "environment.platforms: []); drop --provision, or list the "
+                               "platforms to install in the plan")
+    return asked

@@ -28,7 +28,8 @@ METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate")
 HIGHER_IS_BETTER = {"decode_tok_s": True, "ttft_ms": False, "itl_p95_ms": False,
                     "acceptance_rate": True}
 IDENTITY_KEYS = ("node", "chip", "env_id", "mlx_version", "mlx_lm_version", "os_build",
-                 "target_fingerprint", "draft_fingerprint", "prompt_sha256", "model_pair",
+                 "target_fingerprint", "draft_fingerprint", "target_quant", "draft_quant",
+                 "prompt_sha256", "model_pair",
                  "engine", "power_source")
 FILTERS = {"sweep", "week", *IDENTITY_KEYS}
 SIGNIFICANT_P = 0.01

@@ -20,7 +20,7 @@ from ..store import Store
 from ..store.models import Run, Sweep
 
 LEVEL_IDENTITY = ("env_id", "mlx_version", "mlx_lm_version", "os_build", "prompt_sha256",
-                  "target_fingerprint", "draft_fingerprint")
+                  "target_fingerprint", "draft_fingerprint", "target_quant", "draft_quant")
 
 Nights = list[tuple[date, float, dict]]
 

@@ -30,7 +30,7 @@ from .runtimes import agent_notices, side_by_side
 from .verdict import decide
 
 IDENTITY = ("env_id", "mlx_version", "mlx_lm_version", "os_build", "node", "prompt_sha256",
-            "target_fingerprint", "draft_fingerprint")
+            "target_fingerprint", "draft_fingerprint", "target_quant", "draft_quant")
 DEFAULT_GATES = {"min_speedup": 1.16, "itl_p95_ceiling_ms": 50.0, "acceptance_floor": 0.55,
                  "ttft_regression_limit": 0.08, "swap_ceiling_bytes": 1.5e9,
                  "task_pass_tolerance": 0.005, "failed_acceptance": 0.40,
@@ -126,6 +126,7 @@ def identity_key(ident: dict) -> tuple:
 LABELS = {"env_id": "env id", "mlx_version": "mlx", "mlx_lm_version": "mlx-lm",
           "os_build": "OS build", "node": "node", "prompt_sha256": "prompts",
           "target_fingerprint": "target weights", "draft_fingerprint": "draft weights",
+          "target_quant": "target tier", "draft_quant": "draft tier",
           "chip": "chip", "power_source": "power source"}
 
 

@@ -327,7 +327,9 @@ class Store:
                     "target_fingerprint": e["fingerprints"]["target"],
                     "draft_fingerprint": e["fingerprints"]["draft"],
                     "os_build": (facts or {}).get("os_build"),
-                    "chip": (facts or {}).get("chip")}
+                    "chip": (facts or {}).get("chip"),
+                    "target_quant": (e.get("quantization") or {}).get("target"),
+                    "draft_quant": (e.get("quantization") or {}).get("draft")}
         now = datetime.now(timezone.utc)
         stmt = self._insert(SweepNode).values(sweep_id=sweep_id, node=node, state="running",
                                               identity=identity, updated_at=now)
@@ -429,7 +431,8 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "draft_fingerprint": identity.get("draft_fingerprint"),
         "prompt_sha256": e.get("prompt_sha256"), "os_build": identity.get("os_build"),
         "chip": identity.get("chip"), "power_source": identity.get("power_source"),
-        "model_pair": identity.get("model_pair"), "engine": e.get("engine") or "mlx-lm"}
+        "model_pair": identity.get("model_pair"), "engine": e.get("engine") or "mlx-lm",
+        "target_quant": identity.get("target_quant"), "draft_quant": identity.get("draft_quant")}
 
 
 def open_store(url: str | None = None, migrate: bool = True) -> Store:

@@ -286,6 +286,9 @@ class Run(Base):
     model_pair: Mapped[str | None] = mapped_column(String(255))
     # added in 0007: what generated the tokens (mlx-lm in process, or a runtime by name)
     engine: Mapped[str | None] = mapped_column(String(64))
+    # added in 0010: the tier each model's weights are stored at (part of the identity)
+    target_quant: Mapped[str | None] = mapped_column(String(32))
+    draft_quant: Mapped[str | None] = mapped_column(String(32))
 
 
 # Since 0009 a view over the generation events' own telemetry windows, not a table: the

@@ -90,6 +90,7 @@ SAMPLE_RULES = _rules(TelemetrySample, ("ts", *[
 SUMMARY_RULES = _rules(Run, ("workload", "mode", "knob", "context_bucket", "prompt_sha256",
                              "engine"))
 KNOB_VALUE_MAX: int = Measurement.__table__.c["knob_value"].type.length  # type: ignore[attr-defined]
+QUANT_MAX: int = Run.__table__.c["draft_quant"].type.length  # type: ignore[attr-defined]
 
 
 def _value_problem(name: str, v: Any, kind: int, size: int, nullable: bool) -> str | None:
@@ -215,6 +216,14 @@ def _check_environment(e: dict) -> str | None:
     for k, v in e["versions"].items():
         if v is not None and (type(v) is not str or len(v) > 32):
             return f"versions.{k} must be a version string"
+    quant = e.get("quantization")  # events 1.2
+    if quant is not None:
+        if type(quant) is not dict:
+            return "quantization must be an object"
+        for role in ("target", "draft"):
+            v = quant.get(role)
+            if v is not None and (type(v) is not str or len(v) > QUANT_MAX or "\x00" in v):
+                return f"quantization.{role} must be a string of at most {QUANT_MAX} characters"
     return None
 
 

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from agent.fingerprint import VERIFY_MAX_AGE_S, manifest, model_files
 
@@ -143,6 +144,21 @@ def load_plan(path: str | Path) -> Plan:
                 raw=json.loads(json.dumps(data)))
 
 
+def _tier(folder: Path) -> dict:
+    """A model's quantisation tier, and where it came from when specfleet made it."""
+    from agent.checks import quant_tier
+
+    from ..tiers import TIER_FILE
+
+    out: dict = {"tier": quant_tier(folder)}
+    made = folder / TIER_FILE
+    if made.is_file():
+        record = json.loads(made.read_text())
+        out.update({k: record.get(k) for k in ("source_fingerprint", "bits", "group_size",
+                                                "mlx_lm")})
+    return out
+
+
 def _check_vocabularies(target: Path, draft: Path, path: Path, data: dict) -> None:
     """A draft of another vocabulary is refused here, with what differs: at run time it
     is no error, only acceptance near zero."""
@@ -238,10 +254,12 @@ def build_lock(plan: Plan, log=print) -> dict:
         lock = resolve(plan.packages, plan.python, platform_node(desc, plan.python), log)
         locked[desc] = {"env_id": lock.env_id, "platform_key": lock.platform_key,
                         "wheels": list(lock.wheels)}
-    models = {role: {"path": str(d), "manifest": manifest(d)} for role, d in plan.models.items()}
+    models: dict[str, dict[str, Any]] = {role: {"path": str(d), "manifest": manifest(d)}
+                                         for role, d in plan.models.items()}
     for m in models.values():
         m["fingerprint"] = "sha256:" + hashlib.sha256(json.dumps(
             m["manifest"], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        m["tier"] = _tier(Path(m["path"]))
     w = plan.section("workloads")
     buckets = tuple(w.get("context") or ("short",))
     sources = [str(plan.path.parent / spec) if spec.endswith(".jsonl") else spec
