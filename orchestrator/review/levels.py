@@ -55,7 +55,8 @@ def nightly_levels(store: Store, start: datetime, end: datetime, totals: dict | 
                 *(func.max(case((reliable, getattr(Run, k)))) for k in LEVEL_IDENTITY))
          .group_by(*keys))
     if len(nights) < len(all_sweeps):  # a window: only its sweeps' runs (by index)
-        q = q.where(Run.sweep_id.in_(list(nights)))
+        q = q.where(Run.sweep_id.in_(select(Sweep.id).where(Sweep.created_at >= start,
+                                                            Sweep.created_at < end)))
     acc: dict[tuple, dict[date, list]] = defaultdict(dict)
     with store.engine.connect() as c:
         for row in c.execute(q):
