@@ -68,3 +68,14 @@ def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print) -> Path
         f"stored; events written to {events}")
     render_review(store, workdir / "sweep.html", result.sweep_id)
     return write_review(store, workdir / "review.html")["html"]
+
+
+def next_steps(workdir: Path, exe: str = "specfleet") -> list[str]:
+    """What to open or run after the demo: its two pages and a command that reads its
+    store (printed by `specfleet demo`; the store is not the default one, hence --db)."""
+    workdir = workdir.resolve()
+    return ["next:",
+            f"  this sweep, baseline vs each draft width:  {workdir / 'sweep.html'}",
+            f"  the weekly review (one verdict per series): {workdir / 'review.html'}",
+            f"  the store from the command line:            {exe} sweeps list --db "
+            f"sqlite:///{workdir / 'specfleet.db'}"]

@@ -36,3 +36,24 @@ def test_help_explains_each_command():
         out = runner.invoke(main, [*cmd, "--help"]).output
         assert "Usage: " in out and len(out.splitlines()) > 4, cmd
     assert "SPECFLEET_DB" in runner.invoke(main, ["sweep", "--help"]).output
+
+
+def test_the_demo_says_what_to_open_and_run_next_and_that_command_works(tmp_path):
+    """`make demo` ends with the two pages and a command that reads the demo's store (it
+    is not the default store); the printed command runs as printed."""
+    import shlex
+
+    from orchestrator.demo import next_steps
+    from orchestrator.store import open_store
+
+    work = tmp_path / ".specfleet-demo"
+    work.mkdir()
+    open_store(f"sqlite:///{work / 'specfleet.db'}").record_failed_start(
+        "s1", "planted", trigger="manual")
+    lines = next_steps(work)
+    assert lines[0] == "next:" and str(work.resolve() / "sweep.html") in lines[1]
+    assert str(work.resolve() / "review.html") in lines[2]
+    args = shlex.split(lines[3].split(":", 1)[1])
+    assert args[0] == "specfleet"
+    r = CliRunner().invoke(main, args[1:])
+    assert r.exit_code == 0 and "s1" in r.output, r.output  # the demo's store, not an empty one

@@ -77,12 +77,22 @@ def init(folder, models):
 
 @main.command()
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path(".specfleet-demo"), show_default=True)
-@click.option("--max-tokens", type=int, default=None)
+              default=Path(".specfleet-demo"), show_default=True,
+              help="Folder for the demo's models, plan, store, node files and pages.")
+@click.option("--max-tokens", type=int, default=None,
+              help="Tokens generated per prompt (default: each workload's own).")
 def demo(workdir: Path, max_tokens: int | None):
     """The embedded default: build the pair, sweep the local node, write the review."""
-    from ..demo import run_demo
+    import os
+    import sys
+
+    from ..demo import next_steps, run_demo
 
     review_path = run_demo(workdir, max_tokens=max_tokens,
                            log=lambda m: click.echo(m, err=True))
     click.echo(f"review written to {review_path.resolve()}")
+    # the command as this shell can run it: `make demo` runs .venv/bin/specfleet, which is
+    # not on PATH until the venv is activated
+    exe = sys.argv[0] if os.path.basename(sys.argv[0]) == "specfleet" else "specfleet"
+    for line in next_steps(workdir, os.path.relpath(exe) if os.sep in exe else exe):
+        click.echo(line)
