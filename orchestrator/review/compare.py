@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..store import Store
 from ..store.models import Run, Sweep
 from .ranktest import mann_whitney
-from .weekly import iso_week_bounds
+from .weekly import config_label, iso_week_bounds
 
 METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate")
 HIGHER_IS_BETTER = {"decode_tok_s": True, "ttft_ms": False, "itl_p95_ms": False,
@@ -85,10 +85,6 @@ def _key(r) -> tuple:
             r.num_draft_tokens)
 
 
-def _config(mode: str, k: int) -> str:
-    return "baseline" if mode == "baseline" else f"speculative k={k}"
-
-
 def _values(runs: list, metric: str) -> list[float]:
     return [v for r in runs for v in ((r.summary or {}).get("values") or {}).get(metric) or []
             if v is not None]
@@ -129,7 +125,7 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
     rows = []
     for key in sorted(set(by_a) | set(by_b), key=lambda k: tuple(map(str, k))):
         workload, bucket, engine, mode, k = key
-        config = _config(mode, k)
+        config = config_label(mode, k)
         for metric in METRICS:
             va, vb = _values(by_a.get(key, []), metric), _values(by_b.get(key, []), metric)
             if not va and not vb:
@@ -150,7 +146,7 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
                     row["verdict"] = "same within noise"
             rows.append(row)
     aside = [{"side": side, "sweep_id": r.sweep_id, "node": r.node, "workload": r.workload,
-              "config": _config(r.mode, r.num_draft_tokens),
+              "config": config_label(r.mode, r.num_draft_tokens),
               "reasons": (r.summary or {}).get("unreliable_reasons") or ["unreliable"]}
              for side, s in (("A", a), ("B", b)) for r in s.set_aside]
     return {"a": a_sel, "b": b_sel, "runs": [len(a.runs), len(b.runs)],

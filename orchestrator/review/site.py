@@ -22,7 +22,7 @@ from .changepoints import change_points
 from .levels import nightly_levels
 from .report import environment
 from .rules import DEFAULT_RULES, load_rules
-from .weekly import analyse, identity_changes, identity_key
+from .weekly import analyse, config_label, identity_changes, identity_key
 
 EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
@@ -47,7 +47,8 @@ def sparkline(values: list[float], width: int = 120, height: int = 24) -> str:
             f'points="{pts}"/></svg>')
 
 
-def history_chart(nights: list, cps: list[dict], width: int = 900, height: int = 220) -> str:
+def history_chart(nights: list, cps: list[dict], changes: list[dict], width: int = 900,
+                  height: int = 220) -> str:
     """Nightly medians as a line, change points as red verticals, identity changes as
     grey ticks (their words are in the table below the chart)."""
     if not nights:
@@ -69,10 +70,10 @@ def history_chart(nights: list, cps: list[dict], width: int = 900, height: int =
              f'{height}" role="img">',
              f'<text x="4" y="{pad - 10}" font-size="11">{hi:.1f}</text>',
              f'<text x="4" y="{height - 8}" font-size="11">{lo:.1f}</text>']
-    for i in range(1, n):
-        if identity_key(nights[i][2]) != identity_key(nights[i - 1][2]):
-            parts.append(f'<line class="identity-change" x1="{x(i):.1f}" x2="{x(i):.1f}" '
-                         f'y1="{pad}" y2="{height - pad}" stroke="#999" stroke-dasharray="3,3"/>')
+    for ch in changes:
+        i = index[ch["date"]]
+        parts.append(f'<line class="identity-change" x1="{x(i):.1f}" x2="{x(i):.1f}" '
+                     f'y1="{pad}" y2="{height - pad}" stroke="#999" stroke-dasharray="3,3"/>')
     for cp in cps:
         at = index.get(cp["date"])
         if at is not None:
@@ -115,9 +116,9 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
                         "what": identity_changes(nights[i - 1][2], nights[i][2])}
                        for i in range(1, len(nights))
                        if identity_key(nights[i][2]) != identity_key(nights[i - 1][2])]
-            configs.append({"name": "baseline" if mode == "baseline" else f"speculative k={k}",
+            configs.append({"name": config_label(mode, k),
                             "nights": [(d.isoformat(), v) for d, v, _ in nights],
-                            "chart": history_chart(nights, cps), "change_points": cps,
+                            "chart": history_chart(nights, cps, changes), "change_points": cps,
                             "identity_changes": changes})
         base: dict = next((c for c in configs if c["name"] == "baseline"),
                     configs[0] if configs else {"nights": []})

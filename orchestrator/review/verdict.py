@@ -24,6 +24,8 @@ import re
 from typing import Any
 
 MIN_RUNS = 3
+DECISIONS = ("production candidate", "graded fallback", "keep autoregressive",
+             "needs more data")  # the order the page counts them in
 LADDER_RULES = frozenset({"draft-mismatch", "stop-widening", "net-loss", "bursty-rollbacks",
                           "fallback-order"})
 _MACOS_BUILD = re.compile(r"^\d{2}[A-Z]\d{1,4}[a-z]?$")  # e.g. 24A335, 23F79, 22G120a

@@ -27,7 +27,7 @@ from .levels import nightly_levels
 from .ranktest import mann_whitney
 from .rules import Rule, fire
 from .runtimes import agent_notices, side_by_side
-from .verdict import decide
+from .verdict import DECISIONS, decide
 
 IDENTITY = ("env_id", "mlx_version", "mlx_lm_version", "os_build", "node", "prompt_sha256",
             "target_fingerprint", "draft_fingerprint", "target_quant", "draft_quant")
@@ -117,6 +117,11 @@ def load_runs(store: Store, start: datetime, end: datetime,
 def _vals(runs: list[RunRow], metric: str) -> list[float]:
     return [v for r in runs for v in (r.summary.get("values") or {}).get(metric) or []
             if v is not None]
+
+
+def config_label(mode: str, k: int) -> str:
+    """A config as every page names it: "baseline" or "speculative k=3"."""
+    return "baseline" if mode == "baseline" else f"speculative k={k}"
 
 
 def identity_key(ident: dict) -> tuple:
@@ -461,7 +466,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                     st.classification = "set aside: every run unreliable"
                 stats[ck] = st
             section["set_aside"] = [
-                {"config": "baseline" if m == "baseline" else f"speculative k={k}",
+                {"config": config_label(m, k),
                  "runs": len(rs), "of": len(rs) + len(configs[(m, k)]),
                  "reasons": sorted({x for r in rs for x in
                                     r.summary.get("unreliable_reasons") or ["unknown"]})}
@@ -514,7 +519,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                                    cause=identity_changes(prev, ident) if then else [])
                         section["regressions"].append(reg)
             section["change_points"] = [
-                {"config": "baseline" if mode == "baseline" else f"speculative k={k}",
+                {"config": config_label(mode, k),
                  "metric": "decode_tok_s", **cp}
                 for (mode, k) in sorted(configs)
                 for cp in change_points(levels.get(key, {}).get((mode, k), []),
@@ -537,8 +542,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                        "runs_this_week": len(this_week), "set_aside_runs": set_aside_runs,
                        "stale": sum(1 for s in out if s["stale"]),
                        "verdicts": {d: sum(1 for s in out if s["verdict"]["decision"] == d)
-                                    for d in ("production candidate", "graded fallback",
-                                              "keep autoregressive", "needs more data")}}}
+                                    for d in DECISIONS}}}
 
 
 def _decode_share(base_runs: list[RunRow]) -> float | None:
