@@ -35,7 +35,7 @@ def check_environment(job: Job, cache_file: Path) -> dict:
             raise EnvironmentMismatch(
                 f"{dist} {versions.get(dist)} is installed but the job pins {want}")
     prints, stats = {}, {}
-    for role, ref in (("target", job.target), ("draft", job.draft)):
+    for role, ref in _refs(job):
         try:
             got, stats[role] = cached_fingerprint(ref.path, cache_file, job.verify_weights)
         except OSError as e:
@@ -45,8 +45,12 @@ def check_environment(job: Job, cache_file: Path) -> dict:
                 f"{role} model at {ref.path} has fingerprint {got}, job expects {ref.fingerprint}")
         prints[role] = got
     return {"versions": versions, "fingerprints": prints, "fingerprint_cache": stats,
-            "quantization": {role: quant_tier(Path(ref.path))
-                             for role, ref in (("target", job.target), ("draft", job.draft))}}
+            "quantization": {role: quant_tier(Path(ref.path)) for role, ref in _refs(job)}}
+
+
+def _refs(job: Job) -> list:
+    """(role, ModelRef) of every model the job names: the pair, or the whole lineup."""
+    return list(job.models.items()) or [("target", job.target), ("draft", job.draft)]
 
 
 def quant_tier(folder: Path) -> str | None:
@@ -67,21 +71,33 @@ def quant_tier(folder: Path) -> str | None:
         f" {mode}" if mode and mode != "affine" else "")
 
 
-def load_pair(job: Job):
-    """Load target and draft once; refuse pairs that cannot speculate."""
+def load_models(job: Job) -> dict:
+    """Every model of the job loaded once, role → (model, tokenizer); refuses a pair of the
+    lineup that cannot speculate."""
     from mlx_lm import load
 
     loaded = {}
-    for role, ref in (("target", job.target), ("draft", job.draft)):
+    for role, ref in _refs(job):
         try:
             loaded[role] = load(ref.path)
         except Exception as e:  # mlx-lm raises many types for a bad folder
             raise ModelLoadError(f"{role} model at {ref.path} does not load: "
                                  f"{type(e).__name__}: {e}") from e
-    (target, tokenizer), (draft, draft_tok) = loaded["target"], loaded["draft"]  # type: ignore[misc]  # load() returns (model, tokenizer) unless asked for its config
-    check_same_tokenizer(tokenizer, draft_tok)
-    check_trimmable(target, "target")
-    check_trimmable(draft, "draft")
+    for role, (model, _) in loaded.items():  # type: ignore[misc]  # load() returns (model, tokenizer) unless asked for its config
+        check_trimmable(model, role)
+    for t, d in job.lineup:
+        try:
+            check_same_tokenizer(loaded[t][1], loaded[d][1])
+        except SpeculationUnsupported as e:
+            raise SpeculationUnsupported(f"{d} with {t}: {e}" if len(job.lineup) > 1
+                                         else str(e)) from None
+    return loaded
+
+
+def load_pair(job: Job):
+    """Load target and draft once; refuse pairs that cannot speculate."""
+    loaded = load_models(job)
+    (target, tokenizer), (draft, _) = loaded["target"], loaded["draft"]
     return target, draft, tokenizer
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,7 @@ BUCKETS = ("short", "medium", "long")
 JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline", "base", "knobs",
             "repetitions", "warmup_tokens", "decode_skip_tokens", "seed", "telemetry_interval_s",
             "cv_threshold", "contention_threshold", "memory_bandwidth_gbs", "soak",
-            "quality_tasks", "sweep_id", "engine", "verify_weights", "python"}
+            "quality_tasks", "sweep_id", "engine", "verify_weights", "python", "lineup"}
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
                  "max_tokens", "description", "tools"}
 SOAK_KEYS = {"duration_s", "num_draft_tokens", "max_tokens", "workload", "rss_growth_limit",
@@ -69,6 +70,10 @@ class Job:
     engine: dict = field(default_factory=dict)
     verify_weights: str = "daily"  # how old a weight file's last full hash may be
     python: str | None = None  # MAJOR.MINOR the plan declares (environment.python)
+    # every model by role ("target", "draft", "draft-2" …) and the (target, draft) pairs
+    # the sweep measures; one pair unless the plan declares a lineup
+    models: dict = field(default_factory=dict)
+    lineup: tuple[tuple[str, str], ...] = (("target", "draft"),)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -157,10 +162,18 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
     models = _require(raw, "models", dict, path, "job")
     refs = {}
     for role in ("target", "draft"):
-        m = _require(models, role, dict, path, "models")
+        _require(models, role, dict, path, "models")
+    if len(models) > protocol.MAX_ROLES:
+        raise _fail(path, f"models: at most {protocol.MAX_ROLES} models in one job")
+    for role, m in models.items():
+        if not re.fullmatch(protocol.MODEL_ROLE, role):
+            raise _fail(path, f"models: {role!r} is not a role (target, draft, draft-2 …)")
+        if not isinstance(m, dict):
+            raise _fail(path, f"models.{role}: expected an object")
         _no_unknown(m, {"path", "fingerprint", "source"}, path, f"models.{role}")
         refs[role] = ModelRef(_require(m, "path", str, path, f"models.{role}"),
                               m.get("fingerprint"))
+    lineup = _lineup(raw, refs, path)
     workloads = [_workload(w, i, path)
                  for i, w in enumerate(_require(raw, "workloads", list, path, "job"))]
     if not workloads:
@@ -200,6 +213,10 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
     if not isinstance(duration, (int, float)) or duration <= 0:
         raise _fail(path, "soak.duration_s: must be a number of seconds > 0")
     engine = _engine(raw, path)
+    if len(lineup) > 1 and (engine or mode == "soak"):
+        raise _fail(path, "lineup: several models are measured in process, in a sweep; " + (
+            "an http engine's variants start their own models: declare one variant per "
+            "model" if engine else "a soak watches one config: choose one draft"))
     soak = _soak_target(soak, engine, path)
     verify = raw.get("verify_weights", "daily")
     if verify not in VERIFY_MAX_AGE_S:
@@ -219,7 +236,31 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
         contention_threshold=_share(raw, "contention_threshold", 0.25, path),
         memory_bandwidth_gbs=raw.get("memory_bandwidth_gbs"), soak=soak,
         quality_tasks=tuple(raw.get("quality_tasks", ())), engine=engine,
-        verify_weights=verify, python=_python(raw, path), raw=raw)
+        verify_weights=verify, python=_python(raw, path), models=refs, lineup=lineup,
+        raw=raw)
+
+
+def _lineup(raw: dict, refs: dict, path: Path) -> tuple[tuple[str, str], ...]:
+    """The (target, draft) pairs to measure: each names roles of the job's models, each
+    once; every model is in some pair (a model nothing measures must not be pushed and
+    fingerprinted for nothing)."""
+    lineup = raw.get("lineup", [["target", "draft"]])
+    if not isinstance(lineup, list) or not lineup or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(r, str) for r in p)
+            for p in lineup):
+        raise _fail(path, "lineup: a non-empty list of [target role, draft role] pairs")
+    pairs = [(t, d) for t, d in lineup]
+    for t, d in pairs:
+        for role, kind in ((t, "target"), (d, "draft")):
+            if role not in refs or protocol.role_kind(role) != kind:
+                raise _fail(path, f"lineup: {role!r} is not a {kind} role of the job's models "
+                                  f"({', '.join(sorted(refs))})")
+    if len(set(pairs)) != len(pairs):
+        raise _fail(path, "lineup: a pair is listed twice")
+    unused = sorted(set(refs) - {r for p in pairs for r in p})
+    if unused:
+        raise _fail(path, f"lineup: no pair measures {', '.join(unused)}")
+    return tuple(pairs)
 
 
 def _python(raw: dict, path: Path) -> str | None:

@@ -39,6 +39,8 @@ class Variant:
     name: str
     speculative: bool
     num_draft_tokens: int | None = None  # fixed by the variant (http); None: the config's
+    reference: str | None = None  # the baseline it is compared with; None: the engine's first
+    models: tuple[str, str | None] | None = None  # (target, draft) roles, in a lineup
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class Slot:
     config: dict
     fields: dict
     repetition: int
+    reference: str | None = None      # the baseline variant of its pairing
+    partner: Variant | None = None    # the candidate of its pairing (itself, for one)
 
     @property
     def mode(self) -> str:
@@ -140,21 +144,28 @@ def config_for(job: Job, v: Variant, cfg: dict) -> dict:
 
 def build_plan(job: Job, engine: Engine) -> list[Slot]:
     variants = list(engine.variants)
-    reference = variants[0] if variants and not variants[0].speculative else None
-    others: list[Variant | None] = [v for v in variants if v is not reference]
+    by_name = {v.name: v for v in variants}
+    first = variants[0] if variants and not variants[0].speculative else None
+    # a lineup has one baseline per target: each candidate names its own
+    named = {v.reference for v in variants if v.reference}
+    others: list[Variant | None] = [v for v in variants
+                                    if v is not first and v.name not in named]
     plan: list[Slot] = []
     for w in job.workloads:
         for rep in range(job.repetitions):
             for knob, value, cfg, fields in candidates(job, engine):
-                # each candidate after the reference; only a reference: it alone
+                # each candidate after its reference; only a reference: it alone
                 for v in others or [None]:
+                    reference = by_name[v.reference] if v is not None and v.reference \
+                        else first
                     pair = [x for x in (reference, v) if x is not None]
                     for var in pair:
                         c = config_for(job, var, cfg)
                         k, kv = (knob, value) if knob else (
                             ("variant", var.name) if engine.name == "http"
                             else ("num_draft_tokens", cfg["num_draft_tokens"]))
-                        plan.append(Slot(w, var, k, kv, c, fields, rep))
+                        plan.append(Slot(w, var, k, kv, c, fields, rep,
+                                         reference.name if reference else None, v or var))
     if engine.holds_all_variants:
         return plan
     order = {v.name: i for i, v in enumerate(variants)}  # stable: plan order within a block
@@ -260,13 +271,14 @@ class Loop:
                                  "prompt_tokens": engine.prompt_tokens(w),
                                  "max_tokens": w.max_tokens, "kind": w.kind,
                                  "context_bucket": w.context_bucket} for w in job.workloads])
-        reference = engine.variants[0].name if not engine.variants[0].speculative else None
         refs: dict[tuple, list] = {}
         outputs: dict[tuple, dict] = {}
         gens: list[dict] = []
         for i, slot in enumerate(plan):
             w, cfg = slot.workload, slot.config
-            key = (w.name, *(cfg.get(k) for k in SAMPLING_DEFAULTS))
+            # outputs are compared with the same target's baseline (a lineup has several)
+            key = (slot.reference, w.name, *(cfg.get(k) for k in SAMPLING_DEFAULTS))
+            reference = slot.reference
             if i in done:  # resumed: its numbers are in the journal already
                 g = done[i]
                 if slot.variant.name == reference:
@@ -337,6 +349,8 @@ class Loop:
         for s in configs.values():
             cfg = {**s.config, "temperature": 0.0}
             names, event_cfg = self.engine.describe(s)
+            if "models" in names and not s.variant.speculative:  # a target's baseline
+                names = {**names, "models": {"target": names["models"]["target"]}}
             results = []
             why = self.ready(s.variant)
             for task in self.job.quality_tasks:

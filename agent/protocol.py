@@ -15,6 +15,12 @@ Format history
 - events 1.2: ``environment_checked`` carries ``quantization``: per role (target, draft)
   the tier its weights are stored at ("8-bit g64", "unquantised"), read from the model's
   own config.json; optional, so a 1.1 agent's events still decode.
+- events 1.3: a job may hold a model lineup (several targets and drafts, roles ``target``,
+  ``target-2``, ``draft``, ``draft-2`` …, see ``MODEL_ROLE``); ``environment_checked``
+  then carries a fingerprint and a tier per role, and every ``generation`` and
+  ``config_summary`` of a lineup names its pair in ``models`` (``{"target": role,
+  "draft": role}``), so a result is never pooled across pairs. Optional: a job of one
+  pair writes what 1.2 wrote.
 """
 
 from __future__ import annotations
@@ -25,8 +31,21 @@ from typing import Any
 
 JOB_SCHEMA = 1
 EVENT_SCHEMA_MAJOR = 1
-EVENT_SCHEMA_MINOR = 2
+EVENT_SCHEMA_MINOR = 3
 EVENT_SCHEMA = f"{EVENT_SCHEMA_MAJOR}.{EVENT_SCHEMA_MINOR}"
+
+# -- model roles -----------------------------------------------------------------------
+
+# A job's models: one target and one draft (roles "target", "draft"), or a lineup with
+# more of either ("target-2", "draft-3" …). The pattern bounds what a node may name.
+MODEL_ROLE = r"(target|draft)(-[1-9][0-9]?)?"
+MAX_ROLES = 24
+
+
+def role_kind(role: str) -> str:
+    """"draft-3" → "draft"."""
+    return role.split("-", 1)[0]
+
 
 # -- exit codes of `python -m agent run` ------------------------------------------------
 

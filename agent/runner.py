@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from . import AGENT_VERSION
-from .checks import check_environment, load_pair
+from .checks import check_environment, load_models
 from .job import Job
 from .journal import Journal
 from .loop import Engine, Loop, Variant
@@ -48,9 +48,9 @@ def run_job(job: Job, journal: Journal, *, cache_file: Path, resume: bool = Fals
         from .mlxengine import MlxEngine
 
         t = time.perf_counter()
-        target, draft, tokenizer = load_pair(job)
+        loaded = load_models(job)
         load_s = time.perf_counter() - t
-        engine = mlx = MlxEngine(job, target, draft, tokenizer)
+        engine = mlx = MlxEngine(job, loaded)
         journal.emit("models_loaded", load_s=round(load_s, 3), **mlx.roof)
     try:
         with Sampler(job.telemetry_interval_s) as sampler:

@@ -109,8 +109,9 @@ def exactness(tokens: list, reference: list | None, cfg: dict) -> dict:
     return {"exact_match": False, "exactness": "diverged", "first_divergence": first}
 
 
-def _config_key(workload: str, mode: str, cfg: dict) -> tuple:
-    return (workload, mode, json.dumps(cfg, sort_keys=True))
+def _config_key(workload: str, mode: str, cfg: dict, models: dict | None = None) -> tuple:
+    # a lineup's pairs never pool: each has its own baseline and candidates
+    return (workload, mode, json.dumps(cfg, sort_keys=True), json.dumps(models, sort_keys=True))
 
 
 def _sampling_only(cfg: dict) -> str:
@@ -129,8 +130,9 @@ def emit_summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
     """One summary per distinct (workload, mode, config): baselines pool across pairings."""
     groups: dict[tuple, list[dict]] = {}
     for g in gens:
-        groups.setdefault(_config_key(g["workload"], g["mode"], g["config"]), []).append(g)
-    for (workload, mode, _), gs in groups.items():
+        groups.setdefault(_config_key(g["workload"], g["mode"], g["config"], g.get("models")),
+                          []).append(g)
+    for (workload, mode, _, pair), gs in groups.items():
         cfg = gs[0]["config"]
         s = config_summary(gs, job.cv_threshold)
         checked = [g for g in gs if g.get("parity") in ("ok", "mismatch")]
@@ -144,21 +146,24 @@ def emit_summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
                                                   for g in bad)}
         if mode == "speculative" and cfg["temperature"] > 0:
             want = _sampling_only({**cfg, **job.baseline})
-            base = next((bs for (bw, bm, _), bs in groups.items() if bw == workload
-                         and bm == "baseline" and _sampling_only(bs[0]["config"]) == want), [])
+            base = next((bs for (bw, bm, _, bp), bs in groups.items() if bw == workload
+                         and bm == "baseline" and bp == pair
+                         and _sampling_only(bs[0]["config"]) == want), [])
             s["distribution"] = distribution_test([_sampled_ids(b) for b in base],
                                                   [_sampled_ids(g) for g in gs], seed=job.seed)
         journal.emit("config_summary", workload=workload, context_bucket=gs[0]["context_bucket"],
                      engine=gs[0].get("runtime") or "mlx-lm", mode=mode,
                      knob=None if mode == "baseline" else gs[0]["knob"],
                      knob_value=None if mode == "baseline" else gs[0]["knob_value"],
-                     num_draft_tokens=gs[0]["num_draft_tokens"], config=cfg, **s)
+                     num_draft_tokens=gs[0]["num_draft_tokens"], config=cfg, **s,
+                     **({"models": gs[0]["models"]} if gs[0].get("models") else {}))
     by_bucket: dict[tuple, list[dict]] = {}
     for g in gens:
         if g["mode"] == "speculative" and g.get("acceptance_by_position"):
-            by_bucket.setdefault((g["context_bucket"], g["num_draft_tokens"]), []).append(g)
+            by_bucket.setdefault((g["context_bucket"], g["num_draft_tokens"],
+                                  json.dumps(g.get("models"), sort_keys=True)), []).append(g)
     rows = []
-    for (bucket, k), gs in sorted(by_bucket.items()):
+    for (bucket, k, pair), gs in sorted(by_bucket.items()):
         d = sum(g["drafted_tokens"] for g in gs)
         a = sum(g["accepted_tokens"] for g in gs)
         pos = []
@@ -169,5 +174,6 @@ def emit_summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
                         "rate": round(pa / pd, 4) if pd else None})
         rows.append({"context_bucket": bucket, "num_draft_tokens": k, "drafted_tokens": d,
                      "accepted_tokens": a, "acceptance_rate": round(a / d, 4) if d else None,
-                     "acceptance_by_position": pos})
+                     "acceptance_by_position": pos,
+                     **({"models": gs[0]["models"]} if gs[0].get("models") else {})})
     journal.emit("acceptance_by_bucket", rows=rows)
