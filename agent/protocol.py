@@ -42,6 +42,15 @@ MODEL_ROLE = r"(target|draft)(-[1-9][0-9]?)?"
 MAX_ROLES = 24
 
 
+def model_roles(models: dict) -> list[str]:
+    """The role keys of a models mapping (a job's, a lock's), targets first, in order."""
+    import re
+
+    roles = [k for k in models if re.fullmatch(MODEL_ROLE, k)]
+    return sorted(roles, key=lambda r: (role_kind(r) != "target", int(r.split("-")[1])
+                                        if "-" in r else 1))
+
+
 def role_kind(role: str) -> str:
     """"draft-3" → "draft"."""
     return role.split("-", 1)[0]

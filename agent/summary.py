@@ -163,7 +163,7 @@ def emit_summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
             by_bucket.setdefault((g["context_bucket"], g["num_draft_tokens"],
                                   json.dumps(g.get("models"), sort_keys=True)), []).append(g)
     rows = []
-    for (bucket, k, pair), gs in sorted(by_bucket.items()):
+    for (bucket, k, _pair), gs in sorted(by_bucket.items()):
         d = sum(g["drafted_tokens"] for g in gs)
         a = sum(g["accepted_tokens"] for g in gs)
         pos = []

@@ -163,8 +163,8 @@ def in_process(raw: dict, model, tok, draft, args) -> None:
           f"{args.reps}, {args.max_tokens} tokens, code prompt, decode slope after {SKIP}")
     with Sampler(job.telemetry_interval_s) as sampler, \
             tempfile.TemporaryDirectory() as scratch:
-        loop = Loop(job, Journal(Path(scratch) / "j.jsonl"), MlxEngine(job, {"target": (model, tok), "draft": (draft, tok)}),
-                    sampler)
+        engine = MlxEngine(job, {"target": (model, tok), "draft": (draft, tok)})
+        loop = Loop(job, Journal(Path(scratch) / "j.jsonl"), engine, sampler)
         for label, spec in (("autoregressive", False), ("speculative k=3", True)):
             cfg = {**job.base, "num_draft_tokens": 3}
             v = SPECULATIVE if spec else BASELINE

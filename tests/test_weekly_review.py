@@ -204,7 +204,7 @@ def _low_acceptance_case(tmp_path, generations):
             for i, (ts, acc, k) in enumerate(generations)]
     with store.engine.begin() as c:
         c.execute(Event.__table__.insert(), rows)
-    return {key[3] for key in failed_window_configs(store, [sid], 0.40, 300)}
+    return {key[4] for key in failed_window_configs(store, [sid], 0.40, 300)}
 
 
 def test_low_acceptance_fails_a_run_by_how_long_it_lasts_not_where_the_clock_is(tmp_path):

@@ -23,13 +23,16 @@ def plan():
 @click.option("--json", "as_json", is_flag=True, help="Print the lock's summary as JSON.")
 def plan_lock(plan_path, as_json):
     """Write PLAN.lock.json next to PLAN. Sweeps run only from a lock."""
+    from agent.protocol import model_roles
+
     from ..sweep.plan import load_lock, load_plan, write_lock
 
     out = write_lock(load_plan(plan_path), lambda m: click.echo(m, err=True))
     doc = load_lock(out)
     summary = {"lock": str(out), "lock_id": doc["lock_id"],
                "environments": {d: e["env_id"] for d, e in doc["platforms"].items()},
-               "models": {r: doc["models"][r]["fingerprint"] for r in ("target", "draft")},
+               "models": {r: doc["models"][r]["fingerprint"] for r in model_roles(doc["models"])},
+               "lineup": doc["models"].get("lineup") or [["target", "draft"]],
                "prompts": doc["prompts"]}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
@@ -38,7 +41,11 @@ def plan_lock(plan_path, as_json):
         for d, e in summary["environments"].items():
             click.echo(f"  env {e}  {d}")
         for r, fp in summary["models"].items():
-            click.echo(f"  {r:<7} {fp}")
+            tier = doc["models"][r].get("tier", {}).get("tier")
+            click.echo(f"  {r:<9} {fp}  {tier or ''}".rstrip())
+        if len(summary["lineup"]) > 1:
+            click.echo(f"  lineup: {len(summary['lineup'])} pairs ("
+                       + ", ".join(f"{t}+{d}" for t, d in summary["lineup"]) + ")")
         click.echo(f"  {len(doc['prompts'])} prompts, {len(doc['job']['workloads'])} workloads")
 
 

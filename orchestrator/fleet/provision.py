@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from agent.fingerprint import file_sha256
+from agent.protocol import model_roles
 
 from ..errors import RemoteError, SpecfleetError
 from ..sweep.plan import platform_matches, platform_node
@@ -148,7 +149,8 @@ async def provision_host(host: Host, t, doc: dict, progress=None) -> dict:
         raise SpecfleetError(f"{host.name}: {e}") from None
     agent = await push_agent(t, root)
     weights = await push_model(t, host.name, base_python(host), root,
-                               {r: Path(doc["models"][r]["path"]) for r in ("target", "draft")},
+                               {r: Path(doc["models"][r]["path"])
+                                for r in model_roles(doc["models"])},
                                CONTROLLER_CACHE / "fingerprints.json", progress,
                                verify=doc["models"].get("verify", "daily"))
     check = await t.run(f"cd {q(agent['agent_dir'])} && {q(env['env_python'])} -m agent version")

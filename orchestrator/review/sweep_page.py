@@ -17,6 +17,7 @@ from agent.stats import median
 
 from ..errors import SpecfleetError
 from ..store import Store
+from ..store.db import pair_name
 from ..store.models import Event, Measurement, NodeOutcome, Run, Sweep
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
@@ -74,11 +75,15 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                   for e in c.scalars(select(Event).where(Event.sweep_id == sweep_id,
                                                          Event.type == "generation_failed")
                                      .order_by(Event.node, Event.seq))]
-        quality = {(e.node, e.payload["num_draft_tokens"]): e.payload["pass_rate"]
+        quality = {(e.node, pair_name(e.payload.get("models")), e.payload["num_draft_tokens"]):
+                   e.payload["pass_rate"]
                    for e in c.scalars(select(Event).where(Event.sweep_id == sweep_id,
                                                           Event.type == "quality"))}
+        # a lineup's pairs are sections of their own, named as the weekly review names them
+        pair_names = {p: n for p, n in c.execute(select(Run.pair, Run.model_pair).where(
+            Run.sweep_id == sweep_id, Run.pair.is_not(None)).distinct())}
         summaries = c.execute(select(Run.node, Run.workload, Run.mode, Run.knob,
-                                     Run.knob_value, Run.engine, Run.summary)
+                                     Run.knob_value, Run.engine, Run.summary, Run.pair)
                               .where(Run.sweep_id == sweep_id))
         # http runtimes: which one, and streamed vs non-streamed output per config
         merged: dict[tuple, dict] = {}
@@ -86,7 +91,8 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         # configs whose repetitions the agent flagged (a CV over the threshold): their rows
         # are shown but never concluded from; a flagged baseline voids its section's speedups
         flagged: dict[tuple, list[str]] = {}
-        for n, w, m, kn, kv, e, x in summaries:
+        for n, w0, m, kn, kv, e, x, pr in summaries:
+            w = (w0, pr)
             engines.setdefault((n, w), e)
             if x.get("unreliable_reasons"):
                 key = (n, w, m) + ((None, None) if m == "baseline" else (kn, kv))
@@ -105,18 +111,22 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                 into["first_difference"] = min(offs) if offs else None
         parity = {key: _parity_text(p) for key, p in merged.items()}
         c.expunge_all()
-    groups: dict[tuple[str, str], list] = {}
+    groups: dict[tuple, list] = {}
     for r in runs:
-        groups.setdefault((r.node, r.workload), []).append(r)
+        groups.setdefault((r.node, (r.workload, r.pair)), []).append(r)
     sections = []
-    for (node, workload), rs in sorted(groups.items()):
+    for (node, workload), rs in sorted(groups.items(), key=lambda kv: (
+            kv[0][0], kv[0][1][0], kv[0][1][1] or "")):
+        pair = workload[1]
         rows = _set_aside(_rows(rs), flagged, node, workload)
-        rows = [replace(r, task_pass_rate=quality.get((node, r.num_draft_tokens)),
+        rows = [replace(r, task_pass_rate=quality.get((node, _quality_pair(pair, r.mode),
+                                                       r.num_draft_tokens)),
                         streaming_parity=parity.get((node, workload, r.mode) + (
                             (None, None) if r.mode == "baseline" else (r.knob, r.knob_value))))
                 for r in rows]
         engine = engines.get((node, workload))
-        sections.append({"node": node, "workload": workload, "rows": rows,
+        sections.append({"node": node, "workload": workload[0], "rows": rows,
+                         "pair": pair_names.get(pair) if pair else None,
                          "engine": engine or "mlx-lm",
                          "has_parity": any(r.streaming_parity for r in rows),
                          "context_bucket": rs[0].context_bucket or "short",
@@ -126,6 +136,11 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
             "notices": agent_notices(store, [sweep_id]), "soaks": soak_results(store, sweep_id),
             "set_aside": store.quarantined(sweep_id), "failed_generations": failed}
+
+
+def _quality_pair(pair: str | None, mode: str) -> str | None:
+    """Quality tasks run once per target baseline ("target+None") and once per pair."""
+    return pair.split("+")[0] + "+None" if pair and mode == "baseline" else pair
 
 
 def soak_results(store: Store, sweep_id: str) -> list[dict]:

@@ -21,6 +21,7 @@ from agent.stats import cv, median, percentile
 
 from ..errors import ConfigError
 from ..store import Store
+from ..store.db import pair_name as pair_key
 from ..store.models import Event, NodeOutcome, Plan, Run, Sweep
 from .changepoints import change_points
 from .levels import nightly_levels
@@ -73,6 +74,18 @@ class RunRow:
     identity: dict
     trigger: str | None
     unreliable: bool
+
+    @property
+    def pair(self) -> str | None:
+        """The lineup pair the run belongs to ("target+draft-2"); None for a one-pair plan."""
+        return pair_key(self.summary.get("models"))
+
+    @property
+    def quality_key(self) -> tuple:
+        models = self.summary.get("models")
+        if models and self.mode == "baseline":  # a target's baseline answers once
+            models = {"target": models.get("target")}
+        return (self.sweep_id, self.node, pair_key(models), self.k)
 
     @property
     def shaky(self) -> bool:
@@ -187,8 +200,7 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
                           if any((r.summary.get("values") or {}).get("swap_in_bytes") or [])})
     exact_flags = [r.summary.get("exact") for r in runs]
     reasons = sorted({x for r in runs for x in r.summary.get("unreliable_reasons") or []})
-    rates = [quality[(r.sweep_id, r.node, first.k)] for r in runs
-             if (r.sweep_id, r.node, first.k) in quality]
+    rates = [quality[r.quality_key] for r in runs if r.quality_key in quality]
     parity = [r.summary["parity"] for r in runs if r.summary.get("parity")]
     offsets = [p["first_difference"] for p in parity if p.get("first_difference") is not None]
     return ConfigStats(
@@ -286,14 +298,14 @@ def speculative_generations(store: Store, sweep_ids: list[str]) -> list[tuple]:
 
 def failed_window_configs(store: Store, sweep_ids: list[str], floor: float,
                           window_s: float, rows: list[tuple] | None = None) -> set[tuple]:
-    """(sweep, node, workload, k) whose acceptance stayed under ``floor`` for more than two
+    """(sweep, node, workload, pair, k) whose acceptance stayed under ``floor`` for more than two
     windows of ``window_s`` seconds of generation time (see ``low_for_too_long``)."""
     if rows is None:
         rows = speculative_generations(store, sweep_ids)
     points: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     for sid, node, ts, p in rows:
         if p.get("acceptance_rate") is not None:
-            key = (sid, node, p["workload"], p["num_draft_tokens"])
+            key = (sid, node, p["workload"], pair_key(p.get("models")), p["num_draft_tokens"])
             points[key].append((ts, p["acceptance_rate"]))
     return {key for key, pts in points.items() if low_for_too_long(sorted(pts), floor, window_s)}
 
@@ -328,7 +340,8 @@ def quality_rates(store: Store, sweep_ids: list[str]) -> dict:
     with store.engine.connect() as c:
         rows = c.execute(select(Event.sweep_id, Event.node, Event.payload).where(
             Event.sweep_id.in_(sweep_ids), Event.type == "quality")).all()
-    return {(s, n, p["num_draft_tokens"]): p["pass_rate"] for s, n, p in rows}
+    return {(s, n, pair_key(p.get("models")), p["num_draft_tokens"]): p["pass_rate"]
+            for s, n, p in rows}
 
 
 def _per_run(runs: list[RunRow], metric: str) -> list[float]:
@@ -479,7 +492,8 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             for (mode, k), c in sorted(stats.items(), key=lambda kv: (kv[0][0] != "baseline",
                                                                        kv[0][1])):
                 if mode == "speculative" and base is not None and not c.set_aside:
-                    fw = any((r.sweep_id, r.node, key[2], k) in failed for r in configs[(mode, k)])
+                    fw = any((r.sweep_id, r.node, key[2], r.pair, k) in failed
+                             for r in configs[(mode, k)])
                     c.gates = evaluate_gates(c, base, key[3], series_gates, fw)
                     c.classification = classify(c)
                 section["configs"].append(c.__dict__)
@@ -532,7 +546,8 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
         section["verdict"] = decide(section, facts.get(latest.node))
         out.append(section)
     # a generation event names its workload and bucket; its sweep and node give the rest
-    series_of = {(r.sweep_id, r.node, r.series[2], r.series[3]): r.series for r in this_week}
+    series_of = {(r.sweep_id, r.node, r.series[2], r.series[3], r.pair): r.series
+                 for r in this_week}
     _positions(out, generations, series_of)
     return {"week": label, "start": start.isoformat(), "end": end.isoformat(), "gates": gates,
             "series": out, "side_by_side": side_by_side(out), "sweeps": sweep_ids,
@@ -582,7 +597,8 @@ def _positions(sections: list[dict], rows: list[tuple], series_of: dict[tuple, t
 
     totals = {key(s): ([0] * key(s)[1], [0] * key(s)[1]) for s in want}
     for sid, node, _, p in rows:  # one pass over the events, not one per section
-        series = series_of.get((sid, node, p.get("workload"), p.get("context_bucket") or "short"))
+        series = series_of.get((sid, node, p.get("workload"), p.get("context_bucket") or "short",
+                                pair_key(p.get("models"))))
         t = totals.get((series, p.get("num_draft_tokens")))
         if t is None:
             continue

@@ -19,6 +19,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from agent.protocol import model_roles, role_kind
+
 from ..errors import StoreError
 from .models import (
     Environment,
@@ -330,6 +332,10 @@ class Store:
                     "chip": (facts or {}).get("chip"),
                     "target_quant": (e.get("quantization") or {}).get("target"),
                     "draft_quant": (e.get("quantization") or {}).get("draft")}
+        if len(e["fingerprints"]) > 2:  # a lineup: each result names its pair's roles
+            quant = e.get("quantization") or {}
+            identity["roles"] = {r: {"fingerprint": fp, "quant": quant.get(r)}
+                                 for r, fp in e["fingerprints"].items()}
         now = datetime.now(timezone.utc)
         stmt = self._insert(SweepNode).values(sweep_id=sweep_id, node=node, state="running",
                                               identity=identity, updated_at=now)
@@ -371,10 +377,11 @@ class Store:
                 c.execute(self._insert(Environment).values(
                     env_id=entry["env_id"], platform=desc, python=doc["python"],
                     wheels=entry["wheels"]).on_conflict_do_nothing())
-            for role in ("target", "draft"):
+            for role in model_roles(doc["models"]):
                 m = doc["models"][role]
                 c.execute(self._insert(ModelRecord).values(
-                    fingerprint=m["fingerprint"], role=role, source=doc["models"].get("source"),
+                    fingerprint=m["fingerprint"], role=role_kind(role),
+                    source=doc["models"].get("source"),
                     revision=doc["models"].get("revision"), manifest=m["manifest"]
                 ).on_conflict_do_nothing())
 
@@ -392,7 +399,7 @@ class Store:
 
 
 EVENT_COLUMNS = ("sweep_id", "node", "seq", "type", "ts", "payload")
-MEASUREMENT_TABLE_COLUMNS = ("sweep_id", "node", "seq", "knob_value", "temperature",
+MEASUREMENT_TABLE_COLUMNS = ("sweep_id", "node", "seq", "knob_value", "temperature", "pair",
                              *MEASUREMENT_COLUMNS)
 
 
@@ -405,26 +412,43 @@ def _measurement_tuple(sweep_id: str, node: str, e: dict) -> tuple:
         values[_REASONS_AT] = json.dumps(values[_REASONS_AT])
     kv = e.get("knob_value")
     return (sweep_id, node, e["seq"], None if kv is None else str(kv),
-            e["config"]["temperature"], *values)
+            e["config"]["temperature"], pair_name(e.get("models")), *values)
 
 
 def _measurement_row(sweep_id: str, node: str, e: dict) -> dict:
     return dict(zip(MEASUREMENT_TABLE_COLUMNS, _measurement_tuple(sweep_id, node, e)))
 
 
+def _pair_identity(e: dict, identity: dict) -> dict:
+    """A lineup result's own models: fingerprints, tiers and name of the pair it names."""
+    pair, roles = e.get("models"), identity.get("roles")
+    if not pair or not roles:
+        return identity
+    t, d = roles.get(pair["target"]) or {}, roles.get(pair.get("draft") or "") or {}
+    names = identity.get("role_names") or {}
+    return {**identity, "target_fingerprint": t.get("fingerprint"),
+            "draft_fingerprint": d.get("fingerprint"), "target_quant": t.get("quant"),
+            "draft_quant": d.get("quant"),
+            "model_pair": " / ".join(names.get(r) or r for r in (pair["target"], pair["draft"])
+                                     if r) if names else identity.get("model_pair")}
+
+
 def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
     m = e["metrics"]
+    identity = _pair_identity(e, identity)
     return {
         "sweep_id": sweep_id, "node": node, "workload": e["workload"],
         "context_bucket": e.get("context_bucket"), "mode": e["mode"], "knob": e.get("knob"),
         "knob_value": None if e.get("knob_value") is None else str(e["knob_value"]),
         "num_draft_tokens": e["num_draft_tokens"],
-        "config_key": json.dumps(e["config"], sort_keys=True)[:255], "config": e["config"],
+        # a lineup's pairs share configs: the pair is part of what makes a run one run
+        "config_key": (("" if not e.get("models") else pair_name(e["models"]) + " ")
+                       + json.dumps(e["config"], sort_keys=True))[:255], "config": e["config"],
         "trials": e["trials"], "decode_tok_s_median": m["decode_tok_s"]["median"],
         "decode_tok_s_p95": m["decode_tok_s"]["p95"], "decode_tok_s_cv": m["decode_tok_s"]["cv"],
         "acceptance_median": m["acceptance_rate"]["median"], "unreliable": e["unreliable"],
         "summary": {k: e.get(k) for k in ("metrics", "values", "unreliable_reasons", "exact",
-                                          "distribution", "parity")},
+                                          "distribution", "parity", "models")},
         "env_id": identity.get("env_id"), "mlx_version": identity.get("mlx_version"),
         "mlx_lm_version": identity.get("mlx_lm_version"),
         "target_fingerprint": identity.get("target_fingerprint"),
@@ -432,7 +456,16 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "prompt_sha256": e.get("prompt_sha256"), "os_build": identity.get("os_build"),
         "chip": identity.get("chip"), "power_source": identity.get("power_source"),
         "model_pair": identity.get("model_pair"), "engine": e.get("engine") or "mlx-lm",
-        "target_quant": identity.get("target_quant"), "draft_quant": identity.get("draft_quant")}
+        "target_quant": identity.get("target_quant"), "draft_quant": identity.get("draft_quant"),
+        "pair": pair_name(e.get("models"))}
+
+
+def pair_name(models: dict | None) -> str | None:
+    """A lineup result's pair as stored and reviewed: "target+draft-2"; a target's own
+    baseline (quality tasks) is "target+None"."""
+    if not isinstance(models, dict) or not models:
+        return None
+    return f"{models.get('target')}+{models.get('draft')}"
 
 
 def open_store(url: str | None = None, migrate: bool = True) -> Store:

@@ -128,6 +128,7 @@ class Measurement(Base):
     knob_value: Mapped[str | None] = mapped_column(String(32))
     num_draft_tokens: Mapped[int] = mapped_column(Integer)
     temperature: Mapped[float] = mapped_column(Float)
+    pair: Mapped[str | None] = mapped_column(String(40))  # 0011: the lineup pair, if any
     repetition: Mapped[int] = mapped_column(Integer)
     generated_tokens: Mapped[int] = mapped_column(Integer)
     ttft_ms: Mapped[float | None] = mapped_column(Float)
@@ -289,6 +290,8 @@ class Run(Base):
     # added in 0010: the tier each model's weights are stored at (part of the identity)
     target_quant: Mapped[str | None] = mapped_column(String(32))
     draft_quant: Mapped[str | None] = mapped_column(String(32))
+    # added in 0011: the lineup pair ("target+draft-2"); None for a plan of one pair
+    pair: Mapped[str | None] = mapped_column(String(40))
 
 
 # Since 0009 a view over the generation events' own telemetry windows, not a table: the

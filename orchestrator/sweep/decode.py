@@ -14,13 +14,21 @@ named here. They are plain ``type()`` comparisons: no object is built per event.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text
 
-from agent.protocol import EVENT_FIELDS, EVENT_SCHEMA, EVENT_SCHEMA_MAJOR
+from agent.protocol import (
+    EVENT_FIELDS,
+    EVENT_SCHEMA,
+    EVENT_SCHEMA_MAJOR,
+    MAX_ROLES,
+    MODEL_ROLE,
+    role_kind,
+)
 
 from ..errors import SpecfleetError
 from ..store.models import Measurement, Run, TelemetrySample
@@ -163,7 +171,27 @@ def _knob_value_problem(e: dict) -> str | None:
     return None
 
 
+_ROLE = re.compile(MODEL_ROLE)
+
+
+def _models_problem(e: dict) -> str | None:
+    """A lineup result's pair (events 1.3): roles, so the store can file it under its pair."""
+    m = e.get("models")
+    if m is None:
+        return None
+    if type(m) is not dict or set(m) - {"target", "draft"} or type(m.get("target")) is not str:
+        return "models must be an object {target: role, draft: role}"
+    for kind, role in m.items():
+        if role is not None and (type(role) is not str or not _ROLE.fullmatch(role)
+                                 or role_kind(role) != kind):
+            return f"models.{kind} {str(role)[:40]!r} is not a {kind} role"
+    return None
+
+
 def _check_generation(e: dict) -> str | None:
+    problem = _models_problem(e)
+    if problem:
+        return problem
     cfg = e["config"]
     t = cfg.get("temperature")
     if type(t) is not float and type(t) is not int:
@@ -194,6 +222,9 @@ def _check_generation(e: dict) -> str | None:
 
 
 def _check_summary(e: dict) -> str | None:
+    problem = _models_problem(e)
+    if problem:
+        return problem
     m = e["metrics"]
     for metric, keys in (("decode_tok_s", ("median", "p95", "cv")), ("acceptance_rate",
                                                                      ("median",))):
@@ -209,8 +240,11 @@ def _check_summary(e: dict) -> str | None:
 
 def _check_environment(e: dict) -> str | None:
     fp = e["fingerprints"]
-    for role in ("target", "draft"):
-        v = fp.get(role)
+    if "target" not in fp or "draft" not in fp:
+        return "fingerprints must name the target and the draft"
+    if len(fp) > MAX_ROLES or any(type(r) is not str or not _ROLE.fullmatch(r) for r in fp):
+        return f"fingerprints: at most {MAX_ROLES} model roles (target, draft, draft-2 …)"
+    for role, v in fp.items():
         if v is not None and (type(v) is not str or len(v) > 80):
             return f"fingerprints.{role} must be a string of at most 80 characters"
     for k, v in e["versions"].items():
@@ -220,7 +254,9 @@ def _check_environment(e: dict) -> str | None:
     if quant is not None:
         if type(quant) is not dict:
             return "quantization must be an object"
-        for role in ("target", "draft"):
+        if len(quant) > MAX_ROLES or set(quant) - set(fp):
+            return "quantization must name the roles of fingerprints"
+        for role in quant:
             v = quant.get(role)
             if v is not None and (type(v) is not str or len(v) > QUANT_MAX or "\x00" in v):
                 return f"quantization.{role} must be a string of at most {QUANT_MAX} characters"

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from agent.protocol import model_roles
+
 from ..errors import RemoteError, SpecfleetError, StoreError, UnreachableError
 from ..fleet.blobs import CONTROLLER_CACHE, push_model
 from ..fleet.fanout import Outcome, run_fan_out
@@ -55,14 +57,25 @@ class SweepOptions:
     trigger: str = "manual"
 
 
+def model_name(doc: dict, role: str) -> str:
+    """A model as people name it: its folder (with its parent when the folder is just
+    "target" or "draft")."""
+    p = Path(doc["models"][role]["path"])
+    return p.parent.name + "/" + p.name if p.name in ("target", "draft") else p.name
+
+
 def model_pair_name(doc: dict) -> str:
     """The pair as people name it: the plan's models.source (and revision), else folders."""
     m = doc["models"]
     if m.get("source"):
         return m["source"] + (f"@{m['revision']}" if m.get("revision") else "")
-    return " / ".join(Path(m[r]["path"]).name if Path(m[r]["path"]).name not in (
-        "target", "draft") else Path(m[r]["path"]).parent.name + "/" + r
-        for r in ("target", "draft"))
+    return " / ".join(model_name(doc, r) for r in ("target", "draft"))
+
+
+def role_names(doc: dict) -> dict[str, str]:
+    """Each model of a lineup by name (a lineup's pairs are named from these)."""
+    roles = model_roles(doc["models"])
+    return {r: model_name(doc, r) for r in roles} if len(roles) > 2 else {}
 
 
 def _substitute(text: str, values: dict[str, str]) -> str:
@@ -187,7 +200,7 @@ class NodeRun:
             python = h.python
             report = await push_model(t, h.name, python, root,
                                       {r: Path(doc["models"][r]["path"])
-                                       for r in ("target", "draft")},
+                                       for r in model_roles(doc["models"])},
                                       CONTROLLER_CACHE / "fingerprints.json",
                                       verify=doc["models"].get("verify", "daily"))
             if report.resent_corrupt:
@@ -198,7 +211,7 @@ class NodeRun:
         node_job["job_id"] = self.sweep_id
         node_job["models"] = {r: {"path": models[r]["path"],
                                   "fingerprint": doc["models"][r]["fingerprint"]}
-                              for r in ("target", "draft")}
+                              for r in model_roles(doc["models"])}
         if node_job.get("engine"):  # runtime command lines name the node's copies of the pair
             paths = {"{target}": models["target"]["path"], "{draft}": models["draft"]["path"],
                      "{python}": python}
@@ -213,7 +226,9 @@ class NodeRun:
                                   job_path=job_path, journal_path=journal, agent_dir=agent_dir,
                                   python=python, identity={
                                       "env_id": env_id, "power_source": facts["power_source"],
-                                      "model_pair": model_pair_name(doc)})
+                                      "model_pair": model_pair_name(doc),
+                                      **({"role_names": names} if (names := role_names(doc))
+                                         else {})})
         await self.start_agent(t, resume=False)
 
     async def start_agent(self, t, resume: bool) -> None:
@@ -429,7 +444,7 @@ def start_sweep(doc: dict, hosts: list[Host], store: Store, *, inventory: str | 
     job = doc["job"]
     store.record_lock(doc)
     store.create_sweep(sweep_id, {**job, "models": {r: {"fingerprint": doc["models"][r][
-        "fingerprint"]} for r in ("target", "draft")}}, inventory, plan_id=doc["lock_id"],
+        "fingerprint"]} for r in model_roles(doc["models"])}}, inventory, plan_id=doc["lock_id"],
         trigger=opts.trigger, controller=controller_id())
     announce(sweep_id)
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.fingerprint import VERIFY_MAX_AGE_S, manifest, model_files
+from agent.protocol import MAX_ROLES, model_roles
 
 from ..errors import ConfigError
 from ..yamlfile import line_of, load_yaml
@@ -28,8 +29,11 @@ from ..yamlfile import line_of, load_yaml
 SPEC = {
     "name": str,
     "environment": {"python": str, "packages": [str], "platforms": [str]},
-    # verify: how often nodes re-hash weights they already hold (always, daily, never)
-    "models": {"target": str, "draft": str, "source": str, "revision": str, "verify": str},
+    # verify: how often nodes re-hash weights they already hold (always, daily, never);
+    # target and draft: a folder, or a list of folders (a lineup: every target with every
+    # draft, e.g. one draft at 16, 8 and 4 bits)
+    "models": {"target": "folders", "draft": "folders", "source": str, "revision": str,
+               "verify": str},
     "workloads": {"use": [str], "context": [str], "max_tokens": int, "quality": bool},
     "sweep": {"base": dict, "baseline": dict, "knobs": dict, "repetitions": int,
               "warmup_tokens": int, "seed": int, "cv_threshold": float,
@@ -64,6 +68,12 @@ def _check(data, spec: dict, path: Path, where: str) -> None:
             if not isinstance(value, list) or not all(_is(v, want[0]) for v in value):
                 raise ConfigError(f"{here}: expected a list of {TYPE_NAMES[want[0]]}s",
                                   str(path), line_of(data, key))
+        elif want == "folders":
+            if not (isinstance(value, str) or isinstance(value, list) and value
+                    and all(isinstance(v, str) for v in value)):
+                raise ConfigError(f"{here}: expected a folder or a list of folders, got "
+                                  f"{type(value).__name__} {value!r}", str(path),
+                                  line_of(data, key))
         elif not _is(value, want):
             raise ConfigError(f"{here}: expected {TYPE_NAMES[want]}, got "
                               f"{type(value).__name__} {value!r}", str(path), line_of(data, key))
@@ -82,8 +92,9 @@ class Plan:
     path: Path
     python: str
     packages: tuple[str, ...]
-    models: dict[str, Path]
+    models: dict[str, Path]  # by role: target, draft, then target-2, draft-2 … in a lineup
     raw: dict = field(default_factory=dict, compare=False)
+    lineup: tuple[tuple[str, str], ...] = (("target", "draft"),)
 
     @property
     def sha256(self) -> str:
@@ -117,31 +128,54 @@ def load_plan(path: str | Path) -> Plan:
     if not env["packages"] or not all("==" in p for p in env["packages"]):
         raise ConfigError("environment.packages: exact pins like 'mlx-lm==0.32.2'", str(path),
                           line_of(env, "packages"))
-    pair = {}
-    for role in ("target", "draft"):
-        p = (path.parent / data["models"][role]).resolve()
-        if not p.is_dir():
-            raise ConfigError(f"models.{role}: {p} is not a folder", str(path),
-                              line_of(data["models"], role))
-        files = {f.name for f in model_files(p)}
-        # a folder mlx-lm cannot load would lock fine and fail on every node at sweep time
-        if not any(f.endswith(".safetensors") for f in files) or "config.json" not in files:
-            missing = " and ".join(x for x, ok in (
-                ("weights (*.safetensors)", any(f.endswith(".safetensors") for f in files)),
-                ("config.json", "config.json" in files)) if not ok)
-            raise ConfigError(f"models.{role}: {p} has no {missing}; point it at an MLX model "
-                              "folder (e.g. one written by mlx_lm.convert)", str(path),
-                              line_of(data["models"], role))
-        pair[role] = p
-    _check_vocabularies(pair["target"], pair["draft"], path, data)
+    pair: dict[str, Path] = {}
+    kinds: dict[str, list[str]] = {"target": [], "draft": []}
+    for kind in ("target", "draft"):
+        spec = data["models"][kind]
+        for i, folder in enumerate([spec] if isinstance(spec, str) else spec):
+            role = kind if i == 0 else f"{kind}-{i + 1}"
+            p = _model_folder(path, data, kind, folder)
+            if p in pair.values():
+                raise ConfigError(f"models.{kind}: {p} is listed twice", str(path),
+                                  line_of(data["models"], kind))
+            pair[role] = p
+            kinds[kind].append(role)
+    if len(pair) > MAX_ROLES:
+        raise ConfigError(f"models: at most {MAX_ROLES} folders in one plan", str(path),
+                          line_of(data, "models"))
+    lineup = tuple((t, d) for t in kinds["target"] for d in kinds["draft"])
+    for t, d in lineup:
+        _check_vocabularies(pair[t], pair[d], path, data)
     verify = data["models"].get("verify", "daily")
     if verify not in VERIFY_MAX_AGE_S:
         raise ConfigError(f"models.verify: {verify!r} is not one of "
                           f"{', '.join(VERIFY_MAX_AGE_S)}", str(path),
                           line_of(data["models"], "verify"))
     _check_knobs(data, path)
+    if len(lineup) > 1 and (data.get("engine") or data.get("soak")):
+        raise ConfigError("models: a lineup (several targets or drafts) is swept in process; "
+                          + ("an http engine's variants start their own models: declare one "
+                             "variant per model" if data.get("engine") else
+                             "a soak watches one config: name one draft"), str(path),
+                          line_of(data, "models"))
     return Plan(path=path, python=python, packages=tuple(env["packages"]), models=pair,
-                raw=json.loads(json.dumps(data)))
+                raw=json.loads(json.dumps(data)), lineup=lineup)
+
+
+def _model_folder(path: Path, data: dict, kind: str, folder: str) -> Path:
+    p = (path.parent / folder).resolve()
+    where = line_of(data["models"], kind)
+    if not p.is_dir():
+        raise ConfigError(f"models.{kind}: {p} is not a folder", str(path), where)
+    files = {f.name for f in model_files(p)}
+    # a folder mlx-lm cannot load would lock fine and fail on every node at sweep time
+    if not any(f.endswith(".safetensors") for f in files) or "config.json" not in files:
+        missing = " and ".join(x for x, ok in (
+            ("weights (*.safetensors)", any(f.endswith(".safetensors") for f in files)),
+            ("config.json", "config.json" in files)) if not ok)
+        raise ConfigError(f"models.{kind}: {p} has no {missing}; point it at an MLX model "
+                          "folder (e.g. one written by mlx_lm.convert)", str(path), where)
+    return p
 
 
 def _tier(folder: Path) -> dict:
@@ -254,9 +288,11 @@ def build_lock(plan: Plan, log=print) -> dict:
         lock = resolve(plan.packages, plan.python, platform_node(desc, plan.python), log)
         locked[desc] = {"env_id": lock.env_id, "platform_key": lock.platform_key,
                         "wheels": list(lock.wheels)}
-    models: dict[str, dict[str, Any]] = {role: {"path": str(d), "manifest": manifest(d)}
+    models: dict[str, Any] = {role: {"path": str(d), "manifest": manifest(d)}
                                          for role, d in plan.models.items()}
-    for m in models.values():
+    if len(plan.lineup) > 1:
+        models["lineup"] = [list(p) for p in plan.lineup]
+    for m in (models[r] for r in plan.models):
         m["fingerprint"] = "sha256:" + hashlib.sha256(json.dumps(
             m["manifest"], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
         m["tier"] = _tier(Path(m["path"]))
@@ -288,6 +324,8 @@ def build_lock(plan: Plan, log=print) -> dict:
                               f"workloads ({', '.join(names)})", str(plan.path),
                               line_of(load_yaml(plan.path).get("soak"), "workload"))
         job["mode"], job["soak"] = "soak", soak
+    if len(plan.lineup) > 1:
+        job["lineup"] = [list(p) for p in plan.lineup]
     _agent_would_accept(job, plan.path)
     doc = {"lock_schema": LOCK_SCHEMA, "name": plan.name, "plan_path": str(plan.path.resolve()),
            "plan_sha256": plan.sha256, "plan": plan.raw,
@@ -319,7 +357,8 @@ def _agent_would_accept(job: dict, path: Path) -> None:
 
     try:
         parse_job({**job, "job_id": "lock-check",
-                   "models": {"target": {"path": "target"}, "draft": {"path": "draft"}}})
+                   "models": {r: {"path": r} for p in job.get("lineup") or [["target", "draft"]]
+                              for r in p}})
     except JobFileError as e:
         msg = str(e).split(": ", 1)[1]
         section = re.match(r"[a-z_]*", msg).group(0)  # type: ignore[union-attr]  # [a-z_]* always matches
@@ -375,7 +414,7 @@ def verify_lock(doc: dict, lock_file: Path) -> None:
             now = {"<invalid>": str(e)}
         keys = sorted(k for k in set(now) | set(doc["plan"]) if now.get(k) != doc["plan"].get(k))
         changes.append(f"the plan changed ({', '.join(keys) or 'comments/whitespace'})")
-    for role in ("target", "draft"):
+    for role in model_roles(doc["models"]):
         m = doc["models"][role]
         d = Path(m["path"])
         if not d.is_dir():
