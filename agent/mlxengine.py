@@ -122,8 +122,17 @@ class MlxEngine:
         else:
             b = bytes_per_token(r["target_bytes"], r["target_kv_bytes_per_token"], ctx)
         u = bw_utilisation(b, m.get("decode_tok_s"), self.bandwidth_gbs)
-        return {"bytes_per_token": round(b), "bandwidth_utilisation":
-                None if u is None else round(u, 5)}
+        out = {"bytes_per_token": round(b), "bandwidth_utilisation":
+               None if u is None else round(u, 5)}
+        if len(self.lineup) > 1 and m.get("peak_mlx_memory_bytes") is not None:
+            # every model of the lineup stays loaded: the process peak holds the others'
+            # weights too. A pair's memory is the peak without them (resident, untouched
+            # by this generation), so a lighter draft tier shows what it saves.
+            others = sum(v for role, v in self.roof["model_bytes"].items()
+                         if role not in (t, d))
+            out.update(peak_mlx_memory_bytes=m["peak_mlx_memory_bytes"] - others,
+                       other_models_resident_bytes=others)
+        return out
 
     def describe(self, slot: Slot) -> tuple[dict, dict]:
         if len(self.lineup) == 1:

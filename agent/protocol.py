@@ -19,8 +19,10 @@ Format history
   ``target-2``, ``draft``, ``draft-2`` …, see ``MODEL_ROLE``); ``environment_checked``
   then carries a fingerprint and a tier per role, and every ``generation`` and
   ``config_summary`` of a lineup names its pair in ``models`` (``{"target": role,
-  "draft": role}``), so a result is never pooled across pairs. Optional: a job of one
-  pair writes what 1.2 wrote.
+  "draft": role}``), so a result is never pooled across pairs. In a lineup every model
+  stays loaded, so a generation's ``peak_mlx_memory_bytes`` is the process peak less the
+  other models' weights (``other_models_resident_bytes``): the pair's own memory.
+  Optional: a job of one pair writes what 1.2 wrote.
 """
 
 from __future__ import annotations

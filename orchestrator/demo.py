@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from dataclasses import replace
 from importlib import metadata
@@ -33,7 +34,9 @@ def demo_plan(models: Path, max_tokens: int | None = None) -> str:
              f'  python: "{sys.version_info.major}.{sys.version_info.minor}"',
              f"  packages: {json.dumps(pins)}",
              "  platforms: []   # unmanaged: the local node runs the controller's Python",
-             "models:", f"  target: {models / 'target'}", f"  draft: {models / 'draft'}",
+             "models:", f"  target: {models / 'target'}",
+             "  # the draft and its 8-bit and 4-bit tiers: the review walks the fallback ladder",
+             f"  draft: [{', '.join(str(models / d) for d in ('draft', *DEMO_TIERS))}]",
              "workloads:", "  use: [code, memo, translation]", "  context: [short]",
              "  quality: true"]
     if max_tokens:
@@ -43,11 +46,35 @@ def demo_plan(models: Path, max_tokens: int | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+DEMO_TIERS = {"draft-8bit": 8, "draft-4bit": 4}  # made from the demo draft with mlx_lm.convert
+
+
+def build_demo_tiers(models: Path, log=print) -> None:
+    """The demo draft's lighter tiers, made once and remade when the draft changed (each
+    tier records the fingerprint of the weights it was made from)."""
+    from agent.fingerprint import fingerprint
+
+    from .tiers import TIER_FILE, quantize
+
+    source = fingerprint(models / "draft")
+    for name, bits in DEMO_TIERS.items():
+        out = models / name
+        record = out / TIER_FILE
+        if record.is_file() and json.loads(record.read_text()).get(
+                "source_fingerprint") == source:
+            continue
+        shutil.rmtree(out, ignore_errors=True)
+        quantize(models / "draft", out, bits)
+        log(f"made the {bits}-bit tier of the demo draft: {out}")
+
+
 def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print) -> Path:
-    """Build models, lock a plan, sweep the local node, render the review."""
+    """Build models (and the draft's tiers), lock a plan, sweep the local node, render the
+    review."""
     workdir = workdir.resolve()
     models = workdir / "models"
     build_demo_models(models, log=log)
+    build_demo_tiers(models, log=log)
     plan_path = workdir / "demo-plan.yml"
     plan_path.write_text(demo_plan(models, max_tokens))
     doc = load_lock(write_lock(load_plan(plan_path), log))
@@ -59,7 +86,9 @@ def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print) -> Path
     if result.status != "ok":
         details = "; ".join(f"{o.host}: {o.detail}" for o in result.outcomes if o.detail)
         raise SpecfleetError(f"demo sweep {result.sweep_id} did not finish: {details}")
-    events = workdir / "events.jsonl"
+    # one file per sweep: the weekly review pools every demo sweep of the week, so every
+    # sweep's events stay on disk beside it
+    events = workdir / f"events-{result.sweep_id}.jsonl"
     with store.engine.connect() as c:
         rows = c.execute(select(Event.payload).where(Event.sweep_id == result.sweep_id)
                          .order_by(Event.node, Event.seq)).scalars()

@@ -183,10 +183,12 @@ def policy(a: dict) -> dict:
                          and not c["set_aside"]})
         narrower = [k for k in widths if on and k < v["k"]]
         ladder = []
+        measured = v.get("ladder")  # a lineup measured the lighter tiers: name the one
         if on:
             if narrower:
                 ladder.append({"step": 1, "action": "shrink_draft_width", "to": narrower[-1]})
-            ladder.append({"step": 2, "action": "lighter_draft_tier"})
+            ladder.append({"step": 2, "action": "lighter_draft_tier", **(
+                {"to": measured["to"]} if measured and measured["step"] == 2 else {})})
         ladder.append({"step": 3, "action": "autoregressive"})
         d = s["series"]
         out.append({
@@ -198,5 +200,6 @@ def policy(a: dict) -> dict:
                 "acceptance_below": gates["acceptance_floor"],
                 "swap_peak_bytes_above": gates["swap_ceiling_bytes"],
                 "ttft_change_above": gates["ttft_regression_limit"]}},
-            "because": v["text"], "evidence": v["evidence"]})
+            "because": v["text"], "evidence": v["evidence"],
+            **({"measured_ladder": measured} if measured else {})})
     return {"schema": POLICY_SCHEMA, "week": a["week"], "series": out}

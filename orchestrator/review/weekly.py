@@ -24,6 +24,7 @@ from ..store import Store
 from ..store.db import pair_name as pair_key
 from ..store.models import Event, NodeOutcome, Plan, Run, Sweep
 from .changepoints import change_points
+from .ladder import annotate, ladders
 from .levels import nightly_levels
 from .ranktest import mann_whitney
 from .rules import Rule, fire
@@ -545,12 +546,15 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                 "best": _vals(configs[("speculative", best.k)], "itl_p95_ms") if best else []}
         section["verdict"] = decide(section, facts.get(latest.node))
         out.append(section)
+    found = ladders(out)  # lineups: the graded fallback walked with measured rungs
+    annotate(out, found)
     # a generation event names its workload and bucket; its sweep and node give the rest
     series_of = {(r.sweep_id, r.node, r.series[2], r.series[3], r.pair): r.series
                  for r in this_week}
     _positions(out, generations, series_of)
     return {"week": label, "start": start.isoformat(), "end": end.isoformat(), "gates": gates,
             "series": out, "side_by_side": side_by_side(out), "sweeps": sweep_ids,
+            "ladders": found,
             "notices": agent_notices(store, sweep_ids),
             "failures": (failures := failed_sweeps(store, start, end)),
             "counts": {"failed_sweeps": len(failures), "series": len(out),

@@ -1,0 +1,153 @@
+"""The graded fallback, walked with measured numbers.
+
+The criteria's ladder: first shrink the draft width one step; if still failing, a lighter
+draft tier; finally autoregressive only. With a lineup (one target, several drafts or
+draft tiers) every rung is measured, so the review walks it instead of recommending it:
+per target (chip × target weights and tier × workload × context × runtime) the rungs are
+
+0. the heaviest draft at its widest measured width (the current config),
+1. the same draft one measured width narrower (then narrower again, one step at a time),
+2. each lighter draft, heaviest first, at its fastest config that passes every gate (or
+   its fastest, when none passes),
+3. autoregressive only,
+
+each with speedup, acceptance, peak memory (and what it saves against rung 0), swap and
+the task pass rate against the baseline; the walk stops at the first rung that passes
+every gate. Only reliable configs are rungs: a set-aside config is never a step.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .verdict import MIN_RUNS
+
+STEPS = ("current width", "one step narrower", "lighter draft tier", "autoregressive only")
+
+
+def _bits(tier: str | None) -> int:
+    """"4-bit g64" → 4; unquantised (or unknown) weights count as 16-bit."""
+    m = re.match(r"(\d+)-bit", tier or "")
+    return int(m.group(1)) if m else 16
+
+
+def _usable(c: dict) -> bool:
+    return c["mode"] == "speculative" and not c["set_aside"] and c.get("speedup") is not None \
+        and bool(c.get("gates"))
+
+
+def _rung(step: int, section: dict, c: dict, base: dict, top_memory: float | None) -> dict:
+    ident = section["identity"]
+    failed = [name for name, g in (c.get("gates") or {}).items() if g["passed"] is False]
+    mem = c.get("peak_memory")
+    quality = (c["task_pass_rate"] - base["task_pass_rate"]
+               if c.get("task_pass_rate") is not None
+               and base.get("task_pass_rate") is not None else None)
+    return {"step": step, "action": STEPS[step], "model_pair": section["series"]["model_pair"],
+            "draft_tier": ident.get("draft_quant") if c["mode"] == "speculative" else None,
+            "k": c["k"] if c["mode"] == "speculative" else None, "speedup": c.get("speedup"),
+            "acceptance": c.get("acceptance_p50"), "peak_memory": mem,
+            "memory_saved": top_memory - mem if top_memory and mem else None,
+            "swap_peak": c.get("swap_peak"), "task_pass_change": quality,
+            "runs": c["runs"] - c["unreliable"],
+            "passes": c["mode"] == "baseline" or c.get("classification")
+            == "production candidate", "failed_gates": failed}
+
+
+def ladders(sections: list[dict]) -> list[dict]:
+    """One ladder per target that more than one draft was measured with this week."""
+    groups: dict[tuple, list[dict]] = {}
+    for s in sections:
+        ident, d = s.get("identity") or {}, s["series"]
+        if not s.get("configs") or not ident.get("draft_fingerprint"):
+            continue
+        key = (d["chip"], d["workload"], d["context_bucket"], d["engine"],
+               ident.get("target_fingerprint"), ident.get("target_quant"))
+        groups.setdefault(key, []).append(s)
+    out = []
+    for key, group in groups.items():
+        if len({s["identity"].get("draft_fingerprint") for s in group}) < 2:
+            continue
+        ladder = _walk(group)
+        if ladder:
+            out.append({"chip": key[0], "workload": key[1], "context_bucket": key[2],
+                        "engine": key[3], "target_tier": key[5], **ladder})
+    return out
+
+
+def _weight(s: dict) -> tuple:
+    mem = max((c.get("peak_memory") or 0 for c in s["configs"] if c["mode"] == "speculative"),
+              default=0)
+    return (_bits(s["identity"].get("draft_quant")), mem)
+
+
+def _walk(group: list[dict]) -> dict | None:
+    group = sorted(group, key=_weight, reverse=True)  # heaviest draft first
+    top = group[0]
+    base = next((c for c in top["configs"] if c["mode"] == "baseline" and not c["set_aside"]),
+                None)
+    spec = sorted((c for c in top["configs"] if _usable(c)), key=lambda c: -c["k"])
+    if base is None or not spec:
+        return None
+    top_memory = spec[0].get("peak_memory")
+    rungs = [_rung(0, top, spec[0], base, top_memory)]
+    rungs += [_rung(1, top, c, base, top_memory) for c in spec[1:]]
+    for s in group[1:]:
+        own = [c for c in s["configs"] if _usable(c)]
+        if not own:
+            continue
+        passing = [c for c in own if c.get("classification") == "production candidate"]
+        c = max(passing or own, key=lambda c: c["speedup"])
+        own_base = next((b for b in s["configs"] if b["mode"] == "baseline"
+                         and not b["set_aside"]), base)
+        rungs.append(_rung(2, s, c, own_base, top_memory))
+    rungs.append(_rung(3, top, base, base, None))
+    stop = next(i for i, r in enumerate(rungs) if r["passes"])
+    # a walk over rungs with too few reliable runs is an indication, not the answer
+    thin = sorted({r["runs"] for r in rungs[:stop + 1] if r["runs"] < MIN_RUNS})
+    text = describe_stop(rungs[stop])
+    if thin:
+        text = (f"provisional ({min(thin)} reliable run(s) behind a rung, {MIN_RUNS} "
+                f"needed): {text}")
+    return {"target": top["series"]["model_pair"].split(" / ")[0], "rungs": rungs,
+            "stop": stop, "text": text, "provisional": bool(thin),
+            "members": [s["series"]["model_pair"] for s in group]}
+
+
+def describe_stop(r: dict) -> str:
+    """The ladder's answer in words, e.g. "ladder step 2 (lighter draft tier): 4-bit g64
+    draft at width 2 passes every gate, 1.6 MB less peak memory"."""
+    head = f"ladder step {r['step']} ({r['action']})"
+    if r["step"] == 3:
+        return head + ": no measured draft config passes every gate; serve autoregressive"
+    saved = (f", {r['memory_saved'] / 1e6:.1f} MB less peak memory"
+             if r.get("memory_saved") and r["memory_saved"] > 0 else "")
+    what = f"{r['draft_tier']} draft" if r.get("draft_tier") else r["model_pair"]
+    return f"{head}: {what} at width {r['k']} passes every gate ({r['speedup']:.2f}×){saved}"
+
+
+def annotate(sections: list[dict], found: list[dict]) -> None:
+    """Each member series' verdict names its ladder's step; the heaviest draft's graded
+    fallback becomes the measured step instead of a recommendation."""
+    by_pair: dict[tuple, dict[str, Any]] = {}
+    for lad in found:
+        for pair in lad["members"]:
+            by_pair[(lad["chip"], lad["workload"], lad["context_bucket"], lad["engine"],
+                     pair)] = lad
+    for s in sections:
+        d = s["series"]
+        lad = by_pair.get((d["chip"], d["workload"], d["context_bucket"], d["engine"],
+                           d["model_pair"]))
+        if lad is None:
+            continue
+        v = s["verdict"]
+        stop = lad["rungs"][lad["stop"]]
+        v["ladder"] = {"step": stop["step"], "action": stop["action"], "text": lad["text"],
+                       "to": {"model_pair": stop["model_pair"], "draft_tier": stop["draft_tier"],
+                              "num_draft_tokens": stop["k"]}}
+        if d["model_pair"] == lad["members"][0] and v["decision"] == "graded fallback":
+            v["step"] = stop["step"]
+            v["text"] = "graded fallback, measured: " + lad["text"]
+        else:
+            v["text"] += f" · for this target, {lad['text']}"
