@@ -38,8 +38,9 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
           configs: dict, bucket: str = "short", identity: dict | None = None,
           unreliable: str | None = None, exact: bool = True, quality: dict | None = None,
           sweep_id: str | None = None, engine: str = "mlx-lm",
-          parity: dict | None = None) -> str:
-    """One nightly sweep on one node: ``configs`` maps (mode, k) to config_values(...)."""
+          parity: dict | None = None, lineup: str | None = None) -> str:
+    """One nightly sweep on one node: ``configs`` maps (mode, k) to config_values(...).
+    ``lineup``: the pair's roles ("target+draft-2") when the sweep measured several."""
     ident = {**BASE_IDENTITY, **(identity or {})}
     sid = sweep_id or new_sweep(store, at)
     with store.engine.begin() as c:
@@ -49,14 +50,18 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
                 "sweep_id": sid, "node": node, "workload": workload, "context_bucket": bucket,
                 "mode": mode, "knob": None if mode == "baseline" else "num_draft_tokens",
                 "knob_value": None if mode == "baseline" else str(k), "num_draft_tokens": k,
-                "config_key": json.dumps({"k": k, "mode": mode}), "config": {"k": k},
+                "config_key": (f"{lineup} " if lineup else "") + json.dumps({"k": k,
+                                                                            "mode": mode}),
+                "config": {"k": k}, "pair": lineup,
                 "trials": len(values["decode_tok_s"]),
                 "decode_tok_s_median": sorted(values["decode_tok_s"])[len(values[
                     "decode_tok_s"]) // 2], "decode_tok_s_p95": None, "decode_tok_s_cv": None,
                 "acceptance_median": None, "unreliable": unreliable is not None,
                 "summary": {"values": values, "exact": exact if mode == "speculative" else None,
                             "unreliable_reasons": [unreliable] if unreliable else [],
-                            "parity": (parity or {}).get((mode, k))},
+                            "parity": (parity or {}).get((mode, k)),
+                            "models": dict(zip(("target", "draft"), lineup.split("+")))
+                            if lineup else None},
                 "env_id": ident["env_id"], "mlx_version": ident["mlx_version"],
                 "mlx_lm_version": ident["mlx_lm_version"],
                 "target_fingerprint": ident["target_fingerprint"],

@@ -131,10 +131,10 @@ def annotate(sections: list[dict], found: list[dict]) -> None:
     """Each member series' verdict names its ladder's step; the heaviest draft's graded
     fallback becomes the measured step instead of a recommendation."""
     by_pair: dict[tuple, dict[str, Any]] = {}
-    for lad in found:
-        for pair in lad["members"]:
-            by_pair[(lad["chip"], lad["workload"], lad["context_bucket"], lad["engine"],
-                     pair)] = lad
+    for one in found:
+        for pair in one["members"]:
+            by_pair[(one["chip"], one["workload"], one["context_bucket"], one["engine"],
+                     pair)] = one
     for s in sections:
         d = s["series"]
         lad = by_pair.get((d["chip"], d["workload"], d["context_bucket"], d["engine"],
@@ -150,4 +150,5 @@ def annotate(sections: list[dict], found: list[dict]) -> None:
             v["step"] = stop["step"]
             v["text"] = "graded fallback, measured: " + lad["text"]
         else:
-            v["text"] += f" · for this target, {lad['text']}"
+            v["text"] += (f" · ladder: step {stop['step']} ({stop['action']})"
+                          + (", provisional" if lad["provisional"] else ""))

@@ -442,7 +442,7 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "knob_value": None if e.get("knob_value") is None else str(e["knob_value"]),
         "num_draft_tokens": e["num_draft_tokens"],
         # a lineup's pairs share configs: the pair is part of what makes a run one run
-        "config_key": (("" if not e.get("models") else pair_name(e["models"]) + " ")
+        "config_key": ((f"{pair} " if (pair := pair_name(e.get("models"))) else "")
                        + json.dumps(e["config"], sort_keys=True))[:255], "config": e["config"],
         "trials": e["trials"], "decode_tok_s_median": m["decode_tok_s"]["median"],
         "decode_tok_s_p95": m["decode_tok_s"]["p95"], "decode_tok_s_cv": m["decode_tok_s"]["cv"],
