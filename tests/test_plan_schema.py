@@ -13,7 +13,7 @@ import pytest
 
 from agent.job import parse_job
 from agent.loop import build_plan
-from agent.mlxengine import MlxEngine
+from agent.mlxengine import MlxEngine, lineup_variants
 from agent.protocol import KNOBS
 from orchestrator.errors import ConfigError
 from orchestrator.sweep.plan import SPEC, load_plan, write_lock
@@ -63,7 +63,17 @@ def slots(doc: dict) -> list:
     """The agent's own plan of generations for a lock's job (in-process mlx-lm engine)."""
     job = parse_job({**doc["job"], "job_id": "x", "models": {
         "target": {"path": "t"}, "draft": {"path": "d"}}})
-    return build_plan(job, MlxEngine)  # type: ignore[arg-type]  # its class-level plan facts
+    return build_plan(job, PlanFacts)  # type: ignore[arg-type]  # the engine's plan facts
+
+
+class PlanFacts:
+    """What build_plan reads of the in-process engine, without loading models: its name,
+    variants for one pair, and that it holds both at once."""
+
+    name = MlxEngine.name
+    variants = lineup_variants((("target", "draft"),))
+    holds_all_variants = MlxEngine.holds_all_variants
+    field_knobs = MlxEngine.field_knobs
 
 
 def soak(doc: dict, key: str):

@@ -19,7 +19,8 @@ from orchestrator.store.models import Base, Event, Measurement
 HEAD = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
 NEW_IN_0002 = {"context_bucket", "itl_p99_ms", "swap_in_bytes", "bandwidth_utilisation",
                "unreliable", "unreliable_reasons",
-               "first_divergence_unit"}  # the last one came in 0008; 0001 had none of them
+               "first_divergence_unit",  # 0008
+               "pair"}  # 0011; 0001 had none of them
 
 JOB = {"schema": 1, "models": {"target": {"fingerprint": "sha256:t"},
                                "draft": {"fingerprint": "sha256:d"}}}
