@@ -20,7 +20,7 @@ from . import httpengine as h
 from .job import Job, Workload
 from .journal import Journal
 from .loop import EngineUnavailable, Request, Slot, Variant
-from .protocol import KNOBS
+from .protocol import DRAFT_FREE_METHODS, KNOBS
 from .trace import Trace
 
 
@@ -127,7 +127,9 @@ class HttpEngine:
         self.field_knobs = eng.get("knobs", {})
         self.specs = {v["name"]: v for v in eng["variants"]}
         self.variants = tuple(Variant(v["name"], bool(v.get("speculative")),
-                                      int(v.get("num_draft_tokens", 0)))
+                                      int(v.get("num_draft_tokens", 0)),
+                                      method=v.get("method") if v.get("method") in
+                                      DRAFT_FREE_METHODS else None)
                               for v in eng["variants"])
         # runtimes already serving cost nothing to interleave; ones the agent starts would
         # each hold their weights at once, so they run in blocks unless the plan says so
@@ -202,8 +204,13 @@ class HttpEngine:
         return {}
 
     def describe(self, slot: Slot) -> tuple[dict, dict]:
-        return ({"engine": "http", "runtime": self.runtime, "variant": slot.variant.name},
-                {**slot.config, "variant": slot.variant.name, **slot.fields})
+        names = {"engine": "http", "runtime": self.runtime, "variant": slot.variant.name}
+        # a draft-free variant's results (and the baseline measured beside it) are a pair
+        # of their own: no draft weights, never pooled with the draft model's
+        method = (slot.partner or slot.variant).method
+        if method:
+            names["method"] = method
+        return names, {**slot.config, "variant": slot.variant.name, **slot.fields}
 
     def explain(self, e: Exception, variant: Variant) -> str:
         if isinstance(e, h.HTTPEngineError):

@@ -321,6 +321,14 @@ def _engine(raw: dict, path: Path) -> dict:
     if variants[0].get("speculative") and any(not v.get("speculative") for v in variants):
         raise _fail(path, "engine.variants: list the baseline (non-speculative) variant first: "
                           "speculative variants are checked against its output")
+    for v in variants:
+        method = v.get("method", "draft-model")
+        if method not in ("draft-model", *protocol.DRAFT_FREE_METHODS):
+            raise _fail(path, f"engine.variants ({v['name']}).method: {method!r} is not one of "
+                              f"draft-model, {', '.join(protocol.DRAFT_FREE_METHODS)}")
+        if "method" in v and not v.get("speculative"):
+            raise _fail(path, f"engine.variants ({v['name']}).method: only a speculative "
+                              "variant has a method (set speculative: true)")
     if not isinstance(eng.get("interleave", False), bool):
         raise _fail(path, "engine.interleave: true or false (true: every variant runs at "
                           "once, so baseline and candidate alternate per generation)")

@@ -41,6 +41,7 @@ class Variant:
     num_draft_tokens: int | None = None  # fixed by the variant (http); None: the config's
     reference: str | None = None  # the baseline it is compared with; None: the engine's first
     models: tuple[str, str | None] | None = None  # (target, draft) roles, in a lineup
+    method: str | None = None  # speculation without a draft model ("prompt-lookup", "mtp")
 
 
 @dataclass(frozen=True)
@@ -351,6 +352,8 @@ class Loop:
             names, event_cfg = self.engine.describe(s)
             if "models" in names and not s.variant.speculative:  # a target's baseline
                 names = {**names, "models": {"target": names["models"]["target"]}}
+            if not s.variant.speculative:  # the baseline answers once, whatever its partner
+                names.pop("method", None)
             results = []
             why = self.ready(s.variant)
             for task in self.job.quality_tasks:

@@ -22,7 +22,9 @@ Format history
   "draft": role}``), so a result is never pooled across pairs. In a lineup every model
   stays loaded, so a generation's ``peak_mlx_memory_bytes`` is the process peak less the
   other models' weights (``other_models_resident_bytes``): the pair's own memory.
-  Optional: a job of one pair writes what 1.2 wrote.
+  An http variant may speculate without a draft model (``method``: prompt lookup, multi-token
+  prediction): its generations and summaries, and the baseline generations measured beside
+  it, carry ``method``. Optional: a job of one pair writes what 1.2 wrote.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ EVENT_SCHEMA = f"{EVENT_SCHEMA_MAJOR}.{EVENT_SCHEMA_MINOR}"
 # A job's models: one target and one draft (roles "target", "draft"), or a lineup with
 # more of either ("target-2", "draft-3" …). The pattern bounds what a node may name.
 MODEL_ROLE = r"(target|draft)(-[1-9][0-9]?)?"
+# speculation without a draft model, as http runtimes offer it (mlx-serve's prompt lookup,
+# MTPLX's multi-token prediction heads); "draft-model" is the default of a speculative variant
+DRAFT_FREE_METHODS = ("prompt-lookup", "mtp")
 MAX_ROLES = 24
 
 

@@ -109,9 +109,10 @@ def exactness(tokens: list, reference: list | None, cfg: dict) -> dict:
     return {"exact_match": False, "exactness": "diverged", "first_divergence": first}
 
 
-def _config_key(workload: str, mode: str, cfg: dict, models: dict | None = None) -> tuple:
-    # a lineup's pairs never pool: each has its own baseline and candidates
-    return (workload, mode, json.dumps(cfg, sort_keys=True), json.dumps(models, sort_keys=True))
+def _config_key(workload: str, mode: str, cfg: dict, g: dict) -> tuple:
+    # a lineup's pairs (and a draft-free method) never pool: each has its own baseline
+    return (workload, mode, json.dumps(cfg, sort_keys=True),
+            json.dumps([g.get("models"), g.get("method")], sort_keys=True))
 
 
 def _sampling_only(cfg: dict) -> str:
@@ -130,8 +131,7 @@ def emit_summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
     """One summary per distinct (workload, mode, config): baselines pool across pairings."""
     groups: dict[tuple, list[dict]] = {}
     for g in gens:
-        groups.setdefault(_config_key(g["workload"], g["mode"], g["config"], g.get("models")),
-                          []).append(g)
+        groups.setdefault(_config_key(g["workload"], g["mode"], g["config"], g), []).append(g)
     for (workload, mode, _, pair), gs in groups.items():
         cfg = gs[0]["config"]
         s = config_summary(gs, job.cv_threshold)
@@ -156,7 +156,7 @@ def emit_summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
                      knob=None if mode == "baseline" else gs[0]["knob"],
                      knob_value=None if mode == "baseline" else gs[0]["knob_value"],
                      num_draft_tokens=gs[0]["num_draft_tokens"], config=cfg, **s,
-                     **({"models": gs[0]["models"]} if gs[0].get("models") else {}))
+                     **{k: gs[0][k] for k in ("models", "method") if gs[0].get(k)})
     by_bucket: dict[tuple, list[dict]] = {}
     for g in gens:
         if g["mode"] == "speculative" and g.get("acceptance_by_position"):

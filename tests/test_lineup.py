@@ -193,3 +193,50 @@ def test_the_ladder_stops_at_the_lighter_tier_that_passes_and_the_policy_names_i
     step2 = next(x for x in entry["fallback"]["ladder"] if x["step"] == 2)
     assert step2["to"] == {"model_pair": "t / draft-4bit", "draft_tier": "4-bit g64",
                            "num_draft_tokens": 3}
+
+
+def test_a_draft_free_method_takes_its_place_in_the_lineup(model_pair, tmp_path):
+    """An http runtime's prompt-lookup variant (mlx-serve's per-request field) is a pair of
+    its own: no draft weights in its identity, its own baseline beside it, a rung of the
+    ladder below every draft tier."""
+    from tests.test_http_sweep import _tool_runtime
+
+    servers = [_tool_runtime(drop_short=False) for _ in range(3)]
+    (_, plain, _), (_, draft, _), (_, pld, seen_pld) = servers
+    engine = "\n".join([
+        "engine:", "  type: http", "  api: chat", "  runtime: mlx-serve", "  variants:",
+        f"    - {{name: plain, base_url: '{plain}'}}",
+        f"    - {{name: draft, speculative: true, num_draft_tokens: 3, base_url: '{draft}'}}",
+        f"    - {{name: pld, speculative: true, method: prompt-lookup, base_url: '{pld}',"
+        " fields: {enable_pld: true}}"])
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, widths=None, max_tokens=8,
+                              extra="  cv_threshold: 1.0\n  contention_threshold: 1.0\n"
+                              + engine))
+    doc = load_lock(write_lock(load_plan(plan), lambda m: None))
+    store = open_store(f"sqlite:///{tmp_path / 'free.db'}")
+    hosts = [replace(h, root=str(tmp_path / "node"))
+             for h in load_inventory(ROOT / "inventory" / "local.yml").hosts]
+    try:
+        result = start_sweep(doc, hosts, store, opts=SweepOptions(provision=False))
+    finally:
+        for srv, _, _ in servers:
+            srv.shutdown()
+    assert result.status == "ok", result.outcomes
+    assert all(r.get("enable_pld") is True for r in seen_pld) and seen_pld
+    with store.engine.connect() as c:
+        runs = c.execute(select(Run.pair, Run.mode, Run.model_pair, Run.draft_fingerprint,
+                                Run.draft_quant)).all()
+    free = sorted((r.mode, r.draft_fingerprint, r.draft_quant) for r in runs
+                  if r.pair == "target+prompt-lookup")
+    assert free == [("baseline", None, "no draft: prompt-lookup"),
+                    ("speculative", None, "no draft: prompt-lookup")]
+    assert {r.model_pair for r in runs if r.pair} == {"models/target / prompt-lookup"}
+    assert all(r.draft_fingerprint == doc["models"]["draft"]["fingerprint"] for r in runs
+               if r.pair is None)
+    a = analyse(store, None, load_rules(), change_points_too=False, regressions_too=False)
+    assert len(a["series"]) == 2
+    (ladder,) = a["ladders"]
+    assert [(r["step"], r["action"]) for r in ladder["rungs"]] == [
+        (0, "current width"), (2, "draft-free method"), (3, "autoregressive only")]
+    assert ladder["rungs"][1]["model_pair"] == "models/target / prompt-lookup"

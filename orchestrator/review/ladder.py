@@ -8,7 +8,8 @@ per target (chip × target weights and tier × workload × context × runtime) t
 0. the heaviest draft at its widest measured width (the current config),
 1. the same draft one measured width narrower (then narrower again, one step at a time),
 2. each lighter draft, heaviest first, at its fastest config that passes every gate (or
-   its fastest, when none passes),
+   its fastest, when none passes), then speculation without a draft model (prompt lookup,
+   multi-token prediction: an http runtime's draft-free variants), lightest of all,
 3. autoregressive only,
 
 each with speedup, acceptance, peak memory (and what it saves against rung 0), swap and
@@ -44,7 +45,9 @@ def _rung(step: int, section: dict, c: dict, base: dict, top_memory: float | Non
     quality = (c["task_pass_rate"] - base["task_pass_rate"]
                if c.get("task_pass_rate") is not None
                and base.get("task_pass_rate") is not None else None)
-    return {"step": step, "action": STEPS[step], "model_pair": section["series"]["model_pair"],
+    free = step == 2 and not ident.get("draft_fingerprint")
+    return {"step": step, "action": "draft-free method" if free else STEPS[step],
+            "model_pair": section["series"]["model_pair"],
             "draft_tier": ident.get("draft_quant") if c["mode"] == "speculative" else None,
             "k": c["k"] if c["mode"] == "speculative" else None, "speedup": c.get("speedup"),
             "acceptance": c.get("acceptance_p50"), "peak_memory": mem,
@@ -60,14 +63,14 @@ def ladders(sections: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for s in sections:
         ident, d = s.get("identity") or {}, s["series"]
-        if not s.get("configs") or not ident.get("draft_fingerprint"):
+        if not s.get("configs") or not _draft_id(ident):
             continue
         key = (d["chip"], d["workload"], d["context_bucket"], d["engine"],
                ident.get("target_fingerprint"), ident.get("target_quant"))
         groups.setdefault(key, []).append(s)
     out = []
     for key, group in groups.items():
-        if len({s["identity"].get("draft_fingerprint") for s in group}) < 2:
+        if len({_draft_id(s["identity"]) for s in group}) < 2:
             continue
         ladder = _walk(group)
         if ladder:
@@ -76,7 +79,14 @@ def ladders(sections: list[dict]) -> list[dict]:
     return out
 
 
+def _draft_id(ident: dict) -> str | None:
+    """What a series speculated with: its draft's weights, or a draft-free method."""
+    return ident.get("draft_fingerprint") or ident.get("draft_quant")
+
+
 def _weight(s: dict) -> tuple:
+    if not s["identity"].get("draft_fingerprint"):
+        return (-1, 0)  # no draft weights at all: below every tier
     mem = max((c.get("peak_memory") or 0 for c in s["configs"] if c["mode"] == "speculative"),
               default=0)
     return (_bits(s["identity"].get("draft_quant")), mem)
@@ -123,7 +133,9 @@ def describe_stop(r: dict) -> str:
         return head + ": no measured draft config passes every gate; serve autoregressive"
     saved = (f", {r['memory_saved'] / 1e6:.1f} MB less peak memory"
              if r.get("memory_saved") and r["memory_saved"] > 0 else "")
-    what = f"{r['draft_tier']} draft" if r.get("draft_tier") else r["model_pair"]
+    what = (r["model_pair"].split(" / ")[-1] + " (no draft model)"
+            if r["action"] == "draft-free method" else
+            f"{r['draft_tier']} draft" if r.get("draft_tier") else r["model_pair"])
     return f"{head}: {what} at width {r['k']} passes every gate ({r['speedup']:.2f}×){saved}"
 
 

@@ -13,11 +13,12 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from agent.protocol import DRAFT_FREE_METHODS
 from agent.stats import median
 
 from ..errors import SpecfleetError
 from ..store import Store
-from ..store.db import pair_name
+from ..store.db import result_pair
 from ..store.models import Event, Measurement, NodeOutcome, Run, Sweep
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
@@ -75,7 +76,7 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                   for e in c.scalars(select(Event).where(Event.sweep_id == sweep_id,
                                                          Event.type == "generation_failed")
                                      .order_by(Event.node, Event.seq))]
-        quality = {(e.node, pair_name(e.payload.get("models")), e.payload["num_draft_tokens"]):
+        quality = {(e.node, result_pair(e.payload), e.payload["num_draft_tokens"]):
                    e.payload["pass_rate"]
                    for e in c.scalars(select(Event).where(Event.sweep_id == sweep_id,
                                                           Event.type == "quality"))}
@@ -139,8 +140,12 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
 
 
 def _quality_pair(pair: str | None, mode: str) -> str | None:
-    """Quality tasks run once per target baseline ("target+None") and once per pair."""
-    return pair.split("+")[0] + "+None" if pair and mode == "baseline" else pair
+    """Quality tasks run once per target baseline ("target+None"; an http baseline: no
+    pair) and once per pair."""
+    if not pair or mode != "baseline":
+        return pair
+    target, other = pair.split("+", 1)
+    return None if other in DRAFT_FREE_METHODS else f"{target}+None"
 
 
 def soak_results(store: Store, sweep_id: str) -> list[dict]:

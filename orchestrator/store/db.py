@@ -412,7 +412,7 @@ def _measurement_tuple(sweep_id: str, node: str, e: dict) -> tuple:
         values[_REASONS_AT] = json.dumps(values[_REASONS_AT])
     kv = e.get("knob_value")
     return (sweep_id, node, e["seq"], None if kv is None else str(kv),
-            e["config"]["temperature"], pair_name(e.get("models")), *values)
+            e["config"]["temperature"], result_pair(e), *values)
 
 
 def _measurement_row(sweep_id: str, node: str, e: dict) -> dict:
@@ -420,7 +420,13 @@ def _measurement_row(sweep_id: str, node: str, e: dict) -> dict:
 
 
 def _pair_identity(e: dict, identity: dict) -> dict:
-    """A lineup result's own models: fingerprints, tiers and name of the pair it names."""
+    """A lineup result's own models: fingerprints, tiers and name of the pair it names; a
+    draft-free method's result has no draft weights, and is named by its method."""
+    method = e.get("method")
+    if method:
+        target = str(identity.get("model_pair") or "target").split(" / ")[0]
+        return {**identity, "draft_fingerprint": None, "draft_quant": f"no draft: {method}",
+                "model_pair": f"{target} / {method}"}
     pair, roles = e.get("models"), identity.get("roles")
     if not pair or not roles:
         return identity
@@ -442,13 +448,13 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "knob_value": None if e.get("knob_value") is None else str(e["knob_value"]),
         "num_draft_tokens": e["num_draft_tokens"],
         # a lineup's pairs share configs: the pair is part of what makes a run one run
-        "config_key": ((f"{pair} " if (pair := pair_name(e.get("models"))) else "")
+        "config_key": ((f"{pair} " if (pair := result_pair(e)) else "")
                        + json.dumps(e["config"], sort_keys=True))[:255], "config": e["config"],
         "trials": e["trials"], "decode_tok_s_median": m["decode_tok_s"]["median"],
         "decode_tok_s_p95": m["decode_tok_s"]["p95"], "decode_tok_s_cv": m["decode_tok_s"]["cv"],
         "acceptance_median": m["acceptance_rate"]["median"], "unreliable": e["unreliable"],
         "summary": {k: e.get(k) for k in ("metrics", "values", "unreliable_reasons", "exact",
-                                          "distribution", "parity", "models")},
+                                          "distribution", "parity", "models", "method")},
         "env_id": identity.get("env_id"), "mlx_version": identity.get("mlx_version"),
         "mlx_lm_version": identity.get("mlx_lm_version"),
         "target_fingerprint": identity.get("target_fingerprint"),
@@ -457,7 +463,13 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "chip": identity.get("chip"), "power_source": identity.get("power_source"),
         "model_pair": identity.get("model_pair"), "engine": e.get("engine") or "mlx-lm",
         "target_quant": identity.get("target_quant"), "draft_quant": identity.get("draft_quant"),
-        "pair": pair_name(e.get("models"))}
+        "pair": result_pair(e)}
+
+
+def result_pair(e: dict) -> str | None:
+    """What a result was measured with, beyond the plan's one pair: a lineup pair
+    ("target+draft-2") or a draft-free method ("target+prompt-lookup")."""
+    return f"target+{e['method']}" if e.get("method") else pair_name(e.get("models"))
 
 
 def pair_name(models: dict | None) -> str | None:

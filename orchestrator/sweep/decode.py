@@ -22,6 +22,7 @@ import orjson
 from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text
 
 from agent.protocol import (
+    DRAFT_FREE_METHODS,
     EVENT_FIELDS,
     EVENT_SCHEMA,
     EVENT_SCHEMA_MAJOR,
@@ -175,7 +176,11 @@ _ROLE = re.compile(MODEL_ROLE)
 
 
 def _models_problem(e: dict) -> str | None:
-    """A lineup result's pair (events 1.3): roles, so the store can file it under its pair."""
+    """A lineup result's pair (events 1.3): roles, so the store can file it under its pair;
+    or the draft-free method it speculated with."""
+    method = e.get("method")
+    if method is not None and method not in DRAFT_FREE_METHODS:
+        return f"method {str(method)[:40]!r} is not one of {', '.join(DRAFT_FREE_METHODS)}"
     m = e.get("models")
     if m is None:
         return None
