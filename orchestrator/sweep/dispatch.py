@@ -88,6 +88,14 @@ def controller_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+def _pair(event: dict) -> str:
+    """ " target+draft-2" for a lineup's result (which pair), "" for a plan of one pair."""
+    from ..store.db import result_pair
+
+    pair = result_pair(event)
+    return f" {pair}" if pair else ""
+
+
 class StderrProgress:
     """One line per event worth showing: runs done / total, config, tok/s, acceptance."""
 
@@ -103,7 +111,7 @@ class StderrProgress:
         elif kind == "generation":
             acc = event.get("acceptance_rate")
             where = (f"{event.get('runtime')}/{event['variant']}" if event.get("variant")
-                     else f"k={event['num_draft_tokens']}")  # an http runtime's variant
+                     else f"k={event['num_draft_tokens']}") + _pair(event)
             line = (f"{event['run_index'] + 1:>3}/{self.total.get(node, '?')} "
                     f"{event['workload']:<8} {event['mode']:<11} {where} "
                     f"{event.get('decode_tok_s') or 0:7.1f} tok/s"
@@ -114,7 +122,7 @@ class StderrProgress:
             what = event.get("variant") or event.get("workload") or "?"
             line = f"generation FAILED ({what}): {str(event.get('error'))[:200]}"
         elif kind == "quality":
-            line = (f"quality {event['mode']} k={event['num_draft_tokens']}: "
+            line = (f"quality {event['mode']} k={event['num_draft_tokens']}{_pair(event)}: "
                     f"{event['passed']}/{event['tasks']} tasks passed")
         elif kind == "soak_sample":
             # one line per ~10 s: a long soak makes a sample every generation
