@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: $(STAMP) system-deps lint
-	$(VENV)/bin/python -m pytest -q -ra
+	$(VENV)/bin/python -m pytest -ra --durations=15
 
 clean:
 	rm -rf $(VENV) .specfleet-demo

@@ -152,6 +152,7 @@ def emit_summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
             s["distribution"] = distribution_test([_sampled_ids(b) for b in base],
                                                   [_sampled_ids(g) for g in gs], seed=job.seed)
         journal.emit("config_summary", workload=workload, context_bucket=gs[0]["context_bucket"],
+                     prompt_sha256=gs[0].get("prompt_sha256"),
                      engine=gs[0].get("runtime") or "mlx-lm", mode=mode,
                      knob=None if mode == "baseline" else gs[0]["knob"],
                      knob_value=None if mode == "baseline" else gs[0]["knob_value"],

@@ -13,7 +13,8 @@ from .errors import SpecfleetError
 from .store import Store
 from .store.models import Measurement, NodeOutcome, Run, Sweep
 
-RUN_FIELDS = ("id", "sweep_id", "node", "engine", "workload", "context_bucket", "mode",
+RUN_FIELDS = ("id", "sweep_id", "node", "engine", "model_pair", "workload", "context_bucket",
+              "mode",
               "num_draft_tokens", "trials", "decode_tok_s_median", "decode_tok_s_p95",
               "decode_tok_s_cv", "acceptance_median", "unreliable", "chip", "os_build",
               "env_id", "mlx_version", "mlx_lm_version", "target_fingerprint",
@@ -57,7 +58,9 @@ def run_detail(store: Store, run_id: int) -> dict:
         gens = s.scalars(select(Measurement).where(
             Measurement.sweep_id == r.sweep_id, Measurement.node == r.node,
             Measurement.workload == r.workload, Measurement.mode == r.mode,
-            Measurement.num_draft_tokens == r.num_draft_tokens).order_by(
+            Measurement.num_draft_tokens == r.num_draft_tokens,
+            Measurement.pair.is_(None) if r.pair is None else Measurement.pair == r.pair
+        ).order_by(
             Measurement.run_index)).all()
         return {**{f: getattr(r, f) for f in RUN_FIELDS}, "config": r.config,
                 "summary": r.summary,
@@ -68,6 +71,12 @@ def run_detail(store: Store, run_id: int) -> dict:
                                   "unreliable": g.unreliable} for g in gens]}
 
 
+def _digits(v):
+    """Floats to six significant digits: 158.36999999999995 is 158.37 (the measurement
+    carries no more than that)."""
+    return float(f"{v:.6g}") if isinstance(v, float) else v
+
+
 def to_csv(rows: list[dict]) -> str:
     if not rows:
         return ""
@@ -75,6 +84,6 @@ def to_csv(rows: list[dict]) -> str:
     w = csv.DictWriter(buf, fieldnames=list(rows[0]))
     w.writeheader()
     for r in rows:
-        w.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v
+        w.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else _digits(v)
                     for k, v in r.items()})
     return buf.getvalue()

@@ -27,12 +27,14 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except SpecfleetError as e:
             raise click.ClickException(str(e)) from None
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # click's own: usage errors, --help, Ctrl-C
         except Exception as e:
             # a store failure outside the paths that explain it; sqlalchemy is only looked
             # up when a command loaded it (importing it costs every command ~0.2 s)
             exc = sys.modules.get("sqlalchemy.exc")
             if exc is None or not isinstance(e, exc.SQLAlchemyError):
-                raise
+                raise click.ClickException(_crash(e)) from None
             msg = str(e.orig if getattr(e, "orig", None) else e).splitlines()[0]
             if "disk is full" in msg or "No space left" in msg:
                 raise click.ClickException(
@@ -40,6 +42,35 @@ class _Group(click.Group):
                     "free space and run the command again (a sweep already started: "
                     "`specfleet sweep --attach SWEEP_ID`)") from None
             raise click.ClickException(f"store error: {msg}") from None
+
+
+def _crash(e: Exception) -> str:
+    """A bug, not the user's mistake: one line that says so, the traceback in a file (or on
+    stderr with SPECFLEET_DEBUG=1) for the bug report."""
+    import os
+    import tempfile
+    import time
+    import traceback
+
+    text = "".join(traceback.format_exception(e))
+    if os.environ.get("SPECFLEET_DEBUG"):
+        sys.stderr.write(text)
+        where = "above"
+    else:
+        folder = Path(os.environ.get("SPECFLEET_HOME", Path.home() / ".specfleet"))
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+            path.write_text(" ".join(sys.argv) + "\n" + text)
+        except OSError:
+            fd, name = tempfile.mkstemp(prefix="specfleet-crash-", suffix=".log")
+            os.write(fd, text.encode())
+            os.close(fd)
+            path = Path(name)
+        where = f"in {path}"
+    return (f"internal error: {type(e).__name__}: {str(e)[:300]}. This is a bug in specfleet, "
+            f"not in what you typed; the traceback is {where} (please attach it to a bug "
+            "report). Stored results are not affected.")
 
 
 @click.group(cls=_Group)
@@ -81,17 +112,31 @@ def fleet_options(fn):
                           "key is still refused)."),
         click.option("--ssh-config", type=click.Path(dir_okay=False), default=None,
                      help="OpenSSH client config (default ~/.ssh/config when present)."),
-        click.option("--concurrency", type=int, default=64, show_default=True,
-                     help="Hosts worked on at once."),
-        click.option("--connect-timeout", type=float, default=10.0, show_default=True),
+        click.option("--concurrency", type=click.IntRange(min=1), default=64,
+                     show_default=True, help="Hosts worked on at once (≥ 1)."),
+        click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0,
+                     show_default=True, help="Seconds to wait for each node's SSH connection."),
         click.option("--failed-hosts-file", type=click.Path(dir_okay=False, path_type=Path),
                      default=Path("specfleet.retry"), show_default=True,
+                     callback=writable_file,
                      help="Where the hosts that were not ok are written, for --limit @FILE."),
         click.option("--json", "as_json", is_flag=True, help="Print results as JSON."),
     ]
     for o in reversed(opts):
         fn = o(fn)
     return fn
+
+
+def writable_file(ctx, param, value: Path | None) -> Path | None:
+    """Checked before any work: a file the command will write at its end."""
+    if value is None:
+        return value
+    if str(value).strip() == "" or value.is_dir():
+        raise click.BadParameter(f"{str(value)!r} is not a file name; give a file, e.g. "
+                                 "specfleet.retry")
+    if not value.resolve().parent.is_dir():
+        raise click.BadParameter(f"{value}: folder {value.resolve().parent} does not exist")
+    return value
 
 
 def ssh_options(kw: dict):

@@ -18,6 +18,7 @@ from .base import (
     main,
     report_outcomes,
     ssh_options,
+    writable_file,
 )
 
 
@@ -29,7 +30,7 @@ def inventory():
 @inventory.command("list")
 @inventory_option
 @limit_option
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the hosts as JSON.")
 def inventory_list(as_json: bool, **kw):
     """List the hosts a command would reach.
 
@@ -78,7 +79,12 @@ def _describe_facts(o) -> str:
 @db_option
 def fleet_facts(db_url, failed_hosts_file, as_json, **kw):
     """Collect and store each node's facts: OS and build, chip, RAM, GPU cores, free disk,
-    Python, power source and battery, low-power mode, thermal state, uptime, node lock."""
+    Python, power source and battery, low-power mode, thermal state, uptime, node lock.
+
+    \b
+    Example:
+      specfleet fleet facts -i lab/inventory/ --json
+    """
     from ..fleet.facts import collect
     from ..fleet.fanout import run_fan_out
     from ..store import open_store
@@ -106,8 +112,9 @@ def node():
 @click.option("--ask-become-pass", is_flag=True, help="Prompt for the sudo password.")
 @click.option("--check", is_flag=True, help="Show what would change; change nothing.")
 @click.option("--failed-hosts-file", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("specfleet.retry"), show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+              default=Path("specfleet.retry"), show_default=True, callback=writable_file,
+              help="Where the hosts that were not ok are written, for --limit @FILE.")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def node_prepare(ask_become_pass, check, known_hosts, failed_hosts_file, as_json, **kw):
     """Keep Macs awake on AC (pmset), Low Power Mode off, Spotlight out of the specfleet
     root; create the root owned by the benchmark user. Host by host, with sudo.
@@ -147,7 +154,12 @@ def node_prepare(ask_become_pass, check, known_hosts, failed_hosts_file, as_json
 def provision(plan_path, db_url, failed_hosts_file, as_json, **kw):
     """Make each node ready for PLAN (a plan, or its .lock.json), idempotently: the pinned
     environment (hash-locked wheels installed offline), the agent artefact, and the model
-    pair as verified blobs."""
+    pair as verified blobs.
+
+    \b
+    Example:
+      specfleet provision lab/plan.lock.json -i lab/inventory/ --limit lab
+    """
     from ..fleet.fanout import run_fan_out
     from ..fleet.provision import provision_host
     from ..store import open_store

@@ -22,7 +22,12 @@ def plan():
 @click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the lock's summary as JSON.")
 def plan_lock(plan_path, as_json):
-    """Write PLAN.lock.json next to PLAN. Sweeps run only from a lock."""
+    """Write PLAN.lock.json next to PLAN. Sweeps run only from a lock.
+
+    \b
+    Example:
+      specfleet plan lock lab/plan.yml
+    """
     from agent.protocol import model_roles
 
     from ..sweep.plan import load_lock, load_plan, write_lock
@@ -52,7 +57,12 @@ def plan_lock(plan_path, as_json):
 @plan.command("check")
 @click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
 def plan_check(lock_path):
-    """Verify that LOCK still matches its plan, weights and prompts."""
+    """Verify that LOCK still matches its plan, weights and prompts.
+
+    \b
+    Example:
+      specfleet plan check lab/plan.lock.json
+    """
     from ..sweep.plan import load_lock, verify_lock
 
     verify_lock(load_lock(lock_path), lock_path)
@@ -68,7 +78,9 @@ def schedule():
 @click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--at", "at", default="02:00", show_default=True, help="Daily time, HH:MM.")
 @click.option("--kind", type=click.Choice(["auto", "launchd", "systemd", "cron"]),
-              default="auto", show_default=True)
+              default="auto", show_default=True,
+              help="Scheduler: launchd (macOS), a systemd user timer, or cron; auto picks "
+                   "the one this machine runs.")
 @click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write the files here (default: the scheduler's own folder / crontab).")
 @click.option("--enable/--no-enable", default=True, show_default=True,
@@ -86,7 +98,7 @@ def schedule():
               help="known_hosts file the nightly checks host keys against.")
 @click.option("--ssh-config", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="OpenSSH client config the nightly reads.")
-@click.option("--connect-timeout", type=float, default=None,
+@click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=None,
               help="Seconds the nightly waits for each node's SSH connection.")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Where the nightly's output goes (default: next to LOCK).")
@@ -124,10 +136,16 @@ def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_pa
 
 
 @schedule.command("list")
-@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Look in this folder (as given to `schedule install --dest`).")
+@click.option("--json", "as_json", is_flag=True, help="Print the schedules as JSON.")
 def schedule_list(dest, as_json):
-    """Nightly schedules this user has installed."""
+    """Nightly schedules this user has installed.
+
+    \b
+    Example:
+      specfleet schedule list --json
+    """
     from ..sweep.schedule import entries
 
     rows = [{"name": e.name, "kind": e.kind, "at": e.at, "lock": e.lock, "path": str(e.path)}
@@ -140,10 +158,17 @@ def schedule_list(dest, as_json):
 
 @schedule.command("remove")
 @click.argument("name")
-@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None)
-@click.option("--disable/--no-disable", default=True, show_default=True)
+@click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Remove from this folder (as given to `schedule install --dest`).")
+@click.option("--disable/--no-disable", default=True, show_default=True,
+              help="Unload it from launchd / systemd before deleting its files.")
 def schedule_remove(name, dest, disable):
-    """Disable and delete the nightly schedule NAME (see `schedule list`)."""
+    """Disable and delete the nightly schedule NAME (see `schedule list`).
+
+    \b
+    Example:
+      specfleet schedule remove specfleet-nightly-3f2a9c1b7d4e
+    """
     from ..sweep.schedule import remove
 
     for p in remove(name, dest, disable):

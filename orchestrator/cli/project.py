@@ -26,6 +26,10 @@ def demo_models_build(out: Path, retrain: bool, as_json: bool):
 
     Reuses the pair committed under tests/data/demo-models when its build key (hash of
     trainer, corpus, arguments and mlx version) matches; otherwise trains (minutes).
+
+    \b
+    Example:
+      specfleet demo-models build models/
     """
     from ..demo_models import build_demo_models
 
@@ -67,7 +71,12 @@ def models_quantize(src: Path, out: Path, bits: int, group_size: int, as_json: b
 @click.option("--models/--no-models", default=True, show_default=True,
               help="Also build the demo model pair into FOLDER/models.")
 def init(folder, models):
-    """Scaffold FOLDER: an inventory, a plan for the demo pair, each file explained."""
+    """Scaffold FOLDER: an inventory, a plan for the demo pair, each file explained.
+
+    \b
+    Example:
+      specfleet init lab/
+    """
     from ..scaffold import init_project
 
     for p in init_project(folder, with_models=models, log=lambda m: click.echo(m, err=True)):
@@ -79,10 +88,15 @@ def init(folder, models):
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               default=Path(".specfleet-demo"), show_default=True,
               help="Folder for the demo's models, plan, store, node files and pages.")
-@click.option("--max-tokens", type=int, default=None,
+@click.option("--max-tokens", type=click.IntRange(min=1), default=None,
               help="Tokens generated per prompt (default: each workload's own).")
 def demo(workdir: Path, max_tokens: int | None):
-    """The embedded default: build the pair, sweep the local node, write the review."""
+    """The embedded default: build the pair, sweep the local node, write the review.
+
+    \b
+    Example:
+      specfleet demo --workdir .specfleet-demo --max-tokens 64
+    """
     import os
     import sys
 

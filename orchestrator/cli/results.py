@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -165,12 +166,25 @@ def sweeps():
     """Sweeps in the store."""
 
 
+def _not_a_count(ctx, param, value):
+    if value is not None:
+        raise click.BadParameter("--limit is a host pattern in specfleet; the number of "
+                                 f"sweeps to list is --last (e.g. --last {value})")
+
+
 @sweeps.command("list")
-@click.option("--limit", "count", type=int, default=20, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--last", "count", type=click.IntRange(1, 100_000), default=20,
+              show_default=True, help="How many sweeps to list, newest first.")
+@click.option("--limit", hidden=True, expose_value=False, callback=_not_a_count)
+@click.option("--json", "as_json", is_flag=True, help="Print the sweeps as JSON.")
 @db_option
 def sweeps_list(count, as_json, db_url):
-    """The newest sweeps with their status and per-node outcome."""
+    """The newest sweeps with their status and per-node outcome.
+
+    \b
+    Example:
+      specfleet sweeps list --last 5
+    """
     from ..listing import sweeps as list_sweeps
     from ..store import open_store
 
@@ -203,16 +217,21 @@ def _emit(rows: list[dict], as_json: bool, as_csv: bool, columns: tuple[str, ...
 
 
 @runs.command("list")
-@click.option("--sweep", "sweep_id", default=None)
-@click.option("--node", default=None)
-@click.option("--workload", default=None)
+@click.option("--sweep", "sweep_id", default=None, help="Only this sweep's runs (its id).")
+@click.option("--node", default=None, help="Only this node's runs (its inventory name).")
+@click.option("--workload", default=None, help="Only this workload's runs (e.g. code).")
 @click.option("--engine", default=None,
               help="Only this runtime: mlx-lm (in process) or an http runtime's name.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row, for spreadsheets.")
 @db_option
 def runs_list(sweep_id, node, workload, engine, as_json, as_csv, db_url):
-    """List runs: decode tok/s median/p95/CV, acceptance, identity."""
+    """List runs: decode tok/s median/p95/CV, acceptance, identity.
+
+    \b
+    Example:
+      specfleet runs list --workload code --csv > runs.csv
+    """
     from ..listing import runs as list_runs
     from ..store import open_store
 
@@ -222,12 +241,17 @@ def runs_list(sweep_id, node, workload, engine, as_json, as_csv, db_url):
 
 
 @runs.command("show")
-@click.argument("run_id", type=int)
-@click.option("--json", "as_json", is_flag=True)
+@click.argument("run_id", type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 @click.option("--csv", "as_csv", is_flag=True, help="The run's measurements as CSV.")
 @db_option
 def runs_show(run_id, as_json, as_csv, db_url):
-    """One run with its config, summary and every measured generation."""
+    """One run with its config, summary and every measured generation.
+
+    \b
+    Example:
+      specfleet runs show 1
+    """
     from ..listing import run_detail, to_csv
     from ..store import open_store
 
@@ -237,14 +261,40 @@ def runs_show(run_id, as_json, as_csv, db_url):
     elif as_csv:
         click.echo(to_csv(d["measurements"]), nl=False)
     else:
-        for k, v in d.items():
-            if k != "measurements":
-                click.echo(f"{k:<22} {v}")
-        for m in d["measurements"]:
-            acc = m["acceptance_rate"]
-            click.echo(f"  #{m['run_index']:<4} rep {m['repetition']}  "
-                       f"{m['decode_tok_s'] or 0:8.1f} tok/s  ttft {m['ttft_ms'] or 0:7.1f} ms"
-                       f"  acceptance {'-' if acc is None else acc}")
+        _show_run(d)
+
+
+def _show_run(d: dict) -> None:
+    """Aligned sections: what ran, its identity, its numbers, each generation."""
+    def section(title: str, items: Sequence[tuple[str, object]]) -> None:
+        click.echo(title)
+        for k, v in items:
+            click.echo(f"  {k:<22} {'-' if v is None else v}")
+
+    def num(v, spec=".2f"):
+        return None if v is None else format(v, spec)
+
+    section(f"run {d['id']}", [(k, d[k]) for k in ("sweep_id", "node", "engine", "model_pair",
+                                                     "workload",
+                                                     "context_bucket", "mode",
+                                                     "num_draft_tokens", "trials")]
+            + [("config", json.dumps(d["config"], sort_keys=True))])
+    section("identity", [(k, d[k]) for k in ("chip", "os_build", "env_id", "mlx_version",
+                                              "mlx_lm_version", "target_fingerprint",
+                                              "draft_fingerprint", "prompt_sha256")])
+    m = (d.get("summary") or {}).get("metrics") or {}
+    rows = [(name, " · ".join(f"{k} {num(v, '.4g') if isinstance(v, float) else v or '-'}"
+                              for k, v in (m.get(name) or {}).items()))
+            for name in m]
+    reasons = (d.get("summary") or {}).get("unreliable_reasons") or []
+    section("summary", rows + [("unreliable", "; ".join(reasons) if reasons else "no")])
+    click.echo(f"generations ({len(d['measurements'])})")
+    for g in d["measurements"]:
+        acc = g["acceptance_rate"]
+        click.echo(f"  #{g['run_index']:<4} rep {g['repetition']}  "
+                   f"{g['decode_tok_s'] or 0:8.1f} tok/s  ttft {g['ttft_ms'] or 0:7.1f} ms"
+                   f"  acceptance {'-' if acc is None else f'{acc:.3f}'}"
+                   + ("  UNRELIABLE" if g["unreliable"] else ""))
 
 
 @main.group()
@@ -255,7 +305,12 @@ def db():
 @db.command("upgrade")
 @db_option
 def db_upgrade(db_url):
-    """Migrate the store to the latest schema."""
+    """Migrate the store to the latest schema.
+
+    \b
+    Example:
+      specfleet db upgrade --db sqlite:///specfleet.db
+    """
     from ..store import open_store
 
     click.echo(f"store at revision {open_store(db_url).current_revision()}")
@@ -299,7 +354,12 @@ def db_downgrade(revision, yes, db_url):
 @db.command("current")
 @db_option
 def db_current(db_url):
-    """Print the store's schema revision."""
+    """Print the store's schema revision.
+
+    \b
+    Example:
+      specfleet db current --db sqlite:///specfleet.db
+    """
     from ..store import open_store
 
     click.echo(open_store(db_url, migrate=False).current_revision() or "empty (not migrated)")

@@ -33,7 +33,8 @@ from .base import (
               help="Install the locked env on nodes first (the default when the lock manages "
                    "environments); --no-provision: nodes bring specfleet_python, and the agent "
                    "still checks the pins (the default for a plan with platforms: []).")
-@click.option("--reconnect-timeout", type=float, default=120.0, show_default=True,
+@click.option("--reconnect-timeout", type=click.FloatRange(min=0), default=120.0,
+              show_default=True,
               help="Seconds to keep reconnecting to a node whose link dropped.")
 @db_option
 def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
@@ -44,6 +45,10 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
     journals into the store, reconnecting after dropped links. If the controller dies,
     `--attach SWEEP_ID` picks up; if an agent died, `--resume SWEEP_ID`. Exits non-zero if
     any node was not ok; the other nodes' results are stored.
+
+    \b
+    Example:
+      specfleet sweep lab/plan.lock.json -i lab/inventory/
     """
     from ..store import open_store
     from ..sweep.dispatch import StderrProgress, SweepOptions, continue_sweep, start_sweep
@@ -108,7 +113,12 @@ def _record_failed_nightly(db_url: str | None, lock_path: Path, reason: str) -> 
 @db_option
 def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
     """The scheduled sweep: refuses to start while a previous nightly of the same plan
-    runs, records trigger=nightly, prints one summary line, exits 1 if any node failed."""
+    runs, records trigger=nightly, prints one summary line, exits 1 if any node failed.
+
+    \b
+    Example:
+      specfleet nightly lab/plan.lock.json -i lab/inventory/
+    """
     from ..fleet.fanout import write_retry_file
     from ..store import open_store
     from ..sweep.dispatch import StderrProgress, SweepOptions, start_sweep
@@ -149,13 +159,18 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
               help="As for `sweep`: on unless the lock manages no environments.")
 @click.option("--metrics", default="decode_tok_s,acceptance_rate,ttft_ms", show_default=True,
               help="Metrics that must agree between nodes.")
-@click.option("--floor", type=float, default=0.03, show_default=True,
+@click.option("--floor", type=click.FloatRange(min=0, max=1), default=0.03, show_default=True,
               help="Smallest tolerance, as a share of the larger median.")
 @db_option
 def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_json, **kw):
     """Run LOCK on several nodes (--limit a,b,c) and check they agree, metric by metric,
     within a tolerance from each node's own repetition spread. Runs flagged unreliable are
-    set aside, never compared. Exit 0 if reproducible, 1 if not, 3 if inconclusive."""
+    set aside, never compared. Exit 0 if reproducible, 1 if not, 3 if inconclusive.
+
+    \b
+    Example:
+      specfleet repro lab/plan.lock.json -i lab/inventory/ --limit mac-a,mac-b
+    """
     from datetime import datetime, timezone
 
     from ..review.repro import compare, sweep_values, verdict

@@ -77,10 +77,15 @@ def not_ok(outcomes: list[Outcome]) -> list[Outcome]:
 def write_retry_file(outcomes: list[Outcome], path: Path) -> Path | None:
     """The not-ok hosts, one per line, for ``--limit @path``; removed when all were ok."""
     bad = not_ok(outcomes)
-    if not bad:
-        path.unlink(missing_ok=True)
-        return None
-    path.write_text("".join(f"{o.host}\n" for o in bad))
+    try:
+        if not bad:
+            path.unlink(missing_ok=True)
+            return None
+        path.write_text("".join(f"{o.host}\n" for o in bad))
+    except OSError as e:  # the results are shown and stored; only the list is lost
+        raise SpecfleetError(f"--failed-hosts-file {path}: cannot write it ({e.strerror}); "
+                             f"the hosts that were not ok: {', '.join(o.host for o in bad)}"
+                             ) from None
     return path
 
 
