@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -97,6 +99,53 @@ def fleet_facts(db_url, failed_hosts_file, as_json, **kw):
         if o.status == "ok":
             store.add_facts(o.host, o.value)
     report_outcomes(outcomes, failed_hosts_file, as_json, describe=_describe_facts)
+
+
+@main.command()
+@click.argument("lock_path", metavar="[LOCK]", required=False,
+                type=click.Path(dir_okay=False, path_type=Path))
+@fleet_options
+def doctor(lock_path, failed_hosts_file, as_json, **kw):
+    """Will a sweep work on these nodes? Per node, one line per check with the fix: SSH
+    reachable, host key known, Python found (and the version LOCK's plan declares), disk
+    free for LOCK's weights, power source and Low Power Mode, another benchmark holding the
+    node, clock skew. Exits 1 if any check FAILs (a sweep would fail there); a `warn` only
+    makes results doubtful (they would be set aside).
+
+    \b
+    Example:
+      specfleet doctor lab/plan.lock.json -i lab/inventory/
+    """
+    from ..fleet.doctor import probe, report
+    from ..fleet.fanout import run_fan_out, write_retry_file
+    from ..sweep.plan import load_lock
+
+    doc = load_lock(lock_path) if lock_path else None
+    if doc is not None and kw["limit"] is None and doc["nodes"].get("limit"):
+        kw["limit"] = doc["nodes"]["limit"]  # the nodes the plan would sweep
+    ssh = ssh_options(kw)
+    hosts, _ = hosts_from(kw)
+    outcomes = run_fan_out(hosts, probe, ssh)
+    rows = report(hosts, outcomes, doc)
+    failing = [r["node"] for r in rows if any(c["status"] == "FAIL" for c in r["checks"])]
+    if as_json:
+        click.echo(json.dumps({"nodes": rows, "failing": failing}, indent=2))
+    else:
+        from ..fleet.doctor import Check
+
+        for r in rows:
+            click.echo(r["node"])
+            for c in r["checks"]:
+                click.echo(Check(**c).line())
+        click.echo(f"{len(rows)} node(s): " + (f"{len(failing)} would fail a sweep "
+                                                f"({', '.join(failing)})" if failing
+                                                else "ready for a sweep"))
+    written = write_retry_file([replace(o, status="failed") if o.host in failing and
+                                o.status == "ok" else o for o in outcomes], failed_hosts_file)
+    if written and not as_json:
+        click.echo(f"check those again with --limit @{written}")
+    if failing:
+        sys.exit(1)
 
 
 @main.group()

@@ -176,6 +176,7 @@ def parse_facts(text: str, host: Host) -> dict:
     f["python_path"], f["python_version"] = (py[0], py[1]) if ok else (None, None)
     f["python_error"] = None if ok else (s.get("python") or "no output")[-300:]
     f["lock"] = parse_lock(s.get("lock", ""))
+    f["clock_s"] = int(s["now"]) if s.get("now", "").isdigit() else None  # for doctor
     return f
 
 
