@@ -68,7 +68,8 @@ def build_demo_tiers(models: Path, log=print) -> None:
         log(f"made the {bits}-bit tier of the demo draft: {out}")
 
 
-def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print) -> Path:
+def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print,
+             announce=lambda sweep_id: None) -> Path:
     """Build models (and the draft's tiers), lock a plan, sweep the local node, render the
     review."""
     workdir = workdir.resolve()
@@ -82,7 +83,8 @@ def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print) -> Path
     # Keep the demo self-contained: the local node's files live in the workdir.
     hosts = [replace(h, root=str(workdir / "node")) for h in load_inventory(LOCAL_INVENTORY).hosts]
     result = start_sweep(doc, hosts, store, inventory=str(LOCAL_INVENTORY),
-                         opts=SweepOptions(provision=False), progress=StderrProgress())
+                         opts=SweepOptions(provision=False), progress=StderrProgress(),
+                         announce=announce)
     if result.status != "ok":
         details = "; ".join(f"{o.host}: {o.detail}" for o in result.outcomes if o.detail)
         raise SpecfleetError(f"demo sweep {result.sweep_id} did not finish: {details}")

@@ -100,10 +100,16 @@ def demo(workdir: Path, max_tokens: int | None):
     import os
     import sys
 
-    from ..demo import next_steps, run_demo
+    from ..demo import LOCAL_INVENTORY, next_steps, run_demo
+    from .sweeping import interrupted
 
-    review_path = run_demo(workdir, max_tokens=max_tokens,
-                           log=lambda m: click.echo(m, err=True))
+    started: list[str] = []
+    try:
+        review_path = run_demo(workdir, max_tokens=max_tokens,
+                               log=lambda m: click.echo(m, err=True), announce=started.append)
+    except KeyboardInterrupt:
+        interrupted(started[0] if started else None,
+                    f"sqlite:///{(workdir / 'specfleet.db').resolve()}", [LOCAL_INVENTORY])
     click.echo(f"review written to {review_path.resolve()}")
     # the command as this shell can run it: `make demo` runs .venv/bin/specfleet, which is
     # not on PATH until the venv is activated

@@ -29,6 +29,9 @@ from .base import (
               help="Re-attach to a sweep's running agents and ingest what they wrote.")
 @click.option("--resume", "resume_id", metavar="SWEEP_ID", default=None,
               help="Restart a sweep's dead agents; they measure only what is missing.")
+@click.option("--stop", "stop_id", metavar="SWEEP_ID", default=None,
+              help="End a sweep's agents and release its nodes; what they measured is stored "
+                   "(--resume SWEEP_ID later measures the rest).")
 @click.option("--provision/--no-provision", default=None,
               help="Install the locked env on nodes first (the default when the lock manages "
                    "environments); --no-provision: nodes bring specfleet_python, and the agent "
@@ -37,7 +40,7 @@ from .base import (
               show_default=True,
               help="Seconds to keep reconnecting to a node whose link dropped.")
 @db_option
-def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
+def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout, db_url,
           failed_hosts_file, as_json, **kw):
     """Run the sweep a LOCK describes on each node (LOCK = PLAN.lock.json).
 
@@ -53,9 +56,10 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
     from ..store import open_store
     from ..sweep.dispatch import StderrProgress, SweepOptions, continue_sweep, start_sweep
 
-    if sum(x is not None for x in (lock_path, attach_id, resume_id)) != 1:
-        raise click.UsageError("give a LOCK, or --attach SWEEP_ID, or --resume SWEEP_ID")
+    if sum(x is not None for x in (lock_path, attach_id, resume_id, stop_id)) != 1:
+        raise click.UsageError("give a LOCK, or one of --attach, --resume, --stop SWEEP_ID")
     ssh = ssh_options(kw)
+    kw_inventory = list(kw["inventory_path"])
     doc = None
     if lock_path:
         doc, _ = lock_from(lock_path, lambda m: click.echo(m, err=True))
@@ -66,21 +70,28 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
     store = open_store(db_url)
     provision = _provision(doc, provision, lambda m: click.echo(m, err=True))
     opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout)
-    sweep_id = attach_id or resume_id
+    sweep_id = attach_id or resume_id or stop_id
+    started: list[str] = []
+
+    def announce(sid: str) -> None:
+        started.append(sid)
+        click.echo(f"sweep {sid} started on {len(hosts)} node(s)", err=True)
+
     try:
         if doc is not None:
-            result = start_sweep(
-                doc, hosts, store, inventory=str(inventory_path), opts=opts,
-                progress=StderrProgress(), announce=lambda sid: click.echo(
-                    f"sweep {sid} started on {len(hosts)} node(s)", err=True))
+            result = start_sweep(doc, hosts, store, inventory=str(inventory_path), opts=opts,
+                                 progress=StderrProgress(), announce=announce)
         else:
             result = continue_sweep(sweep_id, hosts, store, resume=resume_id is not None,
-                                    opts=opts, progress=StderrProgress(), leave_out=chose)
+                                    opts=opts, progress=StderrProgress(), leave_out=chose,
+                                    stop=stop_id is not None)
     except KeyboardInterrupt:
-        click.echo("interrupted: the agents keep running on the nodes; pick the sweep up "
-                   "again with `specfleet sweep --attach SWEEP_ID` (the id is printed above; "
-                   "`specfleet sweeps list` shows it too)", err=True)
-        sys.exit(130)
+        interrupted(started[0] if started else sweep_id, db_url, kw_inventory)
+    if stop_id:
+        for o in result.outcomes:
+            click.echo(f"{o.host:<20} {o.detail or o.status}")
+        click.echo(f"sweep {result.sweep_id}: stopped; its nodes are free", err=True)
+        return
     if result.left_out:  # said first: report_outcomes exits when a node was not ok
         click.echo(f"left out, still to finish: {', '.join(result.left_out)} (pick them up "
                    f"with `specfleet sweep --attach {result.sweep_id}`)", err=True)
@@ -89,6 +100,23 @@ def sweep(lock_path, attach_id, resume_id, provision, reconnect_timeout, db_url,
                    "left_out": list(result.left_out)},
             describe=lambda o: f"{o.value['events']} events")
     click.echo(f"sweep {result.sweep_id}: {result.status}", err=True)
+
+
+def interrupted(sweep_id: str | None, db_url: str | None, inventory: list[Path]) -> None:
+    """Ctrl-C: the agents go on measuring on their nodes; say so, and how to follow or stop
+    them, with the sweep's own id and the options this command was given."""
+    import shlex
+
+    if sweep_id is None:
+        click.echo("interrupted before a sweep started: nothing runs on the nodes", err=True)
+        sys.exit(130)
+    extra = "".join(f" -i {shlex.quote(str(p))}" for p in inventory) + (
+        f" --db {shlex.quote(db_url)}" if db_url else "")
+    click.echo(f"interrupted: sweep {sweep_id} goes on on the nodes (its agents are detached "
+               f"and journal everything).\n  follow it again: specfleet sweep --attach "
+               f"{sweep_id}{extra}\n  stop it:         specfleet sweep --stop {sweep_id}"
+               f"{extra}", err=True)
+    sys.exit(130)
 
 
 def _record_failed_nightly(db_url: str | None, lock_path: Path, reason: str) -> None:
@@ -133,11 +161,17 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
         _record_failed_nightly(db_url, lock_path, str(e))
         raise
     provision = _provision(doc, provision, lambda m: None)
+    started: list[str] = []
     with NightlyGuard(doc["lock_id"]):
         store = open_store(db_url)
-        result = start_sweep(doc, hosts, store, inventory=inventory_path,
-                             opts=SweepOptions(ssh=ssh, provision=provision, trigger="nightly"),
-                             progress=StderrProgress())
+        try:
+            result = start_sweep(doc, hosts, store, inventory=inventory_path,
+                                 opts=SweepOptions(ssh=ssh, provision=provision,
+                                                   trigger="nightly"),
+                                 progress=StderrProgress(), announce=started.append)
+        except KeyboardInterrupt:
+            interrupted(started[0] if started else None, db_url,
+                        [Path(p) for p in inventory_path.split(",")])
     bad = [o for o in result.outcomes if o.status != "ok"]
     ok = len(result.outcomes) - len(bad)
     line = (f"nightly {doc['name']} sweep {result.sweep_id}: {result.status} "
@@ -185,9 +219,14 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
         raise click.UsageError("repro needs at least two nodes (--limit a,b)")
     provision = _provision(doc, provision, lambda m: click.echo(m, err=True))
     store = open_store(db_url)
-    result = start_sweep(doc, hosts, store, inventory=inventory_path,
-                         opts=SweepOptions(ssh=ssh, provision=provision, trigger="repro"),
-                         progress=StderrProgress())
+    started: list[str] = []
+    try:
+        result = start_sweep(doc, hosts, store, inventory=inventory_path,
+                             opts=SweepOptions(ssh=ssh, provision=provision, trigger="repro"),
+                             progress=StderrProgress(), announce=started.append)
+    except KeyboardInterrupt:
+        interrupted(started[0] if started else None, db_url,
+                    [Path(p) for p in inventory_path.split(",")])
     per_node, idents, set_aside = sweep_values(store, result.sweep_id)
     report = compare(per_node, idents, tuple(m.strip() for m in metrics.split(",")), floor)
     report.update(sweep_id=result.sweep_id, created_at=datetime.now(timezone.utc).isoformat(),

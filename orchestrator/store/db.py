@@ -159,6 +159,18 @@ class Store:
         return {"node": row.node, "holder": row.holder, "sweep_id": row.sweep_id,
                 "expires_at": row.expires_at, "ours": row.holder == holder}
 
+    def take_lease(self, node: str, old_holder: str, holder: str, sweep_id: str,
+                   ttl_s: float) -> bool:
+        """Take the lease from ``old_holder`` (a controller known to be gone); False when
+        someone else took it first."""
+        now = datetime.now(timezone.utc)
+        with self.engine.begin() as c:
+            res = c.execute(update(NodeLease).where(
+                NodeLease.node == node, NodeLease.holder == old_holder).values(
+                holder=holder, sweep_id=sweep_id, acquired_at=now,
+                expires_at=now + timedelta(seconds=ttl_s)))
+            return res.rowcount == 1
+
     def release_lease(self, node: str, holder: str) -> None:
         with self.engine.begin() as c:
             c.execute(delete(NodeLease).where(NodeLease.node == node,

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -84,8 +85,35 @@ def _substitute(text: str, values: dict[str, str]) -> str:
     return text
 
 
+def _dead_here(holder: str) -> bool:
+    """Is a lease holder ("host:pid:nonce") a controller of this machine that has exited?"""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False  # another machine's controller: its lease expires on its own
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def controller_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+# POSIX sh on the node: the agent's process group (its session, from its detach) ends
+STOP_SCRIPT = """pid=PID
+pg=$(ps -o pgid= -p $pid 2>/dev/null | tr -d ' ')
+if [ -z "$pg" ]; then echo gone; exit 0; fi
+kill -TERM -- -$pg 2>/dev/null || kill -TERM $pid 2>/dev/null
+i=0
+while [ $i -lt 50 ] && kill -0 $pid 2>/dev/null; do sleep 0.2; i=$((i+1)); done
+if kill -0 $pid 2>/dev/null; then kill -KILL -- -$pg 2>/dev/null || kill -KILL $pid; echo killed
+else echo stopped; fi
+"""
 
 
 def _pair(event: dict) -> str:
@@ -155,6 +183,7 @@ class NodeRun:
         self.host, self.store, self.sweep_id, self.holder = host, store, sweep_id, holder
         self.opts, self.progress = opts, progress
         self.started = False  # once an agent runs, its lease outlives this controller
+        self.stopped = False  # --stop ended its agent: the node is free again
         self.decoder = Decoder(host.name)
 
     async def set_aside(self, q: Quarantined) -> None:
@@ -173,6 +202,16 @@ class NodeRun:
     def lease(self) -> None:
         lease = self.store.acquire_lease(self.host.name, self.holder, self.sweep_id,
                                          self.opts.lease_ttl_s)
+        if not lease["ours"] and _dead_here(lease["holder"]):
+            # a controller of this machine that is gone (killed, crashed): its lease would
+            # hold the node until it expires for no one
+            if self.store.take_lease(self.host.name, lease["holder"], self.holder,
+                                     self.sweep_id, self.opts.lease_ttl_s):
+                self.say(f"reclaimed the node's lease from controller {lease['holder']} "
+                         f"(sweep {lease['sweep_id']}), which is no longer running")
+                return
+            lease = self.store.acquire_lease(self.host.name, self.holder, self.sweep_id,
+                                             self.opts.lease_ttl_s)
         if not lease["ours"]:
             raise SpecfleetError(
                 f"node busy: leased by {lease['holder']} for sweep {lease['sweep_id']} until "
@@ -251,6 +290,19 @@ class NodeRun:
         self.store.set_sweep_node(self.sweep_id, self.host.name, state="running", pid=pid)
         self.started = True
         self.say(f"agent {'resumed' if resume else 'started'} (pid {pid}), detached")
+
+    async def stop_agent(self, t) -> str:
+        """End the agent: SIGTERM to its process group (a runtime it started is in it),
+        SIGKILL after 10 s. The locks it held are flocks: they go with the process."""
+        sn = self._row()
+        pid = int(sn.pid or 0)
+        if not pid:
+            return "no agent was started"
+        res = await t.run(STOP_SCRIPT.replace("PID", str(pid)), check=False)
+        return {"gone": f"agent (pid {pid}) had already ended",
+                "stopped": f"agent (pid {pid}) stopped",
+                "killed": f"agent (pid {pid}) killed after 10 s"}.get(
+            res.stdout.strip().splitlines()[-1] if res.stdout.strip() else "", res.stdout)
 
     def _row(self):
         rows = [r for r in self.store.sweep_nodes(self.sweep_id) if r.node == self.host.name]
@@ -375,7 +427,12 @@ class NodeRun:
                        f"{self.sweep_id}` lists why)" if kept else None)
         if kind == "job_failed":
             self.store.set_sweep_node(self.sweep_id, self.host.name, state="failed")
-            return Outcome(self.host.name, "failed", f"agent: {last['message']}",
+            hint = ""
+            other = re.search(r"node is busy: job ([0-9a-f]{6,64}) ", last["message"])
+            if other and other.group(1) != self.sweep_id:  # e.g. a sweep left after Ctrl-C
+                hint = (f"; if nobody follows sweep {other.group(1)} any more, stop it: "
+                        f"`specfleet sweep --stop {other.group(1)}`")
+            return Outcome(self.host.name, "failed", f"agent: {last['message']}{hint}",
                            exit_status=last.get("exit_code"))
         self.store.set_sweep_node(self.sweep_id, self.host.name, state="died")
         return Outcome(self.host.name, "failed",
@@ -405,6 +462,22 @@ class NodeRun:
                     check=False)
                 if alive.exit_status != 0:
                     await self.start_agent(t, resume=True)
+            elif mode == "stop":
+                self.started = True
+                if self._row().state in ("finished", "failed", "stopped"):
+                    return self.outcome()
+                said = await self.stop_agent(t)
+                await self.follow_once(t)  # what it wrote before it ended, stored
+                last = self.store.last_event(self.sweep_id, self.host.name) or {}
+                if last.get("type") in ("job_finished", "job_failed"):
+                    return await asyncio.to_thread(self.outcome)  # it had finished anyway
+                self.store.set_sweep_node(self.sweep_id, self.host.name, state="stopped")
+                self.stopped = True
+                return Outcome(self.host.name, "failed",
+                               f"stopped: {said}; "
+                               f"{self.store.last_seq(self.sweep_id, self.host.name)} events "
+                               f"stored; `specfleet sweep --resume {self.sweep_id}` measures "
+                               "what is missing")
             else:
                 self.started = True
                 if self._row().state == "finished":
@@ -414,7 +487,8 @@ class NodeRun:
         finally:
             keeper.cancel()
             final = self.store.last_event(self.sweep_id, self.host.name) or {}
-            if not self.started or final.get("type") in ("job_finished", "job_failed"):
+            if not self.started or self.stopped or final.get("type") in ("job_finished",
+                                                                          "job_failed"):
                 self.store.release_lease(self.host.name, self.holder)
 
 
@@ -467,8 +541,9 @@ def start_sweep(doc: dict, hosts: list[Host], store: Store, *, inventory: str | 
 
 def continue_sweep(sweep_id: str, hosts: list[Host], store: Store, *, resume: bool,
                    opts: SweepOptions | None = None, progress=None,
-                   leave_out: bool = False) -> SweepResult:
-    """``--attach``: follow running agents; ``--resume``: restart dead ones with --resume.
+                   leave_out: bool = False, stop: bool = False) -> SweepResult:
+    """``--attach``: follow running agents; ``--resume``: restart dead ones with --resume;
+    ``stop``: end the agents (what they wrote is stored) and release the nodes.
     ``leave_out``: the user chose the nodes (--limit); the others are left as they are, and
     the sweep stays running until they finish too."""
     opts = opts or SweepOptions()
@@ -487,7 +562,7 @@ def continue_sweep(sweep_id: str, hosts: list[Host], store: Store, *, resume: bo
     # nodes left out whose agents have not finished: the sweep is not over
     pending = tuple(sorted(n for n in missing if rows[n].state not in ("finished", "failed")))
     outcomes = _run(chosen, store, sweep_id, opts, progress or (lambda n, e: None),
-                    "resume" if resume else "attach")
+                    "stop" if stop else "resume" if resume else "attach")
     return SweepResult(sweep_id, _finish(store, sweep_id, outcomes, pending), outcomes,
                        left_out=pending)
 

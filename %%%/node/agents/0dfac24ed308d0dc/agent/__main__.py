@@ -1,0 +1,91 @@
+"""``python -m agent run JOB.json [--journal PATH] [--quiet]`` and ``python -m agent version``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import AGENT_VERSION, SCHEMA
+from .protocol import EVENT_SCHEMA
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m agent", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="run a job and journal one JSON event per line")
+    run.add_argument("job", type=Path)
+    run.add_argument("--journal", type=Path, default=None,
+                     help="journal file (default: JOB with suffix .events.jsonl)")
+    run.add_argument("--quiet", action="store_true", help="do not echo events to stdout")
+    run.add_argument("--resume", action="store_true",
+                     help="skip generations this job already journaled (after a crash)")
+    run.add_argument("--lock", type=Path, default=None,
+                     help="node lock file (default ~/.specfleet/agent.lock)")
+    run.add_argument("--machine-lock", type=Path, default=None,
+                     help="machine-wide lock shared by every specfleet root and user "
+                          "(default $SPECFLEET_MACHINE_LOCK or /tmp/specfleet-machine.lock)")
+    run.add_argument("--cache-dir", type=Path, default=None,
+                     help="fingerprint cache folder (default ~/.specfleet/cache)")
+    run.add_argument("--detach", action="store_true",
+                     help="run in the background (new session, survives the SSH session); "
+                          "print the pid and write it to JOURNAL.pid")
+    fol = sub.add_parser("follow", help="print journal events after --from-seq as they come")
+    fol.add_argument("journal", type=Path)
+    fol.add_argument("--from-seq", type=int, default=0)
+    fol.add_argument("--pid", type=int, default=None,
+                     help="agent pid (default: from JOURNAL.pid); exit when it is gone")
+    sub.add_parser("version", help="print agent version and protocol schema as JSON")
+    args = p.parse_args(argv)
+    if args.cmd == "version":
+        from .checks import installed_versions
+
+        print(json.dumps({"agent_version": AGENT_VERSION, "schema": SCHEMA,
+                          "event_schema": EVENT_SCHEMA,
+                          "python": sys.version.split()[0], **installed_versions()}))
+        return 0
+    if args.cmd == "follow":
+        from .follow import follow, read_pid
+
+        return follow(args.journal, args.from_seq, args.pid or read_pid(args.journal))
+    from .runner import main_run
+
+    journal = args.journal or args.job.with_suffix(".events.jsonl")
+    if args.detach:
+        _detach(journal)
+    return main_run(args.job, journal, echo=not (args.quiet or args.detach),
+                    resume=args.resume, lock_path=args.lock, cache_dir=args.cache_dir,
+                    machine_lock=args.machine_lock)
+
+
+def _detach(journal: Path) -> None:
+    """Double fork into a new session; the parent prints the pid and exits."""
+    import os
+
+    from .follow import pid_file
+
+    r, w = os.pipe()
+    if os.fork() > 0:  # the caller's process: wait for the grandchild's pid, print, exit
+        os.close(w)
+        pid = os.read(r, 64).decode().strip()
+        print(json.dumps({"pid": int(pid), "journal": str(journal)}))
+        sys.stdout.flush()
+        os._exit(0)
+    os.close(r)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    pid_file(journal).write_text(f"{os.getpid()}\n")
+    os.write(w, str(os.getpid()).encode())
+    os.close(w)
+    out = os.open(str(journal) + ".out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

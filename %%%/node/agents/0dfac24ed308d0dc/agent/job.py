@@ -1,0 +1,345 @@
+"""The job spec (controller → agent), schema 1, parsed into frozen dataclasses.
+
+Unknown keys are errors: a typo in a knob name must not silently fall back to a
+default and measure the wrong thing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import SCHEMA, protocol
+from .errors import JobFileError
+from .fingerprint import VERIFY_MAX_AGE_S
+
+KNOBS = tuple(protocol.KNOBS)
+SAMPLING_DEFAULTS = protocol.SAMPLING_DEFAULTS
+BUCKETS = ("short", "medium", "long")
+JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline", "base", "knobs",
+            "repetitions", "warmup_tokens", "decode_skip_tokens", "seed", "telemetry_interval_s",
+            "cv_threshold", "contention_threshold", "memory_bandwidth_gbs", "soak",
+            "quality_tasks", "sweep_id", "engine", "verify_weights", "python", "lineup"}
+WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
+                 "max_tokens", "description", "tools"}
+SOAK_KEYS = {"duration_s", "num_draft_tokens", "max_tokens", "workload", "rss_growth_limit",
+             "sample_every_s", "variant"}
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    prompt: str
+    max_tokens: int
+    prompt_sha256: str
+    kind: str = "prose"
+    context_bucket: str = "short"
+    tools: tuple = ()  # OpenAI-style tool definitions, sent by the http engine's chat API
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    path: str
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: str
+    target: ModelRef
+    draft: ModelRef
+    workloads: tuple[Workload, ...]
+    base: dict
+    knobs: dict
+    baseline: dict = field(default_factory=dict)
+    mode: str = "sweep"
+    repetitions: int = 1
+    warmup_tokens: int = 16
+    decode_skip_tokens: int = 64
+    seed: int = 0
+    pins: dict = field(default_factory=dict)
+    telemetry_interval_s: float = 0.5
+    cv_threshold: float = 0.10
+    contention_threshold: float = 0.25  # share of CPU other processes may take
+    memory_bandwidth_gbs: float | None = None
+    soak: dict = field(default_factory=dict)
+    quality_tasks: tuple = ()
+    engine: dict = field(default_factory=dict)
+    verify_weights: str = "daily"  # how old a weight file's last full hash may be
+    python: str | None = None  # MAJOR.MINOR the plan declares (environment.python)
+    # every model by role ("target", "draft", "draft-2" …) and the (target, draft) pairs
+    # the sweep measures; one pair unless the plan declares a lineup
+    models: dict = field(default_factory=dict)
+    lineup: tuple[tuple[str, str], ...] = (("target", "draft"),)
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+def _fail(path: Path, msg: str) -> JobFileError:
+    return JobFileError(f"{path}: {msg}")
+
+
+def _require(d: dict, key: str, typ, path: Path, where: str):
+    if key not in d:
+        raise _fail(path, f"{where}: missing required key {key!r}")
+    if not isinstance(d[key], typ) or isinstance(d[key], bool) and typ is not bool:
+        raise _fail(path, f"{where}.{key}: expected {getattr(typ, '__name__', typ)}, "
+                          f"got {type(d[key]).__name__}")
+    return d[key]
+
+
+def _no_unknown(d: dict, allowed: set, path: Path, where: str) -> None:
+    unknown = sorted(set(d) - allowed)
+    if unknown:
+        raise _fail(path, f"{where}: unknown key{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}")
+
+
+def check_knob(name: str, value, path: Path, where: str) -> None:
+    """Refuse values mlx-lm would reject or silently misread (rules: ``protocol.KNOBS``)."""
+    problem = protocol.knob_problem(name, value)
+    if problem:
+        raise _fail(path, f"{where}: {problem}")
+
+
+def load_job(path: str | Path) -> Job:
+    """Read and validate a job file; errors name the file (and line for JSON errors)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise _fail(path, f"cannot read job file: {e.strerror}") from e
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise JobFileError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from e
+    return parse_job(raw, path)
+
+
+def _workload(w, i: int, path: Path) -> Workload:
+    where = f"workloads[{i}]"
+    if not isinstance(w, dict):
+        raise _fail(path, f"{where}: expected an object")
+    _no_unknown(w, WORKLOAD_KEYS, path, where)
+    name = _require(w, "name", str, path, where)
+    if "prompt_file" in w:
+        pf = Path(_require(w, "prompt_file", str, path, where))
+        try:
+            prompt = pf.read_text(encoding="utf-8")
+        except OSError as e:
+            raise _fail(path, f"{where} ({name}): prompt file {pf}: {e.strerror}") from None
+    else:
+        prompt = _require(w, "prompt", str, path, where)
+    sha = hashlib.sha256(prompt.encode()).hexdigest()
+    if w.get("prompt_sha256") not in (None, sha):
+        raise _fail(path, f"{where} ({name}): prompt sha256 is {sha}, the job expects "
+                          f"{w['prompt_sha256']} (prompt file changed?)")
+    bucket = w.get("context_bucket", "short")
+    if bucket not in BUCKETS:
+        raise _fail(path, f"{where}.context_bucket: {bucket!r} is not one of {', '.join(BUCKETS)}")
+    max_tokens = _require(w, "max_tokens", int, path, where)
+    if max_tokens < 1:
+        raise _fail(path, f"{where}.max_tokens: must be ≥ 1")
+    tools = w.get("tools", [])
+    if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and isinstance((t.get("function") or {}).get("name"), str)
+            for t in tools):
+        raise _fail(path, f"{where} ({name}).tools: must be a list of "
+                          '{"type": "function", "function": {"name": ...}} objects')
+    return Workload(name=name, prompt=prompt, max_tokens=max_tokens, prompt_sha256=sha,
+                    kind=w.get("kind", "prose"), context_bucket=bucket, tools=tuple(tools))
+
+
+def parse_job(raw, path: Path = Path("<job>")) -> Job:
+    if not isinstance(raw, dict):
+        raise _fail(path, "a job must be a JSON object")
+    schema = raw.get("schema")
+    if schema != SCHEMA:
+        raise _fail(path, f"unsupported job schema {schema!r}; this agent speaks schema {SCHEMA}")
+    _no_unknown(raw, JOB_KEYS, path, "job")
+    models = _require(raw, "models", dict, path, "job")
+    refs = {}
+    for role in ("target", "draft"):
+        _require(models, role, dict, path, "models")
+    if len(models) > protocol.MAX_ROLES:
+        raise _fail(path, f"models: at most {protocol.MAX_ROLES} models in one job")
+    for role, m in models.items():
+        if not re.fullmatch(protocol.MODEL_ROLE, role):
+            raise _fail(path, f"models: {role!r} is not a role (target, draft, draft-2 …)")
+        if not isinstance(m, dict):
+            raise _fail(path, f"models.{role}: expected an object")
+        _no_unknown(m, {"path", "fingerprint", "source"}, path, f"models.{role}")
+        refs[role] = ModelRef(_require(m, "path", str, path, f"models.{role}"),
+                              m.get("fingerprint"))
+    lineup = _lineup(raw, refs, path)
+    workloads = [_workload(w, i, path)
+                 for i, w in enumerate(_require(raw, "workloads", list, path, "job"))]
+    if not workloads:
+        raise _fail(path, "job has no workloads")
+    names = [w.name for w in workloads]
+    if len(set(names)) != len(names):
+        raise _fail(path, "workload names must be unique")
+    base = {**SAMPLING_DEFAULTS, "num_draft_tokens": protocol.KNOBS["num_draft_tokens"].default,
+            **raw.get("base", {})}
+    baseline = raw.get("baseline", {})
+    engine_name = "http" if raw.get("engine") else "mlx-lm"
+    # an http job sweeps no draft width by default: each variant fixes its own
+    knobs = raw.get("knobs", protocol.DEFAULT_SWEEP if engine_name == "mlx-lm" else {})
+    for where, d in (("base", base), ("baseline", baseline)):
+        for k, v in d.items():
+            if k not in KNOBS:
+                raise _fail(path, f"{where}: unknown setting {k!r}; known: {', '.join(KNOBS)}")
+            check_knob(k, v, path, where)
+    for k, values in knobs.items():
+        if k not in KNOBS:
+            raise _fail(path, f"knobs: unknown knob {k!r}; known: {', '.join(KNOBS)}")
+        if not isinstance(values, list) or not values:
+            raise _fail(path, f"knobs.{k}: expected a non-empty list")
+        for v in values:
+            check_knob(k, v, path, f"knobs.{k}")
+        if engine_name not in protocol.KNOBS[k].engines:
+            raise _fail(path, f"knobs.{k}: the {engine_name} engine cannot honour {k}")
+    mode = raw.get("mode", "sweep")
+    if mode not in ("sweep", "soak"):
+        raise _fail(path, f"mode: {mode!r} is not one of sweep, soak")
+    soak = raw.get("soak", {})
+    _no_unknown(soak, SOAK_KEYS, path, "soak")
+    if soak.get("workload") is not None and soak["workload"] not in names:
+        raise _fail(path, f"soak.workload: {soak['workload']!r} is not one of the job's "
+                          f"workloads ({', '.join(names)})")
+    duration = soak.get("duration_s", 600)
+    if not isinstance(duration, (int, float)) or duration <= 0:
+        raise _fail(path, "soak.duration_s: must be a number of seconds > 0")
+    engine = _engine(raw, path)
+    if len(lineup) > 1 and (engine or mode == "soak"):
+        raise _fail(path, "lineup: several models are measured in process, in a sweep; " + (
+            "an http engine's variants start their own models: declare one variant per "
+            "model" if engine else "a soak watches one config: choose one draft"))
+    soak = _soak_target(soak, engine, path)
+    verify = raw.get("verify_weights", "daily")
+    if verify not in VERIFY_MAX_AGE_S:
+        raise _fail(path, f"verify_weights: {verify!r} is not one of "
+                          f"{', '.join(VERIFY_MAX_AGE_S)}")
+    reps = raw.get("repetitions", 1)
+    if not isinstance(reps, int) or reps < 1:
+        raise _fail(path, "repetitions: must be an integer ≥ 1")
+    return Job(
+        job_id=_require(raw, "job_id", str, path, "job"), target=refs["target"],
+        draft=refs["draft"], workloads=tuple(workloads), base=base, knobs=knobs,
+        baseline=baseline, mode=mode, repetitions=reps,
+        warmup_tokens=int(raw.get("warmup_tokens", 16)),
+        decode_skip_tokens=int(raw.get("decode_skip_tokens", 64)), seed=int(raw.get("seed", 0)),
+        pins=raw.get("pins", {}), telemetry_interval_s=float(raw.get("telemetry_interval_s", 0.5)),
+        cv_threshold=float(raw.get("cv_threshold", 0.10)),
+        contention_threshold=_share(raw, "contention_threshold", 0.25, path),
+        memory_bandwidth_gbs=raw.get("memory_bandwidth_gbs"), soak=soak,
+        quality_tasks=tuple(raw.get("quality_tasks", ())), engine=engine,
+        verify_weights=verify, python=_python(raw, path), models=refs, lineup=lineup,
+        raw=raw)
+
+
+def _lineup(raw: dict, refs: dict, path: Path) -> tuple[tuple[str, str], ...]:
+    """The (target, draft) pairs to measure: each names roles of the job's models, each
+    once; every model is in some pair (a model nothing measures must not be pushed and
+    fingerprinted for nothing)."""
+    lineup = raw.get("lineup", [["target", "draft"]])
+    if not isinstance(lineup, list) or not lineup or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(r, str) for r in p)
+            for p in lineup):
+        raise _fail(path, "lineup: a non-empty list of [target role, draft role] pairs")
+    pairs = [(t, d) for t, d in lineup]
+    for t, d in pairs:
+        for role, kind in ((t, "target"), (d, "draft")):
+            if role not in refs or protocol.role_kind(role) != kind:
+                raise _fail(path, f"lineup: {role!r} is not a {kind} role of the job's models "
+                                  f"({', '.join(sorted(refs))})")
+    if len(set(pairs)) != len(pairs):
+        raise _fail(path, "lineup: a pair is listed twice")
+    unused = sorted(set(refs) - {r for p in pairs for r in p})
+    if unused:
+        raise _fail(path, f"lineup: no pair measures {', '.join(unused)}")
+    return tuple(pairs)
+
+
+def _python(raw: dict, path: Path) -> str | None:
+    v = raw.get("python")
+    if v is not None and (not isinstance(v, str) or v.count(".") != 1):
+        raise _fail(path, f"python: MAJOR.MINOR such as '3.11', got {v!r}")
+    return v
+
+
+def _share(raw: dict, key: str, default: float, path: Path) -> float:
+    v = raw.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise _fail(path, f"{key}: a share of the machine's CPU in (0, 1], got {v!r}")
+    return float(v)
+
+
+def _soak_target(soak: dict, engine: dict, path: Path) -> dict:
+    """What a soak runs must be unambiguous and watchable: in process, a draft width; over
+    http, a variant the agent starts itself (its memory is what the soak watches). Returns
+    the soak with an http variant resolved (the first speculative one unless named)."""
+    if not soak:
+        return soak
+    if not engine:
+        if "variant" in soak:
+            raise _fail(path, "soak.variant: only for an http engine; in process, choose "
+                              "soak.num_draft_tokens")
+        return soak
+    if "num_draft_tokens" in soak:
+        raise _fail(path, "soak.num_draft_tokens: an http variant fixes its own draft width; "
+                          "choose soak.variant")
+    variants = {v["name"]: v for v in engine["variants"]}
+    name = soak.get("variant") or next(
+        (v["name"] for v in engine["variants"] if v.get("speculative")),
+        engine["variants"][0]["name"])
+    if name not in variants:
+        raise _fail(path, f"soak.variant: {name!r} is not one of the engine's variants "
+                          f"({', '.join(variants)})")
+    if not variants[name].get("command"):
+        raise _fail(path, f"soak.variant: {name!r} has no command: a soak watches the "
+                          "runtime's memory, so the agent must start it")
+    return {**soak, "variant": name}
+
+
+def _engine(raw: dict, path: Path) -> dict:
+    eng = raw.get("engine") or {}
+    if not eng:
+        return {}
+    if eng.get("type") != "http":
+        raise _fail(path, f"engine.type: {eng.get('type')!r} is not 'http' (or leave engine out "
+                          "for in-process mlx-lm)")
+    if eng.get("api", "completions") not in ("completions", "chat"):
+        raise _fail(path, "engine.api: completions or chat")
+    variants = eng.get("variants")
+    if not isinstance(variants, list) or not variants or not all(
+            isinstance(v, dict) and v.get("name") and v.get("base_url") for v in variants):
+        raise _fail(path, "engine.variants: a list of {name, base_url, command?, speculative?, "
+                          "fields?}")
+    if variants[0].get("speculative") and any(not v.get("speculative") for v in variants):
+        raise _fail(path, "engine.variants: list the baseline (non-speculative) variant first: "
+                          "speculative variants are checked against its output")
+    for v in variants:
+        method = v.get("method", "draft-model")
+        if method not in ("draft-model", *protocol.DRAFT_FREE_METHODS):
+            raise _fail(path, f"engine.variants ({v['name']}).method: {method!r} is not one of "
+                              f"draft-model, {', '.join(protocol.DRAFT_FREE_METHODS)}")
+        if "method" in v and not v.get("speculative"):
+            raise _fail(path, f"engine.variants ({v['name']}).method: only a speculative "
+                              "variant has a method (set speculative: true)")
+    if not isinstance(eng.get("interleave", False), bool):
+        raise _fail(path, "engine.interleave: true or false (true: every variant runs at "
+                          "once, so baseline and candidate alternate per generation)")
+    # runtime-specific request fields swept one at a time, e.g. llama-server's flat
+    # "speculative.n_max" or mlx-serve's "enable_pld"
+    fknobs = eng.get("knobs", {})
+    if not isinstance(fknobs, dict) or not all(
+            isinstance(v, list) and v and all(isinstance(x, (bool, int, float, str)) for x in v)
+            for v in fknobs.values()):
+        raise _fail(path, "engine.knobs: a map of request field → non-empty list of values")
+    clash = sorted(set(fknobs) & set(KNOBS))
+    if clash:
+        raise _fail(path, f"engine.knobs: {', '.join(clash)} belong in the job's knobs")
+    return eng

@@ -1,0 +1,61 @@
+"""The event journal: one versioned JSON object per line, fsynced per event.
+
+Every event carries ``schema``, ``seq`` (1, 2, …; continues after a restart so
+ingest stays idempotent) and ``ts``. It is written to the journal file first,
+then echoed to stdout for a live controller.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from . import SCHEMA
+
+
+def recover(path: Path) -> int:
+    """Cut a torn last line (a crash mid-write) and return the highest sequence number."""
+    if not path.exists():
+        return 0
+    seq = 0
+    with open(path, "r+b") as f:
+        data = f.read()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):  # never fsynced as a whole event: drop it
+            f.truncate(end)
+        for line in data[:end].splitlines():
+            try:
+                seq = max(seq, int(json.loads(line)["seq"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return seq
+
+
+class Journal:
+    def __init__(self, path: Path, echo: IO[str] | None = sys.stdout):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.seq = recover(path)
+        self._f = open(path, "a", encoding="utf-8")
+        self._echo = echo
+        self.job_id: str | None = None  # stamped on every event once the job is known
+
+    def emit(self, type_: str, **fields) -> dict:
+        self.seq += 1
+        event = {"schema": SCHEMA, "seq": self.seq, "type": type_, "ts": time.time(),
+                 "job_id": self.job_id, **fields}
+        line = json.dumps(event, separators=(",", ":"), allow_nan=False) + "\n"
+        self._f.write(line)
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        if self._echo is not None:
+            self._echo.write(line)
+            self._echo.flush()
+        return event
+
+    def close(self) -> None:
+        self._f.close()

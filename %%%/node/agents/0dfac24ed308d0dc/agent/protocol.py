@@ -1,0 +1,172 @@
+"""The controller ↔ agent contract, in one place: versions, knobs, events, metrics, exits.
+
+Standard library only: the agent runs it on nodes, and the controller imports it to build
+jobs, check plans and decode what nodes send. Anything that names a knob, an event type, a
+metric or an exit code reads it from here.
+
+Format history
+--------------
+- job 1: the job document (``schema: 1``); unknown keys are refused.
+- events 1.0: one JSON object per journal line: ``schema`` (the major version, 1), ``seq``,
+  ``type``, ``ts``, ``job_id`` and the fields of its type.
+- events 1.1: ``job_started`` carries ``event_schema`` ("1.1") and ``agent_version``;
+  optional fields only. A controller reading 1.x accepts any 1.y and ignores fields it does
+  not know; a different major version is refused with the agent's version named.
+- events 1.2: ``environment_checked`` carries ``quantization``: per role (target, draft)
+  the tier its weights are stored at ("8-bit g64", "unquantised"), read from the model's
+  own config.json; optional, so a 1.1 agent's events still decode.
+- events 1.3: a job may hold a model lineup (several targets and drafts, roles ``target``,
+  ``target-2``, ``draft``, ``draft-2`` …, see ``MODEL_ROLE``); ``environment_checked``
+  then carries a fingerprint and a tier per role, and every ``generation`` and
+  ``config_summary`` of a lineup names its pair in ``models`` (``{"target": role,
+  "draft": role}``), so a result is never pooled across pairs. In a lineup every model
+  stays loaded, so a generation's ``peak_mlx_memory_bytes`` is the process peak less the
+  other models' weights (``other_models_resident_bytes``): the pair's own memory.
+  An http variant may speculate without a draft model (``method``: prompt lookup, multi-token
+  prediction): its generations and summaries, and the baseline generations measured beside
+  it, carry ``method``. Optional: a job of one pair writes what 1.2 wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+JOB_SCHEMA = 1
+EVENT_SCHEMA_MAJOR = 1
+EVENT_SCHEMA_MINOR = 3
+EVENT_SCHEMA = f"{EVENT_SCHEMA_MAJOR}.{EVENT_SCHEMA_MINOR}"
+
+# -- model roles -----------------------------------------------------------------------
+
+# A job's models: one target and one draft (roles "target", "draft"), or a lineup with
+# more of either ("target-2", "draft-3" …). The pattern bounds what a node may name.
+MODEL_ROLE = r"(target|draft)(-[1-9][0-9]?)?"
+# speculation without a draft model, as http runtimes offer it (mlx-serve's prompt lookup,
+# MTPLX's multi-token prediction heads); "draft-model" is the default of a speculative variant
+DRAFT_FREE_METHODS = ("prompt-lookup", "mtp")
+MAX_ROLES = 24
+
+
+def model_roles(models: dict) -> list[str]:
+    """The role keys of a models mapping (a job's, a lock's), targets first, in order."""
+    import re
+
+    roles = [k for k in models if re.fullmatch(MODEL_ROLE, k)]
+    return sorted(roles, key=lambda r: (role_kind(r) != "target", int(r.split("-")[1])
+                                        if "-" in r else 1))
+
+
+def role_kind(role: str) -> str:
+    """"draft-3" → "draft"."""
+    return role.split("-", 1)[0]
+
+
+# -- exit codes of `python -m agent run` ------------------------------------------------
+
+EXIT_CODES: dict[str, int] = {
+    "ok": 0, "job_invalid": 2, "environment_mismatch": 3, "model_load_failed": 4,
+    "node_busy": 5, "speculation_unsupported": 6, "soak_failed": 7, "crash": 70,
+}
+
+# -- knobs --------------------------------------------------------------------------------
+
+
+def _int_at_least(lo: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def _number(ok: Callable[[float], bool]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and ok(v)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting a sweep can vary. ``engines`` maps an engine to the name it takes the
+    value under (a sampler argument for mlx-lm, a request field for http runtimes); an
+    engine missing from it cannot honour the knob and a plan sweeping it there is refused."""
+
+    name: str
+    default: Any
+    check: Callable[[Any], bool]
+    rule: str                      # what a valid value is, in words
+    engines: dict[str, str] = field(default_factory=dict)
+    sampling: bool = True          # part of the sampler (baseline runs share it)
+    unit: str = ""
+
+
+KNOBS: dict[str, Knob] = {k.name: k for k in (
+    Knob("num_draft_tokens", 3, _int_at_least(1), "an integer ≥ 1",
+         {"mlx-lm": "num_draft_tokens"}, sampling=False, unit="tokens"),
+    Knob("temperature", 0.0, _number(lambda v: v >= 0), "a number ≥ 0",
+         {"mlx-lm": "temp", "http": "temperature"}),
+    Knob("top_k", 0, _int_at_least(0), "an integer ≥ 0 (0 = off)",
+         {"mlx-lm": "top_k", "http": "top_k"}),
+    Knob("top_p", 1.0, _number(lambda v: 0 < v <= 1), "a number in (0, 1]",
+         {"mlx-lm": "top_p", "http": "top_p"}),
+    Knob("min_p", 0.0, _number(lambda v: 0 <= v < 1), "a number in [0, 1)",
+         {"mlx-lm": "min_p", "http": "min_p"}),
+    # XTC ("exclude top choices"): mlx-lm's sampler and llama-server both take it
+    Knob("xtc_probability", 0.0, _number(lambda v: 0 <= v <= 1), "a number in [0, 1]",
+         {"mlx-lm": "xtc_probability", "http": "xtc_probability"}),
+)}
+SAMPLING_DEFAULTS: dict[str, Any] = {k.name: k.default for k in KNOBS.values() if k.sampling}
+DEFAULT_SWEEP: dict[str, list] = {"num_draft_tokens": [2, 3, 4, 6]}
+ENGINES = ("mlx-lm", "http")
+
+
+def knob_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is not valid for knob ``name`` (None when it is)."""
+    knob = KNOBS.get(name)
+    if knob is None:
+        return f"unknown knob {name!r}; known: {', '.join(KNOBS)}"
+    if not knob.check(value):
+        return f"{name}={value!r} is not valid; it must be {knob.rule}"
+    return None
+
+
+# -- events -------------------------------------------------------------------------------
+
+NUM = (int, float)
+OPT_NUM = (int, float, type(None))
+OPT_STR = (str, type(None))
+
+# type → required fields and their JSON types; other fields are optional (minor versions
+# add them). The controller checks these at its one decode boundary.
+EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "job_started": {},
+    "environment_checked": {"versions": (dict,), "fingerprints": (dict,)},
+    "models_loaded": {},
+    "plan": {"total_generations": (int,)},
+    "runtime_ready": {},
+    "notice": {},
+    "generation": {"workload": (str,), "mode": (str,), "config": (dict,),
+                   "num_draft_tokens": (int,), "generated_tokens": (int,),
+                   "decode_tok_s": OPT_NUM, "ttft_ms": OPT_NUM},
+    "generation_failed": {"error": (str,)},
+    "knob_effect": {},
+    "config_summary": {"workload": (str,), "mode": (str,), "config": (dict,),
+                       "num_draft_tokens": (int,), "trials": (int,), "metrics": (dict,),
+                       "unreliable": (bool,)},
+    "acceptance_by_bucket": {"rows": (list,)},
+    "quality": {},
+    "soak_sample": {},
+    "soak_result": {},
+    "job_finished": {"status": (str,)},
+    "job_failed": {"error": (str,)},
+}
+FINAL_EVENTS = ("job_finished", "job_failed")
+
+# Per-generation metrics, units in the names (what `generation` events carry).
+GENERATION_METRICS = (
+    "ttft_ms", "prefill_ms", "prefill_tok_s", "decode_tok_s", "decode_tok_s_mean",
+    "itl_p50_ms", "itl_p95_ms", "itl_p99_ms", "generated_tokens", "drafted_tokens",
+    "accepted_tokens", "acceptance_rate", "verify_rounds", "mean_accepted_len",
+    "peak_mlx_memory_bytes", "rss_peak_bytes", "swap_used_before_bytes",
+    "swap_used_after_bytes", "swap_in_bytes", "bytes_per_token", "bandwidth_utilisation",
+)
+# Telemetry sample keys (the ~2 Hz sampler's readings inside a generation).
+TELEMETRY_KEYS = ("swap_used_bytes", "swap_in_bytes_total", "rss_bytes", "memory_pressure",
+                  "thermal_throttled", "cpu_speed_limit_pct", "power_source",
+                  "low_power_mode")

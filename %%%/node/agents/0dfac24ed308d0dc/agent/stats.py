@@ -1,0 +1,100 @@
+"""Small, dependency-free statistics for per-token timings and acceptance."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+
+def median(values) -> float | None:
+    """Median of the values that are not None; None when there are none."""
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def cv(values) -> float | None:
+    """Coefficient of variation (sample stdev / mean) of the non-None values."""
+    vals = [v for v in values if v is not None]
+    if len(vals) < 2:
+        return None
+    mean = statistics.fmean(vals)
+    return statistics.stdev(vals) / mean if mean else None
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in 0..100), as numpy's default."""
+    if not values:
+        return None
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def slope(xs: list[float], ys: list[float]) -> float | None:
+    """Least-squares slope of ys over xs; None when undefined."""
+    n = len(xs)
+    if n < 2:
+        return None
+    mx_, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx_) ** 2 for x in xs)
+    if sxx == 0:
+        return None
+    return sum((x - mx_) * (y - my) for x, y in zip(xs, ys)) / sxx
+
+
+def decode_rates(token_times_s: list[float], skip: int) -> tuple[float | None, float | None, int]:
+    """Steady decode tok/s (slope of token index over arrival time) and the plain mean rate.
+
+    The first token (prefill) is excluded from both. ``skip`` further decode tokens
+    are dropped for the slope, but at least 16 are kept. Returns (slope, mean, skipped).
+    """
+    decode = token_times_s[1:]
+    if len(decode) < 2:
+        return None, None, 0
+    span = decode[-1] - token_times_s[0]
+    mean = len(decode) / span if span > 0 else None
+    skip = max(0, min(skip, len(decode) - 16))
+    kept = decode[skip:]
+    rate = slope(kept, list(range(len(kept))))
+    return rate, mean, skip
+
+
+def acceptance_rounds(from_draft: list[bool], k: int, max_tokens: int) -> list[tuple[int, int]]:
+    """Rebuild speculative verify rounds as (drafted, accepted) pairs.
+
+    mlx-lm yields, per round, the accepted draft tokens (``from_draft`` True) then one
+    target token (False); a round drafts min(k, max_tokens - tokens so far).
+    """
+    rounds: list[tuple[int, int]] = []
+    i, n = 0, len(from_draft)
+    while i < n:
+        drafted = min(k, max_tokens - i)
+        accepted = 0
+        while i < n and from_draft[i] and accepted < drafted:
+            accepted += 1
+            i += 1
+        if i < n and not from_draft[i]:
+            i += 1
+        rounds.append((drafted, accepted))
+    return rounds
+
+
+def acceptance_summary(from_draft: list[bool], k: int, max_tokens: int) -> dict:
+    rounds = acceptance_rounds(from_draft, k, max_tokens)
+    drafted = sum(d for d, _ in rounds)
+    accepted = sum(a for _, a in rounds)
+    by_pos = []
+    for pos in range(1, k + 1):
+        d = sum(1 for dr, _ in rounds if dr >= pos)
+        a = sum(1 for _, ac in rounds if ac >= pos)
+        by_pos.append({"position": pos, "drafted": d, "accepted": a,
+                       "rate": round(a / d, 4) if d else None})
+    return {
+        "drafted_tokens": drafted,
+        "accepted_tokens": accepted,
+        "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
+        "verify_rounds": len(rounds),
+        "mean_accepted_len": round(accepted / len(rounds), 4) if rounds else None,
+        "acceptance_by_position": by_pos,
+    }

@@ -1,0 +1,106 @@
+"""Parsers for macOS commands (pmset, sysctl, vm_stat) and a reader that runs them.
+
+Parsers are pure functions tested against real captured output in tests/data/macos.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+PRESSURE_LEVELS = {1: "normal", 2: "warn", 4: "critical"}
+COMMANDS = {
+    "therm": ["pmset", "-g", "therm"],
+    "batt": ["pmset", "-g", "batt"],
+    "pmset": ["pmset", "-g"],
+    "swapusage": ["sysctl", "vm.swapusage"],
+    "vm_stat": ["vm_stat"],
+    "pressure": ["sysctl", "kern.memorystatus_vm_pressure_level"],
+}
+
+
+def parse_pmset_therm(text: str) -> dict:
+    """CPU speed/scheduler limits (100 = unthrottled) and any recorded warning level."""
+    values = {k: int(v) for k, v in re.findall(r"(CPU_\w+)\s*=\s*(\d+)", text)}
+    warning = re.search(r"(thermal|performance) warning level\s*(?:set to|=)?\s*(\d+)", text,
+                        re.I)
+    speed = values.get("CPU_Speed_Limit")
+    sched = values.get("CPU_Scheduler_Limit")
+    level = int(warning.group(2)) if warning else 0
+    known = speed is not None or "No thermal warning level" in text or warning is not None
+    throttled = (speed is not None and speed < 100) or (sched is not None and sched < 100) \
+        or level > 0
+    return {"cpu_speed_limit_pct": speed, "cpu_scheduler_limit_pct": sched,
+            "thermal_warning_level": level if known else None,
+            "thermal_throttled": throttled if known else None}
+
+
+def parse_pmset_batt(text: str) -> dict:
+    source = re.search(r"Now drawing from '([^']+)'", text)
+    pct = re.search(r"\t\s*(\d+)%;\s*([^;]+);", text) or re.search(r"(\d+)%;\s*([^;]+);", text)
+    name = source.group(1) if source else None
+    kinds = {"AC Power": "ac", "Battery Power": "battery", "UPS Power": "ups"}
+    return {"power_source": None if name is None else kinds.get(name, name.lower()),
+            "battery_percent": int(pct.group(1)) if pct else None,
+            "battery_state": pct.group(2).strip() if pct else None}
+
+
+def parse_pmset_g(text: str) -> dict:
+    """Low-power mode: ``powermode 1`` (Apple silicon) or ``lowpowermode 1``; None if absent."""
+    m = re.search(r"^\s*(?:low)?powermode\s+(\d+)", text, re.M)
+    return {"low_power_mode": (m.group(1) == "1") if m else None}
+
+
+def _megabytes(value: str) -> float:
+    return float(value.replace(",", "."))  # sysctl follows the locale's decimal mark
+
+
+def parse_swapusage(text: str) -> dict:
+    m = re.search(r"total = ([\d.,]+)M\s+used = ([\d.,]+)M", text)
+    if not m:
+        return {"swap_total_bytes": None, "swap_used_bytes": None}
+    return {"swap_total_bytes": int(_megabytes(m.group(1)) * 2**20),
+            "swap_used_bytes": int(_megabytes(m.group(2)) * 2**20)}
+
+
+def parse_vm_stat(text: str) -> dict:
+    """Cumulative swap-in/out counters in bytes (page size read from the header)."""
+    size = re.search(r"page size of (\d+) bytes", text)
+    page = int(size.group(1)) if size else None
+    counters = {k.strip().strip('"'): int(v)
+                for k, v in re.findall(r"^([^:\n]+):\s+(\d+)\.", text, re.M)}
+
+    def b(key):
+        return counters[key] * page if page and key in counters else None
+
+    return {"page_size": page, "swap_in_bytes_total": b("Swapins"),
+            "swap_out_bytes_total": b("Swapouts"), "page_in_bytes_total": b("Pageins"),
+            "compressed_bytes": b("Pages occupied by compressor")}
+
+
+def parse_pressure_level(text: str) -> dict:
+    m = re.search(r"(\d+)\s*$", text.strip())
+    level = int(m.group(1)) if m else None
+    return {"memory_pressure": None if level is None else PRESSURE_LEVELS.get(level),
+            "memory_pressure_level": level}
+
+
+PARSERS = {"therm": parse_pmset_therm, "batt": parse_pmset_batt, "pmset": parse_pmset_g,
+           "swapusage": parse_swapusage, "vm_stat": parse_vm_stat,
+           "pressure": parse_pressure_level}
+
+
+def run(name: str) -> str:
+    try:
+        return subprocess.run(COMMANDS[name], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def read(outputs=run) -> dict:
+    """One reading; ``outputs(name)`` gives each command's text (real or replayed)."""
+    snap: dict = {}
+    for name, parse in PARSERS.items():
+        snap.update(parse(outputs(name)))
+    snap.pop("page_size", None)
+    return snap

@@ -1,0 +1,181 @@
+"""Background sampling of machine state and what a generation saw of it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..protocol import TELEMETRY_KEYS
+from . import linux, macos
+from .cpu import machine_cpu, other_share, process_cpu
+
+# What each telemetry sample in a run's window carries (besides "ts"); the store keeps
+# one column per key, so this is part of the controller/agent contract.
+SAMPLE_KEYS = TELEMETRY_KEYS
+PRESSURE_ORDER = {None: -1, "normal": 0, "warn": 1, "critical": 2}
+REPLAY_ENV = "SPECFLEET_TELEMETRY_REPLAY"
+
+
+def _rss_bytes(pid: int | None = None) -> int | None:
+    """Resident memory of this process, or of ``pid`` and its children (a runtime the
+    agent started may be a wrapper around the process that holds the model)."""
+    try:
+        import psutil  # optional on nodes; the only way to read current RSS on macOS
+
+        try:
+            proc = psutil.Process(pid)
+            procs = [proc] + (proc.children(recursive=True) if pid else [])
+            return sum(p.memory_info().rss for p in procs)
+        except psutil.Error:
+            return None
+    except ImportError:
+        pass
+    try:
+        with open(f"/proc/{pid or 'self'}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return None
+
+
+def _replay_reader(folder: Path):
+    """macOS readings from captured outputs (``therm.txt``, ``batt.txt``, …) in a folder."""
+
+    def outputs(name: str) -> str:
+        p = folder / f"{name}.txt"
+        return p.read_text() if p.exists() else ""
+
+    return lambda: macos.read(outputs)
+
+
+def read_snapshot() -> dict:
+    """One reading of the machine with a timestamp and this process's RSS."""
+    replay = os.environ.get(REPLAY_ENV)
+    if replay:
+        snap = _replay_reader(Path(replay))()
+        snap["source"] = "replay"
+    elif sys.platform == "darwin":
+        snap = macos.read()
+        snap["source"] = "macos"
+    else:
+        snap = linux.read()
+        snap["source"] = "linux"
+    snap["ts"] = time.time()
+    snap["rss_bytes"] = _rss_bytes()
+    cpu = machine_cpu()  # cumulative counters: a window's share is exact at any interval
+    snap["cpu_busy_s"], snap["cpu_total_s"] = cpu if cpu else (None, None)
+    snap["own_cpu_s"] = process_cpu()
+    return snap
+
+
+class Sampler:
+    """Reads the machine every ``interval`` seconds in a daemon thread."""
+
+    def __init__(self, interval: float = 0.5, reader=read_snapshot):
+        self.interval, self.reader = interval, reader
+        self.samples: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.pid: int | None = None  # whose RSS the readings carry (None: this process)
+        self.accounted = True  # is all the CPU doing our work ours to count?
+
+    def watch(self, pid: int | None, accounted: bool = True) -> None:
+        """Read the RSS of ``pid`` (a runtime the agent started) instead of the agent's, and
+        count its CPU as ours. ``accounted=False``: the work runs where we cannot count it
+        (a runtime someone else started), so contention is not judged."""
+        self.pid, self.accounted = pid, accounted
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.mark()
+
+    def mark(self) -> int:
+        """Take a reading now; return its index (use as a window boundary)."""
+        snap = self.reader()
+        if self.pid:
+            snap["rss_bytes"] = _rss_bytes(self.pid)
+            theirs = process_cpu(self.pid)
+            own = snap.get("own_cpu_s")
+            snap["own_cpu_s"] = None if theirs is None or own is None else own + theirs
+        if not self.accounted:
+            snap["own_cpu_s"] = None
+        with self._lock:
+            self.samples.append(snap)
+            return len(self.samples) - 1
+
+    def window(self, start: int, end: int) -> list[dict]:
+        with self._lock:
+            return list(self.samples[start:end + 1])
+
+
+def _delta(samples: list[dict], key: str) -> int | None:
+    vals = [s[key] for s in samples if s.get(key) is not None]
+    return vals[-1] - vals[0] if len(vals) >= 2 else (0 if vals else None)
+
+
+def _any(samples: list[dict], key: str, value=True):
+    vals = [s.get(key) for s in samples if s.get(key) is not None]
+    return None if not vals else any(v == value for v in vals)
+
+
+def summarise_window(samples: list[dict]) -> dict:
+    """What the machine did between two marks, as flat fields for a generation event."""
+    speed = [s["cpu_speed_limit_pct"] for s in samples if s.get("cpu_speed_limit_pct") is not None]
+    swap = [s["swap_used_bytes"] for s in samples if s.get("swap_used_bytes") is not None]
+    rss = [s["rss_bytes"] for s in samples if s.get("rss_bytes") is not None]
+    sources = [s.get("power_source") for s in samples if s.get("power_source")]
+    throttle_events = _delta(samples, "throttle_events_total")
+    throttled = _any(samples, "thermal_throttled")
+    if throttle_events:
+        throttled = True
+    return {
+        "telemetry_samples": len(samples),
+        "telemetry_source": samples[0].get("source") if samples else None,
+        "thermal_throttled": throttled,
+        "cpu_speed_limit_min_pct": min(speed) if speed else None,
+        "power_source": "battery" if "battery" in sources else (sources[0] if sources else None),
+        "low_power_mode": _any(samples, "low_power_mode"),
+        "swap_used_before_bytes": swap[0] if swap else None,
+        "swap_used_after_bytes": swap[-1] if swap else None,
+        "swap_in_bytes": _delta(samples, "swap_in_bytes_total"),
+        "memory_pressure": max((s.get("memory_pressure") for s in samples),
+                               key=lambda p: PRESSURE_ORDER.get(p, -1), default=None),
+        "rss_peak_bytes": max(rss) if rss else None,
+        # share of the machine's CPU that other processes took while this ran
+        "cpu_other_share": other_share(samples[0], samples[-1]) if len(samples) >= 2 else None,
+    }
+
+
+def unreliable_reasons(t: dict, contention: float = 0.25) -> list[str]:
+    """Why numbers measured in this window cannot be trusted (empty when they can).
+    ``contention``: the share of CPU capacity other processes may take before it counts."""
+    reasons = []
+    share = t.get("cpu_other_share")
+    if share is not None and share >= contention:
+        reasons.append(f"contended: other processes used {share:.0%} of the CPU "
+                       f"(limit {contention:.0%})")
+    if t.get("thermal_throttled"):
+        limit = t.get("cpu_speed_limit_min_pct")
+        reasons.append("thermal throttling" + (f" (CPU speed limit {limit}%)" if limit else ""))
+    if t.get("power_source") == "battery":
+        reasons.append("ran on battery")
+    if t.get("low_power_mode"):
+        reasons.append("low-power mode")
+    if t.get("swap_in_bytes"):
+        reasons.append(f"swapped in {t['swap_in_bytes']} bytes")
+    if t.get("memory_pressure") == "critical":  # the OS is reclaiming memory from everyone
+        reasons.append("memory pressure critical")
+    return reasons

@@ -1,0 +1,93 @@
+"""Interrupting is safe and explained: Ctrl-C names the sweep and the commands to follow or
+stop it; `sweep --stop` ends the agents, stores what they wrote and frees the nodes; a
+lease left by a controller that is gone is reclaimed, and says so."""
+
+import signal
+import socket
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+from click.testing import CliRunner
+from sqlalchemy import select
+
+from orchestrator.cli import main
+from orchestrator.store import open_store
+from orchestrator.store.models import NodeLease, Sweep
+from tests.controller import (
+    agent_running,
+    journal,
+    specfleet,
+    stored_events,
+    stored_generations,
+    sweep_id_from,
+    wait_for,
+)
+from tests.locks import make_lock
+
+
+def test_ctrl_c_names_the_sweep_and_stop_ends_its_agent_and_frees_the_node(fleet, model_pair,
+                                                                          tmp_path):
+    node = fleet.nodes[0]
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3, 4), max_tokens=96, repetitions=6,
+                     use=("code", "memo"),
+                     extra="  cv_threshold: 1.0\n  contention_threshold: 1.0")
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    log = tmp_path / "controller.log"
+    common = ["-i", str(inv), "--known-hosts", str(fleet.known_hosts), "--db", url]
+    p = specfleet("sweep", str(lock), "--limit", node.name, *common, log=log)
+    try:
+        sid = sweep_id_from(log)
+        wait_for(lambda: stored_generations(url, sid, node.name) >= 2, what="generations")
+        p.send_signal(signal.SIGINT)
+        assert p.wait(60) == 130
+    finally:
+        p.kill()
+    text = log.read_text()
+    assert "Traceback" not in text and "Aborted" not in text
+    assert f"interrupted: sweep {sid} goes on on the nodes" in text
+    assert f"follow it again: specfleet sweep --attach {sid} -i {inv} --db {url}" in text
+    assert f"stop it:         specfleet sweep --stop {sid} -i {inv} --db {url}" in text
+    assert agent_running(node), "Ctrl-C must leave the detached agent measuring"
+    r = CliRunner().invoke(main, ["sweep", "--stop", sid, "--limit", node.name, *common])
+    assert r.exit_code == 0, r.output
+    assert f"{node.name}" in r.output and "stopped: agent (pid" in r.output
+    assert f"`specfleet sweep --resume {sid}` measures what is missing" in r.output
+    assert not agent_running(node)
+    # nothing it measured is lost: every journaled event is in the store
+    assert len(stored_events(url, sid, node.name)) == len(journal(node, sid))
+    store = open_store(url)
+    with store.engine.connect() as c:
+        assert c.execute(select(NodeLease).where(NodeLease.node == node.name)).first() is None
+        assert c.execute(select(Sweep.status).where(Sweep.id == sid)).scalar() != "running"
+    free = CliRunner().invoke(main, ["doctor", "--limit", node.name, "-i", str(inv),
+                                     "--known-hosts", str(fleet.known_hosts)])
+    assert "no other benchmark holds the node" in free.output, free.output
+    # stopping it again is harmless and says what it is
+    again = CliRunner().invoke(main, ["sweep", "--stop", sid, "--limit", node.name, *common])
+    assert again.exit_code == 0 and "Traceback" not in again.output
+
+
+def test_a_lease_left_by_a_controller_that_is_gone_is_reclaimed_with_a_message(
+        model_pair, tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid of this machine that no longer runs
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    store = open_store(url)
+    now = datetime.now(timezone.utc)
+    holder = f"{socket.gethostname()}:{gone.pid}:dead01"
+    with store.engine.begin() as c:
+        c.execute(NodeLease.__table__.insert().values(
+            node="local", holder=holder, sweep_id="0123456789ab", acquired_at=now,
+            expires_at=now + timedelta(hours=1)))
+    inv = tmp_path / "local.yml"
+    inv.write_text("all:\n  hosts:\n    local:\n      ansible_connection: local\n"
+                   f"      specfleet_root: {tmp_path / 'node'}\n")
+    lock = make_lock(tmp_path, model_pair, max_tokens=8,
+                     extra="  cv_threshold: 1.0\n  contention_threshold: 1.0")
+    r = CliRunner().invoke(main, ["sweep", str(lock), "-i", str(inv), "--db", url])
+    assert r.exit_code == 0, r.output
+    assert (f"reclaimed the node's lease from controller {holder} (sweep 0123456789ab), "
+            "which is no longer running") in r.output
