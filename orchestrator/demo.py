@@ -101,12 +101,33 @@ def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print,
     return write_review(store, workdir / "review.html")["html"]
 
 
-def next_steps(workdir: Path, exe: str = "specfleet") -> list[str]:
+def declare_store(workdir: Path, folder: Path | None = None) -> Path | None:
+    """Write ``specfleet.toml`` here pointing at the demo's store, so later commands in
+    this folder read it without --db; only when no specfleet.toml applies here yet (one
+    the user wrote is never changed). Returns the file written."""
+    from . import project_config
+
+    folder = (folder or Path.cwd()).resolve()
+    if project_config.find(folder) is not None:
+        return None
+    db = workdir.resolve() / "specfleet.db"
+    try:
+        rel = db.relative_to(folder)
+    except ValueError:
+        rel = db
+    path = folder / project_config.NAME
+    path.write_text("# Written by `specfleet demo`: commands run in this folder read the demo's "
+                    "store.\n# Point db at your own store (or delete this file) when you "
+                    f"start measuring.\ndb = \"sqlite:///{rel}\"\n")
+    return path
+
+
+def next_steps(workdir: Path, exe: str = "specfleet", declared: bool = False) -> list[str]:
     """What to open or run after the demo: its two pages and a command that reads its
-    store (printed by `specfleet demo`; the store is not the default one, hence --db)."""
+    store (printed by `specfleet demo`; without a specfleet.toml naming the store, --db)."""
     workdir = workdir.resolve()
+    db = "" if declared else f" --db sqlite:///{workdir / 'specfleet.db'}"
     return ["next:",
             f"  this sweep, baseline vs each draft width:  {workdir / 'sweep.html'}",
             f"  the weekly review (one verdict per series): {workdir / 'review.html'}",
-            f"  the store from the command line:            {exe} sweeps list --db "
-            f"sqlite:///{workdir / 'specfleet.db'}"]
+            f"  the store from the command line:            {exe} sweeps list{db}"]

@@ -22,6 +22,8 @@ def machine_lock(tmp_path, monkeypatch):
     must not hold the next test's machine-wide lock (/tmp/specfleet-machine.lock)."""
     path = tmp_path / "machine.lock"
     monkeypatch.setenv("SPECFLEET_MACHINE_LOCK", str(path))
+    # a specfleet.toml in the checkout (`make demo` writes one) must not steer the tests
+    monkeypatch.setenv("SPECFLEET_CONFIG", "none")
     return path
 
 

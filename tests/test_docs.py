@@ -57,3 +57,48 @@ def test_the_demo_says_what_to_open_and_run_next_and_that_command_works(tmp_path
     assert args[0] == "specfleet"
     r = CliRunner().invoke(main, args[1:])
     assert r.exit_code == 0 and "s1" in r.output, r.output  # the demo's store, not an empty one
+
+
+def test_a_folder_declares_its_store_and_inventory_in_specfleet_toml(tmp_path, monkeypatch):
+    """After the demo, commands run in the folder find its store without --db (the demo
+    writes specfleet.toml, never over one the user wrote); flags and SPECFLEET_DB win; a
+    broken file is one line naming it."""
+    import shlex
+
+    from orchestrator.demo import declare_store, next_steps
+    from orchestrator.store import open_store
+
+    monkeypatch.delenv("SPECFLEET_CONFIG")
+    monkeypatch.delenv("SPECFLEET_DB", raising=False)
+    project = tmp_path / "project"
+    work = project / ".specfleet-demo"
+    work.mkdir(parents=True)
+    open_store(f"sqlite:///{work / 'specfleet.db'}").record_failed_start(
+        "s1", "planted", trigger="manual")
+    written = declare_store(work, project)
+    assert written == project / "specfleet.toml"
+    assert 'db = "sqlite:///.specfleet-demo/specfleet.db"' in written.read_text()
+    assert declare_store(work, project) is None  # never over an existing file
+    (project / "sub").mkdir()
+    monkeypatch.chdir(project / "sub")  # a parent's file applies too
+    lines = next_steps(work, declared=True)
+    args = shlex.split(lines[3].split(":", 1)[1])
+    assert args == ["specfleet", "sweeps", "list"]
+    r = CliRunner().invoke(main, args[1:])
+    assert r.exit_code == 0 and "s1" in r.output, r.output
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    assert "s1" not in CliRunner().invoke(main, ["sweeps", "list", "--db", other]).output
+    assert "s1" not in CliRunner().invoke(main, ["sweeps", "list"],
+                                          env={"SPECFLEET_DB": other}).output
+    # inventory too: -i defaults to the file's list, relative to the file
+    (project / "inv.yml").write_text("all:\n  hosts:\n    mac-a:\n      ansible_host: 10.0.0.9\n")
+    written.write_text(written.read_text() + 'inventory = ["inv.yml"]\n')
+    r = CliRunner().invoke(main, ["inventory", "list", "--json"])
+    assert r.exit_code == 0 and "mac-a" in r.output, r.output
+    written.write_text('db = 3\n')
+    r = CliRunner().invoke(main, ["sweeps", "list"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert f"{written}: db: expected a string" in r.output
+    written.write_text('db = "x\n')
+    r = CliRunner().invoke(main, ["sweeps", "list"])
+    assert r.exit_code == 1 and "not valid TOML" in r.output and str(written) in r.output

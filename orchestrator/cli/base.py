@@ -75,13 +75,26 @@ def _crash(e: Exception) -> str:
 
 @click.group(cls=_Group)
 @click.version_option(package_name="specfleet")
-def main():
+@click.pass_context
+def main(ctx):
     """specfleet: benchmark speculative decoding across a fleet of Macs running mlx-lm.
 
     Typical flow: `specfleet init lab/` (an inventory and a plan for the demo pair), then
     `specfleet plan lock lab/plan.yml`, `specfleet sweep lab/plan.lock.json -i
     lab/inventory/`, and `specfleet review --out review/`.
+
+    A `specfleet.toml` in this folder or a parent sets defaults for --db and -i (`db =
+    "sqlite:///runs.db"`, `inventory = ["lab/inventory/"]`); flags and SPECFLEET_DB win.
     """
+    from .. import project_config
+
+    found = project_config.find()
+    if found is not None:
+        try:
+            cfg = project_config.load(found)
+        except SpecfleetError as e:
+            raise click.ClickException(str(e)) from None
+        ctx.default_map = project_config.defaults(cfg, main)
 
 
 

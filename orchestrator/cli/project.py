@@ -114,5 +114,15 @@ def demo(workdir: Path, max_tokens: int | None):
     # the command as this shell can run it: `make demo` runs .venv/bin/specfleet, which is
     # not on PATH until the venv is activated
     exe = sys.argv[0] if os.path.basename(sys.argv[0]) == "specfleet" else "specfleet"
-    for line in next_steps(workdir, os.path.relpath(exe) if os.sep in exe else exe):
+    from .. import project_config
+    from ..demo import declare_store
+
+    written = declare_store(workdir) if os.environ.get("SPECFLEET_CONFIG") is None else None
+    if written:
+        click.echo(f"wrote {written}: commands run here now read the demo's store")
+    found = project_config.find()
+    declared = found is not None and project_config.load(found).db == \
+        f"sqlite:///{(workdir / 'specfleet.db').resolve()}"
+    for line in next_steps(workdir, os.path.relpath(exe) if os.sep in exe else exe,
+                           declared):
         click.echo(line)
