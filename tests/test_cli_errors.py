@@ -69,7 +69,7 @@ def test_malformed_prompt_file_names_the_line(tmp_path, model_pair):
 def test_sweep_needs_exactly_one_of_lock_attach_resume(tmp_path):
     r = CliRunner().invoke(main, ["sweep", "--db", f"sqlite:///{tmp_path / 's.db'}"])
     assert r.exit_code == 2
-    assert "give a LOCK, or --attach SWEEP_ID, or --resume SWEEP_ID" in r.output
+    assert "give a LOCK, or one of --attach, --resume, --stop SWEEP_ID" in r.output
 
 
 def test_a_week_that_is_not_an_iso_week_is_one_line(tmp_path):

@@ -102,3 +102,40 @@ def test_a_folder_declares_its_store_and_inventory_in_specfleet_toml(tmp_path, m
     written.write_text('db = "x\n')
     r = CliRunner().invoke(main, ["sweeps", "list"])
     assert r.exit_code == 1 and "not valid TOML" in r.output and str(written) in r.output
+
+
+def readme_block(marker: str = "<!-- the tests run this block -->") -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index(marker):].split("```sh\n", 1)[1].split("```", 1)[0]
+    # a command, without its trailing comment
+    return [re.split(r"\s+# ", line)[0].strip() for line in block.splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def test_the_readme_walkthrough_runs_as_written(tmp_path):
+    """The README's Commands block, in order, in a scratch folder, against this machine's
+    node and SQLite: each must succeed. SWEEP_ID and RUN_ID become the ids the commands
+    before printed, as a reader would copy them."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+           f"{os.environ['PATH']}"}
+    env.pop("SPECFLEET_DB", None)
+    ids: dict[str, str] = {}
+    commands = readme_block()
+    assert commands[0].startswith("specfleet init") and len(commands) >= 10
+    for cmd in commands:
+        for key, value in ids.items():
+            cmd = cmd.replace(key, value)
+        assert "_ID" not in cmd, f"{cmd}: an id the commands before did not print"
+        r = subprocess.run(cmd, shell=True, cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (
+            f"README command failed: {cmd}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+        if m := re.search(r"sweep (\w{12}): ok", r.stderr):
+            ids["SWEEP_ID"] = m.group(1)
+        if cmd.startswith("specfleet runs list") and "runs.csv" in cmd:
+            ids["RUN_ID"] = (tmp_path / "runs.csv").read_text().splitlines()[1].split(",")[0]
+    assert (tmp_path / "review.html").is_file() and set(ids) == {"SWEEP_ID", "RUN_ID"}

@@ -92,7 +92,8 @@ def test_ctrl_c_leaves_agents_running_and_attach_finishes(fleet, model_pair, tmp
     wait_for(lambda: stored_generations(sqlite_url, sid, "node1") >= 1, what="a generation")
     ctl.send_signal(signal.SIGINT)
     assert ctl.wait(timeout=60) == 130
-    assert "interrupted: the agents keep running on the nodes" in log.read_text()
+    assert f"interrupted: sweep {sid} goes on on the nodes" in log.read_text()
+    assert f"follow it again: specfleet sweep --attach {sid} -i " in log.read_text()
     assert agent_running(fleet.nodes[0])
     att = specfleet("sweep", "--attach", sid, *args, log=tmp_path / "a.log")
     assert att.wait(timeout=300) == 0, (tmp_path / "a.log").read_text()[-2000:]

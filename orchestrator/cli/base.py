@@ -19,6 +19,19 @@ db_option = click.option("--db", "db_url", envvar="SPECFLEET_DB", default=None,
                               "Default: sqlite:///specfleet.db")
 
 
+class Finite(click.FloatRange):
+    """A number in range that is a real number: click's FloatRange lets nan through (every
+    comparison with nan is false), and a timeout of nan seconds never ends."""
+
+    def convert(self, value, param, ctx):
+        import math
+
+        v = super().convert(value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return v
+
+
 class _Group(click.Group):
     """Turns library errors into one-line messages at the CLI edge."""
 
@@ -125,9 +138,9 @@ def fleet_options(fn):
                           "key is still refused)."),
         click.option("--ssh-config", type=click.Path(dir_okay=False), default=None,
                      help="OpenSSH client config (default ~/.ssh/config when present)."),
-        click.option("--concurrency", type=click.IntRange(min=1), default=64,
-                     show_default=True, help="Hosts worked on at once (≥ 1)."),
-        click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0,
+        click.option("--concurrency", type=click.IntRange(1, 1024), default=64,
+                     show_default=True, help="Hosts worked on at once (1 to 1024)."),
+        click.option("--connect-timeout", type=Finite(min=0.1), default=10.0,
                      show_default=True, help="Seconds to wait for each node's SSH connection."),
         click.option("--failed-hosts-file", type=click.Path(dir_okay=False, path_type=Path),
                      default=Path("specfleet.retry"), show_default=True,

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from .base import (
+    Finite,
     db_option,
     main,
 )
@@ -98,7 +99,7 @@ def schedule():
               help="known_hosts file the nightly checks host keys against.")
 @click.option("--ssh-config", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="OpenSSH client config the nightly reads.")
-@click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=None,
+@click.option("--connect-timeout", type=Finite(min=0.1), default=None,
               help="Seconds the nightly waits for each node's SSH connection.")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Where the nightly's output goes (default: next to LOCK).")

@@ -46,8 +46,9 @@ def models():
 @models.command("quantize")
 @click.argument("src", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--bits", type=int, required=True, help="Bits per weight: 2, 3, 4, 5, 6 or 8.")
-@click.option("--group-size", type=int, default=64, show_default=True,
+@click.option("--bits", type=click.IntRange(2, 8), required=True,
+              help="Bits per weight: 2, 3, 4, 5, 6 or 8.")
+@click.option("--group-size", type=click.IntRange(32, 128), default=64, show_default=True,
               help="Weights per quantisation group: 32, 64 or 128.")
 @click.option("--json", "as_json", is_flag=True, help="Print the tier's record as JSON.")
 def models_quantize(src: Path, out: Path, bits: int, group_size: int, as_json: bool):
@@ -66,8 +67,17 @@ def models_quantize(src: Path, out: Path, bits: int, group_size: int, as_json: b
                f"{record['tier']} tier of {src} written to {out} ({record['fingerprint']})")
 
 
+def named_folder(ctx, param, value: str | None) -> Path | None:
+    """An empty string is no folder (as a Path it would silently be the current one)."""
+    if value is None:
+        return None
+    if not str(value).strip():
+        raise click.BadParameter("give a folder name, e.g. lab/")
+    return Path(value)
+
+
 @main.command()
-@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("folder", type=click.Path(file_okay=False), callback=named_folder)
 @click.option("--models/--no-models", default=True, show_default=True,
               help="Also build the demo model pair into FOLDER/models.")
 def init(folder, models):
@@ -85,8 +95,8 @@ def init(folder, models):
 
 
 @main.command()
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path(".specfleet-demo"), show_default=True,
+@click.option("--workdir", type=click.Path(file_okay=False),
+              default=".specfleet-demo", show_default=True, callback=named_folder,
               help="Folder for the demo's models, plan, store, node files and pages.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=None,
               help="Tokens generated per prompt (default: each workload's own).")

@@ -10,6 +10,7 @@ import click
 
 from ..errors import SpecfleetError
 from .base import (
+    Finite,
     db_option,
     fleet_options,
     hosts_from,
@@ -21,22 +22,28 @@ from .base import (
 )
 
 
+def _sweep_id(ctx, param, value: str | None) -> str | None:
+    if value is not None and (not value.strip() or not value.isprintable() or len(value) > 64):
+        raise click.BadParameter("a sweep id, as `specfleet sweeps list` shows it")
+    return value
+
+
 @main.command()
 @fleet_options
 @click.argument("lock_path", metavar="[LOCK]", required=False,
                 type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--attach", "attach_id", metavar="SWEEP_ID", default=None,
+@click.option("--attach", "attach_id", metavar="SWEEP_ID", default=None, callback=_sweep_id,
               help="Re-attach to a sweep's running agents and ingest what they wrote.")
-@click.option("--resume", "resume_id", metavar="SWEEP_ID", default=None,
+@click.option("--resume", "resume_id", metavar="SWEEP_ID", default=None, callback=_sweep_id,
               help="Restart a sweep's dead agents; they measure only what is missing.")
-@click.option("--stop", "stop_id", metavar="SWEEP_ID", default=None,
+@click.option("--stop", "stop_id", metavar="SWEEP_ID", default=None, callback=_sweep_id,
               help="End a sweep's agents and release its nodes; what they measured is stored "
                    "(--resume SWEEP_ID later measures the rest).")
 @click.option("--provision/--no-provision", default=None,
               help="Install the locked env on nodes first (the default when the lock manages "
                    "environments); --no-provision: nodes bring specfleet_python, and the agent "
                    "still checks the pins (the default for a plan with platforms: []).")
-@click.option("--reconnect-timeout", type=click.FloatRange(min=0), default=120.0,
+@click.option("--reconnect-timeout", type=Finite(min=0), default=120.0,
               show_default=True,
               help="Seconds to keep reconnecting to a node whose link dropped.")
 @db_option
@@ -193,7 +200,7 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
               help="As for `sweep`: on unless the lock manages no environments.")
 @click.option("--metrics", default="decode_tok_s,acceptance_rate,ttft_ms", show_default=True,
               help="Metrics that must agree between nodes.")
-@click.option("--floor", type=click.FloatRange(min=0, max=1), default=0.03, show_default=True,
+@click.option("--floor", type=Finite(min=0, max=1), default=0.03, show_default=True,
               help="Smallest tolerance, as a share of the larger median.")
 @db_option
 def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_json, **kw):
