@@ -83,3 +83,32 @@ def test_a_different_key_under_the_bare_name_is_still_refused(node22, tmp_path):
                      + "\n")
     r = facts(f, n, known, tmp_path)
     assert r.exit_code == 1 and "possible man-in-the-middle" in r.output
+
+
+def test_without_a_known_hosts_file_the_message_says_so_and_accept_new_creates_it(fleet,
+                                                                                   tmp_path):
+    """A fresh machine has no ~/.ssh/known_hosts: not "No such file or directory", but
+    which file and how to trust the node; --accept-new-host-keys creates it."""
+    import json
+
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    known = tmp_path / "fresh" / ".ssh" / "known_hosts"
+    args = ["fleet", "facts", "-i", str(inv), "--limit", "node1", "--known-hosts", str(known),
+            "--db", f"sqlite:///{tmp_path / 's.db'}", "--failed-hosts-file",
+            str(tmp_path / "retry")]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert f"{known} does not exist, so no host key is trusted yet" in r.output
+    assert "ssh-keyscan -p" in r.output and "--accept-new-host-keys" in r.output
+    r = CliRunner().invoke(main, [*args, "--accept-new-host-keys", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["summary"] == "1 hosts: 1 ok, 0 failed, 0 unreachable"
+    assert known.is_file() and f"[{fleet.nodes[0].address}]:{fleet.nodes[0].port}" in \
+        known.read_text()
+    # and from then on the recorded key is checked strictly, without the flag
+    assert CliRunner().invoke(main, args).exit_code == 0

@@ -128,6 +128,18 @@ class SSHTransport:
 
     async def __aenter__(self):
         h, o = self.host, self.options
+        if not os.path.isfile(o.known_hosts_path):
+            # no file trusts no key: say which file, and how to trust this one
+            if not o.accept_new_host_keys:
+                raise UnreachableError(h.name, (
+                    f"{o.known_hosts_path} does not exist, so no host key is trusted yet: "
+                    f"add this node's with `ssh-keyscan -p {h.port or 22} {h.address} >> "
+                    f"{o.known_hosts_path}` (check it), or pass --accept-new-host-keys"))
+            self.conn = await self._connect(None)
+            peer = self.conn.get_extra_info("peername")
+            _append_known_host(o.known_hosts_path, h.address, peer[1] if peer else h.port or 22,
+                               self.conn.get_server_host_key())
+            return self
         try:
             self.conn = await self._connect(o.known_hosts_path)
         except asyncssh.HostKeyNotVerifiable as e:
