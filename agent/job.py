@@ -22,7 +22,8 @@ BUCKETS = ("short", "medium", "long")
 JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline", "base", "knobs",
             "repetitions", "warmup_tokens", "decode_skip_tokens", "seed", "telemetry_interval_s",
             "cv_threshold", "contention_threshold", "memory_bandwidth_gbs", "soak",
-            "quality_tasks", "sweep_id", "engine", "verify_weights", "python", "lineup"}
+            "quality_tasks", "sweep_id", "engine", "verify_weights", "python", "lineup",
+            "background"}
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
                  "max_tokens", "description", "tools"}
 SOAK_KEYS = {"duration_s", "num_draft_tokens", "max_tokens", "workload", "rss_growth_limit",
@@ -74,6 +75,7 @@ class Job:
     # the sweep measures; one pair unless the plan declares a lineup
     models: dict = field(default_factory=dict)
     lineup: tuple[tuple[str, str], ...] = (("target", "draft"),)
+    background: dict = field(default_factory=dict)  # a co-tenant load during measurement
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -237,7 +239,19 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
         memory_bandwidth_gbs=raw.get("memory_bandwidth_gbs"), soak=soak,
         quality_tasks=tuple(raw.get("quality_tasks", ())), engine=engine,
         verify_weights=verify, python=_python(raw, path), models=refs, lineup=lineup,
-        raw=raw)
+        background=_background(raw, path), raw=raw)
+
+
+def _background(raw: dict, path: Path) -> dict:
+    from .cotenant import check_profile
+
+    profile = raw.get("background")
+    if profile is None:
+        return {}
+    problem = check_profile(profile)
+    if problem:
+        raise _fail(path, problem)
+    return profile
 
 
 def _lineup(raw: dict, refs: dict, path: Path) -> tuple[tuple[str, str], ...]:

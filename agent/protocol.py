@@ -25,6 +25,8 @@ Format history
   An http variant may speculate without a draft model (``method``: prompt lookup, multi-token
   prediction): its generations and summaries, and the baseline generations measured beside
   it, carry ``method``. Optional: a job of one pair writes what 1.2 wrote.
+- events 1.4: ``background_started`` says a job's co-tenant load runs (``background`` in the
+  job: memory held, CPU workers, disk I/O); it is stopped as the job ends.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 
 JOB_SCHEMA = 1
 EVENT_SCHEMA_MAJOR = 1
-EVENT_SCHEMA_MINOR = 3
+EVENT_SCHEMA_MINOR = 4
 EVENT_SCHEMA = f"{EVENT_SCHEMA_MAJOR}.{EVENT_SCHEMA_MINOR}"
 
 # -- model roles -----------------------------------------------------------------------
@@ -154,6 +156,7 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "soak_sample": {},
     "soak_result": {},
     "job_finished": {"status": (str,)},
+    "background_started": {"pid": (int,), "profile": (dict,)},
     "job_failed": {"error": (str,)},
 }
 FINAL_EVENTS = ("job_finished", "job_failed")

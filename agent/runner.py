@@ -30,6 +30,16 @@ def soak_variant(job: Job, engine: Engine) -> Variant:
     return next(v for v in vs if v.speculative != (job.soak.get("num_draft_tokens") == 0))
 
 
+def _background(job: Job, journal: Journal):
+    import contextlib
+
+    if not job.background:
+        return contextlib.nullcontext()
+    from .cotenant import CoTenant
+
+    return CoTenant(job.background, journal)
+
+
 def run_job(job: Job, journal: Journal, *, cache_file: Path, resume: bool = False) -> int:
     from .telemetry import Sampler
 
@@ -53,7 +63,7 @@ def run_job(job: Job, journal: Journal, *, cache_file: Path, resume: bool = Fals
         engine = mlx = MlxEngine(job, loaded)
         journal.emit("models_loaded", load_s=round(load_s, 3), **mlx.roof)
     try:
-        with Sampler(job.telemetry_interval_s) as sampler:
+        with Sampler(job.telemetry_interval_s) as sampler, _background(job, journal):
             loop = Loop(job, journal, engine, sampler)
             if job.mode == "soak":
                 return loop.soak(soak_variant(job, engine))

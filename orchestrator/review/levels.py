@@ -30,8 +30,10 @@ def series_columns() -> tuple:
     pair = func.coalesce(Run.model_pair,
                          func.substr(Run.target_fingerprint, 8, 12, type_=String) + "/"
                          + func.substr(Run.draft_fingerprint, 8, 12, type_=String))
+    # a busy node's runs (a background profile) are a series of their own
+    engine = func.coalesce(Run.engine, "mlx-lm") + func.coalesce(" · " + Run.background, "")
     return (func.coalesce(Run.chip, Run.node), pair, Run.workload,
-            func.coalesce(Run.context_bucket, "short"), func.coalesce(Run.engine, "mlx-lm"))
+            func.coalesce(Run.context_bucket, "short"), engine)
 
 
 def nightly_levels(store: Store, start: datetime, end: datetime, totals: dict | None = None

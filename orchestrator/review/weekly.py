@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from ..store import Store
 from ..store.db import result_pair as pair_key
 from ..store.models import Event, NodeOutcome, Plan, Run, Sweep
+from .busy import busy_vs_idle
 from .changepoints import change_points
 from .ladder import annotate, ladders
 from .levels import nightly_levels
@@ -103,7 +104,8 @@ def load_runs(store: Store, start: datetime, end: datetime,
     over weeks of history."""
     cols = [Run.id, Run.sweep_id, Run.node, Run.chip, Run.model_pair, Run.target_fingerprint,
             Run.draft_fingerprint, Run.workload, Run.context_bucket, Run.mode,
-            Run.num_draft_tokens, Run.engine, Run.summary if values else Run.decode_tok_s_median,
+            Run.num_draft_tokens, Run.engine, Run.background,
+            Run.summary if values else Run.decode_tok_s_median,
             Run.acceptance_median, Run.unreliable,
             *(getattr(Run, k) for k in IDENTITY if k not in ("node", "target_fingerprint",
                                                              "draft_fingerprint"))]
@@ -118,8 +120,9 @@ def load_runs(store: Store, start: datetime, end: datetime,
         pair = r.model_pair or f"{(r.target_fingerprint or '?')[7:19]}/" \
                                f"{(r.draft_fingerprint or '?')[7:19]}"
         # a runtime is part of the series: MLX and llama.cpp side by side, never pooled
+        # a busy node (a background profile) is a series of its own, beside the idle one
         series = (r.chip or r.node, pair, r.workload, r.context_bucket or "short",
-                  r.engine or "mlx-lm")
+                  (r.engine or "mlx-lm") + (f" · {r.background}" if r.background else ""))
         ident = {k: getattr(r, k) for k in IDENTITY}
         summary = (r.summary or {}) if values else {"values": {
             "decode_tok_s": [r.decode_tok_s_median], "acceptance_rate": [r.acceptance_median]}}
@@ -554,7 +557,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
     _positions(out, generations, series_of)
     return {"week": label, "start": start.isoformat(), "end": end.isoformat(), "gates": gates,
             "series": out, "side_by_side": side_by_side(out), "sweeps": sweep_ids,
-            "ladders": found,
+            "ladders": found, "busy_vs_idle": busy_vs_idle(out),
             "notices": agent_notices(store, sweep_ids),
             "failures": (failures := failed_sweeps(store, start, end)),
             "counts": {"failed_sweeps": len(failures), "series": len(out),

@@ -475,7 +475,7 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "chip": identity.get("chip"), "power_source": identity.get("power_source"),
         "model_pair": identity.get("model_pair"), "engine": e.get("engine") or "mlx-lm",
         "target_quant": identity.get("target_quant"), "draft_quant": identity.get("draft_quant"),
-        "pair": result_pair(e)}
+        "pair": result_pair(e), "background": identity.get("background")}
 
 
 def result_pair(e: dict) -> str | None:

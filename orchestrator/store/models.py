@@ -292,6 +292,8 @@ class Run(Base):
     draft_quant: Mapped[str | None] = mapped_column(String(32))
     # added in 0011: the lineup pair ("target+draft-2"); None for a plan of one pair
     pair: Mapped[str | None] = mapped_column(String(40))
+    # added in 0012: the co-tenant load it was measured beside; None: an idle node
+    background: Mapped[str | None] = mapped_column(String(64))
 
 
 # Since 0009 a view over the generation events' own telemetry windows, not a table: the

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from agent.cotenant import profile_name
 from agent.protocol import model_roles
 
 from ..errors import RemoteError, SpecfleetError, StoreError, UnreachableError
@@ -274,6 +275,8 @@ class NodeRun:
                                   python=python, identity={
                                       "env_id": env_id, "power_source": facts["power_source"],
                                       "model_pair": model_pair_name(doc),
+                                      "background": profile_name(job["background"])
+                                      if job.get("background") else None,
                                       **({"role_names": names} if (names := role_names(doc))
                                          else {})})
         await self.start_agent(t, resume=False)

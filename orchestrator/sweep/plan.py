@@ -46,6 +46,9 @@ SPEC = {
     "soak": {"duration_s": float, "num_draft_tokens": int, "max_tokens": int, "workload": str,
              "rss_growth_limit": float, "sample_every_s": float, "variant": str},
     "engine": dict,  # a runtime behind an OpenAI-compatible API (see README); checked by the agent
+    # a busy desktop: a bounded co-tenant load during measurement (memory_mb, cpu_workers,
+    # disk_mb_s, name); checked by the agent's own parser at lock time
+    "background": dict,
 }
 REQUIRED = {"environment": ("python", "packages"), "models": ("target", "draft")}
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true/false",
@@ -316,6 +319,8 @@ def build_lock(plan: Plan, log=print) -> dict:
     job["verify_weights"] = plan.section("models").get("verify", "daily")
     if plan.section("engine"):
         job["engine"] = plan.section("engine")
+    if plan.section("background"):
+        job["background"] = plan.section("background")
     if plan.section("soak"):
         soak = plan.section("soak")
         names = [r["name"] for r in workloads]

@@ -1,0 +1,171 @@
+"""A busy desktop, on purpose: a bounded co-tenant load beside the measurement.
+
+``python -m agent.cotenant '{"memory_mb": 512, "cpu_workers": 1, "disk_mb_s": 20}' PARENT
+DEADLINE`` holds ``memory_mb`` resident (a page touched every second, so it stays resident
+and pressures the models' memory), keeps ``cpu_workers`` processes busy and writes then
+reads a scratch file at ``disk_mb_s``. It ends, whatever happens to the agent:
+
+- when its parent (the agent) is gone: every process checks five times a second, so a
+  ``kill -9`` of the agent ends the load within a fraction of a second;
+- at the deadline (epoch seconds), whatever its parent does;
+- on SIGTERM (the agent stopping it), with its workers: they are in its process group.
+
+Standard library only, like the rest of the agent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+PAGE = 4096
+LIMITS = {"memory_mb": 262144, "cpu_workers": 64, "disk_mb_s": 4000}
+
+
+def _orphaned(parent: int, deadline: float) -> bool:
+    return os.getppid() != parent or time.time() > deadline
+
+
+def _watch(parent: int, deadline: float) -> None:
+    """Exit this process as soon as the agent is gone or the deadline passed."""
+    def loop():
+        while not _orphaned(parent, deadline):
+            time.sleep(0.2)
+        os._exit(0)
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def _cpu(me: int, deadline: float) -> None:
+    _watch(me, deadline)
+    x = 0
+    while True:  # pure interpreter work: one core busy
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF
+
+
+def _disk(rate_mb_s: float, folder: str, stop: threading.Event) -> None:
+    chunk = os.urandom(1 << 20)
+    path = os.path.join(folder, "io.bin")
+    while not stop.is_set():
+        t = time.monotonic()
+        with open(path, "wb") as f:
+            for _ in range(max(1, int(rate_mb_s))):
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        with open(path, "rb") as f:
+            while f.read(1 << 20):
+                pass
+        stop.wait(max(0.0, 1.0 - (time.monotonic() - t)))
+
+
+def run(profile: dict, parent: int, deadline: float) -> None:
+    _watch(parent, deadline)
+    me = os.getpid()
+    workers = []
+    for _ in range(int(profile.get("cpu_workers", 0))):
+        pid = os.fork()
+        if pid == 0:
+            _cpu(me, deadline)  # never returns
+        workers.append(pid)
+
+    def stop(*_):
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    held = bytearray(int(profile.get("memory_mb", 0)) << 20)
+    halt = threading.Event()
+    with tempfile.TemporaryDirectory(prefix="specfleet-cotenant-") as scratch:
+        if profile.get("disk_mb_s"):
+            threading.Thread(target=_disk, args=(float(profile["disk_mb_s"]), scratch, halt),
+                             daemon=True).start()
+        while not _orphaned(parent, deadline):
+            for i in range(0, len(held), PAGE):  # touch every page: resident, not swapped
+                held[i] = (held[i] + 1) & 0xFF
+            time.sleep(1.0)
+        halt.set()
+    stop()
+
+
+class CoTenant:
+    """Runs the profile beside a job: in its own process group (so stopping it stops its
+    workers), bounded by a deadline, and ended by its own watch if the agent dies."""
+
+    def __init__(self, profile: dict, journal, max_s: float = 6 * 3600):
+        self.profile, self.journal, self.max_s = profile, journal, max_s
+        self.proc = None
+
+    def __enter__(self):
+        import subprocess
+
+        deadline = time.time() + self.max_s
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), json.dumps(self.profile),
+             str(os.getpid()), str(deadline)], start_new_session=True,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.journal.emit("background_started", pid=self.proc.pid, profile=self.profile,
+                          deadline=round(deadline, 3))
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(5)
+        except ProcessLookupError:
+            pass
+        except Exception:  # did not end in time: no co-tenant outlives its job
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(5)
+        # no event here: job_finished / job_failed must stay the journal's last line
+
+
+def check_profile(profile) -> str | None:
+    """Why a background profile is refused (None: it is fine)."""
+    if not isinstance(profile, dict) or not profile:
+        return "background: a mapping of memory_mb, cpu_workers, disk_mb_s, name"
+    unknown = sorted(set(profile) - {*LIMITS, "name"})
+    if unknown:
+        return f"background: unknown key(s) {', '.join(unknown)}; known: " \
+               f"{', '.join([*LIMITS, 'name'])}"
+    for key, top in LIMITS.items():
+        v = profile.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= top \
+                or key != "disk_mb_s" and not isinstance(v, int):
+            kind = "a number" if key == "disk_mb_s" else "an integer"
+            return f"background.{key}: {kind} from 0 to {top}, got {v!r}"
+    if not any(profile.get(k) for k in LIMITS):
+        return "background: a profile that loads nothing (set memory_mb, cpu_workers or " \
+               "disk_mb_s)"
+    name = profile.get("name")
+    if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 32
+                             or not name.isprintable()):
+        return "background.name: a short label (1 to 32 printable characters)"
+    return None
+
+
+def profile_name(profile: dict) -> str:
+    """The label a busy series carries: the plan's name, or what the load is."""
+    if profile.get("name"):
+        return str(profile["name"])
+    parts = [f"{profile['memory_mb']} MB" if profile.get("memory_mb") else "",
+             f"{profile['cpu_workers']} CPU" if profile.get("cpu_workers") else "",
+             f"{profile['disk_mb_s']:g} MB/s disk" if profile.get("disk_mb_s") else ""]
+    return "busy: " + " + ".join(p for p in parts if p)
+
+
+if __name__ == "__main__":
+    run(json.loads(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]))

@@ -1,0 +1,101 @@
+"""A busy desktop as a profile: a bounded co-tenant load beside the measurement, named in
+every run's identity, compared with the idle node, and always gone when the agent is."""
+
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select
+
+from orchestrator.cli import main
+from orchestrator.errors import ConfigError
+from orchestrator.fleet.inventory import load_inventory
+from orchestrator.review.report import write_review
+from orchestrator.review.rules import load_rules
+from orchestrator.review.weekly import analyse
+from orchestrator.store import open_store
+from orchestrator.store.models import Event, Run
+from orchestrator.sweep.dispatch import SweepOptions, start_sweep
+from orchestrator.sweep.plan import load_lock, load_plan, write_lock
+from tests.browser import dump_dom
+from tests.controller import kill_agent, specfleet, sweep_id_from, wait_for
+from tests.locks import plan_text
+
+ROOT = Path(__file__).resolve().parents[1]
+LOOSE = "  cv_threshold: 1.0\n  contention_threshold: 1.0"
+
+
+def _cotenants(user: str | None = None) -> list[str]:
+    args = ["pgrep", "-f", "agent/cotenant.py"] + (["-u", user] if user else [])
+    return subprocess.run(args, capture_output=True, text=True).stdout.split()
+
+
+def test_a_bad_profile_is_refused_at_lock_with_its_line(model_pair, tmp_path):
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, extra=LOOSE + "\nbackground:\n  memory_mb: -1"))
+    with pytest.raises(ConfigError) as e:
+        write_lock(load_plan(plan), lambda m: None)
+    assert "background.memory_mb: an integer from 0 to 262144, got -1" in str(e.value)
+    assert e.value.line == plan.read_text().splitlines().index("background:") + 1
+
+
+def test_busy_runs_are_their_own_series_compared_with_idle_and_the_load_ends(model_pair,
+                                                                            tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    hosts = [replace(h, root=str(tmp_path / "node"))
+             for h in load_inventory(ROOT / "inventory" / "local.yml").hosts]
+    for name, extra in (("idle.yml", ""),
+                        ("busy.yml", "\nbackground:\n  memory_mb: 256\n  cpu_workers: 1")):
+        plan = tmp_path / name
+        plan.write_text(plan_text(model_pair, max_tokens=24, repetitions=2, extra=LOOSE + extra))
+        doc = load_lock(write_lock(load_plan(plan), lambda m: None))
+        assert start_sweep(doc, hosts, store, opts=SweepOptions(provision=False)).ok
+    assert not _cotenants(), "the co-tenant outlived its job"
+    with store.engine.connect() as c:
+        labels = set(c.execute(select(Run.background)).scalars())
+        started = c.execute(select(Event.payload).where(
+            Event.type == "background_started")).scalar_one()
+    assert labels == {None, "busy: 256 MB + 1 CPU"}
+    assert started["profile"] == {"memory_mb": 256, "cpu_workers": 1}
+    a = analyse(store, None, load_rules(), change_points_too=False, regressions_too=False)
+    assert sorted(s["series"]["engine"] for s in a["series"]) == [
+        "mlx-lm", "mlx-lm · busy: 256 MB + 1 CPU"]
+    (g,) = a["busy_vs_idle"]
+    assert g["profile"] == "busy: 256 MB + 1 CPU"
+    assert [r["config"] for r in g["rows"]][0] == "baseline"
+    assert all(r["itl_p99_idle"] and r["itl_p99_busy"] for r in g["rows"])
+    dom = dump_dom(Path(write_review(store, tmp_path / "review.html")["html"]))
+    assert '<table id="busy-vs-idle">' in dom and "busy: 256 MB + 1 CPU" in dom
+
+
+def test_the_load_is_gone_after_kill_9_of_the_agent_on_an_sshd_node(fleet, model_pair,
+                                                                    tmp_path):
+    node = fleet.nodes[0]
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, widths=(2, 3), max_tokens=96, repetitions=6,
+                              extra=LOOSE + "\nbackground:\n  memory_mb: 64\n  cpu_workers: 1"
+                                            "\n  disk_mb_s: 2"))
+    lock = write_lock(load_plan(plan), lambda m: None)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    log = tmp_path / "c.log"
+    p = specfleet("sweep", str(lock), "--limit", node.name, "-i", str(inv), "--known-hosts",
+                  str(fleet.known_hosts), "--db", url, log=log)
+    try:
+        sweep_id_from(log)
+        wait_for(lambda: len(_cotenants(node.user)) >= 2, timeout=60,
+                 what="the co-tenant and its CPU worker")
+        kill_agent(node)  # kill -9: no cleanup code runs in the agent
+        deadline = time.monotonic() + 5
+        while _cotenants(node.user) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _cotenants(node.user), "the co-tenant outlived a killed agent"
+    finally:
+        p.kill()
+        p.wait()
+    r = CliRunner().invoke(main, ["inventory", "list", "-i", str(inv)])
+    assert r.exit_code == 0
