@@ -127,6 +127,7 @@ CHANGES = {
     "soak.sample_every_s": ("3", lambda d: soak(d, "sample_every_s") == 3),
     "soak.variant": (None, None),  # tests/test_plan_lock.py, tests/test_shared_loop.py
     "engine": (None, None),        # tests/test_http_sweep.py (a plan's engine on a node)
+    "background": (None, None),    # tests/test_background.py (a co-tenant during a sweep)
 }
 
 
