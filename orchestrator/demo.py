@@ -104,11 +104,14 @@ def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print,
 def declare_store(workdir: Path, folder: Path | None = None) -> Path | None:
     """Write ``specfleet.toml`` here pointing at the demo's store, so later commands in
     this folder read it without --db; only when no specfleet.toml applies here yet (one
-    the user wrote is never changed). Returns the file written."""
+    the user wrote is never changed) and SPECFLEET_CONFIG does not choose one (or none).
+    Returns the file written."""
+    import os
+
     from . import project_config
 
     folder = (folder or Path.cwd()).resolve()
-    if project_config.find(folder) is not None:
+    if os.environ.get("SPECFLEET_CONFIG") or project_config.find(folder) is not None:
         return None
     db = workdir.resolve() / "specfleet.db"
     try:

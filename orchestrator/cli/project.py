@@ -111,15 +111,12 @@ def demo(workdir: Path, max_tokens: int | None):
     import sys
 
     from ..demo import LOCAL_INVENTORY, next_steps, run_demo
-    from .sweeping import interrupted
+    from .sweeping import explained_interrupt
 
-    started: list[str] = []
-    try:
+    with explained_interrupt(f"sqlite:///{(workdir / 'specfleet.db').resolve()}",
+                             [LOCAL_INVENTORY]) as started:
         review_path = run_demo(workdir, max_tokens=max_tokens,
                                log=lambda m: click.echo(m, err=True), announce=started.append)
-    except KeyboardInterrupt:
-        interrupted(started[0] if started else None,
-                    f"sqlite:///{(workdir / 'specfleet.db').resolve()}", [LOCAL_INVENTORY])
     click.echo(f"review written to {review_path.resolve()}")
     # the command as this shell can run it: `make demo` runs .venv/bin/specfleet, which is
     # not on PATH until the venv is activated
@@ -127,7 +124,7 @@ def demo(workdir: Path, max_tokens: int | None):
     from .. import project_config
     from ..demo import declare_store
 
-    written = declare_store(workdir) if os.environ.get("SPECFLEET_CONFIG") is None else None
+    written = declare_store(workdir)
     if written:
         click.echo(f"wrote {written}: commands run here now read the demo's store")
     found = project_config.find()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -78,13 +79,11 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
     provision = _provision(doc, provision, lambda m: click.echo(m, err=True))
     opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout)
     sweep_id = attach_id or resume_id or stop_id
-    started: list[str] = []
+    with explained_interrupt(db_url, kw_inventory, sweep_id) as started:
+        def announce(sid: str) -> None:
+            started.append(sid)
+            click.echo(f"sweep {sid} started on {len(hosts)} node(s)", err=True)
 
-    def announce(sid: str) -> None:
-        started.append(sid)
-        click.echo(f"sweep {sid} started on {len(hosts)} node(s)", err=True)
-
-    try:
         if doc is not None:
             result = start_sweep(doc, hosts, store, inventory=str(inventory_path), opts=opts,
                                  progress=StderrProgress(), announce=announce)
@@ -92,8 +91,6 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
             result = continue_sweep(sweep_id, hosts, store, resume=resume_id is not None,
                                     opts=opts, progress=StderrProgress(), leave_out=chose,
                                     stop=stop_id is not None)
-    except KeyboardInterrupt:
-        interrupted(started[0] if started else sweep_id, db_url, kw_inventory)
     if stop_id:
         for o in result.outcomes:
             click.echo(f"{o.host:<20} {o.detail or o.status}")
@@ -107,6 +104,18 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
                    "left_out": list(result.left_out)},
             describe=lambda o: f"{o.value['events']} events")
     click.echo(f"sweep {result.sweep_id}: {result.status}", err=True)
+
+
+@contextlib.contextmanager
+def explained_interrupt(db_url: str | None, inventory: list[Path],
+                        sweep_id: str | None = None):
+    """Around a sweep: yields the list its `announce` appends the new sweep's id to; on
+    Ctrl-C, says which sweep goes on and how to follow or stop it (``interrupted``)."""
+    started: list[str] = []
+    try:
+        yield started
+    except KeyboardInterrupt:
+        interrupted(started[0] if started else sweep_id, db_url, inventory)
 
 
 def interrupted(sweep_id: str | None, db_url: str | None, inventory: list[Path]) -> None:
@@ -168,17 +177,11 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
         _record_failed_nightly(db_url, lock_path, str(e))
         raise
     provision = _provision(doc, provision, lambda m: None)
-    started: list[str] = []
-    with NightlyGuard(doc["lock_id"]):
-        store = open_store(db_url)
-        try:
-            result = start_sweep(doc, hosts, store, inventory=inventory_path,
-                                 opts=SweepOptions(ssh=ssh, provision=provision,
-                                                   trigger="nightly"),
-                                 progress=StderrProgress(), announce=started.append)
-        except KeyboardInterrupt:
-            interrupted(started[0] if started else None, db_url,
-                        [Path(p) for p in inventory_path.split(",")])
+    with NightlyGuard(doc["lock_id"]), explained_interrupt(
+            db_url, [Path(p) for p in inventory_path.split(",")]) as started:
+        result = start_sweep(doc, hosts, open_store(db_url), inventory=inventory_path,
+                             opts=SweepOptions(ssh=ssh, provision=provision, trigger="nightly"),
+                             progress=StderrProgress(), announce=started.append)
     bad = [o for o in result.outcomes if o.status != "ok"]
     ok = len(result.outcomes) - len(bad)
     line = (f"nightly {doc['name']} sweep {result.sweep_id}: {result.status} "
@@ -226,14 +229,10 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
         raise click.UsageError("repro needs at least two nodes (--limit a,b)")
     provision = _provision(doc, provision, lambda m: click.echo(m, err=True))
     store = open_store(db_url)
-    started: list[str] = []
-    try:
+    with explained_interrupt(db_url, [Path(p) for p in inventory_path.split(",")]) as started:
         result = start_sweep(doc, hosts, store, inventory=inventory_path,
                              opts=SweepOptions(ssh=ssh, provision=provision, trigger="repro"),
                              progress=StderrProgress(), announce=started.append)
-    except KeyboardInterrupt:
-        interrupted(started[0] if started else None, db_url,
-                    [Path(p) for p in inventory_path.split(",")])
     per_node, idents, set_aside = sweep_values(store, result.sweep_id)
     report = compare(per_node, idents, tuple(m.strip() for m in metrics.split(",")), floor)
     report.update(sweep_id=result.sweep_id, created_at=datetime.now(timezone.utc).isoformat(),

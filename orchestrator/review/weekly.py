@@ -21,7 +21,7 @@ from agent.stats import cv, median, percentile
 
 from ..errors import ConfigError
 from ..store import Store
-from ..store.db import result_pair as pair_key
+from ..store.db import result_pair
 from ..store.models import Event, NodeOutcome, Plan, Run, Sweep
 from .busy import busy_vs_idle
 from .changepoints import change_points
@@ -80,14 +80,14 @@ class RunRow:
     @property
     def pair(self) -> str | None:
         """The lineup pair the run belongs to ("target+draft-2"); None for a one-pair plan."""
-        return pair_key(self.summary)
+        return result_pair(self.summary)
 
     @property
     def quality_key(self) -> tuple:
         s = self.summary
         if self.mode == "baseline":  # a target's baseline answers once, whatever its partner
             s = {"models": {"target": s["models"].get("target")}} if s.get("models") else {}
-        return (self.sweep_id, self.node, pair_key(s), self.k)
+        return (self.sweep_id, self.node, result_pair(s), self.k)
 
     @property
     def shaky(self) -> bool:
@@ -309,7 +309,7 @@ def failed_window_configs(store: Store, sweep_ids: list[str], floor: float,
     points: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     for sid, node, ts, p in rows:
         if p.get("acceptance_rate") is not None:
-            key = (sid, node, p["workload"], pair_key(p), p["num_draft_tokens"])
+            key = (sid, node, p["workload"], result_pair(p), p["num_draft_tokens"])
             points[key].append((ts, p["acceptance_rate"]))
     return {key for key, pts in points.items() if low_for_too_long(sorted(pts), floor, window_s)}
 
@@ -344,7 +344,7 @@ def quality_rates(store: Store, sweep_ids: list[str]) -> dict:
     with store.engine.connect() as c:
         rows = c.execute(select(Event.sweep_id, Event.node, Event.payload).where(
             Event.sweep_id.in_(sweep_ids), Event.type == "quality")).all()
-    return {(s, n, pair_key(p), p["num_draft_tokens"]): p["pass_rate"]
+    return {(s, n, result_pair(p), p["num_draft_tokens"]): p["pass_rate"]
             for s, n, p in rows}
 
 
@@ -605,7 +605,7 @@ def _positions(sections: list[dict], rows: list[tuple], series_of: dict[tuple, t
     totals = {key(s): ([0] * key(s)[1], [0] * key(s)[1]) for s in want}
     for sid, node, _, p in rows:  # one pass over the events, not one per section
         series = series_of.get((sid, node, p.get("workload"), p.get("context_bucket") or "short",
-                                pair_key(p)))
+                                result_pair(p)))
         t = totals.get((series, p.get("num_draft_tokens")))
         if t is None:
             continue

@@ -24,7 +24,7 @@ from pathlib import Path
 from sqlalchemy.exc import SQLAlchemyError
 
 from agent.cotenant import profile_name
-from agent.protocol import model_roles
+from agent.protocol import FINAL_EVENTS, model_roles
 
 from ..errors import RemoteError, SpecfleetError, StoreError, UnreachableError
 from ..fleet.blobs import CONTROLLER_CACHE, push_model
@@ -33,6 +33,7 @@ from ..fleet.inventory import Host
 from ..fleet.node_paths import expand_root
 from ..fleet.transport import SSHOptions, connect, q
 from ..store import Store
+from ..store.db import result_pair
 from .decode import Decoder, Quarantined
 from .pipeline import IngestPipeline
 
@@ -119,8 +120,6 @@ else echo stopped; fi
 
 def _pair(event: dict) -> str:
     """ " target+draft-2" for a lineup's result (which pair), "" for a plan of one pair."""
-    from ..store.db import result_pair
-
     pair = result_pair(event)
     return f" {pair}" if pair else ""
 
@@ -472,7 +471,7 @@ class NodeRun:
                 said = await self.stop_agent(t)
                 await self.follow_once(t)  # what it wrote before it ended, stored
                 last = self.store.last_event(self.sweep_id, self.host.name) or {}
-                if last.get("type") in ("job_finished", "job_failed"):
+                if last.get("type") in FINAL_EVENTS:
                     return await asyncio.to_thread(self.outcome)  # it had finished anyway
                 self.store.set_sweep_node(self.sweep_id, self.host.name, state="stopped")
                 self.stopped = True
