@@ -29,8 +29,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# Three workers (most tests wait on sshd, agents and servers, not on the 2 CPUs), then the
+# few marked `alone`: they restart PostgreSQL or judge CPU contention.
 test: $(STAMP) system-deps lint
-	$(VENV)/bin/python -m pytest -ra --durations=15
+	$(VENV)/bin/python -m pytest -n 3 --dist loadgroup -m "not alone" -v -ra --durations=15
+	$(VENV)/bin/python -m pytest -m alone -v -ra
 
 clean:
 	rm -rf $(VENV) .specfleet-demo

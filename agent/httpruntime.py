@@ -200,6 +200,21 @@ class HttpEngine:
                         tool_calls=whole["tool_calls"])
         return t
 
+    def load_sender(self, variant: Variant, w: Workload, config: dict):
+        """A request of a load level: stream one reply; its tokens' arrival times (seconds
+        since sent). Thread-safe: each call opens its own connection."""
+        spec = self.specs[variant.name]
+        model = spec.get("model", self.eng.get("model"))
+        fields = {**({"model": model} if model else {}), **spec.get("fields", {})}
+        body = _body(self.api, w.prompt, w.max_tokens, config, fields, w.tools)
+        url, headers = spec["base_url"], self.headers.get(variant.name, {})
+
+        def send(i: int) -> list[float]:
+            s, _ = h.stream(url, self.api, body, self.timeout, headers=headers)
+            return h.trace_of(s, self.count).token_times
+
+        return send
+
     def extras(self, m: dict, req: Request) -> dict:
         return {}
 

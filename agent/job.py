@@ -23,7 +23,7 @@ JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline
             "repetitions", "warmup_tokens", "decode_skip_tokens", "seed", "telemetry_interval_s",
             "cv_threshold", "contention_threshold", "memory_bandwidth_gbs", "soak",
             "quality_tasks", "sweep_id", "engine", "verify_weights", "python", "lineup",
-            "background"}
+            "background", "load"}
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
                  "max_tokens", "description", "tools"}
 SOAK_KEYS = {"duration_s", "num_draft_tokens", "max_tokens", "workload", "rss_growth_limit",
@@ -76,6 +76,7 @@ class Job:
     models: dict = field(default_factory=dict)
     lineup: tuple[tuple[str, str], ...] = (("target", "draft"),)
     background: dict = field(default_factory=dict)  # a co-tenant load during measurement
+    load: dict = field(default_factory=dict)  # load levels after the sweep (http engines)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -239,7 +240,23 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
         memory_bandwidth_gbs=raw.get("memory_bandwidth_gbs"), soak=soak,
         quality_tasks=tuple(raw.get("quality_tasks", ())), engine=engine,
         verify_weights=verify, python=_python(raw, path), models=refs, lineup=lineup,
-        background=_background(raw, path), raw=raw)
+        background=_background(raw, path), load=_load(raw, engine, path), raw=raw)
+
+
+def _load(raw: dict, engine: dict, path: Path) -> dict:
+    from .load import check_load
+
+    load = raw.get("load")
+    if load is None:
+        return {}
+    problem = check_load(load, engine.get("type", "mlx-lm") if engine else "mlx-lm")
+    names = [w.get("name") for w in raw.get("workloads") or [] if isinstance(w, dict)]
+    if not problem and load.get("workload") is not None and load["workload"] not in names:
+        problem = f"load.workload: {load['workload']!r} is not one of the job's workloads " \
+                  f"({', '.join(map(str, names))})"
+    if problem:
+        raise _fail(path, problem)
+    return load
 
 
 def _background(raw: dict, path: Path) -> dict:

@@ -106,6 +106,10 @@ class Engine(Protocol):
         """Engine-specific fields derived from the metrics (e.g. the memory roofline)."""
         ...
 
+    def load_sender(self, variant: Variant, w: Workload, config: dict):
+        """For load levels: a thread-safe ``send(i) -> token arrival times``."""
+        ...
+
     def describe(self, slot: Slot) -> tuple[dict, dict]:
         """Event fields naming the engine's variant, and the config as events record it."""
         ...
@@ -176,8 +180,8 @@ def build_plan(job: Job, engine: Engine) -> list[Slot]:
     return sorted(plan, key=lambda s: (s.repetition, order[s.variant.name]))
 
 
-def previous_generations(journal_path: Path, job_id: str) -> list[dict]:
-    """Generation events this job already journaled (for ``--resume``)."""
+def previous_events(journal_path: Path, job_id: str, typ: str = "generation") -> list[dict]:
+    """Events of one type this job already journaled (for ``--resume``)."""
     out: list[dict] = []
     if not journal_path.exists():
         return out
@@ -186,7 +190,7 @@ def previous_generations(journal_path: Path, job_id: str) -> list[dict]:
             e = json.loads(line)
         except ValueError:
             continue
-        if isinstance(e, dict) and e.get("job_id") == job_id and e.get("type") == "generation":
+        if isinstance(e, dict) and e.get("job_id") == job_id and e.get("type") == typ:
             out.append(e)
     return out
 
@@ -265,7 +269,7 @@ class Loop:
     def sweep(self, resume: bool) -> int:
         job, journal, engine = self.job, self.journal, self.engine
         plan = build_plan(job, engine)
-        done = {g["run_index"]: g for g in (previous_generations(journal.path, job.job_id)
+        done = {g["run_index"]: g for g in (previous_events(journal.path, job.job_id)
                                             if resume else [])}
         for notice in engine.notices(job):
             journal.emit("notice", **notice)
@@ -321,8 +325,10 @@ class Loop:
         emit_summaries(job, journal, gens)
         if job.quality_tasks:
             self.quality(plan)
+        levels = self.load_levels(resume) if job.load else 0
         journal.emit("job_finished", status="ok", generations=len(gens), engine=engine.name,
-                     failed=len(plan) - len(gens), warmups=self.warmups)
+                     failed=len(plan) - len(gens), warmups=self.warmups,
+                     **({"load_levels": levels} if job.load else {}))
         return EXIT_CODES["ok"]
 
     def knob_effects(self, outputs: dict) -> None:
@@ -340,6 +346,73 @@ class Loop:
                                   values=values, effect=False,
                                   message=f"knob had no effect: {knob} in {values} gave "
                                           "identical output")
+
+    # -- load levels ------------------------------------------------------------------
+
+    def load_levels(self, resume: bool) -> int:
+        """After the sweep: each variant under rising load, closed loop (concurrency) then
+        open loop (request_rate), one ``load_level`` event per level; a variant's ramp stops
+        at the first level that saturates, with the reason. Baseline and speculative
+        variants meet the same levels (per level when the engine holds every variant, else
+        per variant, so that one runtime runs at a time)."""
+        from .load import closed_loop, no_gain, open_loop, saturation, summarize
+        from .telemetry import summarise_window
+
+        job, journal, engine = self.job, self.journal, self.engine
+        spec = job.load
+        names = {w.name: w for w in job.workloads}
+        w = names.get(str(spec.get("workload")), job.workloads[0])
+        n = int(spec.get("requests", 16))
+        done = {(e["variant"], e["load"], e["level"]) for e in (
+            previous_events(journal.path, job.job_id, "load_level") if resume else [])}
+        ramps = [(load, level) for load in ("concurrency", "request_rate")
+                 for level in spec.get(load, [])]
+        order = ([(v, r) for r in ramps for v in engine.variants] if engine.holds_all_variants
+                 else [(v, r) for v in engine.variants for r in ramps])
+        history: dict[tuple[str, str], list[dict]] = {}
+        stopped: dict[tuple[str, str], str] = {}
+        count = 0
+        for v, (load, level) in order:
+            if (v.name, load) in stopped or (v.name, load, level) in done:
+                continue
+            desc = {"workload": w.name, "variant": v.name,
+                    "mode": "speculative" if v.speculative else "baseline",
+                    "load": load, "level": level, "max_tokens": w.max_tokens}
+            why = self.ready(v)
+            if why:
+                journal.emit("load_level", **desc, status="failed", error=why)
+                stopped[(v.name, load)] = why
+                continue
+            send = engine.load_sender(v, w, config_for(job, v, job.base))
+            start = self.sampler.mark()
+            if load == "concurrency":
+                outcomes, wall = closed_loop(send, int(level), n)
+            else:
+                outcomes, wall = open_loop(send, float(level), n, spec.get("arrivals", "poisson"),
+                                           int(spec.get("max_concurrency", 64)), job.seed)
+            window = self.sampler.window(start, self.sampler.mark())
+            m = summarize(outcomes, wall, spec.get("slo"))
+            tele = summarise_window(window)
+            swaps = [x.get("swap_used_bytes") for x in window
+                     if x.get("swap_used_bytes") is not None]
+            m.update({k: tele.get(k) for k in ("rss_peak_bytes", "swap_in_bytes",
+                                               "memory_pressure", "cpu_other_share")})
+            ramp = history.setdefault((v.name, load), [])
+            ramp.append(m)
+            why = saturation(ramp, load, float(level) if load == "request_rate" else None)
+            if not why and len(swaps) >= 3 and all(b > a for a, b in zip(swaps, swaps[1:])):
+                why = f"swap grew at every sample ({swaps[0]} → {swaps[-1]} bytes)"
+            journal.emit("load_level", **desc, status="saturated" if why else "ok",
+                         arrivals=spec.get("arrivals", "poisson") if load == "request_rate"
+                         else None, stop_reason=why, **m)
+            count += 1
+            if why:
+                stopped[(v.name, load)] = why
+        for (name, load), ramp in history.items():
+            gain = no_gain(ramp, spec.get(load, []))
+            if load == "concurrency" and gain and (name, load) not in stopped:
+                journal.emit("notice", variant=name, workload=w.name, message=gain)
+        return count
 
     # -- quality tasks ----------------------------------------------------------------
 

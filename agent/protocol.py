@@ -27,6 +27,11 @@ Format history
   it, carry ``method``. Optional: a job of one pair writes what 1.2 wrote.
 - events 1.4: ``background_started`` says a job's co-tenant load runs (``background`` in the
   job: memory held, CPU workers, disk I/O); it is stopped as the job ends.
+- events 1.5: ``load_level``: one variant at one level of a ``load`` ramp (``load``:
+  concurrency or request_rate; ``level``), after the sweep: TTFT / ITL / TPOT / e2e
+  percentiles, output tok/s per stream and in total, requests/s, errors (never averaged
+  in), goodput against the job's SLOs, memory and swap during the level; ``status`` ok,
+  saturated (``stop_reason``: the ramp stops there) or failed.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from typing import Any
 
 JOB_SCHEMA = 1
 EVENT_SCHEMA_MAJOR = 1
-EVENT_SCHEMA_MINOR = 4
+EVENT_SCHEMA_MINOR = 5
 EVENT_SCHEMA = f"{EVENT_SCHEMA_MAJOR}.{EVENT_SCHEMA_MINOR}"
 
 # -- model roles -----------------------------------------------------------------------
@@ -157,6 +162,8 @@ EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "soak_result": {},
     "job_finished": {"status": (str,)},
     "background_started": {"pid": (int,), "profile": (dict,)},
+    "load_level": {"workload": (str,), "variant": (str,), "mode": (str,), "load": (str,),
+                   "level": NUM, "status": (str,)},
     "job_failed": {"error": (str,)},
 }
 FINAL_EVENTS = ("job_finished", "job_failed")

@@ -44,7 +44,8 @@ models:
   target: models/target  # built by `specfleet demo-models build models`
   draft: models/draft
 workloads:
-  use: [code, memo, translation]   # or your own prompts: my-prompts.jsonl
+  use: [code]            # a first sweep in about a minute; add memo, translation,
+                         # or your own prompts: my-prompts.jsonl
   context: [short]                 # short, medium, long
   quality: true                    # the JSON / tool-call task set per config
 sweep:

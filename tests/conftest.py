@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,10 @@ import pytest
 from tests.fleet import add_netns_node, start_fleet, stop_fleet
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+# Tests run in parallel workers: each worker process is a machine of its own for local
+# agents, also in module-scoped fixtures that run before the per-test lock below.
+os.environ["SPECFLEET_MACHINE_LOCK"] = str(
+    Path(tempfile.gettempdir()) / f"specfleet-test-machine-{os.getpid()}.lock")
 
 
 @pytest.fixture(autouse=True)

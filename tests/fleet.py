@@ -145,7 +145,9 @@ def add_netns_node(fleet: Fleet, i: int) -> Node:
     """A node in its own network namespace behind a veth pair, so a test can cut its link."""
     tag = fleet.base.name.rsplit("-", 1)[-1][:4].lower()
     ns, host_if, ns_if = f"sf{tag}{i}", f"sfh{tag}{i}", f"sfn{tag}{i}"
-    a, b = f"10.213.{i}.1", f"10.213.{i}.2"
+    # each parallel test worker (gw0, gw1 …) gets its own /30s: no two namespaces share one
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+    a, b = f"10.213.{worker * 16 + i}.1", f"10.213.{worker * 16 + i}.2"
     for cmd in (["ip", "netns", "add", ns],
                 ["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if],
                 ["ip", "link", "set", ns_if, "netns", ns],

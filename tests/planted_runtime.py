@@ -12,6 +12,13 @@ Modes:
   two separate events (``"\\ud83d"`` then ``"\\ude00"``); the non-streamed text is whole.
 - ``double-usage``: correct text, but ``usage.completion_tokens`` is twice the truth.
 - ``diverge``: like ``correct``, but its greedy text differs from it at character 12.
+- ``serial``: like ``correct``, but one request at a time (a lock around each reply):
+  more concurrency brings no more throughput.
+- ``explode``: each token takes ``--token-ms`` × (requests in flight)³: latency grows
+  much faster than the load past a few streams.
+- ``overload``: answers HTTP 503 to a request that finds 2 or more already in flight.
+
+``--token-ms`` spaces the streamed tokens (default 0), as a model's decode would.
 """
 
 from __future__ import annotations
@@ -20,6 +27,12 @@ import argparse
 import http.server
 import json
 import random
+import threading
+import time
+
+INFLIGHT = [0]
+INFLIGHT_LOCK = threading.Lock()
+SERIAL = threading.Lock()
 
 GREEDY = ("def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n"
           "\n\nprint(fib(10))\n")
@@ -58,7 +71,7 @@ def answer(body: dict, tokens: Tokens) -> list[str]:
     return tokens.split(text)[:n]
 
 
-def make_handler(mode: str, tokens: Tokens):
+def make_handler(mode: str, tokens: Tokens, token_ms: float = 0.0):
     global GREEDY
     if mode == "diverge":
         GREEDY = GREEDY[:12] + "X" + GREEDY[13:]
@@ -83,7 +96,24 @@ def make_handler(mode: str, tokens: Tokens):
                 self._json(404, {"error": {"message": "not found"}})
 
         def do_POST(self):
+            with INFLIGHT_LOCK:
+                INFLIGHT[0] += 1
+                busy = INFLIGHT[0]
+            try:
+                if mode == "serial":
+                    with SERIAL:
+                        self.reply(busy)
+                else:
+                    self.reply(busy)
+            finally:
+                with INFLIGHT_LOCK:
+                    INFLIGHT[0] -= 1
+
+        def reply(self, busy: int):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            if mode == "overload" and busy > 2:
+                self._json(503, {"error": {"message": "planted overload: server busy"}})
+                return
             if mode == "fail":
                 self._json(500, {"error": {"message": "planted failure: model exploded"}})
                 return
@@ -105,6 +135,9 @@ def make_handler(mode: str, tokens: Tokens):
                 self.wfile.flush()
 
             for p in pieces:
+                if token_ms:
+                    scale = INFLIGHT[0] ** 3 if mode == "explode" else 1
+                    time.sleep(token_ms * scale / 1e3)
                 event(json.dumps({"choices": [{"index": 0, "text": p, "finish_reason": None}]}))
             if mode == "surrogate":  # the two UTF-16 halves, each its own event
                 event('{"choices": [{"index": 0, "text": "\\ud83d", "finish_reason": null}]}')
@@ -121,14 +154,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--mode", default="correct",
-                    choices=["correct", "fail", "surrogate", "double-usage", "diverge"])
+                    choices=["correct", "fail", "surrogate", "double-usage", "diverge",
+                             "serial", "explode", "overload"])
+    ap.add_argument("--token-ms", type=float, default=0.0, help="milliseconds per token")
     ap.add_argument("--tokenizer", default=None, help="a tokenizer.json to count tokens with")
     ap.add_argument("--ballast-mb", type=int, default=0,
                     help="hold this much memory, touched, as weights would be")
     args = ap.parse_args()
     ballast = bytearray(b"\x01" * (args.ballast_mb * 2**20))  # noqa: F841  # held, not read
     server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port),
-                                             make_handler(args.mode, Tokens(args.tokenizer)))
+                                             make_handler(args.mode, Tokens(args.tokenizer),
+                                                          args.token_ms))
     server.serve_forever()
 
 

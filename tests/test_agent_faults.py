@@ -229,6 +229,8 @@ def test_replayed_battery_readings_mark_every_trial_unreliable(tmp_path, model_p
     shutil.copy(data / "pmset_batt_on_battery.txt", replay / "batt.txt")
     shutil.copy(data / "pmset_therm_apple_silicon.txt", replay / "therm.txt")
     job = small_job(model_pair, repetitions=2)
+    # only the battery is under test: a busy machine (tests run in parallel) is not
+    job.update(cv_threshold=1.0, contention_threshold=1.0)
     env = {**os.environ, "SPECFLEET_TELEMETRY_REPLAY": str(replay)}
     proc = run_agent(write_job(tmp_path, job), tmp_path / "j.jsonl", env=env)
     assert proc.returncode == 0, proc.stderr

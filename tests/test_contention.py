@@ -49,6 +49,7 @@ def _burn(seconds: float) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
 
 
+@pytest.mark.alone  # "quiet" needs a machine no other test is loading
 def test_generations_under_cpu_pressure_are_flagged_and_quiet_ones_are_not(model_pair,
                                                                           tmp_path):
     def run(name: str, burn: bool) -> list[dict]:

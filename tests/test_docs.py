@@ -104,38 +104,135 @@ def test_a_folder_declares_its_store_and_inventory_in_specfleet_toml(tmp_path, m
     assert r.exit_code == 1 and "not valid TOML" in r.output and str(written) in r.output
 
 
-def readme_block(marker: str = "<!-- the tests run this block -->") -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    block = text[text.index(marker):].split("```sh\n", 1)[1].split("```", 1)[0]
-    # a command, without its trailing comment
-    return [re.split(r"\s+# ", line)[0].strip() for line in block.splitlines()
-            if line.strip() and not line.startswith("#")]
+SKIP = "<!-- the tests skip this block: "
 
 
-def test_the_readme_walkthrough_runs_as_written(tmp_path):
-    """The README's Commands block, in order, in a scratch folder, against this machine's
-    node and SQLite: each must succeed. SWEEP_ID and RUN_ID become the ids the commands
-    before printed, as a reader would copy them."""
-    import os
-    import subprocess
-    import sys
+def readme_blocks() -> list[list[str]]:
+    """Every ``sh`` block after the quick start (which CI runs as `make test`), in order, as
+    commands: continuation lines joined, comments dropped. A block marked as skipped must
+    say why."""
+    text = README.split("## Quick start", 1)[1].split("\n## ", 1)[1]
+    blocks = []
+    for m in re.finditer(r"(<!--[^\n]*-->\n)?```sh\n(.*?)```", text, re.S):
+        if m.group(1) and m.group(1).startswith(SKIP):
+            assert len(m.group(1)) > len(SKIP) + 8, "a skipped block says why"
+            continue
+        joined = re.sub(r"\\\n\s*", "", m.group(2))
+        blocks.append([re.split(r"\s+# ", line)[0].strip() for line in joined.splitlines()
+                       if line.strip() and not line.startswith("#")])
+    return blocks
 
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
-           f"{os.environ['PATH']}"}
-    env.pop("SPECFLEET_DB", None)
-    ids: dict[str, str] = {}
-    commands = readme_block()
-    assert commands[0].startswith("specfleet init") and len(commands) >= 10
-    for cmd in commands:
-        for key, value in ids.items():
+
+def help_examples() -> list[tuple[str, str]]:
+    """(command, example) for every command: the lines under "Example" in its --help."""
+    import click
+
+    def walk(cmd, path):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from walk(sub, [*path, name])
+        else:
+            yield " ".join(path), cmd
+
+    out = []
+    for name, _ in walk(main, []):
+        text = CliRunner().invoke(main, [*name.split(), "--help"], terminal_width=200).output
+        assert re.search(r"^  Examples?\b", text, re.M), f"{name} --help has no example"
+        body = re.split(r"^  Examples?\b[^\n]*\n", text, flags=re.M)[1]
+        body = re.sub(r"\\\n\s*", "", body.split("\n\n", 1)[0])
+        lines = [re.split(r"\s+# ", line)[0].strip() for line in body.splitlines()]
+        assert lines and all(x.startswith(("specfleet ", "cp ")) for x in lines), (name, lines)
+        out += [(name, x) for x in lines]
+    return out
+
+
+# examples the README test does not run, and why (each is run by the test named)
+NOT_RUN_HERE = {
+    "provision": "installs pinned wheels on a node: tests/test_provision.py provisions real "
+                 "wheelhouses on sshd nodes",
+    "demo": "the whole demo (three drafts): test_the_demo_example_runs_as_written",
+}
+
+
+class Session:
+    """A newcomer's shell: a scratch folder and HOME, the venv on PATH; ids the commands
+    print are remembered so that SWEEP_ID, RUN_ID and NAME read as a reader copies them."""
+
+    def __init__(self, tmp_path: Path):
+        import os
+        import sys
+
+        self.cwd = tmp_path / "work"
+        self.home = tmp_path / "home"
+        self.cwd.mkdir()
+        self.home.mkdir()
+        self.env = {**os.environ, "HOME": str(self.home),
+                    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+        self.env.pop("SPECFLEET_DB", None)
+        self.ids: dict[str, str] = {}
+        self.ran: set[str] = set()
+
+    def run(self, cmd: str, timeout: float = 600) -> None:
+        import shlex
+        import subprocess
+
+        if re.fullmatch(r"(\w+=\S+\s*)+", cmd):  # NAME=value …: the shell's variables
+            self.env.update(dict(a.split("=", 1) for a in shlex.split(cmd)))
+            return
+        self.ran.add(cmd)
+        for key, value in self.ids.items():
             cmd = cmd.replace(key, value)
-        assert "_ID" not in cmd, f"{cmd}: an id the commands before did not print"
-        r = subprocess.run(cmd, shell=True, cwd=tmp_path, env=env, capture_output=True,
-                           text=True, timeout=600)
-        assert r.returncode == 0 and "Traceback" not in r.stderr, (
-            f"README command failed: {cmd}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+        assert not re.search(r"\b(SWEEP_ID|RUN_ID|NAME)\b", cmd), (
+            f"{cmd}: an id the commands before did not print")
+        r = subprocess.run(["bash", "-c", cmd], cwd=self.cwd, env=self.env,
+                           capture_output=True, text=True, timeout=timeout)
+        assert r.returncode == 0 and "Traceback" not in r.stderr + r.stdout, (
+            f"command failed ({r.returncode}): {cmd}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
         if m := re.search(r"sweep (\w{12}): ok", r.stderr):
-            ids["SWEEP_ID"] = m.group(1)
-        if cmd.startswith("specfleet runs list") and "runs.csv" in cmd:
-            ids["RUN_ID"] = (tmp_path / "runs.csv").read_text().splitlines()[1].split(",")[0]
-    assert (tmp_path / "review.html").is_file() and set(ids) == {"SWEEP_ID", "RUN_ID"}
+            self.ids["SWEEP_ID"] = m.group(1)
+        if m := re.search(r"specfleet-nightly-\w{12}", r.stdout):
+            self.ids["NAME"] = m.group(0)
+        if "runs.csv" in cmd and (self.cwd / "runs.csv").is_file():
+            self.ids["RUN_ID"] = (self.cwd / "runs.csv").read_text().splitlines()[1].split(",")[0]
+
+
+def test_every_readme_command_and_help_example_runs_as_written(tmp_path, fleet):
+    """Every command block of the README after the quick start, in order, then every
+    command's --help example, in a newcomer's scratch folder and HOME: this machine as the
+    local node, a loopback sshd node as "your Mac" (only the values on the line marked
+    ``# your Mac`` change), SQLite. Each must succeed, without a traceback."""
+    import shutil
+
+    node = fleet.nodes[0]
+    blocks = readme_blocks()
+    assert len(blocks) >= 5 and blocks[1][0].startswith("specfleet init")
+    s = Session(tmp_path)
+    (s.home / ".ssh").mkdir(mode=0o700)
+    shutil.copy(fleet.client_key, s.home / ".ssh" / "id_ed25519")  # your key, on the node
+    (s.home / ".ssh" / "id_ed25519").chmod(0o600)
+    mac = (f"NODE={node.address} PORT={node.port} NODE_USER={node.user} "
+           f"NODE_PYTHON={fleet.python}")
+    marked = [line for block in blocks for line in block if line.startswith("NODE=")]
+    assert len(marked) == 1 and "# your Mac" in README
+    for block in blocks:
+        for cmd in block:
+            s.run(mac if cmd.startswith("NODE=") else cmd)
+    assert (s.cwd / "review.html").is_file() and {"SWEEP_ID", "RUN_ID"} <= set(s.ids)
+    assert "mac-a" in (s.home / "fleet" / "hosts.yml").read_text()
+    examples = help_examples()
+    assert {name for name, _ in examples} >= {"sweep", "review", "doctor", "repro"}
+    for name, example in examples:
+        if name in NOT_RUN_HERE or example in s.ran:
+            continue
+        s.run(example)
+    assert (s.cwd / "review" / "junit.xml").is_file()
+
+
+def test_the_demo_example_runs_as_written(tmp_path):
+    """`specfleet demo`'s --help example, in a scratch folder: the whole demo (the pair,
+    two quantised drafts, a lineup sweep, the pages and the next steps)."""
+    example = dict(help_examples())["demo"]
+    s = Session(tmp_path)
+    s.run(example, timeout=900)
+    work = s.cwd / ".specfleet-demo"
+    assert (work / "review.html").is_file() and (work / "sweep.html").is_file()

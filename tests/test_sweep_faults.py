@@ -3,6 +3,7 @@ mid-sweep, the controller's disk full."""
 
 import subprocess
 
+import pytest
 from sqlalchemy import create_engine, inspect
 
 from tests.controller import (
@@ -70,6 +71,7 @@ def _sweep_under_way(fleet, model_pair, tmp_path, pg_url):
     return ctl, sid, log, inv
 
 
+@pytest.mark.alone  # restarts the PostgreSQL every other test uses
 def test_postgresql_restarted_mid_sweep(fleet, model_pair, tmp_path, pg_url):
     ctl, sid, log, _ = _sweep_under_way(fleet, model_pair, tmp_path, pg_url)
     _restart_postgresql()
@@ -84,6 +86,7 @@ def _restart_postgresql() -> None:
                    check=True)
 
 
+@pytest.mark.alone  # restarts the PostgreSQL every other test uses
 def test_postgresql_restarted_during_a_resume(fleet, model_pair, tmp_path, pg_url):
     """An audit saw `--resume` stop with "terminating connection due to administrator
     command" while PostgreSQL restarted; every path that writes the store must ride it out."""

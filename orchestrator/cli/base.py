@@ -186,14 +186,30 @@ def hosts_from(kw: dict):
     return inv.select(kw.pop("limit")), where
 
 
+def hosts_of_plan(doc: dict, lock_path: Path, kw: dict):
+    """hosts_from, with the plan's ``nodes.limit`` when no --limit was given; an error then
+    names the plan's setting, not a --limit the user never typed."""
+    from ..errors import ConfigError
+
+    from_plan = kw["limit"] is None and doc["nodes"].get("limit")
+    if from_plan:
+        kw["limit"] = doc["nodes"]["limit"]
+    try:
+        return hosts_from(kw)
+    except ConfigError as e:
+        if not from_plan or "--limit" not in str(e):
+            raise
+        raise ConfigError(str(e).replace("--limit", f"{lock_path}: the plan's nodes.limit "
+                                         f"{from_plan!r}", 1)
+                          + "; pass --limit to choose hosts of this inventory") from None
+
+
 def plan_hosts(doc: dict, lock_path: Path, kw: dict):
     """The hosts a lock's plan sweeps: its ``nodes.limit`` unless --limit was given, then
     only those carrying all of its ``nodes.labels``."""
     from ..fleet.inventory import with_labels
 
-    if kw["limit"] is None and doc["nodes"].get("limit"):
-        kw["limit"] = doc["nodes"]["limit"]
-    hosts, inventory_path = hosts_from(kw)
+    hosts, inventory_path = hosts_of_plan(doc, lock_path, kw)
     return with_labels(hosts, doc["nodes"].get("labels") or [],
                        f"{lock_path}: nodes.labels"), inventory_path
 

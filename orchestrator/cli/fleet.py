@@ -14,6 +14,7 @@ from .base import (
     db_option,
     fleet_options,
     hosts_from,
+    hosts_of_plan,
     inventory_option,
     limit_option,
     lock_from,
@@ -36,7 +37,9 @@ def inventory():
 def inventory_list(as_json: bool, **kw):
     """List the hosts a command would reach.
 
-    Example: specfleet inventory list -i inventory/local.yml --limit 'all:!ghost' --json
+    \b
+    Example:
+      specfleet inventory list -i lab/inventory/ -i ~/fleet/hosts.yml --limit 'all:!local' --json
     """
     hosts, _ = hosts_from(kw)
     rows = [{"name": h.name, "address": h.address, "port": h.port or 22, "user": h.user,
@@ -121,10 +124,9 @@ def doctor(lock_path, failed_hosts_file, as_json, **kw):
     from ..sweep.plan import load_lock
 
     doc = load_lock(lock_path) if lock_path else None
-    if doc is not None and kw["limit"] is None and doc["nodes"].get("limit"):
-        kw["limit"] = doc["nodes"]["limit"]  # the nodes the plan would sweep
     ssh = ssh_options(kw)
-    hosts, _ = hosts_from(kw)
+    # the nodes the plan would sweep, unless --limit says
+    hosts, _ = hosts_of_plan(doc, lock_path, kw) if doc is not None else hosts_from(kw)
     outcomes = run_fan_out(hosts, probe, ssh)
     rows = report(hosts, outcomes, doc)
     failing = [r["node"] for r in rows if any(c["status"] == "FAIL" for c in r["checks"])]
@@ -170,7 +172,9 @@ def node_prepare(ask_become_pass, check, known_hosts, failed_hosts_file, as_json
 
     --check prints each step with the exact command it would run as root.
 
-    Example: specfleet node prepare -i inventory/ --limit lab --ask-become-pass --check
+    \b
+    Example (then without --check; add --ask-become-pass when sudo asks for a password):
+      specfleet node prepare -i ~/fleet/hosts.yml --limit lab --check
     """
     import os
     import shlex
@@ -207,7 +211,7 @@ def provision(plan_path, db_url, failed_hosts_file, as_json, **kw):
 
     \b
     Example:
-      specfleet provision lab/plan.lock.json -i lab/inventory/ --limit lab
+      specfleet provision plan.lock.json -i ~/fleet/hosts.yml --limit lab
     """
     from ..fleet.fanout import run_fan_out
     from ..fleet.provision import provision_host

@@ -83,9 +83,11 @@ def schedule():
               help="Scheduler: launchd (macOS), a systemd user timer, or cron; auto picks "
                    "the one this machine runs.")
 @click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write the files here (default: the scheduler's own folder / crontab).")
-@click.option("--enable/--no-enable", default=True, show_default=True,
-              help="Load the schedule into launchd / systemd after writing it.")
+              help="Write the files here to look at (default: the scheduler's own folder / "
+                   "crontab, and the entry is loaded).")
+@click.option("--enable/--no-enable", default=None,
+              help="Load the schedule into launchd / systemd after writing it (default: "
+                   "yes, unless --dest is given).")
 @click.option("-i", "--inventory", "inventory_path", type=click.Path(path_type=Path),
               multiple=True, help="Inventory the nightly run uses (checked now; repeatable).")
 @click.option("--vault-password-file", type=click.Path(dir_okay=False, path_type=Path),
@@ -113,7 +115,9 @@ def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_pa
     The entry holds --db (or SPECFLEET_DB) when given; its file is written 0600. Keep a
     PostgreSQL password out of the URL (~/.pgpass) where you can.
 
-    Example: specfleet schedule install plan.lock.json -i inventory/ --limit lab --at 02:00
+    \b
+    Example (--dest: write the entry there to look at; without it, it is installed):
+      specfleet schedule install lab/plan.lock.json -i lab/inventory/ --at 02:00 --dest schedules/
     """
     from ..sweep.plan import load_lock, verify_lock
     from ..sweep.schedule import default_kind, install, nightly_options, render
@@ -121,6 +125,7 @@ def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_pa
     doc = load_lock(lock_path)
     verify_lock(doc, lock_path)
     kind = default_kind() if kind == "auto" else kind
+    enable = dest is None if enable is None else enable  # --dest writes files to look at
     log = (log_path or lock_path.resolve().with_name(lock_path.stem + ".nightly.log"))
     options, notes = nightly_options(doc, lock_path, list(inventory_path), limit=limit,
                                      vault_password_file=vault_password_file,
@@ -145,7 +150,7 @@ def schedule_list(dest, as_json):
 
     \b
     Example:
-      specfleet schedule list --json
+      specfleet schedule list --dest schedules/ --json
     """
     from ..sweep.schedule import entries
 
@@ -168,7 +173,7 @@ def schedule_remove(name, dest, disable):
 
     \b
     Example:
-      specfleet schedule remove specfleet-nightly-3f2a9c1b7d4e
+      specfleet schedule remove NAME --dest schedules/
     """
     from ..sweep.schedule import remove
 

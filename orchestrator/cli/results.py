@@ -16,7 +16,7 @@ from .base import (
 
 @main.command()
 @click.option("--week", default=None, metavar="YYYY-Www",
-              help="ISO week to review, e.g. 2026-W48 (default: the current week).")
+              help="ISO week to review, e.g. 2026-W48, or this / last (default: this week).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("review.html"),
               show_default=True, help="A folder, or an .html path (other formats beside it).")
 @click.option("--format", "formats", default="html,md,json", show_default=True,
@@ -46,7 +46,7 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
 
     \b
     Example (CI, after the nightly sweeps):
-      specfleet review --week 2026-W48 --out review/ --fail-on regression,failed-sweep \\
+      specfleet review --week this --out review/ --fail-on regression,failed-sweep \\
         --junit review/junit.xml
     """
     import sys
@@ -114,16 +114,17 @@ def compare(a, b, as_json, out, db_url):
     """Compare two sets of runs per config and metric: both medians, B/A with its 95%
     confidence interval, the rank test's p and a verdict, identity differences first.
 
-    A and B are each a sweep id, an ISO week, or KEY=VALUE filters joined by commas
-    (KEY: sweep, week, node, chip, env_id, mlx_version, mlx_lm_version, os_build,
-    model_pair, engine, target_fingerprint, draft_fingerprint, prompt_sha256,
-    power_source). Runs flagged unreliable are listed, never compared.
+    A and B are each a sweep id, an ISO week (or this-week, last-week), or KEY=VALUE
+    filters joined by commas (KEY: sweep, week, trigger, node, chip, env_id, mlx_version,
+    mlx_lm_version, os_build, model_pair, engine, target_fingerprint, draft_fingerprint,
+    prompt_sha256, power_source). Runs flagged unreliable are listed, never compared.
+
+    Other pairs: 2026-W47 2026-W48; node=mac-01,week=this node=mac-02,week=this;
+    mlx_lm_version=0.32.2 mlx_lm_version=0.33.0.
 
     \b
-    Examples:
-      specfleet compare 2026-W47 2026-W48
-      specfleet compare node=mac-01,week=2026-W48 node=mac-02,week=2026-W48
-      specfleet compare mlx_lm_version=0.32.2 mlx_lm_version=0.33.0 --json
+    Example (your sweeps against the scheduled ones):
+      specfleet compare trigger=manual trigger=nightly --json
     """
     from ..review.compare import as_text
     from ..review.compare import compare as run_compare
@@ -153,7 +154,7 @@ def site(out, week, db_url):
 
     \b
     Example:
-      specfleet site public/ && xdg-open public/index.html
+      specfleet site public/      # then open public/index.html
     """
     from ..review.site import write_site
     from ..store import open_store
@@ -328,8 +329,8 @@ def db_downgrade(revision, yes, db_url):
     needs --yes. The next command that opens the store upgrades it again and says so.
 
     \b
-    Example:
-      specfleet db downgrade 0008 --db sqlite:///specfleet.db
+    Example (on a copy; --yes drops what it lists without asking):
+      cp specfleet.db old.db && specfleet db downgrade 0008 --yes --db sqlite:///old.db
     """
     import sys
 

@@ -213,7 +213,7 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
 
     \b
     Example:
-      specfleet repro lab/plan.lock.json -i lab/inventory/ --limit mac-a,mac-b
+      specfleet repro lab/plan.lock.json -i lab/inventory/ -i ~/fleet/hosts.yml --limit local,mac-a
     """
     from datetime import datetime, timezone
 

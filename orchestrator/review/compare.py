@@ -31,7 +31,7 @@ IDENTITY_KEYS = ("node", "chip", "env_id", "mlx_version", "mlx_lm_version", "os_
                  "target_fingerprint", "draft_fingerprint", "target_quant", "draft_quant",
                  "prompt_sha256", "model_pair",
                  "engine", "power_source")
-FILTERS = {"sweep", "week", *IDENTITY_KEYS}
+FILTERS = {"sweep", "week", "trigger", *IDENTITY_KEYS}
 SIGNIFICANT_P = 0.01
 
 
@@ -44,16 +44,17 @@ class Side:
 
 def _parse(selector: str) -> dict[str, str]:
     if "=" not in selector:
-        key = "week" if re.fullmatch(r"\d{4}-W\d{2}", selector) else "sweep"
-        return {key: selector}
+        if selector in ("this-week", "last-week"):
+            return {"week": selector.removesuffix("-week")}
+        return {"week" if re.fullmatch(r"\d{4}-W\d{2}", selector) else "sweep": selector}
     out = {}
     for part in selector.split(","):
         key, _, value = part.partition("=")
         key = key.strip()
         if key not in FILTERS or not value.strip():
             raise ConfigError(f"{selector!r}: {part.strip()!r} is not a filter; use a sweep id, "
-                              f"an ISO week like 2026-W20, or KEY=VALUE with KEY one of "
-                              f"{', '.join(sorted(FILTERS))}")
+                              "an ISO week like 2026-W20 (or this-week, last-week), or "
+                              f"KEY=VALUE with KEY one of {', '.join(sorted(FILTERS))}")
         out[key] = value.strip()
     return out
 
@@ -64,6 +65,8 @@ def select_side(store: Store, selector: str) -> Side:
     for key, value in filters.items():
         if key == "sweep":
             q = q.where(Run.sweep_id == value)
+        elif key == "trigger":  # manual, nightly, repro, demo
+            q = q.where(Sweep.trigger == value)
         elif key == "week":
             start, end, _ = iso_week_bounds(value)
             q = q.where(Sweep.created_at >= start, Sweep.created_at < end)

@@ -48,8 +48,9 @@ def iso_week_bounds(week: str | None, now: datetime | None = None) -> tuple[date
                                                                              str]:
     """``2026-W48`` → [Monday 00:00, next Monday) in UTC, and the label."""
     now = now or datetime.now(timezone.utc)
-    if week is None:
-        y, w, _ = now.isocalendar()
+    if week in (None, "this", "last"):
+        # "this" / "last": README commands and schedules keep working as the weeks go by
+        y, w, _ = (now - timedelta(days=7 if week == "last" else 0)).isocalendar()
         week = f"{y}-W{w:02d}"
     m = re.fullmatch(r"(\d{4})-W(\d{2})", week)
     try:
@@ -58,7 +59,8 @@ def iso_week_bounds(week: str | None, now: datetime | None = None) -> tuple[date
         first = date.fromisocalendar(int(m.group(1)), int(m.group(2)), 1)
     except ValueError:
         raise ConfigError(f"--week: {week!r} is not an ISO week of a real year, like "
-                          f"{now.isocalendar()[0]}-W{now.isocalendar()[1]:02d}") from None
+                          f"{now.isocalendar()[0]}-W{now.isocalendar()[1]:02d} (or this, "
+                          "last)") from None
     start = datetime.combine(first, datetime.min.time(), tzinfo=timezone.utc)
     return start, start + timedelta(days=7), week
 

@@ -268,8 +268,38 @@ def _check_environment(e: dict) -> str | None:
     return None
 
 
+_LOAD_COUNTS = ("requests", "completed", "errors", "good_requests", "output_tokens")
+_LOAD_TEXTS = ("stop_reason", "error", "arrivals", "workload", "variant")
+
+
+def _check_load_level(e: dict) -> str | None:
+    """A load level feeds the review's throughput–latency tables: its numbers must be
+    numbers, its counts counts."""
+    import math
+
+    if e["load"] not in ("concurrency", "request_rate"):
+        return f"load {e['load']!r} is not one of concurrency, request_rate"
+    if e["status"] not in ("ok", "saturated", "failed"):
+        return f"status {e['status']!r} is not one of ok, saturated, failed"
+    if not (0 < e["level"] <= 100_000) or not math.isfinite(e["level"]):
+        return f"level {e['level']!r} is not a positive number"
+    for k in _LOAD_COUNTS:
+        v = e.get(k)
+        if v is not None and (type(v) is not int or not 0 <= v <= MAX_INT32):
+            return f"{k} {v!r} is not a count"
+    for k, v in e.items():
+        if k.endswith(("_ms", "_s", "_rps")) or "_ms_p" in k or k.startswith("output_tok_s"):
+            if v is not None and (type(v) not in (int, float) or not math.isfinite(v) or v < 0):
+                return f"{k} {v!r} is not a non-negative number"
+    for k in _LOAD_TEXTS:
+        v = e.get(k)
+        if v is not None and (type(v) is not str or len(v) > 2000 or "\x00" in v):
+            return f"{k} must be a string of at most 2000 characters"
+    return None
+
+
 DEEP_CHECKS = {"generation": _check_generation, "config_summary": _check_summary,
-               "environment_checked": _check_environment}
+               "environment_checked": _check_environment, "load_level": _check_load_level}
 
 
 def _json_name(t: type) -> str:

@@ -49,6 +49,9 @@ SPEC = {
     # a busy desktop: a bounded co-tenant load during measurement (memory_mb, cpu_workers,
     # disk_mb_s, name); checked by the agent's own parser at lock time
     "background": dict,
+    # load levels after the sweep (concurrency, request_rate, arrivals, max_concurrency,
+    # requests, workload, slo); http engines only; checked by the agent's parser at lock time
+    "load": dict,
 }
 REQUIRED = {"environment": ("python", "packages"), "models": ("target", "draft")}
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true/false",
@@ -321,6 +324,8 @@ def build_lock(plan: Plan, log=print) -> dict:
         job["engine"] = plan.section("engine")
     if plan.section("background"):
         job["background"] = plan.section("background")
+    if plan.section("load"):
+        job["load"] = plan.section("load")
     if plan.section("soak"):
         soak = plan.section("soak")
         names = [r["name"] for r in workloads]

@@ -1,0 +1,271 @@
+"""Load levels: many requests at once against a runtime, closed or open loop.
+
+Closed loop (``concurrency: N``): N streams, each sending its next request as soon as its
+last one finished, until the level's requests are used up. Open loop (``request_rate``):
+arrivals on a schedule (Poisson or constant) fixed before the level starts, at most
+``max_concurrency`` in flight; a request that finds every slot busy waits, and that wait
+counts in its latency (``queued_ms``), as a user behind a gateway would feel it.
+
+Metrics follow the serving benchmarks' names (vLLM ``bench serve``, GuideLLM): TTFT, ITL,
+TPOT, end-to-end latency, output tok/s per stream and in total, requests/s and goodput:
+the rate of requests that met every SLO. Failed requests are counted, never averaged in.
+Standard library only: one thread per stream; an open loop's dispatcher sleeps to within
+a millisecond of each arrival and spins the rest (bench/load_accuracy.py measures it).
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .stats import percentile
+
+LOADS = ("concurrency", "request_rate")
+ARRIVALS = ("poisson", "constant")
+SLO_KEYS = ("ttft_ms", "itl_p95_ms", "e2e_ms")
+SPIN_S = 0.001  # the last millisecond before an arrival is spun, not slept
+ERROR_SHARE_STOP = 0.10     # a level where ≥10% of requests fail ends the ramp
+LATENCY_GROWTH_STOP = 4.0   # e2e p50 ≥4× the first level's, with no throughput gained
+
+
+@dataclass
+class Outcome:
+    """One request of a level (seconds since the level started)."""
+
+    scheduled: float            # when it should have been sent
+    sent: float                 # when it was (later: the dispatcher, or no free slot)
+    token_times: list[float] = field(default_factory=list)  # since ``sent``, per token
+    end: float = 0.0            # since the level started (set when it ends)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.token_times)
+
+
+# a request: given its index, send it and return each output token's arrival time (seconds
+# since it was sent); raise to fail it
+Send = Callable[[int], list[float]]
+
+
+def _one(send: Send, i: int, scheduled: float, t0: float) -> Outcome:
+    sent = time.perf_counter() - t0
+    o = Outcome(scheduled, sent)
+    try:
+        o.token_times = list(send(i))
+        if not o.token_times:
+            o.error = "no output"
+    except Exception as e:  # noqa: BLE001 — a failed request is data, not a crash
+        o.error = f"{type(e).__name__}: {e}"[:300]
+    o.end = time.perf_counter() - t0
+    return o
+
+
+def closed_loop(send: Send, concurrency: int, requests: int,
+                deadline_s: float = 600.0) -> tuple[list[Outcome], float]:
+    """``concurrency`` streams share ``requests`` requests, each stream sending its next
+    one when its last finished. Returns the outcomes (in send order) and the wall time."""
+    counter = iter(range(requests))
+    lock = threading.Lock()
+    out: list[Outcome] = []
+    t0 = time.perf_counter()
+
+    def stream() -> None:
+        while time.perf_counter() - t0 < deadline_s:
+            with lock:
+                i = next(counter, None)
+            if i is None:
+                return
+            o = _one(send, i, time.perf_counter() - t0, t0)
+            with lock:
+                out.append(o)
+
+    threads = [threading.Thread(target=stream, daemon=True) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(deadline_s + 60)
+    return sorted(out, key=lambda o: o.sent), time.perf_counter() - t0
+
+
+def arrival_times(rate: float, requests: int, arrivals: str, seed: int) -> list[float]:
+    """Seconds since the level starts: Poisson (exponential gaps, seeded) or constant."""
+    if arrivals == "constant":
+        return [i / rate for i in range(requests)]
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(requests):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+def sleep_until(when: float, clock=time.perf_counter) -> None:
+    """Sleep to within SPIN_S of ``when``, then spin: time.sleep alone overshoots by up to
+    a scheduler tick, which at high rates is most of the gap."""
+    while (left := when - clock()) > SPIN_S:
+        time.sleep(left - SPIN_S)
+    while clock() < when:
+        pass
+
+
+def open_loop(send: Send, rate: float, requests: int, arrivals: str = "poisson",
+              max_concurrency: int = 64, seed: int = 0,
+              deadline_s: float = 600.0) -> tuple[list[Outcome], float]:
+    """Send ``requests`` requests at their scheduled times, at most ``max_concurrency`` at
+    once. Returns the outcomes (in schedule order) and the wall time."""
+    schedule = arrival_times(rate, requests, arrivals, seed)
+    work: queue.Queue = queue.Queue()
+    out: list[Outcome] = []
+    lock = threading.Lock()
+    t0 = time.perf_counter()
+
+    def worker() -> None:
+        while (item := work.get()) is not None:
+            i, at = item
+            o = _one(send, i, at, t0)
+            with lock:
+                out.append(o)
+
+    workers = [threading.Thread(target=worker, daemon=True)
+               for _ in range(min(max_concurrency, requests))]
+    for w in workers:
+        w.start()
+    for i, at in enumerate(schedule):
+        if at > deadline_s:
+            break
+        sleep_until(t0 + at)
+        work.put((i, at))
+    for _ in workers:
+        work.put(None)
+    for w in workers:
+        w.join(deadline_s + 60)
+    return sorted(out, key=lambda o: o.scheduled), time.perf_counter() - t0
+
+
+def _pcts(values: list[float], name: str) -> dict:
+    return {f"{name}_p{p}": (round(v, 3) if (v := percentile(values, p)) is not None else None)
+            for p in (50, 90, 95, 99)}
+
+
+def summarize(outcomes: list[Outcome], wall_s: float, slo: dict | None = None) -> dict:
+    """A level's metrics, from its successful requests; failures are counted apart."""
+    ok = [o for o in outcomes if o.ok]
+    ttft = [o.token_times[0] * 1e3 for o in ok]
+    itl = [(b - a) * 1e3 for o in ok for a, b in zip(o.token_times, o.token_times[1:])]
+    e2e = [(o.end - o.scheduled) * 1e3 for o in ok]  # from its scheduled time: waits count
+    tpot = [(o.token_times[-1] - o.token_times[0]) * 1e3 / (len(o.token_times) - 1)
+            for o in ok if len(o.token_times) > 1]
+    per_stream = [len(o.token_times) / o.token_times[-1] for o in ok if o.token_times[-1] > 0]
+    queued = [(o.sent - o.scheduled) * 1e3 for o in outcomes]
+    tokens = sum(len(o.token_times) for o in ok)
+    m: dict = {
+        "requests": len(outcomes), "completed": len(ok),
+        "errors": len(outcomes) - len(ok),
+        "error_examples": sorted({o.error or "no output" for o in outcomes if not o.ok})[:3],
+        "wall_s": round(wall_s, 3),
+        "output_tokens": tokens,
+        "output_tok_s_total": round(tokens / wall_s, 2) if wall_s > 0 else None,
+        "output_tok_s_per_stream_p50": (round(v, 2) if (v := percentile(per_stream, 50))
+                                        is not None else None),
+        "requests_per_s": round(len(ok) / wall_s, 3) if wall_s > 0 else None,
+        **_pcts(ttft, "ttft_ms"), **_pcts(itl, "itl_ms"), **_pcts(tpot, "tpot_ms"),
+        **_pcts(e2e, "e2e_ms"), "queued_ms_p99": _pcts(queued, "q")["q_p99"],
+    }
+    if slo:
+        good = [o for o in ok if meets(o, slo)]
+        m["slo"] = dict(slo)
+        m["good_requests"] = len(good)
+        m["goodput_rps"] = round(len(good) / wall_s, 3) if wall_s > 0 else None
+    return m
+
+
+def meets(o: Outcome, slo: dict) -> bool:
+    """Whether one request met every SLO the plan set (its own ITL p95 for itl_p95_ms)."""
+    itl = [(b - a) * 1e3 for a, b in zip(o.token_times, o.token_times[1:])]
+    checks = {"ttft_ms": o.token_times[0] * 1e3,
+              "itl_p95_ms": (percentile(itl, 95) or 0.0) if itl else 0.0,
+              "e2e_ms": (o.end - o.scheduled) * 1e3}
+    return all(checks[k] <= float(limit) for k, limit in slo.items())
+
+
+def saturation(levels: list[dict], load: str, target: float | None = None) -> str | None:
+    """Why the ramp should stop after the last level, or None. ``levels`` are this ramp's
+    summaries so far (the last one just measured)."""
+    cur = levels[-1]
+    if cur["requests"] and cur["errors"] / cur["requests"] >= ERROR_SHARE_STOP:
+        return (f"errors under load: {cur['errors']} of {cur['requests']} requests failed "
+                f"({', '.join(cur['error_examples'])})")
+    if load == "request_rate" and target and cur["requests_per_s"] is not None \
+            and cur["requests_per_s"] < 0.9 * target and cur["queued_ms_p99"] \
+            and cur["queued_ms_p99"] > (cur["e2e_ms_p50"] or 0):
+        return (f"cannot keep up: {cur['requests_per_s']:.2f} requests/s served of "
+                f"{target:g} offered, requests queued up to {cur['queued_ms_p99']:.0f} ms")
+    first = levels[0]
+    if len(levels) >= 2 and first["e2e_ms_p50"] and cur["e2e_ms_p50"] \
+            and cur["e2e_ms_p50"] >= LATENCY_GROWTH_STOP * first["e2e_ms_p50"] \
+            and (cur["output_tok_s_total"] or 0) <= 1.05 * (levels[-2]["output_tok_s_total"]
+                                                            or 0):
+        return (f"latency growing without throughput: e2e p50 {cur['e2e_ms_p50']:.0f} ms "
+                f"(×{cur['e2e_ms_p50'] / first['e2e_ms_p50']:.1f} the first level's) at "
+                f"{cur['output_tok_s_total']} tok/s, no more than the level before")
+    return None
+
+
+def check_load(load, engine_type: str) -> str | None:
+    """Why a job's ``load`` section is refused (None: fine)."""
+    if not isinstance(load, dict) or not load:
+        return "load: a mapping of concurrency, request_rate, arrivals, max_concurrency, " \
+               "requests, workload, slo"
+    allowed = {*LOADS, "arrivals", "max_concurrency", "requests", "workload", "slo"}
+    unknown = sorted(set(load) - allowed)
+    if unknown:
+        return f"load: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(allowed))}"
+    if engine_type != "http":
+        # mlx-lm 0.32.2's BatchGenerator takes no draft model, so a batch cannot speculate;
+        # running the speculative side single-stream would answer another question
+        return ("load: in-process mlx-lm cannot speculate in a batch (mlx-lm's "
+                "BatchGenerator has no draft model); measure load through engine: http, "
+                "e.g. mlx_lm.server, which batches requests when no draft model is loaded")
+    if not any(load.get(k) for k in LOADS):
+        return "load: set concurrency (streams) or request_rate (requests/s), or both"
+    for key, kind in (("concurrency", int), ("request_rate", float)):
+        values = load.get(key, [])
+        if not isinstance(values, list) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 256
+                and (kind is float or isinstance(v, int)) for v in values):
+            return (f"load.{key}: a list of {'integers' if kind is int else 'numbers'} "
+                    f"from 1 to 256, got {values!r}")
+        if values != sorted(values) or len(set(values)) != len(values):
+            return f"load.{key}: list the levels once each, rising (a ramp), got {values!r}"
+    if load.get("arrivals", "poisson") not in ARRIVALS:
+        return f"load.arrivals: one of {', '.join(ARRIVALS)}, got {load['arrivals']!r}"
+    for key, top in (("max_concurrency", 256), ("requests", 10_000)):
+        v = load.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool)
+                              or not 1 <= v <= top):
+            return f"load.{key}: an integer from 1 to {top}, got {v!r}"
+    slo = load.get("slo") or {}
+    if not isinstance(slo, dict) or set(slo) - set(SLO_KEYS) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+            for v in slo.values()):
+        return f"load.slo: a mapping of {', '.join(SLO_KEYS)} to positive milliseconds, " \
+               f"got {slo!r}"
+    return None
+
+
+def no_gain(ramp: list[dict], levels: list) -> str | None:
+    """A closed-loop ramp whose total throughput did not grow with the streams: the
+    runtime serialises requests (or is already at its limit with one)."""
+    if len(ramp) < 2 or not ramp[0]["output_tok_s_total"] or levels[len(ramp) - 1] < 2 * levels[0]:
+        return None
+    gain = (ramp[-1]["output_tok_s_total"] or 0) / ramp[0]["output_tok_s_total"]
+    if gain >= 1.2:
+        return None
+    return (f"concurrency brought no throughput gain: {levels[len(ramp) - 1]} streams gave "
+            f"{gain:.2f}× the tokens/s of {levels[0]} (requests are served one at a time, "
+            "or one stream already saturates the runtime); cap concurrency at the gateway")

@@ -1,0 +1,223 @@
+"""Load levels (issue 14): concurrency and request rate against planted runtimes (one that
+serialises, one whose latency explodes, one that errors under load) and real
+mlx_lm.server; the plan refuses what in-process mlx-lm cannot do; the controller's decode
+boundary takes load_level events and sets bad ones aside."""
+
+import json
+import sys
+
+import pytest
+
+from agent.load import arrival_times, check_load, closed_loop, open_loop, summarize
+from orchestrator.sweep.jobspec import build_job
+from tests.test_agent import run_agent
+from tests.test_http_engine import free_port
+from tests.test_planted_runtimes import PLANTED
+
+
+def planted(name: str, mode: str, token_ms: float, speculative: bool = False) -> dict:
+    port = free_port()
+    return {"name": name, "base_url": f"http://127.0.0.1:{port}",
+            "command": [sys.executable, str(PLANTED), "--port", str(port), "--mode", mode,
+                        "--token-ms", str(token_ms)],
+            **({"speculative": True, "num_draft_tokens": 3} if speculative else {})}
+
+
+def run_load(model_pair, tmp_path, variants: list[dict], load: dict, max_tokens: int = 12):
+    job = build_job(model_pair, ["code"], max_tokens=max_tokens)
+    job["workloads"] = job["workloads"][:1]
+    job["engine"] = {"type": "http", "runtime": "planted", "ready_timeout_s": 30,
+                     "variants": variants}
+    job["knobs"], job["repetitions"] = {}, 1
+    job["quality_tasks"] = []
+    job["load"] = load
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl", timeout=300)
+    ev = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
+    assert proc.returncode == 0, proc.stderr
+    return ev
+
+
+def levels(ev, variant: str, load: str = "concurrency") -> dict:
+    return {e["level"]: e for e in ev if e["type"] == "load_level"
+            and e["variant"] == variant and e["load"] == load}
+
+
+def test_a_runtime_that_serialises_gains_nothing_from_concurrency_and_says_so(model_pair,
+                                                                             tmp_path):
+    ev = run_load(model_pair, tmp_path,
+                  [planted("plain", "serial", 4), planted("draft", "correct", 4, True)],
+                  {"concurrency": [1, 2, 4], "requests": 8})
+    serial, parallel = levels(ev, "plain"), levels(ev, "draft")
+    assert sorted(serial) == sorted(parallel) == [1, 2, 4]
+    assert all(e["status"] == "ok" and e["completed"] == 8 and e["errors"] == 0
+               for e in [*serial.values(), *parallel.values()])
+    # one at a time: 4 streams serve no more tokens/s than 1; a runtime that overlaps does
+    assert serial[4]["output_tok_s_total"] < 1.3 * serial[1]["output_tok_s_total"]
+    assert parallel[4]["output_tok_s_total"] > 2.0 * parallel[1]["output_tok_s_total"]
+    # waiting behind the others shows in the time to first token
+    assert serial[4]["ttft_ms_p50"] > 3 * serial[1]["ttft_ms_p50"]
+    notices = [e["message"] for e in ev if e["type"] == "notice" and e.get("variant")]
+    assert any(m.startswith("concurrency brought no throughput gain: 4 streams") for m in
+               notices) and not any("draft" == e.get("variant") for e in ev
+                                    if e["type"] == "notice" and "no throughput" in
+                                    e.get("message", ""))
+    (done,) = [e for e in ev if e["type"] == "job_finished"]
+    assert done["load_levels"] == 6
+
+
+def test_a_ramp_stops_where_latency_explodes_with_the_reason(model_pair, tmp_path):
+    ev = run_load(model_pair, tmp_path, [planted("plain", "explode", 1)],
+                  {"concurrency": [1, 2, 4, 8, 16], "requests": 8}, max_tokens=8)
+    ramp = levels(ev, "plain")
+    stop = [e for e in ramp.values() if e["status"] == "saturated"]
+    assert len(stop) == 1, ramp
+    assert stop[0]["stop_reason"].startswith("latency growing without throughput: e2e p50")
+    assert max(ramp) == stop[0]["level"] < 16  # nothing measured past the stop
+
+
+def test_errors_under_load_are_counted_never_averaged_in(model_pair, tmp_path):
+    ev = run_load(model_pair, tmp_path, [planted("plain", "overload", 3)],
+                  {"concurrency": [1, 4, 8], "requests": 8})
+    ramp = levels(ev, "plain")
+    assert ramp[1]["errors"] == 0 and ramp[1]["status"] == "ok"
+    hit = ramp[4]
+    assert hit["errors"] > 0 and hit["completed"] == 8 - hit["errors"]
+    assert hit["status"] == "saturated" and hit["stop_reason"].startswith(
+        f"errors under load: {hit['errors']} of 8 requests failed")
+    assert any("503" in x or "server busy" in x for x in hit["error_examples"])
+    # latencies come from the requests that were served: a failed one has none to give
+    assert hit["e2e_ms_p50"] is not None and hit["output_tokens"] == 12 * hit["completed"]
+    assert 8 not in ramp
+
+
+def test_open_loop_rate_goodput_and_slo(model_pair, tmp_path):
+    slo = {"ttft_ms": 2000, "itl_p95_ms": 2000, "e2e_ms": 5000}
+    ev = run_load(model_pair, tmp_path, [planted("plain", "correct", 2)],
+                  {"request_rate": [4.0, 8.0], "arrivals": "constant", "requests": 8,
+                   "max_concurrency": 4, "slo": slo})
+    ramp = levels(ev, "plain", "request_rate")
+    assert sorted(ramp) == [4.0, 8.0]
+    for rate, e in ramp.items():
+        assert e["arrivals"] == "constant" and e["slo"] == slo and e["completed"] == 8
+        # 8 requests over 7 gaps of 1/rate s: served at about the offered rate
+        assert 0.7 * rate <= e["requests_per_s"] <= 1.3 * rate, e
+        assert e["good_requests"] == 8 and e["goodput_rps"] == e["requests_per_s"]
+    ev2 = run_load(model_pair, tmp_path / "tight" if (tmp_path / "tight").mkdir() is None
+                   else tmp_path, [planted("plain", "correct", 2)],
+                   {"request_rate": [8.0], "requests": 6, "slo": {"e2e_ms": 1}})
+    (e,) = levels(ev2, "plain", "request_rate").values()
+    assert e["good_requests"] == 0 and e["goodput_rps"] == 0 and e["completed"] == 6
+
+
+def test_the_load_generator_alone():
+    """Closed loop shares the requests among the streams; Poisson arrivals are seeded;
+    failures are counted apart from the latencies."""
+    import time
+
+    def send(i):
+        time.sleep(0.01)
+        if i % 4 == 3:
+            raise ConnectionResetError("reset by peer")
+        return [0.005, 0.008, 0.01]
+
+    out, wall = closed_loop(send, 2, 8)
+    assert len(out) == 8 and sum(not o.ok for o in out) == 2
+    m = summarize(out, wall, {"ttft_ms": 100})
+    assert m["completed"] == 6 and m["errors"] == 2 and m["output_tokens"] == 18
+    assert m["error_examples"] == ["ConnectionResetError: reset by peer"]
+    assert m["good_requests"] == 6 and m["ttft_ms_p50"] == 5.0
+    a, b = arrival_times(10, 50, "poisson", 7), arrival_times(10, 50, "poisson", 7)
+    assert a == b and a != arrival_times(10, 50, "poisson", 8)
+    assert 2.5 < a[-1] < 8  # about 49 gaps of 0.1 s
+    out, wall = open_loop(lambda i: [0.001], 50, 10, "constant", 4)
+    assert [round(o.scheduled, 3) for o in out] == [i / 50 for i in range(10)]
+    assert max(o.sent - o.scheduled for o in out) < 0.05
+
+
+@pytest.mark.parametrize("load, engine, message", [
+    ({"concurrency": [1, 2]}, "mlx-lm", "load: in-process mlx-lm cannot speculate in a batch"),
+    ({"concurrency": [2, 1]}, "http", "load.concurrency: list the levels once each, rising"),
+    ({"concurrency": [0]}, "http", "load.concurrency: a list of integers from 1 to 256"),
+    ({"request_rate": [2], "arrivals": "bursty"}, "http", "load.arrivals: one of poisson"),
+    ({"concurrency": [1], "slo": {"ttft": 5}}, "http", "load.slo: a mapping of ttft_ms"),
+    ({"requests": 4}, "http", "load: set concurrency (streams) or request_rate"),
+    ({"concurency": [1]}, "http", "load: unknown key(s) concurency"),
+])
+def test_a_load_the_engine_cannot_run_is_refused_with_the_reason(load, engine, message):
+    assert check_load(load, engine).startswith(message)
+
+
+def test_plan_lock_refuses_load_on_in_process_mlx_lm_with_file_and_line(model_pair,
+                                                                         tmp_path):
+    from orchestrator.errors import ConfigError
+    from orchestrator.sweep.plan import load_plan, write_lock
+    from tests.locks import plan_text
+
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair) + "load:\n  concurrency: [1, 2, 4]\n")
+    line = plan.read_text().splitlines().index("load:") + 1
+    with pytest.raises(ConfigError) as e:
+        write_lock(load_plan(plan), log=lambda m: None)
+    assert f"{plan}:{line}" in str(e.value)
+    assert "cannot speculate in a batch" in str(e.value)
+
+
+def test_the_decode_boundary_takes_load_levels_and_sets_bad_ones_aside():
+    from orchestrator.sweep.decode import Decoder, Quarantined
+
+    good = {"schema": 1, "seq": 3, "ts": 1.0, "type": "load_level", "workload": "code",
+            "variant": "plain", "mode": "baseline", "load": "concurrency", "level": 4,
+            "status": "ok", "output_tok_s_total": 120.5, "goodput_rps": 1.5}
+    d = Decoder("n1")
+    assert d.decode(json.dumps(good))["level"] == 4
+    for bad, why in (({"level": "4"}, "field 'level' must be"),
+                     ({"load": "burst"}, "load 'burst' is not one of"),
+                     ({"output_tok_s_total": -3}, "output_tok_s_total -3"),
+                     ({"errors": 1.5}, "errors 1.5")):
+        q = d.decode(json.dumps({**good, **bad}))
+        assert isinstance(q, Quarantined) and why in q.reason, (bad, q)
+
+
+def test_real_mlx_lm_server_under_concurrency_and_a_request_rate(model_pair, tmp_path):
+    """mlx_lm.server 0.32.2 batches requests only without a draft model: the plain server
+    gains throughput with streams, the speculative one serves them one batch of one at a
+    time. Every level is measured for both, with no errors."""
+    p1, p2 = free_port(), free_port()
+    server = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_pair / "target")]
+    variants = [{"name": "plain", "base_url": f"http://127.0.0.1:{p1}",
+                 "command": [*server, "--port", str(p1)]},
+                {"name": "draft-3", "speculative": True, "num_draft_tokens": 3,
+                 "base_url": f"http://127.0.0.1:{p2}",
+                 "command": [*server, "--port", str(p2), "--draft-model",
+                             str(model_pair / "draft"), "--num-draft-tokens", "3"]}]
+    job = build_job(model_pair, ["code"], max_tokens=48)
+    job["workloads"] = job["workloads"][:1]
+    job["engine"] = {"type": "http", "runtime": "mlx_lm.server", "ready_timeout_s": 90,
+                     "tokenizer": str(model_pair / "target"), "variants": variants}
+    job["knobs"], job["repetitions"], job["quality_tasks"] = {}, 1, []
+    job["load"] = {"concurrency": [1, 2, 4], "request_rate": [4.0], "requests": 8,
+                   "slo": {"ttft_ms": 10_000, "e2e_ms": 30_000}}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl", timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    ev = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
+    for name in ("plain", "draft-3"):
+        ramp = levels(ev, name)
+        assert {1, 2} <= set(ramp) <= {1, 2, 4}, ramp
+        # a saturated level ends its ramp (serving one at a time, draft-3's may at 4)
+        assert all(e["status"] == "ok" or level == max(ramp) for level, e in ramp.items())
+        assert all(e["errors"] == 0 and e["completed"] == 8 for e in ramp.values())
+        assert all(e["ttft_ms_p99"] and e["itl_ms_p95"] and e["tpot_ms_p50"]
+                   and e["rss_peak_bytes"] for e in ramp.values())
+        (rate,) = levels(ev, name, "request_rate").values()
+        assert rate["completed"] == 8 and rate["goodput_rps"] is not None
+    plain, spec = levels(ev, "plain"), levels(ev, "draft-3")
+    assert sorted(plain) == [1, 2, 4]
+
+    def gain(ramp):  # tokens/s at the ramp's last level over one stream's
+        return ramp[max(ramp)]["output_tok_s_total"] / ramp[1]["output_tok_s_total"]
+
+    # the batching server gains with streams; the one that cannot batch gains less
+    # (measured here: plain 1.48× at 4 streams, draft-3 0.90×)
+    assert gain(plain) > 1.2 and gain(plain) > 1.2 * gain(spec), (plain, spec)
