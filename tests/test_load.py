@@ -221,3 +221,60 @@ def test_real_mlx_lm_server_under_concurrency_and_a_request_rate(model_pair, tmp
     # the batching server gains with streams; the one that cannot batch gains less
     # (measured here: plain 1.48× at 4 streams, draft-3 0.90×)
     assert gain(plain) > 1.2 and gain(plain) > 1.2 * gain(spec), (plain, spec)
+
+
+def test_a_load_sweep_is_stored_and_the_sweep_page_shows_the_ramps(model_pair, tmp_path):
+    """Through the controller: plan → lock → sweep of this machine with two planted
+    runtimes (one serialises, one overlaps) → the store → the sweep page in Chromium: a
+    table row per variant and level, the knee, the crossover and the chart."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from orchestrator.fleet.inventory import load_inventory
+    from orchestrator.review.sweep_page import render_review
+    from orchestrator.store import open_store
+    from orchestrator.sweep.dispatch import SweepOptions, start_sweep
+    from orchestrator.sweep.plan import load_lock, load_plan, write_lock
+    from tests.browser import dump_dom
+    from tests.locks import plan_text
+
+    root = Path(__file__).resolve().parents[1]
+    plain, draft = planted("plain", "explode", 2), planted("draft", "correct", 3, True)
+    engine = "\n".join([
+        "engine:", "  type: http", "  runtime: planted", "  ready_timeout_s: 30",
+        "  variants:", *(f"    - {json.dumps(v)}" for v in (plain, draft)),
+        "load:", "  concurrency: [1, 2, 4]", "  requests: 8",
+        "  slo: {ttft_ms: 5000, e2e_ms: 10000}"])
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, widths=(), max_tokens=12,
+                              extra="  cv_threshold: 1.0\n  contention_threshold: 1.0")
+                    + "\n" + engine + "\n")
+    doc = load_lock(write_lock(load_plan(plan), lambda m: None))
+    assert doc["job"]["load"]["concurrency"] == [1, 2, 4]
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    hosts = [replace(h, root=str(tmp_path / "node"))
+             for h in load_inventory(root / "inventory" / "local.yml").hosts]
+    result = start_sweep(doc, hosts, store, opts=SweepOptions(provision=False))
+    assert result.ok, result
+    dom = dump_dom(render_review(store, tmp_path / "sweep.html", result.sweep_id))
+    assert "Under load" in dom and "<svg" in dom and "goodput" in dom
+    for level in (1, 2, 4):
+        assert f'data-variant="draft" data-level="{level}"' in dom
+    # the exploding runtime stops its ramp at 2 streams, with the reason on the page
+    assert 'data-variant="plain" data-level="2"' in dom
+    assert 'data-variant="plain" data-level="4"' not in dom
+    assert "latency growing without throughput" in dom
+    assert "draft: ahead of autoregressive at every level both measured (up to 2)" in dom
+    # the week's review: the same tables, and the cap rule fired from these measurements
+    from orchestrator.review.report import write_review
+    from orchestrator.review.rules import load_rules
+    from orchestrator.review.weekly import analyse
+
+    a = analyse(store, None, load_rules())
+    assert [g["load"] for g in a["loads"]] == ["concurrency"]
+    fired = [x for s in a["series"] for x in s["signals"] if x["rule"] == "cap-concurrency"]
+    assert fired and fired[0]["action"].startswith(
+        "Cap concurrency at the gateway at 1 streams: at 2 the runtime saturated")
+    assert fired[0]["evidence"] == {"load_saturated_at": 2, "load_cap": 1}
+    files = write_review(store, tmp_path / "week")
+    assert "Under load" in dump_dom(files["html"]) and "## Under load" in files["md"].read_text()

@@ -166,8 +166,9 @@ def schedule_list(dest, as_json):
 @click.argument("name")
 @click.option("--dest", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Remove from this folder (as given to `schedule install --dest`).")
-@click.option("--disable/--no-disable", default=True, show_default=True,
-              help="Unload it from launchd / systemd before deleting its files.")
+@click.option("--disable/--no-disable", default=None,
+              help="Unload it from launchd / systemd before deleting its files (default: "
+                   "yes, unless --dest is given: files written there were never loaded).")
 def schedule_remove(name, dest, disable):
     """Disable and delete the nightly schedule NAME (see `schedule list`).
 
@@ -177,5 +178,6 @@ def schedule_remove(name, dest, disable):
     """
     from ..sweep.schedule import remove
 
+    disable = dest is None if disable is None else disable
     for p in remove(name, dest, disable):
         click.echo(f"removed {p}")

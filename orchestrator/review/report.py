@@ -52,8 +52,10 @@ def _runtime_verdict(group: dict) -> str:
 def environment(html: bool) -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined,
                       autoescape=select_autoescape(["html.j2"]) if html else False)
+    from .load import chart
+
     env.filters.update(fmt=fmt_value, num=_num, series_label=label, md=_md,
-                       runtime_verdict=_runtime_verdict)
+                       runtime_verdict=_runtime_verdict, load_chart=chart)
     return env
 
 

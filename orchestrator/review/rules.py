@@ -80,8 +80,19 @@ def _eval(node: ast.AST, metrics: dict):
     raise ValueError(f"unsupported expression {ast.dump(node)[:60]}")
 
 
+def _action(text: str, metrics: dict) -> str:
+    """``{metric}`` in an action becomes its measured value ("cap at {load_cap} streams")."""
+    import re
+
+    def value(m):
+        v = metrics.get(m.group(1))
+        return m.group(0) if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+    return re.sub(r"\{(\w+)\}", value, text)
+
+
 def fire(rules: list[Rule], metrics: dict) -> list[dict]:
     """The rules whose condition holds, with the evidence that made them fire."""
-    return [{"rule": r.id, "action": r.action, "when": r.when,
+    return [{"rule": r.id, "action": _action(r.action, metrics), "when": r.when,
              "evidence": {k: metrics.get(k) for k in r.evidence}}
             for r in rules if _eval(r.tree, metrics)]

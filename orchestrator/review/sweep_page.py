@@ -132,10 +132,12 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                          "has_parity": any(r.streaming_parity for r in rows),
                          "context_bucket": rs[0].context_bucket or "short",
                          "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows)})
+    from .load import load_ramps
     from .runtimes import agent_notices
 
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
             "notices": agent_notices(store, [sweep_id]), "soaks": soak_results(store, sweep_id),
+            "loads": load_ramps(store, [sweep_id]),
             "set_aside": store.quarantined(sweep_id), "failed_generations": failed}
 
 
@@ -289,7 +291,9 @@ def fmt_value(value, spec: str = ".1f", missing: str = "–") -> str:
 def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(
         ["html", "j2"], default_for_string=True, default=True), undefined=StrictUndefined)
-    env.filters["fmt"] = fmt_value
+    from .load import chart
+
+    env.filters.update(fmt=fmt_value, load_chart=chart)
     return env
 
 

@@ -27,6 +27,7 @@ from .busy import busy_vs_idle
 from .changepoints import change_points
 from .ladder import annotate, ladders
 from .levels import nightly_levels
+from .load import load_ramps, load_signals
 from .ranktest import mann_whitney
 from .rules import Rule, fire
 from .runtimes import agent_notices, side_by_side
@@ -432,6 +433,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
     failed = failed_window_configs(store, sweep_ids, gates["failed_acceptance"],
                                    gates["failed_window_s"], generations)
     declared = plan_gates(store, sweep_ids)
+    ramps = load_ramps(store, sweep_ids)
     facts = store.latest_facts()  # what each node is: why its numbers may not transfer
     levels = nightly_levels(store, start - timedelta(days=28), end) if change_points_too \
         else {}
@@ -524,6 +526,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                 "candidates": sum(1 for c in stats.values()
                                   if c.classification == "production candidate"),
             }
+            metrics.update(load_signals(ramps, {r.sweep_id for r in cur}, latest.node, key[2]))
             section["metrics"] = metrics
             section["signals"] = fire(rules, metrics)
             for (mode, k) in sorted(configs) if regressions_too else ():
@@ -551,6 +554,15 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                 "best": _vals(configs[("speculative", best.k)], "itl_p95_ms") if best else []}
         section["verdict"] = decide(section, facts.get(latest.node))
         out.append(section)
+    busy = busy_vs_idle(out)
+    by_key = {tuple(s["series"].values()): s for s in out}
+    for b in busy:  # a busy series' tails against its idle twin's: a rule's evidence too
+        s = by_key.get((b["chip"], b["model_pair"], b["workload"], b["context_bucket"],
+                        f"{b['engine']} · {b['profile']}"))
+        ratios = [r["itl_p99_ratio"] for r in b["rows"] if r.get("itl_p99_ratio")]
+        if s is not None and ratios and s.get("metrics") is not None:
+            s["metrics"]["busy_itl_p99_ratio"] = round(max(ratios), 3)
+            s["signals"] = fire(rules, s["metrics"])
     found = ladders(out)  # lineups: the graded fallback walked with measured rungs
     annotate(out, found)
     # a generation event names its workload and bucket; its sweep and node give the rest
@@ -559,7 +571,8 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
     _positions(out, generations, series_of)
     return {"week": label, "start": start.isoformat(), "end": end.isoformat(), "gates": gates,
             "series": out, "side_by_side": side_by_side(out), "sweeps": sweep_ids,
-            "ladders": found, "busy_vs_idle": busy_vs_idle(out),
+            "ladders": found, "busy_vs_idle": busy,
+            "loads": ramps,
             "notices": agent_notices(store, sweep_ids),
             "failures": (failures := failed_sweeps(store, start, end)),
             "counts": {"failed_sweeps": len(failures), "series": len(out),
