@@ -9,14 +9,17 @@ counts in its latency (``queued_ms``), as a user behind a gateway would feel it.
 Metrics follow the serving benchmarks' names (vLLM ``bench serve``, GuideLLM): TTFT, ITL,
 TPOT, end-to-end latency, output tok/s per stream and in total, requests/s and goodput:
 the rate of requests that met every SLO. Failed requests are counted, never averaged in.
-Standard library only: one thread per stream; an open loop's dispatcher sleeps to within
-a millisecond of each arrival and spins the rest (bench/load_accuracy.py measures it).
+Standard library only: one thread per stream. An open loop's dispatcher sleeps to each
+arrival; while it runs, the interpreter switches threads every 0.2 ms instead of 5 ms, so a
+request is sent within a millisecond of its time even while others are being read
+(bench/load_accuracy.py measures it).
 """
 
 from __future__ import annotations
 
 import queue
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +30,7 @@ from .stats import percentile
 LOADS = ("concurrency", "request_rate")
 ARRIVALS = ("poisson", "constant")
 SLO_KEYS = ("ttft_ms", "itl_p95_ms", "e2e_ms")
-SPIN_S = 0.001  # the last millisecond before an arrival is spun, not slept
+SWITCH_S = 0.0002  # GIL switch interval during an open loop (Python's default: 5 ms)
 ERROR_SHARE_STOP = 0.10     # a level where ≥10% of requests fail ends the ramp
 LATENCY_GROWTH_STOP = 4.0   # e2e p50 ≥4× the first level's, with no throughput gained
 
@@ -105,12 +108,10 @@ def arrival_times(rate: float, requests: int, arrivals: str, seed: int) -> list[
 
 
 def sleep_until(when: float, clock=time.perf_counter) -> None:
-    """Sleep to within SPIN_S of ``when``, then spin: time.sleep alone overshoots by up to
-    a scheduler tick, which at high rates is most of the gap."""
-    while (left := when - clock()) > SPIN_S:
-        time.sleep(left - SPIN_S)
-    while clock() < when:
-        pass
+    """Sleep until ``when``. Never spin: a spinning thread holds the GIL, and the threads
+    that send and read would wait up to a switch interval for it."""
+    while (left := when - clock()) > 0:
+        time.sleep(left)
 
 
 def open_loop(send: Send, rate: float, requests: int, arrivals: str = "poisson",
@@ -133,17 +134,22 @@ def open_loop(send: Send, rate: float, requests: int, arrivals: str = "poisson",
 
     workers = [threading.Thread(target=worker, daemon=True)
                for _ in range(min(max_concurrency, requests))]
-    for w in workers:
-        w.start()
-    for i, at in enumerate(schedule):
-        if at > deadline_s:
-            break
-        sleep_until(t0 + at)
-        work.put((i, at))
-    for _ in workers:
-        work.put(None)
-    for w in workers:
-        w.join(deadline_s + 60)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_S)
+    try:
+        for w in workers:
+            w.start()
+        for i, at in enumerate(schedule):
+            if at > deadline_s:
+                break
+            sleep_until(t0 + at)
+            work.put((i, at))
+        for _ in workers:
+            work.put(None)
+        for w in workers:
+            w.join(deadline_s + 60)
+    finally:
+        sys.setswitchinterval(switch)
     return sorted(out, key=lambda o: o.scheduled), time.perf_counter() - t0
 
 

@@ -1,6 +1,7 @@
 """Keep the README, .ci/run and --help honest."""
 
 import re
+import subprocess
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -172,13 +173,12 @@ class Session:
         self.ids: dict[str, str] = {}
         self.ran: set[str] = set()
 
-    def run(self, cmd: str, timeout: float = 600) -> None:
+    def run(self, cmd: str, timeout: float = 600) -> subprocess.CompletedProcess | None:
         import shlex
-        import subprocess
 
         if re.fullmatch(r"(\w+=\S+\s*)+", cmd):  # NAME=value …: the shell's variables
             self.env.update(dict(a.split("=", 1) for a in shlex.split(cmd)))
-            return
+            return None
         self.ran.add(cmd)
         for key, value in self.ids.items():
             cmd = cmd.replace(key, value)
@@ -186,7 +186,11 @@ class Session:
             f"{cmd}: an id the commands before did not print")
         r = subprocess.run(["bash", "-c", cmd], cwd=self.cwd, env=self.env,
                            capture_output=True, text=True, timeout=timeout)
-        assert r.returncode == 0 and "Traceback" not in r.stderr + r.stdout, (
+        # repro answers with its exit status: 0 reproducible, 1 not, 3 inconclusive (two
+        # "nodes" on one 2-core machine contend, so here it is honestly inconclusive)
+        answered = cmd.startswith("specfleet repro ") and r.returncode in (1, 3) and re.search(
+            r"repro sweep \w+: .*(reproducible|inconclusive)", r.stdout + r.stderr)
+        assert (r.returncode == 0 or answered) and "Traceback" not in r.stderr + r.stdout, (
             f"command failed ({r.returncode}): {cmd}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
         if m := re.search(r"sweep (\w{12}): ok", r.stderr):
             self.ids["SWEEP_ID"] = m.group(1)
@@ -194,6 +198,7 @@ class Session:
             self.ids["NAME"] = m.group(0)
         if "runs.csv" in cmd and (self.cwd / "runs.csv").is_file():
             self.ids["RUN_ID"] = (self.cwd / "runs.csv").read_text().splitlines()[1].split(",")[0]
+        return r
 
 
 def test_every_readme_command_and_help_example_runs_as_written(tmp_path, fleet):

@@ -128,6 +128,7 @@ CHANGES = {
     "soak.variant": (None, None),  # tests/test_plan_lock.py, tests/test_shared_loop.py
     "engine": (None, None),        # tests/test_http_sweep.py (a plan's engine on a node)
     "background": (None, None),    # tests/test_background.py (a co-tenant during a sweep)
+    "load": (None, None),          # tests/test_load.py (a plan's ramps stored and reviewed)
 }
 
 
