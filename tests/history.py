@@ -89,3 +89,56 @@ def new_sweep(store: Store, at: datetime) -> str:
 
 def week_nights(week_start: datetime, nights: int = 7) -> list[datetime]:
     return [week_start + timedelta(days=i, hours=2) for i in range(nights)]
+
+
+# -- planted speedup curves for the adaptive sweep ---------------------------------------
+
+SPEEDUP_CURVES = {  # draft width → true median speedup
+    "knee at 3": {1: 1.10, 2: 1.22, 3: 1.30, 4: 1.24, 6: 1.12, 8: 1.02},
+    "still rising": {1: 1.04, 2: 1.10, 3: 1.16, 4: 1.21, 6: 1.27, 8: 1.35},
+    "net loss": {1: 0.98, 2: 0.93, 3: 0.88, 4: 0.84, 6: 0.79, 8: 0.74},
+}
+
+
+def planted_speedups(curve: dict[int, float], seed: int, noise: float = 0.03):
+    """sample(width, repetition) → one paired speedup: the curve's value times log-normal
+    noise, the same number for the same (seed, width, repetition) whoever asks."""
+    import math
+
+    def sample(width: int, rep: int) -> float:
+        rng = random.Random(f"{seed}:{width}:{rep}")
+        return curve[width] * math.exp(rng.gauss(0, noise))
+
+    return sample
+
+
+def full_grid(widths: list[int], reps: int, sample) -> tuple[int, int]:
+    """The width a full grid picks (best median) and the generations it ran (A+C each)."""
+    import statistics
+
+    best = max(widths, key=lambda k: statistics.median(sample(k, r) for r in range(reps)))
+    return best, 2 * reps * len(widths)
+
+
+def adaptive_grid(widths: list[int], reps: int, spec: dict, sample) -> tuple[int, int, dict]:
+    """The same, stopping as the agent's adaptive sweep does (agent.adaptive.settle after
+    every round): the width it picks, the generations it ran and why each stopped."""
+    import statistics
+
+    from agent.adaptive import resolved, settle
+
+    spec = resolved(spec, reps)
+    samples: dict[int, list[float]] = {k: [] for k in widths}
+    why: dict[int, str] = {}
+    runs = 0
+    for rep in range(reps):
+        for k in widths:
+            if k not in why:
+                samples[k].append(sample(k, rep))
+                runs += 2
+        live = {k: xs for k, xs in samples.items() if k not in why}
+        why.update(settle(live, {k: k for k in live}, spec))
+        if len(why) == len(widths):
+            break
+    best = max(widths, key=lambda k: statistics.median(samples[k]))
+    return best, runs, why
