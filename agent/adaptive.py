@@ -77,9 +77,8 @@ def known(xs: list[float], spec: dict) -> Decision:
 def past_the_knee(widths: dict[int, list[float]], spec: dict) -> dict[int, str]:
     """Widths to stop because two successive widths past the best are worse than it with
     confidence: those two and every wider one, each with the reason."""
-    cis = {k: median_ci(xs, spec["confidence"]) for k, xs in widths.items()
-           if len(xs) >= spec["min_repetitions"]}
-    cis = {k: ci for k, ci in cis.items() if ci is not None}
+    cis = {k: ci for k, xs in widths.items() if len(xs) >= spec["min_repetitions"]
+           and (ci := median_ci(xs, spec["confidence"])) is not None}
     if not cis:
         return {}
     best = max(cis, key=lambda k: median(widths[k]) or 0.0)

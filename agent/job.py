@@ -23,7 +23,7 @@ JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline
             "repetitions", "warmup_tokens", "decode_skip_tokens", "seed", "telemetry_interval_s",
             "cv_threshold", "contention_threshold", "memory_bandwidth_gbs", "soak",
             "quality_tasks", "sweep_id", "engine", "verify_weights", "python", "lineup",
-            "background", "load"}
+            "background", "load", "adaptive"}
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
                  "max_tokens", "description", "tools"}
 SOAK_KEYS = {"duration_s", "num_draft_tokens", "max_tokens", "workload", "rss_growth_limit",
@@ -77,6 +77,7 @@ class Job:
     lineup: tuple[tuple[str, str], ...] = (("target", "draft"),)
     background: dict = field(default_factory=dict)  # a co-tenant load during measurement
     load: dict = field(default_factory=dict)  # load levels after the sweep (http engines)
+    adaptive: dict = field(default_factory=dict)  # stop repeating once the answer is known
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -240,7 +241,20 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
         memory_bandwidth_gbs=raw.get("memory_bandwidth_gbs"), soak=soak,
         quality_tasks=tuple(raw.get("quality_tasks", ())), engine=engine,
         verify_weights=verify, python=_python(raw, path), models=refs, lineup=lineup,
-        background=_background(raw, path), load=_load(raw, engine, path), raw=raw)
+        background=_background(raw, path), load=_load(raw, engine, path),
+        adaptive=_adaptive(raw, path), raw=raw)
+
+
+def _adaptive(raw: dict, path: Path) -> dict:
+    from .adaptive import check_adaptive
+
+    spec = raw.get("adaptive")
+    if spec is None:
+        return {}
+    problem = check_adaptive(spec, int(raw.get("repetitions", 1)))
+    if problem:
+        raise _fail(path, problem)
+    return spec
 
 
 def _load(raw: dict, engine: dict, path: Path) -> dict:

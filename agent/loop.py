@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from .adaptive import resolved, settle
 from .job import Job, Workload
 from .journal import Journal
 from .protocol import EXIT_CODES, KNOBS, SAMPLING_DEFAULTS
@@ -203,6 +204,72 @@ def compared(g: dict) -> list:
     return units + [json.dumps([c["name"], c["arguments"]]) for c in g.get("tool_calls") or []]
 
 
+# -- stopping when the answer is known ------------------------------------------------------
+
+class Adaptive:
+    """The adaptive sweep inside the one loop: candidates drop out of later repetitions
+    once ``agent.adaptive.settle`` says their answer is known; each drop is journaled with
+    its reason, and the slots it saves are counted, never reported as failures."""
+
+    def __init__(self, job: Job, engine: Engine, journal: Journal):
+        self.job, self.engine, self.journal = job, engine, journal
+        self.spec = resolved(job.adaptive, job.repetitions)
+        self.samples: dict[tuple, dict[tuple, list[float]]] = {}
+        self.widths: dict[tuple, int | None] = {}
+        self.baselines: dict[tuple, dict] = {}  # the pairing's baseline, this repetition
+        self.settled: dict[tuple, str] = {}
+        self.round: dict[str, int] = {}
+        self.skipped = 0
+
+    def _key(self, s: Slot) -> tuple:
+        knob = None if s.knob == "variant" else s.knob
+        return (s.workload.name, (s.partner or s.variant).name, knob,
+                json.dumps(s.knob_value if knob else None, default=str),
+                json.dumps(s.fields, sort_keys=True))
+
+    def _group(self, s: Slot) -> tuple:
+        # an http runtime's variants compete with each other; in process, each pair's
+        # widths among themselves (a lineup has one knee per pair)
+        return (s.workload.name, None if self.engine.name == "http"
+                else (s.partner or s.variant).name)
+
+    def skip(self, s: Slot) -> bool:
+        w = s.workload.name
+        if s.repetition > self.round.get(w, 0):  # a round of this workload ended: decide
+            self.round[w] = s.repetition
+            for group, samples in self.samples.items():
+                if group[0] != w:
+                    continue
+                live = {k: xs for k, xs in samples.items() if k not in self.settled}
+                for k, why in settle(live, self.widths, self.spec).items():
+                    self.settled[k] = why
+                    self.job_notice(k, why, len(samples[k]))
+        if self._key(s) in self.settled:
+            self.skipped += 1
+            return True
+        return False
+
+    def measured(self, s: Slot, g: dict) -> None:
+        key = self._key(s)
+        candidate = s.variant is s.partner and s.variant.name != s.reference
+        if not candidate:
+            self.baselines[(key, s.repetition)] = g
+            return
+        self.widths[key] = int(s.knob_value) if s.knob == "num_draft_tokens" else None
+        xs = self.samples.setdefault(self._group(s), {}).setdefault(key, [])
+        base = self.baselines.get((key, s.repetition))
+        # only reliable pairs are evidence; an unreliable one is measured and reported
+        if base and not g.get("unreliable") and not base.get("unreliable") \
+                and g.get("decode_tok_s") and base.get("decode_tok_s"):
+            xs.append(g["decode_tok_s"] / base["decode_tok_s"])
+
+    def job_notice(self, key: tuple, why: str, n: int) -> None:
+        workload, variant, knob, value, _ = key
+        what = f"{knob}={json.loads(value)}" if knob else variant
+        self.journal.emit("notice", workload=workload, variant=variant, adaptive=True,
+                          repetitions=n, message=f"adaptive: {what} stops repeating: {why}")
+
+
 # -- measuring ----------------------------------------------------------------------------
 
 class Loop:
@@ -276,6 +343,8 @@ class Loop:
         journal.emit("plan", total_generations=len(plan), already_done=len(done),
                      engine=engine.name, variants=[v.name for v in engine.variants],
                      order="interleaved" if engine.holds_all_variants else "blocks",
+                     **({"adaptive": resolved(job.adaptive, job.repetitions)}
+                        if job.adaptive else {}),
                      warmup_tokens=job.warmup_tokens, repetitions=job.repetitions,
                      workloads=[{"name": w.name, "prompt_sha256": w.prompt_sha256,
                                  "prompt_tokens": engine.prompt_tokens(w),
@@ -284,8 +353,11 @@ class Loop:
         refs: dict[tuple, list] = {}
         outputs: dict[tuple, dict] = {}
         gens: list[dict] = []
+        adapt = Adaptive(job, engine, journal) if job.adaptive else None
         for i, slot in enumerate(plan):
             w, cfg = slot.workload, slot.config
+            if adapt is not None and adapt.skip(slot):
+                continue
             # outputs are compared with the same target's baseline (a lineup has several)
             key = (slot.reference, w.name, *(cfg.get(k) for k in SAMPLING_DEFAULTS))
             reference = slot.reference
@@ -294,6 +366,8 @@ class Loop:
                 if slot.variant.name == reference:
                     refs.setdefault(key, compared(g))
                 gens.append(g)
+                if adapt is not None:
+                    adapt.measured(slot, g)
                 continue
             names, event_cfg = engine.describe(slot)
             seed = job.seed + slot.repetition
@@ -321,14 +395,19 @@ class Loop:
                 json.dumps(slot.knob_value, default=str), []).append(
                 (cfg, m["output_text"] + json.dumps(m.get("tool_calls") or [])))
             gens.append(journal.emit("generation", **desc, **exact, **m))
+            if adapt is not None:
+                adapt.measured(slot, gens[-1])
         self.knob_effects(outputs)
         emit_summaries(job, journal, gens)
         if job.quality_tasks:
             self.quality(plan)
         levels = self.load_levels(resume) if job.load else 0
+        skipped = adapt.skipped if adapt is not None else 0
         journal.emit("job_finished", status="ok", generations=len(gens), engine=engine.name,
-                     failed=len(plan) - len(gens), warmups=self.warmups,
-                     **({"load_levels": levels} if job.load else {}))
+                     failed=len(plan) - len(gens) - skipped, warmups=self.warmups,
+                     **({"load_levels": levels} if job.load else {}),
+                     **({"adaptive": {"planned_at_most": len(plan), "skipped": skipped}}
+                        if adapt is not None else {}))
         return EXIT_CODES["ok"]
 
     def knob_effects(self, outputs: dict) -> None:

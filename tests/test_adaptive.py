@@ -3,6 +3,9 @@ picks, on planted speedup curves and on a real sweep of the demo pair, with at m
 the generations; its decisions are said, and a bad section is refused at lock."""
 
 
+import json
+import re
+
 import pytest
 
 from agent.adaptive import check_adaptive, median_ci, past_the_knee, resolved
@@ -56,3 +59,106 @@ def test_widths_past_the_knee_stop_once_two_in_a_row_are_worse_with_confidence()
 ])
 def test_a_bad_adaptive_section_is_refused(spec, message):
     assert check_adaptive(spec, 5).startswith(message)
+
+
+def test_a_real_adaptive_sweep_says_what_it_stopped_and_why(model_pair, tmp_path):
+    """The demo pair on this CPU, through the controller: an adaptive sweep measures fewer
+    generations than its plan's grid, journals each stop with its reason, summarises every
+    config it measured, and its node is ok (skipped slots are not failures)."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from sqlalchemy import select
+
+    from orchestrator.fleet.inventory import load_inventory
+    from orchestrator.store import open_store
+    from orchestrator.store.models import Event
+    from orchestrator.sweep.dispatch import SweepOptions, start_sweep
+    from orchestrator.sweep.plan import load_lock, load_plan, write_lock
+    from tests.locks import plan_text
+
+    plan = tmp_path / "plan.yml"
+    # on this shared 2-core machine a paired speedup of one short generation scatters by
+    # ±10%: an order-statistic interval needs ~7 samples to drop its extremes
+    plan.write_text(plan_text(model_pair, widths=(2, 8), repetitions=12, max_tokens=160,
+                              extra="  cv_threshold: 1.0\n  contention_threshold: 1.0\n"
+                                    "  adaptive: {tolerance: 0.06, confidence: 0.8}"))
+    doc = load_lock(write_lock(load_plan(plan), lambda m: None))
+    assert doc["job"]["adaptive"] == {"tolerance": 0.06, "confidence": 0.8}
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    root = Path(__file__).resolve().parents[1]
+    hosts = [replace(h, root=str(tmp_path / "node"))
+             for h in load_inventory(root / "inventory" / "local.yml").hosts]
+    result = start_sweep(doc, hosts, store, opts=SweepOptions(provision=False))
+    assert result.ok, result
+    with store.engine.connect() as c:
+        ev = [{"type": t, **p} for t, p in c.execute(select(Event.type, Event.payload).where(
+            Event.sweep_id == result.sweep_id).order_by(Event.seq))]
+    (planned,) = [e for e in ev if e["type"] == "plan"]
+    assert planned["adaptive"]["max_repetitions"] == 12 and planned["total_generations"] == 48
+    gens = [e for e in ev if e["type"] == "generation"]
+    (done,) = [e for e in ev if e["type"] == "job_finished"]
+    # how much it saves depends on this machine's noise (a quiet run: a third); that it
+    # stops at all is pinned by the planted runtimes below
+    assert done["failed"] == 0 and done["adaptive"]["skipped"] == 48 - len(gens)
+    stops = [e for e in ev if e["type"] == "notice" and e.get("adaptive")]
+    assert bool(stops) == (done["adaptive"]["skipped"] > 0)
+    assert all(e["message"].startswith("adaptive: num_draft_tokens=") for e in stops)
+    assert all(e["repetitions"] >= 3 for e in stops)
+    # each stopped width was measured no more often than its stop said, then never again
+    for e in stops:
+        k = int(e["message"].split("=", 1)[1].split(" ", 1)[0])
+        runs = [g for g in gens if g["mode"] == "speculative" and g["num_draft_tokens"] == k]
+        assert len(runs) == e["repetitions"] or len(runs) > e["repetitions"] and any(
+            g.get("unreliable") for g in runs)
+    summaries = {e["num_draft_tokens"] for e in ev if e["type"] == "config_summary"
+                 and e["mode"] == "speculative"}
+    assert summaries == {2, 8}
+
+
+def test_plan_lock_refuses_a_bad_adaptive_section_with_its_line(model_pair, tmp_path):
+    from orchestrator.errors import ConfigError
+    from orchestrator.sweep.plan import load_plan, write_lock
+    from tests.locks import plan_text
+
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, repetitions=4,
+                              extra="  adaptive: {tolerance: 3}"))
+    with pytest.raises(ConfigError) as e:
+        write_lock(load_plan(plan), lambda m: None)
+    assert "adaptive.tolerance: a share between 0 and 1 (0.03 is ±3%), got 3" in str(e.value)
+    assert e.value.line == plan.read_text().splitlines().index("sweep:") + 1
+
+
+def test_planted_runtimes_stop_as_soon_as_their_answer_is_known(model_pair, tmp_path):
+    """Runtimes with fixed token timing (planted: 3 ms, 2 ms and 4.5 ms a token): both
+    speculative variants stop well before the plan's 12 repetitions, each with its reason,
+    and are never measured again."""
+
+    from orchestrator.sweep.jobspec import build_job
+    from tests.test_agent import run_agent
+    from tests.test_load import planted
+
+    job = build_job(model_pair, ["code"], max_tokens=24)
+    job["workloads"] = job["workloads"][:1]
+    job["engine"] = {"type": "http", "runtime": "planted", "ready_timeout_s": 30,
+                     "variants": [planted("plain", "correct", 3),
+                                  planted("fast", "correct", 2, True),
+                                  {**planted("slow", "correct", 4.5, True), "name": "slow"}]}
+    job.update(knobs={}, repetitions=12, quality_tasks=[], cv_threshold=1.0,
+               contention_threshold=1.0, adaptive={"tolerance": 0.05})
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    ev = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
+    stops = {e["variant"]: e for e in ev if e["type"] == "notice" and e.get("adaptive")}
+    assert set(stops) == {"fast", "slow"}, stops
+    for stop in stops.values():  # pinned to ±5%, or found slower: whichever came first
+        assert re.search(r"stops repeating: (median known to ±[0-4]\.\d%|slower than the "
+                         r"best with 90% confidence)", stop["message"]), stop
+    gens = [e for e in ev if e["type"] == "generation"]
+    for name, stop in stops.items():
+        assert stop["repetitions"] < 12
+        assert sum(g["variant"] == name for g in gens) == stop["repetitions"]
+    (done,) = [e for e in ev if e["type"] == "job_finished"]
+    assert done["failed"] == 0 and done["adaptive"]["skipped"] == 48 - len(gens) > 0

@@ -166,6 +166,18 @@ class StderrProgress:
                     f"{event['duration_s']:.0f}s, peak rss "
                     f"{(event.get('peak_rss_bytes') or 0) / 2**20:.0f} MiB"
                     + "".join(f"; {r}" for r in event.get("reasons") or []))
+        elif kind == "notice" and event.get("adaptive"):
+            line = str(event.get("message"))[:300]
+        elif kind == "load_level":
+            line = (f"load {event['load']}={event['level']:g} {event['variant']}: "
+                    + (f"FAILED: {str(event.get('error'))[:200]}" if event["status"] == "failed"
+                       else f"{event.get('output_tok_s_total') or 0:.1f} tok/s, e2e p95 "
+                            f"{event.get('e2e_ms_p95') or 0:.0f} ms, {event.get('completed')}/"
+                            f"{event.get('requests')} ok"
+                            + (f", goodput {event['goodput_rps']:.2f}/s"
+                               if event.get("goodput_rps") is not None else "")
+                            + (f"; SATURATED: {event.get('stop_reason')}"
+                               if event["status"] == "saturated" else "")))
         elif kind == "job_failed":
             line = f"agent failed: {event['message']}"
         elif kind == "follow":

@@ -37,7 +37,10 @@ SPEC = {
     "workloads": {"use": [str], "context": [str], "max_tokens": int, "quality": bool},
     "sweep": {"base": dict, "baseline": dict, "knobs": dict, "repetitions": int,
               "warmup_tokens": int, "seed": int, "cv_threshold": float,
-              "contention_threshold": float},
+              "contention_threshold": float,
+              # stop repeating once the answer is known (tolerance, confidence,
+              # min_repetitions); checked by the agent's parser at lock time
+              "adaptive": dict},
     "gates": {"acceptance_floor": float, "min_speedup": float, "itl_p95_ceiling_ms": float,
               "swap_ceiling_bytes": int, "ttft_regression_limit": float},
     "nodes": {"limit": str, "labels": [str]},
@@ -318,6 +321,8 @@ def build_lock(plan: Plan, log=print) -> dict:
     job["baseline"] = sweep.get("baseline") or {}
     job["cv_threshold"] = sweep.get("cv_threshold", 0.10)
     job["contention_threshold"] = sweep.get("contention_threshold", 0.25)
+    if sweep.get("adaptive") is not None:
+        job["adaptive"] = sweep["adaptive"]
     job["python"] = plan.python  # managed envs are built for it; unmanaged nodes must run it
     job["verify_weights"] = plan.section("models").get("verify", "daily")
     if plan.section("engine"):
@@ -373,7 +378,7 @@ def _agent_would_accept(job: dict, path: Path) -> None:
         msg = str(e).split(": ", 1)[1]
         section = re.match(r"[a-z_]*", msg).group(0)  # type: ignore[union-attr]  # [a-z_]* always matches
         section = "sweep" if section in ("knobs", "base", "baseline", "cv_threshold",
-                                         "contention_threshold") else section
+                                         "contention_threshold", "adaptive") else section
         raise ConfigError(msg, str(path), line_of(load_yaml(path), section)) from None
 
 
