@@ -111,6 +111,7 @@ CHANGES = {
     "sweep.seed": ("42", lambda d: d["job"]["seed"] == 42),
     "sweep.cv_threshold": ("0.3", lambda d: d["job"]["cv_threshold"] == 0.3),
     "sweep.contention_threshold": ("0.5", lambda d: d["job"]["contention_threshold"] == 0.5),
+    "sweep.adaptive": (None, None),  # tests/test_adaptive.py (a lock's adaptive sweep)
     "gates.acceptance_floor": (None, None),  # below: the review classifies by them
     "gates.min_speedup": (None, None),
     "gates.itl_p95_ceiling_ms": (None, None),

@@ -1,0 +1,122 @@
+"""The adaptive sweep vs the full grid, side by side: node time and the config each picks.
+
+Part 1, planted speedup curves (tests/history.py): per curve and seed, the width the full
+grid picks and the one the adaptive rules pick from the same samples, and the generations
+each ran. Part 2, real sweeps of the demo pair on this machine: the agent runs the full
+grid, then the same job with ``adaptive``, each in its own process (as a node does); per
+run the node seconds (job_started → job_finished), the generations and the width with the
+best median paired speedup. A second full grid (``--grids 2``) shows how often the grid
+agrees with itself on this noisy machine, which bounds what agreement can mean here.
+Goal: the same pick with ≤ 50% of the node time. Run:
+``.venv/bin/python bench/adaptive.py [--reps 12] [--widths 2,3,4,6] [--grids 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.demo_models import build_demo_models  # noqa: E402
+from orchestrator.sweep.jobspec import build_job  # noqa: E402
+from tests.history import (  # noqa: E402
+    SPEEDUP_CURVES,
+    adaptive_grid,
+    full_grid,
+    planted_speedups,
+)
+
+
+def planted(reps: int, tolerance: float) -> None:
+    print(f"planted curves ({reps} repetitions, tolerance {tolerance:.0%}, 20 seeds each)")
+    print(f"  {'curve':<14} {'same pick':>9} {'grid gens':>9} {'adaptive gens':>13} {'share':>6}")
+    for name, curve in SPEEDUP_CURVES.items():
+        widths = sorted(curve)
+        same = spent = full = 0
+        for seed in range(20):
+            sample = planted_speedups(curve, seed)
+            gb, gr = full_grid(widths, reps, sample)
+            ab, ar, _ = adaptive_grid(widths, reps, {"tolerance": tolerance}, sample)
+            same, spent, full = same + (ab == gb), spent + ar, full + gr
+        print(f"  {name:<14} {same:>6}/20 {full:>9} {spent:>13} {spent / full:>6.0%}")
+
+
+def run_agent(job: dict, folder: Path) -> dict:
+    folder.mkdir(parents=True)
+    (folder / "job.json").write_text(json.dumps(job))
+    subprocess.run([sys.executable, "-m", "agent", "run", str(folder / "job.json"),
+                    "--journal", str(folder / "j.jsonl"), "--quiet", "--lock",
+                    str(folder / "lock"), "--cache-dir", str(folder / "cache")],
+                   cwd=ROOT, check=True, env={"SPECFLEET_MACHINE_LOCK": str(folder / "m.lock"),
+                                               "PATH": "/usr/bin:/bin"})
+    ev = [json.loads(x) for x in (folder / "j.jsonl").read_text().splitlines()]
+    start = next(e["ts"] for e in ev if e["type"] == "job_started")
+    end = next(e["ts"] for e in ev if e["type"] == "job_finished")
+    ratios: dict[int, list[float]] = {}
+    base = None
+    for g in (e for e in ev if e["type"] == "generation"):
+        if g["mode"] == "baseline":
+            base = g
+        elif base and g.get("decode_tok_s") and base.get("decode_tok_s"):
+            ratios.setdefault(g["num_draft_tokens"], []).append(
+                g["decode_tok_s"] / base["decode_tok_s"])
+    medians = {k: statistics.median(v) for k, v in ratios.items()}
+    best = max(medians, key=lambda k: medians[k])
+    return {"seconds": end - start, "generations": sum(e["type"] == "generation" for e in ev),
+            "best": best, "medians": medians}
+
+
+def real(reps: int, widths: list[int], tolerance: float, confidence: float,
+         grids: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        pair = Path(tmp) / "models"
+        build_demo_models(pair, log=lambda m: None)
+        job = build_job(pair, ["code"], max_tokens=160, draft_widths=widths)
+        job["workloads"] = job["workloads"][:1]
+        job.update(repetitions=reps, quality_tasks=[], cv_threshold=1.0,
+                   contention_threshold=1.0)
+        print(f"\nreal sweeps of the demo pair (code workload, widths {widths}, {reps} "
+              f"repetitions, tolerance {tolerance:.0%} at {confidence:.0%})")
+        print(f"  {'run':<10} {'node s':>7} {'gens':>5} {'picks':>5}  median speedup per width")
+        runs = []
+        for i in range(grids):
+            runs.append(("grid", run_agent(job, Path(tmp) / f"grid{i}")))
+        runs.append(("adaptive", run_agent(
+            {**job, "adaptive": {"tolerance": tolerance, "confidence": confidence}},
+            Path(tmp) / "adaptive")))
+        for name, r in runs:
+            print(f"  {name:<10} {r['seconds']:7.1f} {r['generations']:5d} {r['best']:>5}  "
+                  + " ".join(f"k={k}:{v:.3f}" for k, v in sorted(r["medians"].items())))
+        grid = runs[0][1]
+        ad = runs[-1][1]
+        print(f"  adaptive/grid node time {ad['seconds'] / grid['seconds']:.0%}; "
+              f"same pick as the first grid: {'yes' if ad['best'] == grid['best'] else 'no'}"
+              + (f"; the grids agree with each other: "
+                 f"{'yes' if len({r['best'] for n, r in runs if n == 'grid'}) == 1 else 'no'}"
+                 if grids > 1 else ""))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=12)
+    ap.add_argument("--widths", default="2,3,4,6")
+    ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--confidence", type=float, default=0.8)
+    ap.add_argument("--grids", type=int, default=2)
+    ap.add_argument("--planted-only", action="store_true")
+    args = ap.parse_args()
+    planted(args.reps, args.tolerance)
+    if not args.planted_only:
+        real(args.reps, [int(k) for k in args.widths.split(",")], args.tolerance,
+             args.confidence, args.grids)
+
+
+if __name__ == "__main__":
+    main()
