@@ -117,3 +117,16 @@ def any_url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store.db'}"
     return request.getfixturevalue("pg_url")
+
+
+# Modules that take a minute or more, started first: with one module per worker
+# (--dist loadscope, so module fixtures run once), a long module started last would hold
+# the whole run up after every other worker is done.
+SLOW_FIRST = ("test_docs.py", "test_demo_example.py", "test_sweep_lifecycle.py",
+              "test_provision.py", "test_sweep_faults.py", "test_agent.py", "test_load.py",
+              "test_adaptive.py", "test_review.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))

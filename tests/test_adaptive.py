@@ -145,16 +145,17 @@ def test_planted_runtimes_stop_as_soon_as_their_answer_is_known(model_pair, tmp_
                      "variants": [planted("plain", "correct", 3),
                                   planted("fast", "correct", 2, True),
                                   {**planted("slow", "correct", 4.5, True), "name": "slow"}]}
+    # ±10%: the planted timing is steady, but the tests share 2 CPUs with each other
     job.update(knobs={}, repetitions=12, quality_tasks=[], cv_threshold=1.0,
-               contention_threshold=1.0, adaptive={"tolerance": 0.05})
+               contention_threshold=1.0, adaptive={"tolerance": 0.10})
     (tmp_path / "job.json").write_text(json.dumps(job))
     proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl", timeout=300)
     assert proc.returncode == 0, proc.stderr
     ev = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
     stops = {e["variant"]: e for e in ev if e["type"] == "notice" and e.get("adaptive")}
     assert set(stops) == {"fast", "slow"}, stops
-    for stop in stops.values():  # pinned to ±5%, or found slower: whichever came first
-        assert re.search(r"stops repeating: (median known to ±[0-4]\.\d%|slower than the "
+    for stop in stops.values():  # pinned to ±10%, or found slower: whichever came first
+        assert re.search(r"stops repeating: (median known to ±\d\.\d%|slower than the "
                          r"best with 90% confidence)", stop["message"]), stop
     gens = [e for e in ev if e["type"] == "generation"]
     for name, stop in stops.items():

@@ -149,9 +149,9 @@ def help_examples() -> list[tuple[str, str]]:
 
 # examples the README test does not run, and why (each is run by the test named)
 NOT_RUN_HERE = {
-    "provision": "installs pinned wheels on a node: tests/test_provision.py provisions real "
-                 "wheelhouses on sshd nodes",
-    "demo": "the whole demo (three drafts): test_the_demo_example_runs_as_written",
+    "provision": "installs pinned wheels on nodes: tests/test_provision.py runs it where a "
+                 "lock with platforms and provisioned nodes exist",
+    "demo": "the whole demo (three drafts): tests/test_demo_example.py",
 }
 
 
@@ -231,13 +231,3 @@ def test_every_readme_command_and_help_example_runs_as_written(tmp_path, fleet):
             continue
         s.run(example)
     assert (s.cwd / "review" / "junit.xml").is_file()
-
-
-def test_the_demo_example_runs_as_written(tmp_path):
-    """`specfleet demo`'s --help example, in a scratch folder: the whole demo (the pair,
-    two quantised drafts, a lineup sweep, the pages and the next steps)."""
-    example = dict(help_examples())["demo"]
-    s = Session(tmp_path)
-    s.run(example, timeout=900)
-    work = s.cwd / ".specfleet-demo"
-    assert (work / "review.html").is_file() and (work / "sweep.html").is_file()

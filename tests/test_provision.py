@@ -136,3 +136,28 @@ def test_plan_errors_name_file_and_line(tmp_path, model_pair):
     with pytest.raises(ConfigError, match=r"plan.yml:6: sweep.repetitions: expected an "
                                           r"integer, got str 'three'"):
         load_plan(p)
+
+
+def test_the_provision_help_example_runs_as_written(provisioned, fleet, tmp_path):
+    """`specfleet provision --help`'s example, in the folder whose plan the fixture locked
+    (plan.lock.json), with a newcomer's home holding ~/fleet/hosts.yml and the node's host
+    key: the nodes are ready already, so it reuses the env and sends nothing."""
+    import shutil
+
+    from orchestrator.fleet.blobs import CONTROLLER_CACHE
+    from tests.test_docs import Session, help_examples
+
+    d, first, _ = provisioned
+    assert first.exit_code == 0 and (d / "plan.lock.json").is_file()
+    (example,) = [x for name, x in help_examples() if name == "provision"]
+    s = Session(tmp_path)
+    s.cwd = d
+    (s.home / "fleet").mkdir()
+    (s.home / "fleet" / "hosts.yml").write_text(fleet.inventory_yaml().replace(
+        "  vars:\n", "  vars:\n    specfleet_base_python: /usr/bin/python3\n"
+                     "    specfleet_root: ~/.sf-provision\n"))
+    (s.home / ".ssh").mkdir()
+    shutil.copy(fleet.known_hosts, s.home / ".ssh" / "known_hosts")
+    s.env["SPECFLEET_CACHE"] = str(CONTROLLER_CACHE)  # the wheelhouse the fixture made
+    r = s.run(example)
+    assert r is not None and "reused" in r.stdout and r.stdout.count(" ok ") == 2, r.stdout

@@ -16,13 +16,13 @@ plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": 
 SHOWN = 8  # series per chart: more lines than this are unreadable; the site has them all
 
 
-def _legend(ax) -> None:
+def legend(ax) -> None:
     # beside the plot, never over its lines (bbox_inches="tight" keeps it in the figure)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0,
               frameon=False)
 
 
-def _refline(ax, y: float, text: str, color: str, ls: str = "-") -> None:
+def refline(ax, y: float, text: str, color: str, ls: str = "-") -> None:
     """A horizontal reference line that says what it is, at its right end."""
     ax.axhline(y, color=color, lw=0.8, ls=ls)
     ax.annotate(text, xy=(1.0, y), xycoords=("axes fraction", "data"), xytext=(-2, 2),
@@ -34,7 +34,7 @@ def _title(ax, text: str, shown: int, total: int) -> None:
                          if total > shown else ""))
 
 
-def _svg(fig) -> str:
+def to_svg(fig) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
     plt.close(fig)
@@ -58,13 +58,13 @@ def acceptance_over_time(sections: list[dict], floor: float = 0.55) -> str | Non
         pts = [p for p in s["trend"] if p["acceptance"] is not None]
         ax.plot([p["date"] for p in pts], [p["acceptance"] for p in pts], marker="o",
                 label=f"{label(s)} (k={s['metrics']['best_k']})")
-    _refline(ax, floor, f"acceptance floor {floor}", "#888", "--")
+    refline(ax, floor, f"acceptance floor {floor}", "#888", "--")
     ax.set_ylabel("acceptance (P50)")
     ax.set_ylim(0, 1)
     ax.tick_params(axis="x", rotation=45)
-    _legend(ax)
+    legend(ax)
     _title(ax, "Acceptance over time, best draft width per series", len(shown), len(every))
-    return _svg(fig)
+    return to_svg(fig)
 
 
 def knee(speedup_by_k: dict) -> int | None:
@@ -88,13 +88,13 @@ def speedup_vs_width(sections: list[dict], gate: float = 1.16) -> str | None:
         kn = knee(s["speedup_by_k"])
         if kn is not None:
             ax.plot([kn], [dict(pts)[kn]], marker="*", ms=14, color=line.get_color())
-    _refline(ax, 1.0, "1.0× = the baseline", "#b00020")
-    _refline(ax, gate, f"{gate}× = the speedup gate", "#0a7a2f", "--")
+    refline(ax, 1.0, "1.0× = the baseline", "#b00020")
+    refline(ax, gate, f"{gate}× = the speedup gate", "#0a7a2f", "--")
     ax.set_xlabel("draft width (num_draft_tokens); ★ = knee")
     ax.set_ylabel("speedup vs baseline")
-    _legend(ax)
+    legend(ax)
     _title(ax, "Speedup by draft width", len(shown), len(every))
-    return _svg(fig)
+    return to_svg(fig)
 
 
 def itl_distribution(sections: list[dict]) -> str | None:
@@ -112,7 +112,7 @@ def itl_distribution(sections: list[dict]) -> str | None:
     ax.set_xticks(range(1, len(names) + 1), names, fontsize=7)
     ax.set_ylabel("ITL p95 per trial (ms)")
     _title(ax, "Inter-token latency: baseline vs best config", len(shown), len(every))
-    return _svg(fig)
+    return to_svg(fig)
 
 
 def acceptance_by_position(sections: list[dict]) -> str | None:
@@ -128,9 +128,9 @@ def acceptance_by_position(sections: list[dict]) -> str | None:
     ax.set_xlabel("draft position")
     ax.set_ylabel("accepted share")
     ax.set_ylim(0, 1)
-    _legend(ax)
+    legend(ax)
     _title(ax, "Acceptance by draft position", len(shown), len(every))
-    return _svg(fig)
+    return to_svg(fig)
 
 
 def all_charts(sections: list[dict], gates: dict | None = None) -> dict[str, str]:

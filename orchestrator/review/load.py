@@ -137,7 +137,7 @@ def crossover(variants: list[dict]) -> str | None:
 def chart(ramp: dict) -> str | None:
     """Throughput against latency, one point per level, a line per variant; the SLO drawn,
     the knee ringed, a saturated level crossed."""
-    from .charts import _legend, _refline, _svg, plt
+    from .charts import legend, plt, refline, to_svg
 
     if not any(len(v["levels"]) for v in ramp["variants"]):
         return None
@@ -161,7 +161,7 @@ def chart(ramp: dict) -> str | None:
     top = max((e["e2e_ms_p95"] for v in ramp["variants"] for e in v["levels"]
                if e.get("e2e_ms_p95")), default=0)
     if slo.get("e2e_ms") and float(slo["e2e_ms"]) <= 3 * top:
-        _refline(ax, float(slo["e2e_ms"]), f"SLO e2e {slo['e2e_ms']:g} ms", "#b00", "--")
+        refline(ax, float(slo["e2e_ms"]), f"SLO e2e {slo['e2e_ms']:g} ms", "#b00", "--")
     elif slo.get("e2e_ms"):  # far above every point: a line there would flatten them all
         ax.set_ylim(0, top * 1.3)
         ax.annotate(f"SLO e2e {slo['e2e_ms']:g} ms: above the chart", xy=(1.0, 1.0),
@@ -170,8 +170,8 @@ def chart(ramp: dict) -> str | None:
     ax.set_ylabel("e2e latency p95 (ms)")
     ax.set_title(f"{ramp['node']} · {ramp['workload']} · {ramp['load_name']} "
                  "(label: level; ring: knee; ×: saturated)")
-    _legend(ax)
-    return _svg(fig)
+    legend(ax)
+    return to_svg(fig)
 
 
 def load_signals(ramps: list[dict], sweep_ids: set[str], node: str, workload: str) -> dict:

@@ -1,0 +1,14 @@
+"""`specfleet demo --help`'s example, run as written (a module of its own so that it runs
+beside the README test, not after it)."""
+
+from tests.test_docs import Session, help_examples
+
+
+def test_the_demo_example_runs_as_written(tmp_path):
+    """`specfleet demo`'s --help example, in a scratch folder: the whole demo (the pair,
+    two quantised drafts, a lineup sweep, the pages and the next steps)."""
+    example = dict(help_examples())["demo"]
+    s = Session(tmp_path)
+    s.run(example, timeout=900)
+    work = s.cwd / ".specfleet-demo"
+    assert (work / "review.html").is_file() and (work / "sweep.html").is_file()
