@@ -215,6 +215,12 @@ class HttpEngine:
 
         return send
 
+    def closed_loop(self, variant: Variant, w: Workload, config: dict, concurrency: int,
+                    requests: int):
+        from .load import closed_loop
+
+        return closed_loop(self.load_sender(variant, w, config), concurrency, requests)
+
     def extras(self, m: dict, req: Request) -> dict:
         return {}
 

@@ -268,6 +268,17 @@ def _load(raw: dict, engine: dict, path: Path) -> dict:
     if not problem and load.get("workload") is not None and load["workload"] not in names:
         problem = f"load.workload: {load['workload']!r} is not one of the job's workloads " \
                   f"({', '.join(map(str, names))})"
+    if not problem and load.get("variants"):  # named as the engine names its variants
+        if engine:
+            known = [str(v.get("name")) for v in engine.get("variants") or []]
+        else:
+            targets = list(dict.fromkeys(p[0] for p in raw.get("lineup") or [["target"]]))
+            known = ["autoregressive"] if len(targets) == 1 else [
+                f"autoregressive@{t}" for t in targets]
+        bad = [x for x in load["variants"] if x not in known]
+        if bad:
+            problem = f"load.variants: {', '.join(bad)} not among this job's variants " \
+                      f"({', '.join(known)})"
     if problem:
         raise _fail(path, problem)
     return load

@@ -227,16 +227,27 @@ def check_load(load, engine_type: str) -> str | None:
     if not isinstance(load, dict) or not load:
         return "load: a mapping of concurrency, request_rate, arrivals, max_concurrency, " \
                "requests, workload, slo"
-    allowed = {*LOADS, "arrivals", "max_concurrency", "requests", "workload", "slo"}
+    allowed = {*LOADS, "arrivals", "max_concurrency", "requests", "workload", "slo",
+               "variants"}
     unknown = sorted(set(load) - allowed)
     if unknown:
         return f"load: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(allowed))}"
+    names = load.get("variants")
+    if names is not None and (not isinstance(names, list) or not names or not all(
+            isinstance(x, str) and x for x in names)):
+        return f"load.variants: a list of variant names, got {names!r}"
     if engine_type != "http":
         # mlx-lm 0.32.2's BatchGenerator takes no draft model, so a batch cannot speculate;
         # running the speculative side single-stream would answer another question
-        return ("load: in-process mlx-lm cannot speculate in a batch (mlx-lm's "
-                "BatchGenerator has no draft model); measure load through engine: http, "
-                "e.g. mlx_lm.server, which batches requests when no draft model is loaded")
+        if names is None or not all(x.startswith("autoregressive") for x in names):
+            return ("load: in-process mlx-lm cannot speculate in a batch (mlx-lm's "
+                    "BatchGenerator has no draft model): set load.variants: [autoregressive] "
+                    "to measure batched autoregressive generation at each batch width, or "
+                    "measure speculation under load through engine: http (mlx_lm.server "
+                    "batches requests when no draft model is loaded)")
+        if load.get("request_rate") or "arrivals" in load or "max_concurrency" in load:
+            return ("load: in process there is no server to queue at, so no open loop: "
+                    "use concurrency (the batch width), or engine: http for request_rate")
     if not any(load.get(k) for k in LOADS):
         return "load: set concurrency (streams) or request_rate (requests/s), or both"
     for key, kind in (("concurrency", int), ("request_rate", float)):

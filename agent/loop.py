@@ -108,7 +108,12 @@ class Engine(Protocol):
         ...
 
     def load_sender(self, variant: Variant, w: Workload, config: dict):
-        """For load levels: a thread-safe ``send(i) -> token arrival times``."""
+        """For open-loop load levels: a thread-safe ``send(i) -> token arrival times``."""
+        ...
+
+    def closed_loop(self, variant: Variant, w: Workload, config: dict, concurrency: int,
+                    requests: int):
+        """A closed-loop load level: (outcomes, wall seconds) as ``agent.load`` gives them."""
         ...
 
     def describe(self, slot: Slot) -> tuple[dict, dict]:
@@ -434,7 +439,7 @@ class Loop:
         at the first level that saturates, with the reason. Baseline and speculative
         variants meet the same levels (per level when the engine holds every variant, else
         per variant, so that one runtime runs at a time)."""
-        from .load import closed_loop, no_gain, open_loop, saturation, summarize
+        from .load import no_gain, open_loop, saturation, summarize
         from .telemetry import summarise_window
 
         job, journal, engine = self.job, self.journal, self.engine
@@ -446,8 +451,12 @@ class Loop:
             previous_events(journal.path, job.job_id, "load_level") if resume else [])}
         ramps = [(load, level) for load in ("concurrency", "request_rate")
                  for level in spec.get(load, [])]
-        order = ([(v, r) for r in ramps for v in engine.variants] if engine.holds_all_variants
-                 else [(v, r) for v in engine.variants for r in ramps])
+        # in process only autoregressive variants ramp (the parser saw to it): a batch
+        # cannot speculate in the pinned mlx-lm
+        ramped = [v for v in engine.variants
+                  if v.name in spec.get("variants", [v.name for v in engine.variants])]
+        order = ([(v, r) for r in ramps for v in ramped] if engine.holds_all_variants
+                 else [(v, r) for v in ramped for r in ramps])
         history: dict[tuple[str, str], list[dict]] = {}
         stopped: dict[tuple[str, str], str] = {}
         count = 0
@@ -462,12 +471,13 @@ class Loop:
                 journal.emit("load_level", **desc, status="failed", error=why)
                 stopped[(v.name, load)] = why
                 continue
-            send = engine.load_sender(v, w, config_for(job, v, job.base))
+            cfg = config_for(job, v, job.base)
             start = self.sampler.mark()
             if load == "concurrency":
-                outcomes, wall = closed_loop(send, int(level), n)
+                outcomes, wall = engine.closed_loop(v, w, cfg, int(level), n)
             else:
-                outcomes, wall = open_loop(send, float(level), n, spec.get("arrivals", "poisson"),
+                outcomes, wall = open_loop(engine.load_sender(v, w, cfg), float(level), n,
+                                           spec.get("arrivals", "poisson"),
                                            int(spec.get("max_concurrency", 64)), job.seed)
             window = self.sampler.window(start, self.sampler.mark())
             m = summarize(outcomes, wall, spec.get("slo"))

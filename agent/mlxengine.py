@@ -110,9 +110,71 @@ class MlxEngine:
                               draft_model=self.loaded[d][0] if d else None, seed=req.seed)
 
     def load_sender(self, variant: Variant, w: Workload, config: dict):
-        # the job parser refuses load for this engine (a batch cannot speculate here);
-        # reaching this is a bug, said as one
-        raise EngineUnavailable("load levels need an http engine")
+        # an open loop needs a server to queue at; the job parser refuses request_rate here
+        raise EngineUnavailable("an open loop (request_rate) needs an http engine")
+
+    def closed_loop(self, variant: Variant, w: Workload, config: dict, concurrency: int,
+                    requests: int):
+        """Batched autoregressive generation at one batch width, continuously batched as
+        mlx_lm.server does: ``concurrency`` sequences in flight, the next request joining
+        as one finishes. Speculation cannot be batched by the pinned mlx-lm (its
+        BatchGenerator takes no draft model): the job parser lets only autoregressive
+        variants ramp."""
+        import time
+
+        from mlx_lm.generate import BatchGenerator
+        from mlx_lm.sample_utils import make_sampler
+
+        from .load import Outcome
+
+        if variant.speculative:
+            raise EngineUnavailable("mlx-lm cannot speculate in a batch")
+        t, _ = self._pair(variant)
+        model, tokenizer = self.loaded[t]
+        ids = self.prompts[t].get(w.name) or tokenizer.encode(w.prompt)
+        temp = float(config.get("temperature") or 0.0)
+        gen = BatchGenerator(model, max_tokens=w.max_tokens,
+                             stop_tokens=[[e] for e in tokenizer.eos_token_ids],
+                             sampler=make_sampler(temp) if temp > 0 else None,
+                             completion_batch_size=concurrency,
+                             prefill_batch_size=min(concurrency, 8))
+        t0 = time.perf_counter()
+        live: dict[int, Outcome] = {}
+        out: list[Outcome] = []
+        sent = 0
+
+        def add() -> None:
+            nonlocal sent
+            now = time.perf_counter() - t0
+            (uid,) = gen.insert([list(ids)], [w.max_tokens])
+            live[uid] = Outcome(now, now)
+            sent += 1
+
+        try:
+            for _ in range(min(concurrency, requests)):
+                add()
+            while live:
+                responses = gen.next_generated()
+                now = time.perf_counter() - t0
+                if not responses:
+                    break
+                for r in responses:
+                    o = live.get(r.uid)
+                    if o is None:
+                        continue
+                    if r.finish_reason != "stop":
+                        o.token_times.append(now - o.sent)
+                    if r.finish_reason is not None:
+                        o.end = now
+                        out.append(live.pop(r.uid))
+                        if sent < requests:
+                            add()
+        finally:
+            gen.close()
+        for o in live.values():  # the generator stopped with these unfinished
+            o.error, o.end = "unfinished when the batch generator stopped", o.end or 0.0
+            out.append(o)
+        return sorted(out, key=lambda o: o.sent), time.perf_counter() - t0
 
     def extras(self, m: dict, req: Request) -> dict:
         t, d = self._pair(req.variant)

@@ -38,7 +38,8 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
           configs: dict, bucket: str = "short", identity: dict | None = None,
           unreliable: str | None = None, exact: bool = True, quality: dict | None = None,
           sweep_id: str | None = None, engine: str = "mlx-lm",
-          parity: dict | None = None, lineup: str | None = None) -> str:
+          parity: dict | None = None, lineup: str | None = None,
+          background: str | None = None) -> str:
     """One nightly sweep on one node: ``configs`` maps (mode, k) to config_values(...).
     ``lineup``: the pair's roles ("target+draft-2") when the sweep measured several."""
     ident = {**BASE_IDENTITY, **(identity or {})}
@@ -68,7 +69,8 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
                 "draft_fingerprint": ident["draft_fingerprint"],
                 "target_quant": ident.get("target_quant"), "draft_quant": ident.get("draft_quant"),
                 "prompt_sha256": ident["prompt_sha256"], "os_build": ident["os_build"],
-                "chip": chip, "power_source": "ac", "model_pair": pair, "engine": engine})
+                "chip": chip, "power_source": "ac", "model_pair": pair, "engine": engine,
+                "background": background})
         c.execute(Run.__table__.insert(), rows)
         if quality:
             c.execute(Event.__table__.insert(), [

@@ -130,6 +130,7 @@ def test_plan_lock_refuses_a_bad_adaptive_section_with_its_line(model_pair, tmp_
     assert e.value.line == plan.read_text().splitlines().index("sweep:") + 1
 
 
+@pytest.mark.alone  # judges timing: other tests' load scatters it
 def test_planted_runtimes_stop_as_soon_as_their_answer_is_known(model_pair, tmp_path):
     """Runtimes with fixed token timing (planted: 3 ms, 2 ms and 4.5 ms a token): both
     speculative variants stop well before the plan's 12 repetitions, each with its reason,

@@ -42,6 +42,7 @@ def test_a_bad_profile_is_refused_at_lock_with_its_line(model_pair, tmp_path):
     assert e.value.line == plan.read_text().splitlines().index("background:") + 1
 
 
+@pytest.mark.alone  # idle must be idle: other tests' load would make both runs busy
 def test_busy_runs_are_their_own_series_compared_with_idle_and_the_load_ends(model_pair,
                                                                             tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")

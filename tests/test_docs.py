@@ -172,6 +172,7 @@ class Session:
         self.env.pop("SPECFLEET_DB", None)
         self.ids: dict[str, str] = {}
         self.ran: set[str] = set()
+        self.took: list[tuple[float, str]] = []  # seconds per command: where the time goes
 
     def run(self, cmd: str, timeout: float = 600) -> subprocess.CompletedProcess | None:
         import shlex
@@ -184,8 +185,12 @@ class Session:
             cmd = cmd.replace(key, value)
         assert not re.search(r"\b(SWEEP_ID|RUN_ID|NAME)\b", cmd), (
             f"{cmd}: an id the commands before did not print")
+        import time
+
+        t0 = time.monotonic()
         r = subprocess.run(["bash", "-c", cmd], cwd=self.cwd, env=self.env,
                            capture_output=True, text=True, timeout=timeout)
+        self.took.append((round(time.monotonic() - t0, 1), cmd))
         # repro answers with its exit status: 0 reproducible, 1 not, 3 inconclusive (two
         # "nodes" on one 2-core machine contend, so here it is honestly inconclusive)
         answered = cmd.startswith("specfleet repro ") and r.returncode in (1, 3) and re.search(
@@ -231,3 +236,4 @@ def test_every_readme_command_and_help_example_runs_as_written(tmp_path, fleet):
             continue
         s.run(example)
     assert (s.cwd / "review" / "junit.xml").is_file()
+    print("slowest commands:", sorted(s.took, reverse=True)[:8])

@@ -137,6 +137,10 @@ def test_the_load_generator_alone():
 
 @pytest.mark.parametrize("load, engine, message", [
     ({"concurrency": [1, 2]}, "mlx-lm", "load: in-process mlx-lm cannot speculate in a batch"),
+    ({"concurrency": [1, 2], "variants": ["speculative"]}, "mlx-lm",
+     "load: in-process mlx-lm cannot speculate in a batch"),
+    ({"request_rate": [2.0], "variants": ["autoregressive"]}, "mlx-lm",
+     "load: in process there is no server to queue at"),
     ({"concurrency": [2, 1]}, "http", "load.concurrency: list the levels once each, rising"),
     ({"concurrency": [0]}, "http", "load.concurrency: a list of integers from 1 to 256"),
     ({"request_rate": [2], "arrivals": "bursty"}, "http", "load.arrivals: one of poisson"),
@@ -179,6 +183,7 @@ def test_the_decode_boundary_takes_load_levels_and_sets_bad_ones_aside():
         assert isinstance(q, Quarantined) and why in q.reason, (bad, q)
 
 
+@pytest.mark.alone  # judges a throughput gain: other tests' load would blur it
 def test_real_mlx_lm_server_under_concurrency_and_a_request_rate(model_pair, tmp_path):
     """mlx_lm.server 0.32.2 batches requests only without a draft model: the plain server
     gains throughput with streams, the speculative one serves them one batch of one at a
@@ -278,3 +283,88 @@ def test_a_load_sweep_is_stored_and_the_sweep_page_shows_the_ramps(model_pair, t
     assert fired[0]["evidence"] == {"load_saturated_at": 2, "load_cap": 1}
     files = write_review(store, tmp_path / "week")
     assert "Under load" in dump_dom(files["html"]) and "## Under load" in files["md"].read_text()
+
+
+def test_the_load_and_busy_rules_fire_from_planted_evidence_and_name_the_level(tmp_path):
+    """Rules read measurements: a store planted with a concurrency ramp whose runtime
+    memory grows 20% and swaps at 4 streams (shrink to 2), and a busy series whose ITL p99
+    is twice its idle twin's (move to a dedicated node). Without that evidence, neither
+    fires."""
+    from datetime import datetime, timezone
+
+    from orchestrator.review.rules import load_rules
+    from orchestrator.review.weekly import analyse
+    from orchestrator.store import open_store
+    from orchestrator.store.models import Event
+    from tests.history import config_values, night
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    at = datetime.now(timezone.utc).replace(microsecond=0)
+
+    def ramp(sid: str, swap_at_4: int) -> None:
+        rows = []
+        for i, (level, rss, swap) in enumerate(((1, 1.0e9, 0), (2, 1.1e9, 0),
+                                                (4, 1.2e9, swap_at_4))):
+            rows.append({"sweep_id": sid, "node": "mac-a", "seq": 500 + i, "type": "load_level",
+                         "ts": at.timestamp(), "payload": {
+                             "type": "load_level", "workload": "code", "variant": "plain",
+                             "mode": "baseline", "load": "concurrency", "level": level,
+                             "status": "ok", "requests": 8, "completed": 8, "errors": 0,
+                             "output_tok_s_total": 100.0 * level ** 0.5,
+                             "requests_per_s": 2.0 * level ** 0.5, "e2e_ms_p95": 900.0,
+                             "rss_peak_bytes": rss, "swap_in_bytes": swap}})
+        with store.engine.begin() as c:
+            c.execute(Event.__table__.insert(), rows)
+
+    configs = {("baseline", 0): config_values(100), ("speculative", 3):
+               config_values(130, acceptance=0.7)}
+    for node, swap in (("mac-a", 64 * 2**20),):
+        sid = night(store, at, node=node, chip="M2", pair="t / d", workload="code",
+                    configs=configs, engine="mlx_lm.server")
+        ramp(sid, swap)
+    idle = {("baseline", 0): config_values(100, itl_p99=30.0),
+            ("speculative", 3): config_values(130, acceptance=0.7, itl_p99=30.0)}
+    busy = {("baseline", 0): config_values(90, itl_p99=60.0),
+            ("speculative", 3): config_values(115, acceptance=0.7, itl_p99=66.0)}
+    night(store, at, node="mac-b", chip="M2", pair="t / d", workload="code", configs=idle)
+    night(store, at, node="mac-b", chip="M2", pair="t / d", workload="code", configs=busy,
+          background="busy: 512 MB + 1 CPU")
+    a = analyse(store, None, load_rules())
+    fired = {(s["series"]["engine"], x["rule"]): x for s in a["series"] for x in s["signals"]}
+    shrink = fired[("mlx_lm.server", "shrink-concurrency")]
+    assert shrink["action"].startswith("Shrink concurrency to 2 streams")
+    assert shrink["evidence"] == {"load_mem_growth": 0.2, "load_swap_levels": 1,
+                                  "load_cap": 2}
+    assert ("mlx_lm.server", "cap-concurrency") not in fired  # nothing saturated
+    dedicated = fired[("mlx-lm · busy: 512 MB + 1 CPU", "dedicated-node")]
+    assert dedicated["evidence"]["busy_itl_p99_ratio"] >= 1.9
+    assert ("mlx-lm", "dedicated-node") not in fired  # the idle twin's tails are its own
+
+
+def test_in_process_batched_autoregressive_at_each_batch_width(model_pair, tmp_path):
+    """In process, concurrency is mlx-lm's continuous batching (its BatchGenerator, as
+    mlx_lm.server uses it) for the autoregressive variant only: every request completes
+    with the tokens it asked for, and the speculative variant is not ramped (the plan
+    had to say so: without load.variants the lock refuses it)."""
+    job = build_job(model_pair, ["code"], max_tokens=24, draft_widths=[2])
+    job["workloads"] = job["workloads"][:1]
+    job.update(repetitions=1, quality_tasks=[], cv_threshold=1.0, contention_threshold=1.0,
+               load={"concurrency": [1, 4], "requests": 8, "variants": ["autoregressive"],
+                     "slo": {"e2e_ms": 60_000}})
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    ev = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
+    ramp = levels(ev, "autoregressive")
+    assert sorted(ramp) == [1, 4] and not levels(ev, "speculative")
+    for e in ramp.values():
+        assert e["completed"] == 8 and e["errors"] == 0, e
+        assert 8 <= e["output_tokens"] <= 8 * 24 and e["good_requests"] == 8
+        assert e["ttft_ms_p50"] and e["tpot_ms_p50"] and e["rss_peak_bytes"]
+    # four in flight: waiting for the batch shows in each request's time to first token
+    assert ramp[4]["e2e_ms_p50"] > ramp[1]["e2e_ms_p50"]
+    job["load"] = {"concurrency": [1, 4], "variants": ["autoregressive@target-9"]}
+    (tmp_path / "bad.json").write_text(json.dumps(job))
+    bad = run_agent(tmp_path / "bad.json", tmp_path / "bad.jsonl")
+    assert bad.returncode == 2 and ("load.variants: autoregressive@target-9 not among this "
+                                    "job's variants (autoregressive)") in bad.stderr
