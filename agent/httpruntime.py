@@ -209,9 +209,10 @@ class HttpEngine:
         body = _body(self.api, w.prompt, w.max_tokens, config, fields, w.tools)
         url, headers = spec["base_url"], self.headers.get(variant.name, {})
 
-        def send(i: int) -> list[float]:
+        def send(i: int) -> tuple[list[float], int | None, int | None]:
             s, _ = h.stream(url, self.api, body, self.timeout, headers=headers)
-            return h.trace_of(s, self.count).token_times
+            t = h.trace_of(s, self.count)
+            return t.token_times, t.drafted, t.accepted
 
         return send
 

@@ -44,6 +44,8 @@ class Outcome:
     token_times: list[float] = field(default_factory=list)  # since ``sent``, per token
     end: float = 0.0            # since the level started (set when it ends)
     error: str | None = None
+    drafted: int | None = None  # what the runtime reported drafting and accepting
+    accepted: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -51,15 +53,19 @@ class Outcome:
 
 
 # a request: given its index, send it and return each output token's arrival time (seconds
-# since it was sent); raise to fail it
-Send = Callable[[int], list[float]]
+# since it was sent), or (times, drafted, accepted) where the runtime reports speculation;
+# raise to fail it
+Send = Callable[[int], "list[float] | tuple[list[float], int | None, int | None]"]
 
 
 def _one(send: Send, i: int, scheduled: float, t0: float) -> Outcome:
     sent = time.perf_counter() - t0
     o = Outcome(scheduled, sent)
     try:
-        o.token_times = list(send(i))
+        got = send(i)
+        if isinstance(got, tuple):
+            got, o.drafted, o.accepted = got
+        o.token_times = list(got)
         if not o.token_times:
             o.error = "no output"
     except Exception as e:  # noqa: BLE001 — a failed request is data, not a crash
@@ -169,6 +175,8 @@ def summarize(outcomes: list[Outcome], wall_s: float, slo: dict | None = None) -
     per_stream = [len(o.token_times) / o.token_times[-1] for o in ok if o.token_times[-1] > 0]
     queued = [(o.sent - o.scheduled) * 1e3 for o in outcomes]
     tokens = sum(len(o.token_times) for o in ok)
+    drafted = sum(o.drafted or 0 for o in ok if o.drafted is not None)
+    accepted = sum(o.accepted or 0 for o in ok if o.drafted is not None)
     m: dict = {
         "requests": len(outcomes), "completed": len(ok),
         "errors": len(outcomes) - len(ok),
@@ -181,6 +189,8 @@ def summarize(outcomes: list[Outcome], wall_s: float, slo: dict | None = None) -
         "requests_per_s": round(len(ok) / wall_s, 3) if wall_s > 0 else None,
         **_pcts(ttft, "ttft_ms"), **_pcts(itl, "itl_ms"), **_pcts(tpot, "tpot_ms"),
         **_pcts(e2e, "e2e_ms"), "queued_ms_p99": _pcts(queued, "q")["q_p99"],
+        # where the runtime reports it (llama-server's timings); None: not reported
+        "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
     }
     if slo:
         good = [o for o in ok if meets(o, slo)]

@@ -130,6 +130,9 @@ def test_the_load_generator_alone():
     a, b = arrival_times(10, 50, "poisson", 7), arrival_times(10, 50, "poisson", 7)
     assert a == b and a != arrival_times(10, 50, "poisson", 8)
     assert 2.5 < a[-1] < 8  # about 49 gaps of 0.1 s
+    # a runtime that reports its drafting (llama-server's timings): acceptance per level
+    out, wall = closed_loop(lambda i: ([0.001, 0.002], 8, 6 if i % 2 else 2), 2, 4)
+    assert summarize(out, wall)["acceptance_rate"] == round(16 / 32, 4)
     out, wall = open_loop(lambda i: [0.001], 50, 10, "constant", 4)
     assert [round(o.scheduled, 3) for o in out] == [i / 50 for i in range(10)]
     assert max(o.sent - o.scheduled for o in out) < 0.05
@@ -269,6 +272,12 @@ def test_a_load_sweep_is_stored_and_the_sweep_page_shows_the_ramps(model_pair, t
     assert 'data-variant="plain" data-level="2"' in dom
     assert 'data-variant="plain" data-level="4"' not in dom
     assert "latency growing without throughput" in dom
+    # speculation against the baseline at the same level: 3 ms vs 2 ms a token at 1 stream
+    import re
+
+    row = re.search(r'data-variant="draft" data-level="1">(.*?)</tr>', dom, re.S).group(1)
+    ratio = float(re.findall(r"<td>([0-9.]+)×</td>", row)[0])
+    assert 0.4 < ratio < 1.2, row
     assert "draft: ahead of autoregressive at every level both measured (up to 2)" in dom
     # the week's review: the same tables, and the cap rule fired from these measurements
     from orchestrator.review.report import write_review

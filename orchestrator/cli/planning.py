@@ -117,7 +117,8 @@ def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_pa
 
     \b
     Example (--dest: write the entry there to look at; without it, it is installed):
-      specfleet schedule install lab/plan.lock.json -i lab/inventory/ --at 02:00 --dest schedules/
+      specfleet schedule install lab/plan.lock.json -i lab/inventory/ --limit local \\
+        --at 03:30 --dest schedules/
     """
     from ..sweep.plan import load_lock, verify_lock
     from ..sweep.schedule import default_kind, install, nightly_options, render

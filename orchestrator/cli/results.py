@@ -119,12 +119,12 @@ def compare(a, b, as_json, out, db_url):
     mlx_lm_version, os_build, model_pair, engine, target_fingerprint, draft_fingerprint,
     prompt_sha256, power_source). Runs flagged unreliable are listed, never compared.
 
-    Other pairs: 2026-W47 2026-W48; node=mac-01,week=this node=mac-02,week=this;
+    Other pairs: 2026-W47 2026-W48; trigger=manual trigger=nightly;
     mlx_lm_version=0.32.2 mlx_lm_version=0.33.0.
 
     \b
-    Example (your sweeps against the scheduled ones):
-      specfleet compare trigger=manual trigger=nightly --json
+    Example (one node against another, this week):
+      specfleet compare node=local,week=this node=mac-a,week=this --json
     """
     from ..review.compare import as_text
     from ..review.compare import compare as run_compare

@@ -17,7 +17,7 @@ LOAD_NAMES = {"concurrency": "concurrency (streams)", "request_rate": "request r
 SHOWN = ("requests", "completed", "errors", "error_examples", "output_tok_s_total",
          "output_tok_s_per_stream_p50", "requests_per_s", "goodput_rps", "good_requests",
          "ttft_ms_p95", "itl_ms_p95", "tpot_ms_p50", "e2e_ms_p50", "e2e_ms_p95", "e2e_ms_p99",
-         "rss_peak_bytes", "swap_in_bytes", "stop_reason", "error", "slo")
+         "rss_peak_bytes", "swap_in_bytes", "stop_reason", "error", "slo", "acceptance_rate")
 
 
 def load_ramps(store: Store, sweep_ids: list[str]) -> list[dict]:
@@ -49,6 +49,14 @@ def _ramp(key: tuple, variants: dict[str, list[dict]]) -> dict:
         out.append({"variant": name, "mode": levels[0]["mode"], "levels": levels,
                     "knee": knee(levels), "cap": cap(levels),
                     "mem_growth": _share_growth(ok)})
+    base = next((v for v in out if v["mode"] == "baseline"), None)
+    at = {e["level"]: e for e in base["levels"]} if base else {}
+    for v in out:  # speculation against the baseline at the same level, in total tok/s
+        for e in v["levels"]:
+            b = at.get(e["level"])
+            e["vs_baseline"] = (e["output_tok_s_total"] / b["output_tok_s_total"]
+                                if v["mode"] == "speculative" and b and e["output_tok_s_total"]
+                                and b["output_tok_s_total"] else None)
     return {"sweep_id": sweep_id, "node": node, "workload": workload, "load": load,
             "load_name": LOAD_NAMES.get(load, load), "variants": out,
             "slo": next((e.get("slo") for v in out for e in v["levels"] if e.get("slo")), None),

@@ -1,0 +1,37 @@
+"""Every command's --help example, run as written, in a newcomer's scratch folder and home
+(a module of its own, so that it runs beside the README test rather than after it)."""
+
+from tests.test_docs import (
+    NOT_RUN_HERE,
+    help_examples,
+    newcomer_with_a_mac,
+    readme_blocks,
+    your_mac,
+)
+
+# what a reader of --help has done first, as the README shows it: a lab, its lock, a Mac
+BEFORE = ("specfleet init lab/", "specfleet plan lock lab/plan.yml")
+
+
+def test_every_help_example_runs_as_written(tmp_path, fleet):
+    """After the README's first steps (a lab and its lock, and the "first SSH node" block
+    with the loopback node as the Mac), each example in --help order, except those that
+    create sweeps, which go first so that the others have runs to show. An example that is
+    a README command as well is run by the README test (same text), not twice."""
+    s = newcomer_with_a_mac(tmp_path, fleet)
+    for cmd in BEFORE:
+        s.run(cmd)
+    (mac_block,) = [b for b in readme_blocks() if b[0].startswith("NODE=")]
+    for cmd in mac_block:
+        s.run(your_mac(fleet) if cmd.startswith("NODE=") else cmd)
+    in_readme = {cmd for block in readme_blocks() for cmd in block}
+    examples = help_examples()
+    assert {name for name, _ in examples} >= {"sweep", "review", "doctor", "repro"}
+    todo = [(n, x) for n, x in examples
+            if n not in NOT_RUN_HERE and x not in in_readme and x not in s.ran]
+    todo.sort(key=lambda nx: nx[0] not in ("repro", "sweep", "nightly"))  # stable
+    assert todo[0][0] == "repro"
+    for _, example in todo:
+        s.run(example)
+    assert (s.cwd / "review" / "junit.xml").is_file()
+    print("slowest commands:", sorted(s.took, reverse=True)[:8])
