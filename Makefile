@@ -29,11 +29,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# Four workers, one test module at a time each (its fixtures run once; most tests wait on
+# Three workers, one test module at a time each (its fixtures run once; most tests wait on
 # sshd, agents and servers, not on the 2 CPUs), the slow modules first (tests/conftest.py),
 # then the few marked `alone`: they restart PostgreSQL or judge timing and contention.
 test: $(STAMP) system-deps lint
-	$(VENV)/bin/python -m pytest -n 4 --dist loadscope --no-loadscope-reorder -m "not alone" -v -ra --durations=15
+	$(VENV)/bin/python -m pytest -n 3 --dist loadscope --no-loadscope-reorder -m "not alone" -v -ra --durations=15
 	$(VENV)/bin/python -m pytest -m alone -v -ra
 
 clean:

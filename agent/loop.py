@@ -440,7 +440,7 @@ class Loop:
         variants meet the same levels (per level when the engine holds every variant, else
         per variant, so that one runtime runs at a time)."""
         from .load import no_gain, open_loop, saturation, summarize
-        from .telemetry import summarise_window
+        from .telemetry import summarise_window, unreliable_reasons
 
         job, journal, engine = self.job, self.journal, self.engine
         spec = job.load
@@ -486,6 +486,13 @@ class Loop:
                      if x.get("swap_used_bytes") is not None]
             m.update({k: tele.get(k) for k in ("rss_peak_bytes", "swap_in_bytes",
                                                "memory_pressure", "cpu_other_share")})
+            # every number carries its reliability: a throttled or contended level is shown,
+            # never a knee, a cap or a rule's evidence (what a background profile causes is
+            # the experiment, as in the sweep)
+            reasons = unreliable_reasons(tele, job.contention_threshold)
+            if job.background:
+                reasons = [r for r in reasons if not r.startswith(BUSY_BY_DESIGN)]
+            m.update(unreliable=bool(reasons), unreliable_reasons=reasons)
             ramp = history.setdefault((v.name, load), [])
             ramp.append(m)
             why = saturation(ramp, load, float(level) if load == "request_rate" else None)
@@ -499,7 +506,7 @@ class Loop:
                 stopped[(v.name, load)] = why
         for (name, load), ramp in history.items():
             gain = no_gain(ramp, spec.get(load, []))
-            if load == "concurrency" and gain and (name, load) not in stopped:
+            if load == "concurrency" and gain:  # saturated or not: it says why
                 journal.emit("notice", variant=name, workload=w.name, message=gain)
         return count
 

@@ -50,7 +50,8 @@ def test_a_runtime_that_serialises_gains_nothing_from_concurrency_and_says_so(mo
                   {"concurrency": [1, 2, 4], "requests": 8})
     serial, parallel = levels(ev, "plain"), levels(ev, "draft")
     assert sorted(serial) == sorted(parallel) == [1, 2, 4]
-    assert all(e["status"] == "ok" and e["completed"] == 8 and e["errors"] == 0
+    # one at a time, 4 streams wait ~4× as long: that may also count as saturated
+    assert all(e["status"] in ("ok", "saturated") and e["completed"] == 8 and e["errors"] == 0
                for e in [*serial.values(), *parallel.values()])
     # one at a time: 4 streams serve no more tokens/s than 1; a runtime that overlaps does
     assert serial[4]["output_tok_s_total"] < 1.3 * serial[1]["output_tok_s_total"]
@@ -313,7 +314,7 @@ def test_the_load_and_busy_rules_fire_from_planted_evidence_and_name_the_level(t
     def ramp(sid: str, swap_at_4: int) -> None:
         rows = []
         for i, (level, rss, swap) in enumerate(((1, 1.0e9, 0), (2, 1.1e9, 0),
-                                                (4, 1.2e9, swap_at_4))):
+                                                (4, 1.2e9, swap_at_4), (8, 2.0e9, 2**30))):
             rows.append({"sweep_id": sid, "node": "mac-a", "seq": 500 + i, "type": "load_level",
                          "ts": at.timestamp(), "payload": {
                              "type": "load_level", "workload": "code", "variant": "plain",
@@ -321,7 +322,11 @@ def test_the_load_and_busy_rules_fire_from_planted_evidence_and_name_the_level(t
                              "status": "ok", "requests": 8, "completed": 8, "errors": 0,
                              "output_tok_s_total": 100.0 * level ** 0.5,
                              "requests_per_s": 2.0 * level ** 0.5, "e2e_ms_p95": 900.0,
-                             "rss_peak_bytes": rss, "swap_in_bytes": swap}})
+                             "rss_peak_bytes": rss, "swap_in_bytes": swap,
+                             # level 8 was contended: shown, never evidence
+                             "unreliable": level == 8, "unreliable_reasons": [
+                                 "contended: other processes used 60% of the CPU (limit "
+                                 "25%)"] if level == 8 else []}})
         with store.engine.begin() as c:
             c.execute(Event.__table__.insert(), rows)
 

@@ -2,7 +2,9 @@
 batched autoregressive serving overtakes speculation, and memory per added stream.
 
 Read from the ``load_level`` events a sweep stored (events 1.5). A level that saturated or
-failed is shown with its reason but never chosen as the knee or as a cap; a level whose
+failed is shown with its reason but never chosen as the knee or as a cap; a level the agent
+flagged unreliable (throttled, on battery, contended) is shown with its reasons and feeds
+nothing: no knee, cap, crossover or rule; a level whose
 requests failed counts them apart (the agent never averages a failure into a latency).
 """
 
@@ -17,7 +19,8 @@ LOAD_NAMES = {"concurrency": "concurrency (streams)", "request_rate": "request r
 SHOWN = ("requests", "completed", "errors", "error_examples", "output_tok_s_total",
          "output_tok_s_per_stream_p50", "requests_per_s", "goodput_rps", "good_requests",
          "ttft_ms_p95", "itl_ms_p95", "tpot_ms_p50", "e2e_ms_p50", "e2e_ms_p95", "e2e_ms_p99",
-         "rss_peak_bytes", "swap_in_bytes", "stop_reason", "error", "slo", "acceptance_rate")
+         "rss_peak_bytes", "swap_in_bytes", "stop_reason", "error", "slo", "acceptance_rate",
+         "unreliable_reasons")
 
 
 def load_ramps(store: Store, sweep_ids: list[str]) -> list[dict]:
@@ -42,7 +45,7 @@ def _ramp(key: tuple, variants: dict[str, list[dict]]) -> dict:
         # a failed level carries no metrics: every field the page reads, present
         levels = sorted(({**dict.fromkeys(SHOWN), **e} for e in levels),
                         key=lambda e: e["level"])
-        ok = [e for e in levels if e["status"] == "ok"]
+        ok = [e for e in levels if e["status"] == "ok" and not e.get("unreliable")]
         first = ok[0] if ok else None
         for e in levels:
             e["mem_growth_per_stream_bytes"] = _growth(first, e)
@@ -88,7 +91,7 @@ def knee(levels: list[dict]) -> float | None:
     or more; None without two clean levels."""
     ok = []
     for e in levels:
-        if e["status"] != "ok" or e.get("errors"):
+        if e["status"] != "ok" or e.get("errors") or e.get("unreliable"):
             break
         ok.append(e)
     if len(ok) < 2:
@@ -106,6 +109,8 @@ def cap(levels: list[dict]) -> float | None:
     requests missing the SLOs."""
     good = None
     for e in levels:
+        if e.get("unreliable"):  # no evidence either way: the cap stays below it
+            break
         if e["status"] != "ok" or e.get("errors") or e.get("swap_in_bytes") or (
                 e.get("slo") and e.get("good_requests") != e.get("completed")):
             break
@@ -119,11 +124,13 @@ def crossover(variants: list[dict]) -> str | None:
     base = [v for v in variants if v["mode"] == "baseline"]
     if not base:
         return None
-    at = {e["level"]: e for e in base[0]["levels"] if e["status"] != "failed"}
+    at = {e["level"]: e for e in base[0]["levels"]
+          if e["status"] != "failed" and not e.get("unreliable")}
     lines = []
     for v in (v for v in variants if v["mode"] == "speculative"):
         pairs = [(e["level"], e["output_tok_s_total"], at[e["level"]]["output_tok_s_total"])
                  for e in v["levels"] if e["level"] in at and e["status"] != "failed"
+                 and not e.get("unreliable")
                  and e.get("output_tok_s_total") and at[e["level"]].get("output_tok_s_total")]
         if not pairs:
             continue
@@ -191,7 +198,7 @@ def load_signals(ramps: list[dict], sweep_ids: set[str], node: str, workload: st
     if not mine:
         return {}
     variants = [v for g in mine for v in g["variants"]]
-    levels = [e for v in variants for e in v["levels"]]
+    levels = [e for v in variants for e in v["levels"] if not e.get("unreliable")]
     caps = [v["cap"] for v in variants if v["cap"] is not None]
     growth = [v["mem_growth"] for v in variants if v["mem_growth"] is not None]
     bad = [e["level"] for e in levels if e["status"] != "ok" or e.get("errors")]
