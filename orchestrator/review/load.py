@@ -47,8 +47,9 @@ def _ramp(key: tuple, variants: dict[str, list[dict]]) -> dict:
                         key=lambda e: e["level"])
         ok = [e for e in levels if e["status"] == "ok" and not e.get("unreliable")]
         first = ok[0] if ok else None
-        for e in levels:
-            e["mem_growth_per_stream_bytes"] = _growth(first, e)
+        for e in levels:  # per added stream: a closed loop's levels are streams
+            e["mem_growth_per_stream_bytes"] = _growth(first, e) if load == "concurrency" \
+                else None
         out.append({"variant": name, "mode": levels[0]["mode"], "levels": levels,
                     "knee": knee(levels), "cap": cap(levels),
                     "mem_growth": _share_growth(ok)})
@@ -57,9 +58,11 @@ def _ramp(key: tuple, variants: dict[str, list[dict]]) -> dict:
     for v in out:  # speculation against the baseline at the same level, in total tok/s
         for e in v["levels"]:
             b = at.get(e["level"])
+            both = b is not None and not (e.get("unreliable") or b.get("unreliable"))
             e["vs_baseline"] = (e["output_tok_s_total"] / b["output_tok_s_total"]
-                                if v["mode"] == "speculative" and b and e["output_tok_s_total"]
-                                and b["output_tok_s_total"] else None)
+                                if v["mode"] == "speculative" and both and b
+                                and e["output_tok_s_total"] and b["output_tok_s_total"]
+                                else None)
     return {"sweep_id": sweep_id, "node": node, "workload": workload, "load": load,
             "load_name": LOAD_NAMES.get(load, load), "variants": out,
             "slo": next((e.get("slo") for v in out for e in v["levels"] if e.get("slo")), None),
