@@ -129,12 +129,12 @@ def open_loop(send: Send, rate: float, requests: int, arrivals: str = "poisson",
     work: queue.Queue = queue.Queue()
     out: list[Outcome] = []
     lock = threading.Lock()
-    t0 = time.perf_counter()
+    clock = [0.0]  # the level's start: set once every worker is up and waiting
 
     def worker() -> None:
         while (item := work.get()) is not None:
             i, at = item
-            o = _one(send, i, at, t0)
+            o = _one(send, i, at, clock[0])
             with lock:
                 out.append(o)
 
@@ -145,6 +145,8 @@ def open_loop(send: Send, rate: float, requests: int, arrivals: str = "poisson",
     try:
         for w in workers:
             w.start()
+        # the first arrivals must not wait for threads being started
+        t0 = clock[0] = time.perf_counter()
         for i, at in enumerate(schedule):
             if at > deadline_s:
                 break
