@@ -42,7 +42,8 @@ def busy_vs_idle(sections: list[dict]) -> list[dict]:
                          "itl_p99_ratio": b["itl_p99"] / a["itl_p99"]
                          if a.get("itl_p99") and b.get("itl_p99") else None})
         if rows:
-            out.append({"chip": d["chip"], "model_pair": d["model_pair"],
+            out.append({"series": d,  # the busy section's own series (not a rebuilt label)
+                        "chip": d["chip"], "model_pair": d["model_pair"],
                         "workload": d["workload"], "context_bucket": d["context_bucket"],
                         "engine": engine, "profile": profile, "rows": rows})
     return out

@@ -555,10 +555,8 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
         section["verdict"] = decide(section, facts.get(latest.node))
         out.append(section)
     busy = busy_vs_idle(out)
-    by_key = {tuple(s["series"].values()): s for s in out}
     for b in busy:  # a busy series' tails against its idle twin's: a rule's evidence too
-        s = by_key.get((b["chip"], b["model_pair"], b["workload"], b["context_bucket"],
-                        f"{b['engine']} · {b['profile']}"))
+        s = next((x for x in out if x["series"] is b["series"]), None)
         ratios = [r["itl_p99_ratio"] for r in b["rows"] if r.get("itl_p99_ratio")]
         if s is not None and ratios and s.get("metrics") is not None:
             s["metrics"]["busy_itl_p99_ratio"] = round(max(ratios), 3)

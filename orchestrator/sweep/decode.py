@@ -14,6 +14,7 @@ named here. They are plain ``type()`` comparisons: no object is built per event.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import orjson
 from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text
 
+from agent.load import LOADS
 from agent.protocol import (
     DRAFT_FREE_METHODS,
     EVENT_FIELDS,
@@ -275,10 +277,8 @@ _LOAD_TEXTS = ("stop_reason", "error", "arrivals", "workload", "variant")
 def _check_load_level(e: dict) -> str | None:
     """A load level feeds the review's throughput–latency tables: its numbers must be
     numbers, its counts counts."""
-    import math
-
-    if e["load"] not in ("concurrency", "request_rate"):
-        return f"load {e['load']!r} is not one of concurrency, request_rate"
+    if e["load"] not in LOADS:
+        return f"load {e['load']!r} is not one of {', '.join(LOADS)}"
     if e["status"] not in ("ok", "saturated", "failed"):
         return f"status {e['status']!r} is not one of ok, saturated, failed"
     if not (0 < e["level"] <= 100_000) or not math.isfinite(e["level"]):
