@@ -32,7 +32,8 @@ lint: $(STAMP)
 # Three workers, one test module at a time each (its fixtures run once; most tests wait on
 # sshd, agents and servers, not on the 2 CPUs), the slow modules first (tests/conftest.py),
 # then the few marked `alone`: they restart PostgreSQL or judge timing and contention.
-test: $(STAMP) system-deps lint
+# Lint runs among the modules (tests/test_lint.py: the same commands as `make lint`).
+test: $(STAMP) system-deps
 	$(VENV)/bin/python -m pytest -n 3 --dist loadscope --no-loadscope-reorder -m "not alone" -v -ra --durations=15
 	$(VENV)/bin/python -m pytest -m alone -v -ra
 

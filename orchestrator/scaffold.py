@@ -47,7 +47,8 @@ workloads:
   use: [code]            # a first sweep in about a minute; add memo, translation,
                          # or your own prompts: my-prompts.jsonl
   context: [short]                 # short, medium, long
-  quality: true                    # the JSON / tool-call task set per config
+  quality: false                   # true: also the JSON / tool-call task set per config
+                                   # (for real models: the demo pair passes none)
 sweep:
   base: {{temperature: 0.0}}
   knobs: {{num_draft_tokens: {widths}}}

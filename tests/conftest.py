@@ -125,7 +125,7 @@ def any_url(request, tmp_path):
 SLOW_FIRST = ("test_docs.py", "test_help_examples.py", "test_demo_example.py",
               "test_sweep_lifecycle.py",
               "test_provision.py", "test_sweep_faults.py", "test_agent.py", "test_load.py",
-              "test_adaptive.py", "test_review.py")
+              "test_adaptive.py", "test_review.py", "test_lint.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -23,7 +23,7 @@ def run_agent(job_path: Path, journal: Path, *extra: str, timeout: float = 600, 
 @pytest.fixture(scope="module")
 def sweep_events(model_pair, tmp_path_factory):
     d = tmp_path_factory.mktemp("agent")
-    job = build_job(model_pair, max_tokens=96, quality=True)
+    job = build_job(model_pair, max_tokens=96)  # quality events: tests/test_measurements.py
     (d / "job.json").write_text(json.dumps(job))
     proc = run_agent(d / "job.json", d / "events.jsonl")
     assert proc.returncode == 0, proc.stderr

@@ -105,7 +105,7 @@ def demo(workdir: Path, max_tokens: int | None):
 
     \b
     Example:
-      specfleet demo --workdir .specfleet-demo --max-tokens 64
+      specfleet demo --workdir .specfleet-demo --max-tokens 32
     """
     import os
     import sys
