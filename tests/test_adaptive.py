@@ -80,7 +80,7 @@ def test_a_real_adaptive_sweep_says_what_it_stopped_and_why(model_pair, tmp_path
     plan = tmp_path / "plan.yml"
     # on this shared 2-core machine a paired speedup of one short generation scatters by
     # ±10%: an order-statistic interval needs ~7 samples to drop its extremes
-    plan.write_text(plan_text(model_pair, widths=(2, 8), repetitions=12, max_tokens=160,
+    plan.write_text(plan_text(model_pair, widths=(2, 8), repetitions=12, max_tokens=64,
                               extra="  cv_threshold: 1.0\n  contention_threshold: 1.0\n"
                                     "  adaptive: {tolerance: 0.06, confidence: 0.8}"))
     doc = load_lock(write_lock(load_plan(plan), lambda m: None))
