@@ -108,6 +108,39 @@ def pg_url():
 
 
 @pytest.fixture
+def private_pg():
+    """A PostgreSQL server of the test's own (initdb, a free loopback port), for the tests
+    that restart PostgreSQL mid-sweep: the shared server stays up for every other test, so
+    those tests run beside the others. Yields (url, restart)."""
+    import glob
+    import socket
+
+    bin_dir = sorted(glob.glob("/usr/lib/postgresql/*/bin"))[-1]
+    d = Path(tempfile.mkdtemp(prefix="specfleet-pg-"))
+    shutil.chown(d, "postgres")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    opts = f"-p {port} -k {d} -c listen_addresses=127.0.0.1"
+
+    def pg(*args: str) -> None:
+        subprocess.run(["su", "postgres", "-s", "/bin/sh", "-c", " ".join(args)],
+                       check=True, capture_output=True)
+
+    pg(f"{bin_dir}/initdb", "-D", f"{d}/data", "-A", "trust", "-U", "postgres", "--no-sync",
+       "-E", "UTF8")
+    pg(f"{bin_dir}/pg_ctl", "-D", f"{d}/data", "-o", f"'{opts}'", "-l", f"{d}/log", "-w",
+       "start")
+    try:
+        yield (f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres",
+               lambda: pg(f"{bin_dir}/pg_ctl", "-D", f"{d}/data", "-o", f"'{opts}'", "-l",
+                          f"{d}/log", "-w", "-m", "fast", "restart"))
+    finally:
+        pg(f"{bin_dir}/pg_ctl", "-D", f"{d}/data", "-w", "-m", "immediate", "stop")
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
 def sqlite_url(tmp_path):
     return f"sqlite:///{tmp_path / 'store.db'}"
 

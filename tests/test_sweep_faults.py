@@ -3,7 +3,6 @@ mid-sweep, the controller's disk full."""
 
 import subprocess
 
-import pytest
 from sqlalchemy import create_engine, inspect
 
 from tests.controller import (
@@ -71,29 +70,22 @@ def _sweep_under_way(fleet, model_pair, tmp_path, pg_url):
     return ctl, sid, log, inv
 
 
-@pytest.mark.alone  # restarts the PostgreSQL every other test uses
-def test_postgresql_restarted_mid_sweep(fleet, model_pair, tmp_path, pg_url):
+def test_postgresql_restarted_mid_sweep(fleet, model_pair, tmp_path, private_pg):
+    pg_url, restart = private_pg  # a server of its own: the shared one serves other tests
     ctl, sid, log, _ = _sweep_under_way(fleet, model_pair, tmp_path, pg_url)
-    _restart_postgresql()
+    restart()
     assert ctl.wait(timeout=300) == 0, log.read_text()[-3000:]
     assert stored_events(pg_url, sid, "node1") == journal(fleet.nodes[0], sid)
 
 
-def _restart_postgresql() -> None:
-    cluster = subprocess.run(["ls", "/etc/postgresql"], capture_output=True,
-                             text=True).stdout.split()[0]
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", cluster, "main", "restart"],
-                   check=True)
-
-
-@pytest.mark.alone  # restarts the PostgreSQL every other test uses
-def test_postgresql_restarted_during_a_resume(fleet, model_pair, tmp_path, pg_url):
+def test_postgresql_restarted_during_a_resume(fleet, model_pair, tmp_path, private_pg):
     """An audit saw `--resume` stop with "terminating connection due to administrator
     command" while PostgreSQL restarted; every path that writes the store must ride it out."""
     import signal
 
     from tests.controller import kill_agent
 
+    pg_url, restart = private_pg
     ctl, sid, _, inv = _sweep_under_way(fleet, model_pair, tmp_path, pg_url)
     ctl.send_signal(signal.SIGINT)
     ctl.wait(timeout=60)
@@ -102,7 +94,7 @@ def test_postgresql_restarted_during_a_resume(fleet, model_pair, tmp_path, pg_ur
                     log=tmp_path / "r.log")
     before = stored_generations(pg_url, sid, "node1")
     wait_for(lambda: stored_generations(pg_url, sid, "node1") > before, what="resumed work")
-    _restart_postgresql()
+    restart()
     assert res.wait(timeout=300) == 0, (tmp_path / "r.log").read_text()[-3000:]
     assert "Traceback" not in (tmp_path / "r.log").read_text()
     assert stored_events(pg_url, sid, "node1") == journal(fleet.nodes[0], sid)
