@@ -28,7 +28,7 @@ def five(big_fleet, model_pair, tmp_path_factory):
     inv = d / "hosts.yml"
     inv.write_text(big_fleet.inventory_yaml())
     lock = make_lock(d, model_pair, use=("code",), widths=(2, 3, 4, 6), repetitions=3,
-                     max_tokens=64)
+                     max_tokens=32)
     return d, inv, lock
 
 

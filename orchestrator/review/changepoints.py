@@ -30,12 +30,12 @@ NOISE_FLOOR = 0.005  # relative night-to-night noise assumed at least this (plan
 
 def segment(values: list[float]) -> list[int]:
     """Candidate change indices (a segment starts there), by PELT."""
+    n = len(values)
+    if n < 2 * MIN_NIGHTS:
+        return []  # before the imports: ruptures (and scipy with it) costs ~0.6 s to load
     import numpy as np
     import ruptures as rpt
 
-    n = len(values)
-    if n < 2 * MIN_NIGHTS:
-        return []
     x = np.asarray(values, dtype=float)
     x = x / (np.median(x) or 1.0)
     diffs = np.diff(x)
