@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from orchestrator.cli import main
 from orchestrator.sweep.plan import load_plan, write_lock
+from tests.controller import agent_running, wait_for
 from tests.locks import make_lock
 
 
@@ -27,6 +28,8 @@ def test_doctor_names_each_problem_with_its_fix(fleet, model_pair, tmp_path):
     known.write_text("".join(x + "\n" for x in fleet.known_hosts.read_text().splitlines()
                              if f":{n2.port}" not in x))
     # another benchmark holds node1: its agent lock is taken, as a running agent takes it
+    # (first, an agent an earlier test on this worker's nodes left detached has ended)
+    wait_for(lambda: not agent_running(n1), what="node1's earlier agents to end")
     lock_file = n1.home / ".specfleet" / "agent.lock"
     lock_file.parent.mkdir(exist_ok=True)
     uid = pwd.getpwnam(n1.user)
@@ -52,7 +55,7 @@ def test_doctor_names_each_problem_with_its_fix(fleet, model_pair, tmp_path):
     assert "3 node(s): 3 would fail a sweep (node1, node2, ghost)" in lines
     assert any(x.startswith("  FAIL  busy       another benchmark holds the node (sweep "
                             "abc123def456, pid 4242") and
-               "`specfleet sweep --stop abc123def456`" in x for x in lines)
+               "`specfleet sweep --stop abc123def456`" in x for x in lines), r.output
     assert any(x.startswith("  FAIL  host key") and "ssh-keyscan -p " + str(n2.port) in x
                and "--accept-new-host-keys" in x for x in lines)
     assert any(x.startswith("  FAIL  ssh") and "127.0.1.99" in x and "by hand" in x
