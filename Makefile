@@ -27,7 +27,7 @@ system-deps:
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --cache-dir $${SPECFLEET_CACHE:-$$HOME/.cache/specfleet}/mypy
 
 # Three workers, one test module at a time each (its fixtures run once; most tests wait on
 # sshd, agents and servers, not on the 2 CPUs), the slow modules first (tests/conftest.py),
