@@ -252,7 +252,9 @@ def test_a_load_sweep_is_stored_and_the_sweep_page_shows_the_ramps(model_pair, t
     from tests.locks import plan_text
 
     root = Path(__file__).resolve().parents[1]
-    plain, draft = planted("plain", "explode", 2), planted("draft", "correct", 3, True)
+    # 5 ms a token (×8 at two streams): the ramp stops at 2 unless the CPU adds 140 ms to
+    # every request (at 2 ms, 32 ms of load did: it went on to 4)
+    plain, draft = planted("plain", "explode", 5), planted("draft", "correct", 3, True)
     engine = "\n".join([
         "engine:", "  type: http", "  runtime: planted", "  ready_timeout_s: 30",
         "  variants:", *(f"    - {json.dumps(v)}" for v in (plain, draft)),
