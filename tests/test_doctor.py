@@ -34,7 +34,7 @@ def test_doctor_names_each_problem_with_its_fix(fleet, model_pair, tmp_path):
     lock_file.parent.mkdir(exist_ok=True)
     uid = pwd.getpwnam(n1.user)
     os.chown(lock_file.parent, uid.pw_uid, uid.pw_gid)
-    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)  # as an agent does
     os.chown(lock_file, uid.pw_uid, uid.pw_gid)
     os.write(fd, json.dumps({"job_id": "abc123def456", "pid": 4242,
                              "started": "2026-11-26T02:00:00+00:00"}).encode())
