@@ -1,6 +1,7 @@
 """The agent on the real model pair with real mlx-lm on the CPU."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.sweep.jobspec import build_job
+from tests.blas import openblas
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +27,8 @@ def sweep_events(model_pair, tmp_path_factory):
     d = tmp_path_factory.mktemp("agent")
     job = build_job(model_pair, max_tokens=96)  # quality events: tests/test_measurements.py
     (d / "job.json").write_text(json.dumps(job))
-    proc = run_agent(d / "job.json", d / "events.jsonl")
+    proc = run_agent(d / "job.json", d / "events.jsonl",
+                     env={**os.environ, **openblas()})  # tests/blas.py
     assert proc.returncode == 0, proc.stderr
     journal = (d / "events.jsonl").read_text().splitlines()
     stdout = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]

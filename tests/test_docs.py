@@ -7,6 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from orchestrator.cli import main
+from tests.blas import openblas
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -169,7 +170,7 @@ class Session:
         self.home.mkdir()
         self.env = {**os.environ, "HOME": str(self.home),
                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-        self.env.update(openblas())
+        self.env.update(openblas())  # tests/blas.py: faster, same commands
         self.env.pop("SPECFLEET_DB", None)
         self.ids: dict[str, str] = {}
         self.ran: set[str] = set()
@@ -205,21 +206,6 @@ class Session:
         if "runs.csv" in cmd and (self.cwd / "runs.csv").is_file():
             self.ids["RUN_ID"] = (self.cwd / "runs.csv").read_text().splitlines()[1].split(",")[0]
         return r
-
-
-def openblas() -> dict[str, str]:
-    """On Linux, the OpenBLAS the project already installs (cmeel-openblas, which the demo
-    pair's training preloads too), preloaded into the commands' processes: `mlx[cpu]`'s own
-    BLAS makes the demo pair's generations ~3x slower (bench: 94 -> 32 ms for 40 tokens), and
-    these tests generate more than any other. What the commands do is the same; the local
-    node's runs carry the faster timing, and the sshd node's agent (its own login
-    environment) does not get it."""
-    from orchestrator.demo_models.build import _openblas_env
-
-    env = _openblas_env()
-    if "LD_PRELOAD" not in env:
-        return {}
-    return {"LD_PRELOAD": env["LD_PRELOAD"], "OPENBLAS_NUM_THREADS": "1"}
 
 
 def newcomer_with_a_mac(tmp_path, fleet) -> "Session":

@@ -13,6 +13,7 @@ from orchestrator.store import open_store
 from orchestrator.store.models import Measurement
 from orchestrator.sweep.dispatch import SweepOptions, start_sweep
 from orchestrator.sweep.plan import load_lock
+from tests.blas import preloaded
 from tests.browser import dump_dom
 from tests.locks import make_lock
 
@@ -63,7 +64,8 @@ def reviewed_store(model_pair, tmp_path_factory):
     doc = load_lock(make_lock(d, model_pair, use=("code", "memo"), widths=(2, 4),
                               max_tokens=40, quality=True,
                               extra="  cv_threshold: 5.0\n  contention_threshold: 1.0"))
-    result = start_sweep(doc, [local], store, opts=SweepOptions(provision=False))
+    with preloaded():  # tests/blas.py: this page's layout is the subject, not timing
+        result = start_sweep(doc, [local], store, opts=SweepOptions(provision=False))
     assert result.ok, result.outcomes
     with store.engine.begin() as c:  # model output is untrusted text
         c.execute(update(Measurement).where(Measurement.mode == "baseline")
