@@ -15,9 +15,9 @@ from contextlib import contextmanager
 
 def openblas() -> dict[str, str]:
     """The variables that preload it (empty where there is none to preload)."""
-    from orchestrator.demo_models.build import _openblas_env
+    from orchestrator.demo_models.build import openblas_env
 
-    env = _openblas_env()
+    env = openblas_env()
     if "LD_PRELOAD" not in env:
         return {}
     return {"LD_PRELOAD": env["LD_PRELOAD"], "OPENBLAS_NUM_THREADS": "1"}

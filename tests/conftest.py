@@ -115,7 +115,8 @@ def private_pg():
     import glob
     import socket
 
-    bin_dir = sorted(glob.glob("/usr/lib/postgresql/*/bin"))[-1]
+    # the newest installed server (numerically: 9 < 15)
+    bin_dir = max(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda b: int(Path(b).parent.name))
     d = Path(tempfile.mkdtemp(prefix="specfleet-pg-"))
     shutil.chown(d, "postgres")
     with socket.socket() as sock:

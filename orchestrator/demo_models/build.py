@@ -53,7 +53,7 @@ def _manifest(root: Path) -> dict[str, str]:
     return {f"{m}/{f}": file_sha256(root / m / f) for m in ("target", "draft") for f in FILES}
 
 
-def _openblas_env() -> dict[str, str]:
+def openblas_env() -> dict[str, str]:
     """Preload OpenBLAS when a wheel ships it: mlx[cpu]'s reference BLAS is ~30x slower."""
     env = dict(os.environ)
     if sys.platform != "linux":
@@ -96,7 +96,7 @@ def build_demo_models(out: Path, *, retrain: bool = False, log=print,
                 "from orchestrator.demo_models.corpus import corpus_documents;"
                 "from orchestrator.demo_models.train import build_pair;"
                 "build_pair(corpus_documents(), pathlib.Path(sys.argv[1]))")
-        subprocess.run([sys.executable, "-c", code, tmp], check=True, env=_openblas_env(),
+        subprocess.run([sys.executable, "-c", code, tmp], check=True, env=openblas_env(),
                        cwd=PROJECT_ROOT)
         for m in ("target", "draft"):
             if (out / m).exists():
