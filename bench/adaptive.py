@@ -95,10 +95,11 @@ def real(reps: int, widths: list[int], tolerance: float, confidence: float,
             for name, r in runs:
                 print(f"  {name:<12} {r['seconds']:7.1f} {r['generations']:5d} {r['best']:>5}  "
                       + " ".join(f"k={k}:{v:.3f}" for k, v in sorted(r["medians"].items())))
-            picks = {r["best"] for n, r in runs[:-1]}
+            picks = {r["best"] for _, r in runs[:-1]}
             ad = runs[-1][1]
             shares.append(ad["seconds"] / statistics.median(r["seconds"] for _, r in runs[:-1]))
-            same += ad["best"] == runs[0][1]["best"]
+            is_same = ad["best"] == runs[0][1]["best"]
+            same += is_same
             # within the tolerance: the first grid's own median for the adaptive pick is
             # within `tolerance` of that grid's best (what the plan says it cannot tell apart)
             g0 = runs[0][1]["medians"]
@@ -106,7 +107,7 @@ def real(reps: int, widths: list[int], tolerance: float, confidence: float,
             near += close
             agree += len(picks) == 1
             print(f"  trial {t + 1}: adaptive/grid node time {shares[-1]:.0%}; same pick as "
-                  f"the first grid: {'yes' if ad['best'] == runs[0][1]['best'] else 'no'}"
+                  f"the first grid: {'yes' if is_same else 'no'}"
                   f" (within {tolerance:.0%} of its best: {'yes' if close else 'no'})"
                   + (f"; the grids agree with each other: {'yes' if len(picks) == 1 else 'no'}"
                      if grids > 1 else ""), flush=True)

@@ -9,8 +9,9 @@ login environment), keep the default.
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
+
+import pytest
 
 
 def openblas() -> dict[str, str]:
@@ -25,14 +26,9 @@ def openblas() -> dict[str, str]:
 
 @contextmanager
 def preloaded():
-    """Local agents started inside inherit the preload (they inherit os.environ)."""
-    before = {k: os.environ.get(k) for k in ("LD_PRELOAD", "OPENBLAS_NUM_THREADS")}
-    os.environ.update(openblas())
-    try:
+    """Local agents started inside inherit the preload (they inherit os.environ); pytest's
+    MonkeyPatch puts the variables back afterwards (usable in a module-scoped fixture)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in openblas().items():
+            mp.setenv(key, value)
         yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
