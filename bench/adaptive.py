@@ -74,8 +74,9 @@ def run_agent(job: dict, folder: Path) -> dict:
 
 
 def real(reps: int, widths: list[int], tolerance: float, confidence: float,
-         grids: int, trials: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+         grids: int, trials: int, keep: Path | None = None) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = keep or Path(scratch)
         pair = Path(tmp) / "models"
         build_demo_models(pair, log=lambda m: None)
         job = build_job(pair, ["code"], max_tokens=160, draft_widths=widths)
@@ -126,11 +127,12 @@ def main() -> None:
     ap.add_argument("--grids", type=int, default=2)
     ap.add_argument("--trials", type=int, default=1)
     ap.add_argument("--planted-only", action="store_true")
+    ap.add_argument("--keep", type=Path, help="keep each run's journal in this (new) folder")
     args = ap.parse_args()
     planted(args.reps, args.tolerance)
     if not args.planted_only:
         real(args.reps, [int(k) for k in args.widths.split(",")], args.tolerance,
-             args.confidence, args.grids, args.trials)
+             args.confidence, args.grids, args.trials, args.keep)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
-"""OpenBLAS for the tests that generate the most and judge no timing.
+"""OpenBLAS for the tests' generations, where they judge no timing.
 
 On Linux, `mlx[cpu]`'s own BLAS makes the demo pair's generations ~3x slower than the
 OpenBLAS the project already installs (cmeel-openblas, which the demo pair's training
 preloads too; 40 tokens: 94 -> 32 ms). Preloading it changes no command and no check,
-only how fast the local node computes; tests that judge timing, and sshd nodes (their own
-login environment), keep the default.
+only how fast the nodes compute. `make test` preloads it for its whole parallel part
+(``python -m tests.blas`` prints the variables; the test sshd nodes pass them on, see
+tests/fleet.py); the `alone` tests, which judge timing and contention, and the tests that
+opt out with ``default_blas`` (tests/conftest.py) keep the default. ``preloaded()`` gives
+it to the local agents of a test run by other means (a plain ``pytest``).
 """
 
 from __future__ import annotations
@@ -32,3 +35,7 @@ def preloaded():
         for key, value in openblas().items():
             mp.setenv(key, value)
         yield
+
+
+if __name__ == "__main__":  # for `env $(python -m tests.blas) pytest …` in the Makefile
+    print(" ".join(f"{k}={v}" for k, v in openblas().items()))

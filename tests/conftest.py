@@ -32,6 +32,14 @@ def machine_lock(tmp_path, monkeypatch):
     return path
 
 
+@pytest.fixture
+def default_blas(monkeypatch):
+    """Local agents compute with mlx's own BLAS even under `make test`'s OpenBLAS preload
+    (tests/blas.py): for a test whose checks depend on relative speeds."""
+    for key in ("LD_PRELOAD", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.delenv(key, raising=False)
+
+
 @pytest.fixture(scope="session")
 def shared_dir():
     """A world-readable scratch folder: sshd node users must read the models in it."""
@@ -165,3 +173,30 @@ SLOW_FIRST = ("test_docs.py", "test_help_examples.py", "test_demo_example.py",
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """An agent a test left detached (a killed controller's, by design) must not run on
+    into the `alone` tests that judge timing: at the end of the run, the controller process
+    ends every agent still running from this run's temporary folders."""
+    if hasattr(session.config, "workerinput"):
+        return
+    try:
+        base = str(session.config._tmp_path_factory.getbasetemp())
+    except Exception:  # no temporary folder was made: no agent was started from one
+        return
+    import signal
+
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = " ".join(a.decode(errors="replace") for a in argv)
+        if base in text and " run " in text and "agent" in text:
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+            except OSError:
+                pass

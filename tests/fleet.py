@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
+BLAS_VARS = ("LD_PRELOAD", "OPENBLAS_NUM_THREADS")
 
 
 @dataclass
@@ -88,6 +89,13 @@ def _wait_listening(address: str, port: int, timeout: float = 10.0) -> None:
     raise RuntimeError(f"sshd on {address}:{port} did not start")
 
 
+def _setenv() -> list[str]:
+    """The nodes compute as this test run does: `make test` preloads OpenBLAS for its
+    parallel part (tests/blas.py), and sshd would otherwise drop it from their sessions."""
+    env = {k: os.environ[k] for k in BLAS_VARS if k in os.environ}
+    return ["SetEnv " + " ".join(f"{k}={v}" for k, v in env.items())] if env else []
+
+
 def _add_node(fleet: Fleet, i: int, address: str, port: int, netns: str | None = None,
               name: str | None = None) -> Node:
     """A user with a 0700 home and the client key, a host key, and an sshd for it."""
@@ -110,7 +118,7 @@ def _add_node(fleet: Fleet, i: int, address: str, port: int, netns: str | None =
         "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
         "PubkeyAuthentication yes", f"AllowUsers {user}", "MaxStartups 200:30:400",
         "MaxSessions 100", "StrictModes yes", "Subsystem sftp internal-sftp", "LogLevel INFO",
-        ""]))
+        *_setenv(), ""]))
     cmd = [SSHD, "-D", "-f", str(cfg), "-E", str(base / f"sshd{i}.log")]
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]

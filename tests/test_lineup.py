@@ -85,7 +85,7 @@ def test_a_lineup_locks_every_pair_and_refuses_a_foreign_draft_with_its_line(tie
 
 
 def test_a_lineup_sweep_measures_each_pair_beside_its_own_baseline_and_walks_the_ladder(
-        tiers, tmp_path):
+        tiers, tmp_path, default_blas):  # the ladder weighs each tier's measured speed
     plan = _lineup_plan(tmp_path, tiers, ["draft", "draft-4bit"], widths=(2, 3),
                         max_tokens=24, quality=True,
                         extra="  cv_threshold: 1.0\n  contention_threshold: 1.0")

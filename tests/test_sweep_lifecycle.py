@@ -27,8 +27,10 @@ def five(big_fleet, model_pair, tmp_path_factory):
     d = tmp_path_factory.mktemp("lifecycle")
     inv = d / "hosts.yml"
     inv.write_text(big_fleet.inventory_yaml())
+    # 96 tokens: each node's 24 generations must outlast the kills below (under `make
+    # test`'s OpenBLAS preload, tests/blas.py, at 32 tokens node3's could end first)
     lock = make_lock(d, model_pair, use=("code",), widths=(2, 3, 4, 6), repetitions=3,
-                     max_tokens=32)
+                     max_tokens=96)
     return d, inv, lock
 
 
