@@ -200,3 +200,32 @@ def pytest_sessionfinish(session, exitstatus):
                 os.kill(int(proc.name), signal.SIGKILL)
             except OSError:
                 pass
+
+
+def _cpu_times() -> list[int] | None:
+    """The machine's CPU counters (USER_HZ ticks): user nice system idle iowait irq softirq
+    steal — None where there is no /proc/stat (macOS)."""
+    try:
+        return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+
+
+def pytest_sessionstart(session):
+    session.config._cpu_at_start = _cpu_times()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """How busy the machine was during the run, so a slow run explains itself: CPU used
+    (this run's and anything else's), idle, and what the hypervisor took (steal: a noisy
+    neighbour on the host, invisible to `top`)."""
+    start, end = getattr(config, "_cpu_at_start", None), _cpu_times()
+    if hasattr(config, "workerinput") or not start or not end:
+        return
+    d = [b - a for a, b in zip(start, end)]
+    hz = os.sysconf("SC_CLK_TCK")
+    busy, idle, steal = (d[0] + d[1] + d[2] + d[5] + d[6]) / hz, (d[3] + d[4]) / hz, d[7] / hz
+    total = busy + idle + steal
+    terminalreporter.write_line(
+        f"CPU during this run: {busy:.0f} s busy, {idle:.0f} s idle, {steal:.0f} s stolen by "
+        f"the host ({steal / total:.0%} of {os.cpu_count()} CPUs' time)" if total else "")

@@ -236,11 +236,14 @@ def test_real_mlx_lm_server_under_concurrency_and_a_request_rate(model_pair, tmp
     def grows(ramp, metric):  # the ramp's last level over one stream's
         return ramp[max(ramp)][metric] / ramp[1][metric]
 
-    # the server that cannot batch serves the streams one after another: no more tokens/s
-    # for more streams, and the notice says so; the batching one gains (measured over runs
-    # here: plain 1.09–1.48× at 4 streams, draft-3 0.90–0.92×, its TTFT p50 ×41)
-    assert grows(plain, "output_tok_s_total") > grows(spec, "output_tok_s_total"), (plain,
-                                                                                   spec)
+    # the server that cannot batch serves the streams one after another: each new request
+    # waits for the others, so its time to first token grows with the streams far more
+    # than the batching server's (TTFT p50 at 4 streams: draft-3 x41-65, plain x3-16). Total
+    # tokens/s is too noisy a witness on this shared 2-CPU machine (plain gained 1.02-1.48x,
+    # draft-3 0.90-1.15x over runs); its notice below is the product's own judgement.
+    print("growth at 4 streams: ttft", grows(plain, "ttft_ms_p50"), grows(spec, "ttft_ms_p50"),
+          "tok/s", grows(plain, "output_tok_s_total"), grows(spec, "output_tok_s_total"))
+    assert grows(spec, "ttft_ms_p50") > 2 * grows(plain, "ttft_ms_p50"), (plain, spec)
     assert any(e["type"] == "notice" and e.get("variant") == "draft-3" and e["message"]
                .startswith("concurrency brought no throughput gain") for e in ev)
 
