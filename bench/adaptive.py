@@ -6,7 +6,9 @@ each ran. Part 2, real sweeps of the demo pair on this machine: the agent runs t
 grid, then the same job with ``adaptive``, each in its own process (as a node does); per
 run the node seconds (job_started → job_finished), the generations and the width with the
 best median paired speedup. A second full grid (``--grids 2``) shows how often the grid
-agrees with itself on this noisy machine, which bounds what agreement can mean here.
+agrees with itself on this noisy machine, which bounds what agreement can mean here; each
+run prints its scatter (one paired sample's sd over its mean) and the CPU time the host's
+hypervisor took meanwhile (steal), which is what makes two grids disagree.
 Goal: the same pick with ≤ 50% of the node time. Run:
 ``.venv/bin/python bench/adaptive.py [--reps 20] [--widths 2,3,4,6] [--grids 2] [--trials 3]``.
 """
@@ -48,8 +50,18 @@ def planted(reps: int, tolerance: float) -> None:
         print(f"  {name:<14} {same:>6}/20 {full:>9} {spent:>13} {spent / full:>6.0%}")
 
 
+def stolen() -> tuple[int, int]:
+    """(steal, all) CPU ticks so far: what the hypervisor gave other guests (0 off Linux)."""
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split()[1:9]]
+    except (OSError, ValueError):
+        return 0, 0
+    return ticks[7], sum(ticks)
+
+
 def run_agent(job: dict, folder: Path) -> dict:
     folder.mkdir(parents=True)
+    st0, all0 = stolen()
     (folder / "job.json").write_text(json.dumps(job))
     subprocess.run([sys.executable, "-m", "agent", "run", str(folder / "job.json"),
                     "--journal", str(folder / "j.jsonl"), "--quiet", "--lock",
@@ -69,8 +81,13 @@ def run_agent(job: dict, folder: Path) -> dict:
                 g["decode_tok_s"] / base["decode_tok_s"])
     medians = {k: statistics.median(v) for k, v in ratios.items()}
     best = max(medians, key=lambda k: medians[k])
+    flat = [x for v in ratios.values() for x in v]
+    st1, all1 = stolen()
     return {"seconds": end - start, "generations": sum(e["type"] == "generation" for e in ev),
-            "best": best, "medians": medians}
+            "best": best, "medians": medians,
+            # why picks can disagree: one paired sample's scatter, and the host's steal
+            "scatter": statistics.stdev(flat) / statistics.mean(flat) if len(flat) > 1 else 0.0,
+            "steal": (st1 - st0) / (all1 - all0) if all1 > all0 else 0.0}
 
 
 def real(reps: int, widths: list[int], tolerance: float, confidence: float,
@@ -85,7 +102,8 @@ def real(reps: int, widths: list[int], tolerance: float, confidence: float,
                    contention_threshold=1.0)
         print(f"\nreal sweeps of the demo pair (code workload, widths {widths}, {reps} "
               f"repetitions, tolerance {tolerance:.0%} at {confidence:.0%}, {trials} trial(s))")
-        print(f"  {'run':<12} {'node s':>7} {'gens':>5} {'picks':>5}  median speedup per width")
+        print(f"  {'run':<12} {'node s':>7} {'gens':>5} {'picks':>5} {'scatter':>7} {'steal':>5}"
+              "  median speedup per width")
         shares, same, agree, near = [], 0, 0, 0
         for t in range(trials):
             runs = [(f"{t + 1}: grid", run_agent(job, Path(tmp) / f"t{t}grid{i}"))
@@ -94,7 +112,8 @@ def real(reps: int, widths: list[int], tolerance: float, confidence: float,
                 {**job, "adaptive": {"tolerance": tolerance, "confidence": confidence}},
                 Path(tmp) / f"t{t}adaptive")))
             for name, r in runs:
-                print(f"  {name:<12} {r['seconds']:7.1f} {r['generations']:5d} {r['best']:>5}  "
+                print(f"  {name:<12} {r['seconds']:7.1f} {r['generations']:5d} {r['best']:>5} "
+                      f"{r['scatter']:7.1%} {r['steal']:5.0%}  "
                       + " ".join(f"k={k}:{v:.3f}" for k, v in sorted(r["medians"].items())))
             picks = {r["best"] for _, r in runs[:-1]}
             ad = runs[-1][1]
