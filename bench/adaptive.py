@@ -34,6 +34,7 @@ from tests.history import (  # noqa: E402
     full_grid,
     planted_speedups,
 )
+from tests.machine import cpu_ticks  # noqa: E402
 
 
 def planted(reps: int, tolerance: float) -> None:
@@ -52,10 +53,7 @@ def planted(reps: int, tolerance: float) -> None:
 
 def stolen() -> tuple[int, int]:
     """(steal, all) CPU ticks so far: what the hypervisor gave other guests (0 off Linux)."""
-    try:
-        ticks = [int(x) for x in Path("/proc/stat").read_text().split()[1:9]]
-    except (OSError, ValueError):
-        return 0, 0
+    ticks = cpu_ticks() or [0] * 8
     return ticks[7], sum(ticks)
 
 

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 import pytest
 
+VARS = ("LD_PRELOAD", "OPENBLAS_NUM_THREADS")  # what the preload sets, and what sshd passes on
+
 
 def openblas() -> dict[str, str]:
     """The variables that preload it (empty where there is none to preload)."""
@@ -24,7 +26,7 @@ def openblas() -> dict[str, str]:
     env = openblas_env()
     if "LD_PRELOAD" not in env:
         return {}
-    return {"LD_PRELOAD": env["LD_PRELOAD"], "OPENBLAS_NUM_THREADS": "1"}
+    return dict(zip(VARS, (env["LD_PRELOAD"], "1")))
 
 
 @contextmanager

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests import blas
 from tests.fleet import add_netns_node, start_fleet, stop_fleet
+from tests.machine import cpu_ticks
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 # Tests run in parallel workers: each worker process is a machine of its own for local
@@ -36,7 +38,7 @@ def machine_lock(tmp_path, monkeypatch):
 def default_blas(monkeypatch):
     """Local agents compute with mlx's own BLAS even under `make test`'s OpenBLAS preload
     (tests/blas.py): for a test whose checks depend on relative speeds."""
-    for key in ("LD_PRELOAD", "OPENBLAS_NUM_THREADS"):
+    for key in blas.VARS:
         monkeypatch.delenv(key, raising=False)
 
 
@@ -182,11 +184,12 @@ def pytest_sessionfinish(session, exitstatus):
     if hasattr(session.config, "workerinput"):
         return
     try:
-        base = str(session.config._tmp_path_factory.getbasetemp())
+        base = str(session.config._tmp_path_factory.getbasetemp())  # the run's tmp_path root
     except Exception:  # no temporary folder was made: no agent was started from one
         return
     import signal
 
+    ended = 0
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
@@ -198,34 +201,30 @@ def pytest_sessionfinish(session, exitstatus):
         if base in text and " run " in text and "agent" in text:
             try:
                 os.kill(int(proc.name), signal.SIGKILL)
+                ended += 1
             except OSError:
                 pass
-
-
-def _cpu_times() -> list[int] | None:
-    """The machine's CPU counters (USER_HZ ticks): user nice system idle iowait irq softirq
-    steal — None where there is no /proc/stat (macOS)."""
-    try:
-        return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    except (OSError, ValueError):
-        return None
+    session.config._agents_ended = ended
 
 
 def pytest_sessionstart(session):
-    session.config._cpu_at_start = _cpu_times()
+    session.config._cpu_at_start = cpu_ticks()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """How busy the machine was during the run, so a slow run explains itself: CPU used
     (this run's and anything else's), idle, and what the hypervisor took (steal: a noisy
     neighbour on the host, invisible to `top`)."""
-    start, end = getattr(config, "_cpu_at_start", None), _cpu_times()
+    start, end = getattr(config, "_cpu_at_start", None), cpu_ticks()
     if hasattr(config, "workerinput") or not start or not end:
         return
     d = [b - a for a, b in zip(start, end)]
     hz = os.sysconf("SC_CLK_TCK")
     busy, idle, steal = (d[0] + d[1] + d[2] + d[5] + d[6]) / hz, (d[3] + d[4]) / hz, d[7] / hz
     total = busy + idle + steal
+    if getattr(config, "_agents_ended", 0):
+        terminalreporter.write_line(f"ended {config._agents_ended} agent(s) that tests had "
+                                    "left running")
     terminalreporter.write_line(
         f"CPU during this run: {busy:.0f} s busy, {idle:.0f} s idle, {steal:.0f} s stolen by "
         f"the host ({steal / total:.0%} of {os.cpu_count()} CPUs' time)" if total else "")

@@ -11,8 +11,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests import blas
+
 SSHD = "/usr/sbin/sshd"
-BLAS_VARS = ("LD_PRELOAD", "OPENBLAS_NUM_THREADS")
 
 
 @dataclass
@@ -92,7 +93,7 @@ def _wait_listening(address: str, port: int, timeout: float = 10.0) -> None:
 def _setenv() -> list[str]:
     """The nodes compute as this test run does: `make test` preloads OpenBLAS for its
     parallel part (tests/blas.py), and sshd would otherwise drop it from their sessions."""
-    env = {k: os.environ[k] for k in BLAS_VARS if k in os.environ}
+    env = {k: os.environ[k] for k in blas.VARS if k in os.environ}
     return ["SetEnv " + " ".join(f"{k}={v}" for k, v in env.items())] if env else []
 
 

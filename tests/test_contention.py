@@ -108,7 +108,9 @@ def test_a_cpu_hog_beside_a_sweep_on_a_loopback_node_sets_its_runs_aside(fleet, 
     from orchestrator.store import open_store
     from tests.locks import make_lock
 
-    lock = make_lock(tmp_path, model_pair, widths=(2,), repetitions=2, max_tokens=48)
+    # 160 tokens: each generation must span the 0.2 CPU-s a share needs; under `make test`'s
+    # OpenBLAS preload (tests/blas.py) a 48-token one is too short to judge (share None)
+    lock = make_lock(tmp_path, model_pair, widths=(2,), repetitions=2, max_tokens=160)
     inv = tmp_path / "hosts.yml"
     inv.write_text(fleet.inventory_yaml())
     url = f"sqlite:///{tmp_path / 's.db'}"
