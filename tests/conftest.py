@@ -222,9 +222,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     hz = os.sysconf("SC_CLK_TCK")
     busy, idle, steal = (d[0] + d[1] + d[2] + d[5] + d[6]) / hz, (d[3] + d[4]) / hz, d[7] / hz
     total = busy + idle + steal
+    if not total:
+        return
     if getattr(config, "_agents_ended", 0):
         terminalreporter.write_line(f"ended {config._agents_ended} agent(s) that tests had "
                                     "left running")
     terminalreporter.write_line(
         f"CPU during this run: {busy:.0f} s busy, {idle:.0f} s idle, {steal:.0f} s stolen by "
-        f"the host ({steal / total:.0%} of {os.cpu_count()} CPUs' time)" if total else "")
+        f"the host ({steal / total:.0%} of {os.cpu_count()} CPUs' time)")

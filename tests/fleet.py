@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests import blas
+from tests.ports import free_port
 
 SSHD = "/usr/sbin/sshd"
 
@@ -71,12 +72,6 @@ class Fleet:
             lines.append(f"        {name}:")
             lines += [f"          {k}: {v}" for k, v in hv.items()]
         return "\n".join(lines) + "\n"
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 def _wait_listening(address: str, port: int, timeout: float = 10.0) -> None:
@@ -144,7 +139,7 @@ def start_fleet(count: int, python: str) -> Fleet:
     Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
     for i in range(1, count + 1):
         address = f"127.0.1.{i}"
-        _add_node(fleet, i, address, _free_port(address))
+        _add_node(fleet, i, address, free_port(address))
     for n in fleet.nodes:
         _wait_listening(n.address, n.port)
     return fleet

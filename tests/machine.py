@@ -13,4 +13,3 @@ def cpu_ticks() -> list[int] | None:
         return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
     except (OSError, ValueError):
         return None
-

@@ -2,9 +2,7 @@
 transcript with planted protocol faults, and proxies that corrupt streaming."""
 
 import http.server
-import itertools
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -16,30 +14,10 @@ from pathlib import Path
 import pytest
 
 from agent import httpengine as h
+from tests.ports import free_port
 
 SSE = Path(__file__).parent / "data" / "sse" / "mlx_lm_server_chat_stream.txt"
 PROMPT = "def heappush(heap, item):"
-
-
-_PORTS = itertools.count()
-
-
-def free_port() -> int:
-    """A free loopback port below the kernel's ephemeral range (32768-60999 here), in a
-    band of this xdist worker's own. A runtime the agent restarts must find its port still
-    free, and the kernel hands out ephemeral ports to every bind(0) and outgoing connection
-    of every test: one picked there was taken in between once ("Address already in use")."""
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
-    base = 20000 + 2000 * worker
-    for _ in range(2000):
-        port = base + next(_PORTS) % 2000
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:  # a service's, or one this worker still uses
-                continue
-            return port
-    raise RuntimeError(f"no free loopback port in {base}-{base + 1999}")
 
 
 def start_mlx_server(model_pair, draft: bool):

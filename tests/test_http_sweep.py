@@ -9,8 +9,9 @@ import threading
 from pathlib import Path
 
 from orchestrator.sweep.jobspec import build_job
+from tests.ports import free_port
 from tests.test_agent import run_agent
-from tests.test_http_engine import ARGS, _arg, free_port
+from tests.test_http_engine import ARGS, _arg
 
 
 def events(path):

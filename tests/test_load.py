@@ -10,8 +10,8 @@ import pytest
 
 from agent.load import arrival_times, check_load, closed_loop, open_loop, summarize
 from orchestrator.sweep.jobspec import build_job
+from tests.ports import free_port
 from tests.test_agent import run_agent
-from tests.test_http_engine import free_port
 from tests.test_planted_runtimes import PLANTED
 
 

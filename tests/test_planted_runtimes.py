@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from orchestrator.sweep.jobspec import build_job
+from tests.ports import free_port
 from tests.test_agent import run_agent
-from tests.test_http_engine import free_port
 
 PLANTED = Path(__file__).with_name("planted_runtime.py")
 

@@ -11,8 +11,8 @@ import urllib.request
 import pytest
 
 from orchestrator.sweep.jobspec import build_job, load_quality_tasks
+from tests.ports import free_port
 from tests.test_agent import run_agent
-from tests.test_http_engine import free_port
 from tests.test_planted_runtimes import PLANTED, variant
 
 
