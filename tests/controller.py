@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -68,6 +69,14 @@ def kill_link(node) -> None:
     """Drop the node's SSH sessions (the sshd processes), not its detached agent."""
     r = subprocess.run(["pkill", "-KILL", "-f", f"sshd: {node.user}"], check=False)
     assert r.returncode == 0, f"no ssh session of {node.user} to kill"
+
+
+def hold_agents(nodes, sig: int = signal.SIGSTOP) -> None:
+    """Pause (SIGSTOP) or release (SIGCONT) the nodes' agents: a test orders its faults
+    while every agent still has work left, whatever the machine's speed."""
+    for node in nodes:
+        subprocess.run(["pkill", f"-{signal.Signals(sig).name.removeprefix('SIG')}", "-u",
+                        node.user, "-f", "agent run"], check=False)
 
 
 def agent_running(node) -> bool:

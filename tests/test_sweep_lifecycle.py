@@ -7,6 +7,7 @@ import pytest
 
 from tests.controller import (
     agent_running,
+    hold_agents,
     journal,
     json_from_log,
     kill_agent,
@@ -27,11 +28,19 @@ def five(big_fleet, model_pair, tmp_path_factory):
     d = tmp_path_factory.mktemp("lifecycle")
     inv = d / "hosts.yml"
     inv.write_text(big_fleet.inventory_yaml())
-    # 96 tokens: each node's 24 generations must outlast the kills below (under `make
-    # test`'s OpenBLAS preload, tests/blas.py, at 32 tokens node3's could end first)
+    # short generations: the test holds the agents (SIGSTOP) while it kills, so each has
+    # work left whatever this machine's speed (96 tokens a generation used to buy that)
     lock = make_lock(d, model_pair, use=("code",), widths=(2, 3, 4, 6), repetitions=3,
-                     max_tokens=96)
+                     max_tokens=24)
     return d, inv, lock
+
+
+def journaled_generations(node, sweep_id: str) -> int:
+    path = node.home / ".specfleet" / "jobs" / f"{sweep_id}.events.jsonl"
+    try:
+        return path.read_text().count('"type":"generation"')  # the journal's compact JSON
+    except FileNotFoundError:
+        return 0
 
 
 def common(fleet, inv, url, d):
@@ -47,14 +56,29 @@ def test_kill_link_agent_and_controller_then_attach_and_resume(big_fleet, five, 
     log = d / "controller1.log"
     ctl = specfleet("sweep", str(lock), *common(big_fleet, inv, pg_url, d), log=log)
     sid = sweep_id_from(log)
+    # each agent is held (SIGSTOP) once its journal has two generations, so none can
+    # finish before the faults land; each goes on where it stopped when released (SIGCONT)
+    held: set[str] = set()
+
+    def hold_each() -> bool:
+        for n in nodes:
+            if n.name not in held and journaled_generations(n, sid) >= 2:
+                hold_agents([n])
+                held.add(n.name)
+        return len(held) == NODES
+
+    wait_for(hold_each, what="every node to journal two generations")
     wait_for(lambda: all(stored_generations(pg_url, sid, n.name) >= 2 for n in nodes),
-             what="every node to store a generation")
+             what="every node to store them")
     kill_link(nodes[2])     # node3: the SSH link dies; the controller must reconnect
     kill_agent(nodes[3])    # node4: the agent dies; it must be resumed later
+    hold_agents(nodes[2:3], signal.SIGCONT)
     wait_for(lambda: stored_generations(pg_url, sid, "node3") >= 4, what="node3 to go on")
     ctl.send_signal(signal.SIGKILL)  # the controller dies; agents keep running
     ctl.wait()
-    assert any(agent_running(n) for n in nodes if n is not nodes[3])
+    assert all(agent_running(n) for n in (nodes[0], nodes[1], nodes[4]))
+    assert not agent_running(nodes[3])
+    hold_agents(nodes, signal.SIGCONT)
 
     attach_log = d / "attach.log"
     att = specfleet("sweep", "--attach", sid, *common(big_fleet, inv, pg_url, d), "--json",
