@@ -33,11 +33,12 @@ lint: $(STAMP)
 # sshd, agents and servers, not on the 2 CPUs), the slow modules first (tests/conftest.py),
 # then the few marked `alone`: they restart PostgreSQL or judge timing and contention.
 # Lint runs among the modules (tests/test_lint.py: the same commands as `make lint`).
-# The parallel part preloads OpenBLAS (tests/blas.py: ~3x faster generations, the same
-# checks); the `alone` part keeps mlx's own BLAS.
+# Both parts preload OpenBLAS (tests/blas.py: ~3x faster generations, the same checks;
+# a test that asks for the `default_blas` fixture keeps mlx's own).
+PYTEST = env $$($(VENV)/bin/python -m tests.blas) $(VENV)/bin/python -m pytest
 test: $(STAMP) system-deps
-	env $$($(VENV)/bin/python -m tests.blas) $(VENV)/bin/python -m pytest -n 3 --dist loadscope --no-loadscope-reorder -m "not alone" -v -ra --durations=15
-	$(VENV)/bin/python -m pytest -m alone -v -ra
+	$(PYTEST) -n 3 --dist loadscope --no-loadscope-reorder -m "not alone" -v -ra --durations=15
+	$(PYTEST) -m alone -v -ra
 
 clean:
 	rm -rf $(VENV) .specfleet-demo

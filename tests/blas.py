@@ -3,11 +3,12 @@
 On Linux, `mlx[cpu]`'s own BLAS makes the demo pair's generations ~3x slower than the
 OpenBLAS the project already installs (cmeel-openblas, which the demo pair's training
 preloads too; 40 tokens: 94 -> 32 ms). Preloading it changes no command and no check,
-only how fast the nodes compute. `make test` preloads it for its whole parallel part
+only how fast the nodes compute. `make test` preloads it for both its parts
 (``python -m tests.blas`` prints the variables; the test sshd nodes pass them on, see
-tests/fleet.py); the `alone` tests, which judge timing and contention, and the tests that
-opt out with ``default_blas`` (tests/conftest.py) keep the default. ``preloaded()`` gives
-it to the local agents of a test run by other means (a plain ``pytest``).
+tests/fleet.py); the tests that opt out with ``default_blas`` (tests/conftest.py) keep the
+default. The `alone` tests judge ratios and shares (TTFT growth with streams, a CPU share
+beside a hog), which hold at either speed. ``preloaded()`` gives it to the local agents
+of a test run by other means (a plain ``pytest``).
 """
 
 from __future__ import annotations
