@@ -34,11 +34,12 @@ lint: $(STAMP)
 # then the few marked `alone`: they restart PostgreSQL or judge timing and contention.
 # Lint runs among the modules (tests/test_lint.py: the same commands as `make lint`).
 # Both parts preload OpenBLAS (tests/blas.py: ~3x faster generations, the same checks;
-# a test that asks for the `default_blas` fixture keeps mlx's own).
+# a test that asks for the `default_blas` fixture keeps mlx's own). The alone part collects
+# only the modules that mark a test `alone` (collecting all of them took 4 CPU-s).
 PYTEST = env $$($(VENV)/bin/python -m tests.blas) $(VENV)/bin/python -m pytest
 test: $(STAMP) system-deps
 	$(PYTEST) -n 3 --dist loadscope --no-loadscope-reorder -m "not alone" -v -ra --durations=15
-	$(PYTEST) -m alone -v -ra
+	$(PYTEST) -m alone -v -ra $$(grep -l "mark.alone" tests/test_*.py)
 
 clean:
 	rm -rf $(VENV) .specfleet-demo

@@ -19,8 +19,16 @@ def test_every_help_example_runs_as_written(tmp_path, fleet):
     create sweeps, which go first so that the others have runs to show. An example that is
     a README command as well is run by the README test (same text), not twice."""
     s = newcomer_with_a_mac(tmp_path, fleet)
-    for cmd in BEFORE:
-        s.run(cmd)
+    init, lock = BEFORE
+    s.run(init)
+    # a reader's own plan: init's, lighter (the README test sweeps init's plan as written;
+    # here only `repro` generates, on two nodes: 2 repetitions of 64 tokens, not 3 of 160)
+    plan = s.cwd / "lab" / "plan.yml"
+    text = plan.read_text()
+    assert "  repetitions: 3\n" in text and "  context: [short]" in text
+    plan.write_text(text.replace("  repetitions: 3\n", "  repetitions: 2\n").replace(
+        "  context: [short]", "  max_tokens: 64\n  context: [short]"))
+    s.run(lock)
     (mac_block,) = [b for b in readme_blocks() if b[0].startswith("NODE=")]
     for cmd in mac_block:
         s.run(your_mac(fleet) if cmd.startswith("NODE=") else cmd)
