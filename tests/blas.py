@@ -6,9 +6,9 @@ preloads too; 40 tokens: 94 -> 32 ms). Preloading it changes no command and no c
 only how fast the nodes compute. `make test` preloads it for both its parts
 (``python -m tests.blas`` prints the variables; the test sshd nodes pass them on, see
 tests/fleet.py); the tests that opt out with ``default_blas`` (tests/conftest.py) keep the
-default (the real mlx_lm.server test: its no-gain notice weighs each request's fixed
-cost against its generation time). The other `alone` tests judge ratios and shares that
-hold at either speed (a CPU share beside a hog, planted runtimes' stops). ``preloaded()``
+default (the lineup ladder weighs its tiers' measured speeds). The `alone` tests judge
+ratios and shares that hold at either speed (TTFT growth with streams, a CPU share beside
+a hog, planted runtimes' stops). ``preloaded()``
 gives it to the local agents of a test run by other means (a plain ``pytest``).
 """
 

@@ -195,13 +195,10 @@ def test_the_decode_boundary_takes_load_levels_and_sets_bad_ones_aside():
 
 
 @pytest.mark.alone  # judges a throughput gain: other tests' load would blur it
-def test_real_mlx_lm_server_under_concurrency_and_a_request_rate(model_pair, tmp_path,
-                                                                 default_blas):
+def test_real_mlx_lm_server_under_concurrency_and_a_request_rate(model_pair, tmp_path):
     """mlx_lm.server 0.32.2 batches requests only without a draft model: the plain server
     gains throughput with streams, the speculative one serves them one batch of one at a
-    time. Every level is measured for both, with no errors. With mlx's own BLAS: the
-    no-gain notice weighs each request's HTTP and prefill cost against its generation
-    time, and OpenBLAS's 3x faster tokens tipped it (unbatched draft-3 "gained")."""
+    time. Every level is measured for both, with no errors."""
     p1, p2 = free_port(), free_port()
     server = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_pair / "target")]
     variants = [{"name": "plain", "base_url": f"http://127.0.0.1:{p1}",
@@ -243,12 +240,16 @@ def test_real_mlx_lm_server_under_concurrency_and_a_request_rate(model_pair, tmp
     # waits for the others, so its time to first token grows with the streams far more
     # than the batching server's (TTFT p50 at 4 streams: draft-3 x41-65, plain x3-16). Total
     # tokens/s is too noisy a witness on this shared 2-CPU machine (plain gained 1.02-1.48x,
-    # draft-3 0.90-1.15x over runs); its notice below is the product's own judgement.
+    # draft-3 0.90-1.36x over runs: at 4 streams the client's own per-request work overlaps
+    # the server's). So the no-gain notice must agree with the numbers the ramp stored,
+    # whichever way they fell; the planted serial runtime above checks that it fires.
     print("growth at 4 streams: ttft", grows(plain, "ttft_ms_p50"), grows(spec, "ttft_ms_p50"),
           "tok/s", grows(plain, "output_tok_s_total"), grows(spec, "output_tok_s_total"))
     assert grows(spec, "ttft_ms_p50") > 2 * grows(plain, "ttft_ms_p50"), (plain, spec)
-    assert any(e["type"] == "notice" and e.get("variant") == "draft-3" and e["message"]
-               .startswith("concurrency brought no throughput gain") for e in ev)
+    for name, ramp in (("plain", plain), ("draft-3", spec)):
+        noticed = any(e["type"] == "notice" and e.get("variant") == name and e["message"]
+                      .startswith("concurrency brought no throughput gain") for e in ev)
+        assert noticed == (grows(ramp, "output_tok_s_total") < 1.2), (name, ramp)
 
 
 def test_a_load_sweep_is_stored_and_the_sweep_page_shows_the_ramps(model_pair, tmp_path):
