@@ -150,3 +150,29 @@ def test_concurrent_first_opens_of_a_postgresql_store(pg_url):
     with ThreadPoolExecutor(4) as pool:
         stores = list(pool.map(lambda _: open_store(pg_url), range(4)))
     assert {s.current_revision() for s in stores} == {HEAD}
+
+
+def test_a_store_at_head_opens_without_alembic_and_an_older_one_is_migrated(tmp_path):
+    """The quick check reads the same head as alembic; a command on a store at head does
+    not import alembic (a fifth of its start-up), one on an older store migrates it."""
+    import subprocess
+    import sys
+
+    from orchestrator.store.db import script_head
+
+    assert script_head() == HEAD
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    open_store(url)
+    probe = ("import sys; from orchestrator.store import open_store; s = open_store(sys.argv[1]);"
+             " print('alembic' in sys.modules, s.current_revision())")
+
+    def opened() -> tuple[str, str]:
+        r = subprocess.run([sys.executable, "-c", probe, url], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split()[0], r.stderr
+
+    assert opened() == ("False", "")
+    downgrade(open_store(url, migrate=False).engine, url, "0011")
+    imported, err = opened()
+    assert imported == "True" and f"upgraded from revision 0011 to {HEAD}" in err
+    assert open_store(url, migrate=False).current_revision() == HEAD

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import re
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, delete, func, insert, select, update
+from sqlalchemy import create_engine, delete, func, insert, select, text, update
 from sqlalchemy import event as sa_event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
@@ -58,7 +57,11 @@ def resolve_url(url: str | None) -> str:
     return url or os.environ.get("SPECFLEET_DB") or DEFAULT_URL
 
 
-def alembic_config(url: str) -> Config:
+def alembic_config(url: str):
+    # alembic is imported where a migration runs: a store already at head (every command
+    # but the first) opens without it, about a fifth of a short command's start-up
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
@@ -72,6 +75,8 @@ class Store:
                         else sqlite.insert)
 
     def current_revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
         with self.engine.connect() as c:
             return MigrationContext.configure(c).get_current_revision()
 
@@ -561,8 +566,45 @@ def _sqlite_begin(conn) -> None:
 MIGRATION_LOCK = 0x5F5EC_F1EE7  # pg advisory lock key: one migrating controller at a time
 
 
+@functools.cache
+def script_head() -> str | None:
+    """The newest revision of migrations/versions, read from the files' ``revision`` and
+    ``down_revision`` lines; None unless the history is one plain chain (alembic decides)."""
+    revs: dict[str, str | None] = {}
+    for f in (MIGRATIONS / "versions").glob("*.py"):
+        src = f.read_text(encoding="utf-8")
+        rev = re.search(r'^revision\s*(?::[^=]*)?=\s*["\'](\w+)["\']', src, re.M)
+        down = re.search(r'^down_revision\s*(?::[^=]*)?=\s*(?:["\'](\w+)["\']|None)\s*$',
+                         src, re.M)
+        if not rev or not down:
+            return None
+        revs[rev.group(1)] = down.group(1)
+    heads = set(revs) - set(revs.values())
+    return heads.pop() if len(heads) == 1 else None
+
+
+def at_head(engine: Engine) -> bool:
+    """The store's recorded revision is the newest migration (a read, no lock: a store
+    mid-migration elsewhere still reads its old revision and takes the full path)."""
+    head = script_head()
+    if head is None:
+        return False
+    try:
+        with engine.connect() as c:
+            return c.execute(text("SELECT version_num FROM alembic_version")).scalars().all() \
+                == [head]
+    except SQLAlchemyError:  # no table yet: a new store
+        return False
+
+
 def upgrade(engine: Engine, url: str, revision: str = "head") -> tuple[str | None, str | None]:
     """Migrate up; returns the revisions before and after."""
+    if revision == "head" and at_head(engine):
+        head = script_head()
+        return head, head
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
     cfg = alembic_config(url)
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
@@ -582,6 +624,7 @@ def downgrade(engine: Engine, url: str, revision: str) -> None:
 @contextlib.contextmanager
 def _downgrading(engine: Engine, url: str, revision: str):
     """Migrate down inside one transaction and hand it over, to commit or roll back."""
+    from alembic import command
     from alembic.script import ScriptDirectory
     from alembic.util import CommandError
 
