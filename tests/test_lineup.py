@@ -240,3 +240,21 @@ def test_a_draft_free_method_takes_its_place_in_the_lineup(model_pair, tmp_path)
     assert [(r["step"], r["action"]) for r in ladder["rungs"]] == [
         (0, "current width"), (2, "draft-free method"), (3, "autoregressive only")]
     assert ladder["rungs"][1]["model_pair"] == "models/target / prompt-lookup"
+
+
+def test_progress_names_each_pair_and_a_targets_own_quality_baseline():
+    """The live progress line of a lineup's quality events: the pair, or the target alone
+    for its baseline (stored as "target+None", never shown so)."""
+    import io
+
+    from orchestrator.sweep.dispatch import StderrProgress
+
+    out = io.StringIO()
+    progress = StderrProgress(out)
+    for models, mode, k in (({"target": "target"}, "baseline", 0),
+                            ({"target": "target", "draft": "draft-2"}, "speculative", 3)):
+        progress("local", {"type": "quality", "mode": mode, "num_draft_tokens": k,
+                           "models": models, "passed": 1, "tasks": 6})
+    assert out.getvalue().splitlines() == [
+        "[local] quality baseline k=0 target alone: 1/6 tasks passed",
+        "[local] quality speculative k=3 target+draft-2: 1/6 tasks passed"]

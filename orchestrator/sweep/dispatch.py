@@ -121,6 +121,8 @@ else echo stopped; fi
 def _pair(event: dict) -> str:
     """ " target+draft-2" for a lineup's result (which pair), "" for a plan of one pair."""
     pair = result_pair(event)
+    if pair and pair.endswith("+None"):  # a target's own baseline (its quality tasks)
+        return f" {pair.removesuffix('+None')} alone"
     return f" {pair}" if pair else ""
 
 
