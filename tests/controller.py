@@ -55,9 +55,21 @@ def stored_events(url: str, sweep_id: str, node: str) -> list[dict]:
             Event.sweep_id == sweep_id, Event.node == node).order_by(Event.seq)).scalars())
 
 
+def journal_path(node, sweep_id: str) -> Path:
+    return node.home / ".specfleet" / "jobs" / f"{sweep_id}.events.jsonl"
+
+
 def journal(node, sweep_id: str) -> list[dict]:
-    path = node.home / ".specfleet" / "jobs" / f"{sweep_id}.events.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()]
+    return [json.loads(x) for x in journal_path(node, sweep_id).read_text().splitlines()]
+
+
+def journaled_generations(node, sweep_id: str) -> int:
+    """Generations in the node's journal so far (0 before it exists); a line still being
+    written is not parsed, only counted once complete enough to name its type."""
+    try:
+        return journal_path(node, sweep_id).read_text().count('"type":"generation"')
+    except FileNotFoundError:
+        return 0
 
 
 def kill_agent(node) -> None:

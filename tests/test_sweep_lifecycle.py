@@ -9,6 +9,7 @@ from tests.controller import (
     agent_running,
     hold_agents,
     journal,
+    journaled_generations,
     json_from_log,
     kill_agent,
     kill_link,
@@ -33,14 +34,6 @@ def five(big_fleet, model_pair, tmp_path_factory):
     lock = make_lock(d, model_pair, use=("code",), widths=(2, 3, 4, 6), repetitions=3,
                      max_tokens=24)
     return d, inv, lock
-
-
-def journaled_generations(node, sweep_id: str) -> int:
-    path = node.home / ".specfleet" / "jobs" / f"{sweep_id}.events.jsonl"
-    try:
-        return path.read_text().count('"type":"generation"')  # the journal's compact JSON
-    except FileNotFoundError:
-        return 0
 
 
 def common(fleet, inv, url, d):

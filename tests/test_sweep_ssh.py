@@ -10,14 +10,10 @@ from sqlalchemy import func, select
 from orchestrator.cli import main
 from orchestrator.store import open_store
 from orchestrator.store.models import Event, Measurement, NodeOutcome, Run, TelemetrySample
+from tests.controller import journal as _node_journal  # a node's journal, as the agent wrote it
 from tests.locks import make_lock
 
 SWEEP_ARGS = ["--no-provision"]
-
-
-def _node_journal(node, sweep_id: str) -> list[dict]:
-    path = node.home / ".specfleet" / "jobs" / f"{sweep_id}.events.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
