@@ -10,6 +10,7 @@ import re
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import create_engine, delete, func, insert, select, text, update
 from sqlalchemy import event as sa_event
@@ -36,6 +37,9 @@ from .models import (
     SweepNode,
 )
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 DEFAULT_URL = "sqlite:///specfleet.db"
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -57,7 +61,7 @@ def resolve_url(url: str | None) -> str:
     return url or os.environ.get("SPECFLEET_DB") or DEFAULT_URL
 
 
-def alembic_config(url: str):
+def alembic_config(url: str) -> Config:
     # alembic is imported where a migration runs: a store already at head (every command
     # but the first) opens without it, about a fifth of a short command's start-up
     from alembic.config import Config
