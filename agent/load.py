@@ -287,13 +287,16 @@ def check_load(load, engine_type: str) -> str | None:
     return None
 
 
+MIN_GAIN = 1.2  # total tokens/s at the ramp's end over its start, below which: no gain
+
+
 def no_gain(ramp: list[dict], levels: list) -> str | None:
     """A closed-loop ramp whose total throughput did not grow with the streams: the
     runtime serialises requests (or is already at its limit with one)."""
     if len(ramp) < 2 or not ramp[0]["output_tok_s_total"] or levels[len(ramp) - 1] < 2 * levels[0]:
         return None
     gain = (ramp[-1]["output_tok_s_total"] or 0) / ramp[0]["output_tok_s_total"]
-    if gain >= 1.2:
+    if gain >= MIN_GAIN:
         return None
     return (f"concurrency brought no throughput gain: {levels[len(ramp) - 1]} streams gave "
             f"{gain:.2f}× the tokens/s of {levels[0]} (requests are served one at a time, "

@@ -8,8 +8,8 @@ only how fast the nodes compute. `make test` preloads it for both its parts
 tests/fleet.py); the tests that opt out with ``default_blas`` (tests/conftest.py) keep the
 default (the lineup ladder weighs its tiers' measured speeds). The `alone` tests judge
 ratios and shares that hold at either speed (TTFT growth with streams, a CPU share beside
-a hog, planted runtimes' stops). ``preloaded()``
-gives it to the local agents of a test run by other means (a plain ``pytest``).
+a hog, planted runtimes' stops). ``preloaded()`` gives it to the local agents of a test
+run by other means (a plain ``pytest``).
 """
 
 from __future__ import annotations
