@@ -72,9 +72,18 @@ def journaled_generations(node, sweep_id: str) -> int:
         return 0
 
 
+AGENT = "agent run"  # what an agent's command line holds, for pkill/pgrep -f
+
+
+def signal_agents(node, sig: int) -> bool:
+    """Send ``sig`` to the node user's agents; False when there was none."""
+    name = signal.Signals(sig).name.removeprefix("SIG")
+    return subprocess.run(["pkill", f"-{name}", "-u", node.user, "-f", AGENT],
+                          check=False).returncode == 0
+
+
 def kill_agent(node) -> None:
-    r = subprocess.run(["pkill", "-KILL", "-u", node.user, "-f", "agent run"], check=False)
-    assert r.returncode == 0, f"no agent of {node.user} to kill"
+    assert signal_agents(node, signal.SIGKILL), f"no agent of {node.user} to kill"
 
 
 def kill_link(node) -> None:
@@ -87,12 +96,11 @@ def hold_agents(nodes, sig: int = signal.SIGSTOP) -> None:
     """Pause (SIGSTOP) or release (SIGCONT) the nodes' agents: a test orders its faults
     while every agent still has work left, whatever the machine's speed."""
     for node in nodes:
-        subprocess.run(["pkill", f"-{signal.Signals(sig).name.removeprefix('SIG')}", "-u",
-                        node.user, "-f", "agent run"], check=False)
+        signal_agents(node, sig)
 
 
 def agent_running(node) -> bool:
-    return subprocess.run(["pgrep", "-u", node.user, "-f", "agent run"],
+    return subprocess.run(["pgrep", "-u", node.user, "-f", AGENT],
                           capture_output=True).returncode == 0
 
 
