@@ -55,9 +55,10 @@ def test_generations_under_cpu_pressure_are_flagged_and_quiet_ones_are_not(model
     def run(name: str, burn: bool) -> list[dict]:
         d = tmp_path / name
         d.mkdir()
-        # long enough that a quiet generation spans the 0.2 CPU-s a share needs (a 48-token
-        # one took ~0.1 s on an idle machine: too short to judge, so its share was None)
-        job = build_job(model_pair, ["code"], max_tokens=160)
+        # long enough that a quiet generation spans the 0.2 CPU-s a share needs: with the
+        # OpenBLAS preload the baseline ran 1560 tok/s, so 160 tokens (0.1 s on 2 CPUs) was
+        # too short to judge and its share was None; 400 tokens spans ~0.28 s
+        job = build_job(model_pair, ["code"], max_tokens=400)
         job["workloads"], job["knobs"] = job["workloads"][:1], {"num_draft_tokens": [2]}
         job["repetitions"] = 2
         (d / "job.json").write_text(json.dumps(job))
