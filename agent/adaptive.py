@@ -12,6 +12,9 @@ before it), so slow drift of the machine cancels out. After each round:
   confidence (the upper end of their interval below the lower end of the best one's), and
   so does every wider one; any other candidate that is worse than the best with
   confidence stops too (its place in the answer is known);
+- the baseline competes too: its paired speedup is 1 by definition, so a candidate whose
+  whole interval lies below 1 is slower than not speculating at all and stops (when every
+  candidate does, the answer is the baseline, as the full grid's would be);
 - nothing stops before ``min_repetitions`` or goes on past the plan's ``repetitions``
   (what the full grid would run).
 
@@ -123,15 +126,20 @@ def settle(samples: dict, widths: dict, spec: dict) -> dict:
     speedups so far; ``widths``: key → its draft width when the candidates differ only by
     width (the knee rule applies among those), else None."""
     out = {key: d.reason for key, xs in samples.items() if (d := known(xs, spec)).settled}
-    # a candidate slower than the best with confidence: its place in the answer is known
+    # a candidate slower than the best with confidence: its place in the answer is known.
+    # The baseline is one of the configs, at exactly 1 (each sample is over its own).
     cis = {k: ci for k, xs in samples.items() if len(xs) >= spec["min_repetitions"]
            and (ci := median_ci(xs, spec["confidence"])) is not None}
-    if len(cis) > 1:
+    conf = f"{spec['confidence']:.0%} confidence after"
+    if cis:
         best = max(cis, key=lambda k: median(samples[k]) or 0.0)
         for k, ci in cis.items():
-            if ci[1] < cis[best][0]:
-                out.setdefault(k, f"slower than the best with {spec['confidence']:.0%} "
-                                  f"confidence after {len(samples[k])} repetitions")
+            if ci[1] < 1.0:
+                out.setdefault(k, f"slower than its baseline with {conf} {len(samples[k])} "
+                                  f"repetitions (median speedup {median(samples[k]):.2f}x)")
+            elif k != best and ci[1] < cis[best][0]:
+                out.setdefault(k, f"slower than the best with {conf} {len(samples[k])} "
+                                  "repetitions")
     by_width = {widths[k]: samples[k] for k in samples if widths.get(k) is not None}
     for width, why in past_the_knee(by_width, spec).items():
         for key in samples:

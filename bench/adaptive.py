@@ -1,14 +1,16 @@
 """The adaptive sweep vs the full grid, side by side: node time and the config each picks.
 
-Part 1, planted speedup curves (tests/history.py): per curve and seed, the width the full
-grid picks and the one the adaptive rules pick from the same samples, and the generations
-each ran. Part 2, real sweeps of the demo pair on this machine: the agent runs the full
-grid, then the same job with ``adaptive``, each in its own process (as a node does); per
-run the node seconds (job_started → job_finished), the generations and the width with the
-best median paired speedup. A second full grid (``--grids 2``) shows how often the grid
-agrees with itself on this noisy machine, which bounds what agreement can mean here; each
-run prints its scatter (one paired sample's sd over its mean) and the CPU time the host's
-hypervisor took meanwhile (steal), which is what makes two grids disagree.
+A sweep's pick is the width with the best median paired speedup, or the baseline ("base")
+when no width beats not speculating (tests/history.pick). Part 1, planted speedup curves
+(tests/history.py): per curve and seed, the config the full grid picks and the one the
+adaptive rules pick from the same samples, and the generations each ran. Part 2, real
+sweeps of the demo pair on this machine: the agent runs the full grid, then the same job
+with ``adaptive``, each in its own process (as a node does); per run the node seconds
+(job_started → job_finished), the generations and its pick. A second full grid
+(``--grids 2``) shows how often the grid agrees with itself on this noisy machine, which
+bounds what agreement can mean here; each run prints its scatter (one paired sample's sd
+over its mean) and the CPU time the host's hypervisor took meanwhile (steal), which is
+what makes two grids disagree.
 Goal: the same pick with ≤ 50% of the node time. Run:
 ``.venv/bin/python bench/adaptive.py [--reps 20] [--widths 2,3,4,6] [--grids 2] [--trials 3]``.
 """
@@ -32,23 +34,30 @@ from tests.history import (  # noqa: E402
     SPEEDUP_CURVES,
     adaptive_grid,
     full_grid,
+    pick,
     planted_speedups,
 )
 from tests.machine import cpu_ticks  # noqa: E402
 
 
-def planted(reps: int, tolerance: float) -> None:
-    print(f"planted curves ({reps} repetitions, tolerance {tolerance:.0%}, 20 seeds each)")
-    print(f"  {'curve':<14} {'same pick':>9} {'grid gens':>9} {'adaptive gens':>13} {'share':>6}")
+def planted(reps: int, tolerance: float, confidence: float, noise: float) -> None:
+    print(f"planted curves ({reps} repetitions, tolerance {tolerance:.0%} at {confidence:.0%}, "
+          f"noise {noise:.0%}, 20 seeds each)")
+    print(f"  {'curve':<14} {'same pick':>9} {'within tol':>10} {'grid gens':>9} "
+          f"{'adaptive gens':>13} {'share':>6}")
     for name, curve in SPEEDUP_CURVES.items():
-        widths = sorted(curve)
-        same = spent = full = 0
+        widths, truth = sorted(curve), {0: 1.0, **curve}
+        same = near = spent = full = 0
         for seed in range(20):
-            sample = planted_speedups(curve, seed)
+            sample = planted_speedups(curve, seed, noise)
             gb, gr = full_grid(widths, reps, sample)
-            ab, ar, _ = adaptive_grid(widths, reps, {"tolerance": tolerance}, sample)
+            ab, ar, _ = adaptive_grid(widths, reps, {"tolerance": tolerance,
+                                                       "confidence": confidence}, sample)
             same, spent, full = same + (ab == gb), spent + ar, full + gr
-        print(f"  {name:<14} {same:>6}/20 {full:>9} {spent:>13} {spent / full:>6.0%}")
+            # a different pick the plan cannot tell apart: true speedups within tolerance
+            near += abs(truth[ab] / truth[gb] - 1) < tolerance
+        print(f"  {name:<14} {same:>6}/20 {near:>7}/20 {full:>9} {spent:>13} "
+              f"{spent / full:>6.0%}")
 
 
 def stolen() -> tuple[int, int]:
@@ -78,7 +87,7 @@ def run_agent(job: dict, folder: Path) -> dict:
             ratios.setdefault(g["num_draft_tokens"], []).append(
                 g["decode_tok_s"] / base["decode_tok_s"])
     medians = {k: statistics.median(v) for k, v in ratios.items()}
-    best = max(medians, key=lambda k: medians[k])
+    best = pick(medians)  # 0: the baseline (no width beats not speculating)
     flat = [x for v in ratios.values() for x in v]
     st1, all1 = stolen()
     return {"seconds": end - start, "generations": sum(e["type"] == "generation" for e in ev),
@@ -110,7 +119,8 @@ def real(reps: int, widths: list[int], tolerance: float, confidence: float,
                 {**job, "adaptive": {"tolerance": tolerance, "confidence": confidence}},
                 Path(tmp) / f"t{t}adaptive")))
             for name, r in runs:
-                print(f"  {name:<12} {r['seconds']:7.1f} {r['generations']:5d} {r['best']:>5} "
+                print(f"  {name:<12} {r['seconds']:7.1f} {r['generations']:5d} "
+                      f"{r['best'] or 'base':>5} "
                       f"{r['scatter']:7.1%} {r['steal']:5.0%}  "
                       + " ".join(f"k={k}:{v:.3f}" for k, v in sorted(r["medians"].items())))
             picks = {r["best"] for _, r in runs[:-1]}
@@ -120,7 +130,7 @@ def real(reps: int, widths: list[int], tolerance: float, confidence: float,
             same += is_same
             # within the tolerance: the first grid's own median for the adaptive pick is
             # within `tolerance` of that grid's best (what the plan says it cannot tell apart)
-            g0 = runs[0][1]["medians"]
+            g0 = {0: 1.0, **runs[0][1]["medians"]}
             close = g0[ad["best"]] >= max(g0.values()) * (1 - tolerance)
             near += close
             agree += len(picks) == 1
@@ -143,10 +153,12 @@ def main() -> None:
     ap.add_argument("--confidence", type=float, default=0.8)
     ap.add_argument("--grids", type=int, default=2)
     ap.add_argument("--trials", type=int, default=1)
+    ap.add_argument("--noise", type=float, default=0.03,
+                    help="planted samples' log-normal sd (this machine's real scatter: ~0.1)")
     ap.add_argument("--planted-only", action="store_true")
     ap.add_argument("--keep", type=Path, help="keep each run's journal in this (new) folder")
     args = ap.parse_args()
-    planted(args.reps, args.tolerance)
+    planted(args.reps, args.tolerance, args.confidence, args.noise)
     if not args.planted_only:
         real(args.reps, [int(k) for k in args.widths.split(",")], args.tolerance,
              args.confidence, args.grids, args.trials, args.keep)

@@ -114,17 +114,24 @@ def planted_speedups(curve: dict[int, float], seed: int, noise: float = 0.03):
     return sample
 
 
+def pick(medians: dict[int, float]) -> int:
+    """The config a sweep's answer names: the width with the best median paired speedup,
+    or 0 (the baseline, whose speedup is 1 by definition) when no width beats it."""
+    best = max(medians, key=lambda k: medians[k])
+    return best if medians[best] > 1.0 else 0
+
+
 def full_grid(widths: list[int], reps: int, sample) -> tuple[int, int]:
-    """The width a full grid picks (best median) and the generations it ran (A+C each)."""
+    """The config a full grid picks (``pick``) and the generations it ran (A+C each)."""
     import statistics
 
-    best = max(widths, key=lambda k: statistics.median(sample(k, r) for r in range(reps)))
-    return best, 2 * reps * len(widths)
+    return (pick({k: statistics.median(sample(k, r) for r in range(reps)) for k in widths}),
+            2 * reps * len(widths))
 
 
 def adaptive_grid(widths: list[int], reps: int, spec: dict, sample) -> tuple[int, int, dict]:
     """The same, stopping as the agent's adaptive sweep does (agent.adaptive.settle after
-    every round): the width it picks, the generations it ran and why each stopped."""
+    every round): the config it picks, the generations it ran and why each stopped."""
     import statistics
 
     from agent.adaptive import resolved, settle
@@ -142,5 +149,4 @@ def adaptive_grid(widths: list[int], reps: int, spec: dict, sample) -> tuple[int
         why.update(settle(live, {k: k for k in live}, spec))
         if len(why) == len(widths):
             break
-    best = max(widths, key=lambda k: statistics.median(samples[k]))
-    return best, runs, why
+    return pick({k: statistics.median(samples[k]) for k in widths}), runs, why
