@@ -196,9 +196,10 @@ def test_the_decode_boundary_takes_load_levels_and_sets_bad_ones_aside():
 
 @pytest.mark.alone  # judges a throughput gain: other tests' load would blur it
 def test_real_mlx_lm_server_under_concurrency_and_a_request_rate(model_pair, tmp_path):
-    """mlx_lm.server 0.32.2 batches requests only without a draft model: the plain server
-    gains throughput with streams, the speculative one serves them one batch of one at a
-    time. Every level is measured for both, with no errors."""
+    """mlx_lm.server 0.32.2 batches requests only without a draft model: the speculative
+    server serves the streams one at a time (a new request waits for another to finish).
+    Every level is measured for both, with no errors, and the no-gain notice agrees with
+    the stored numbers."""
     p1, p2 = free_port(), free_port()
     server = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_pair / "target")]
     variants = [{"name": "plain", "base_url": f"http://127.0.0.1:{p1}",
@@ -236,16 +237,20 @@ def test_real_mlx_lm_server_under_concurrency_and_a_request_rate(model_pair, tmp
     def grows(ramp, metric):  # the ramp's last level over one stream's
         return ramp[max(ramp)][metric] / ramp[1][metric]
 
-    # the server that cannot batch serves the streams one after another: each new request
-    # waits for the others, so its time to first token grows with the streams far more
-    # than the batching server's (TTFT p50 at 4 streams: draft-3 x41-65, plain x3-16). Total
-    # tokens/s is too noisy a witness on this shared 2-CPU machine (plain gained 1.02-1.48x,
-    # draft-3 0.90-1.36x over runs: at 4 streams the client's own per-request work overlaps
-    # the server's). So the no-gain notice must agree with the numbers the ramp stored,
-    # whichever way they fell; the planted serial runtime above checks that it fires.
-    print("growth at 4 streams: ttft", grows(plain, "ttft_ms_p50"), grows(spec, "ttft_ms_p50"),
-          "tok/s", grows(plain, "output_tok_s_total"), grows(spec, "output_tok_s_total"))
-    assert grows(spec, "ttft_ms_p50") > 2 * grows(plain, "ttft_ms_p50"), (plain, spec)
+    # the server that cannot batch serves the streams one after another: a new request
+    # waits while another is served whole, so its TTFT p50 at the top level exceeds half of
+    # one request's e2e at one stream (measured: 2.3-2.8x of it). The plain server is no
+    # steady witness of batching: mlx_lm.server decodes a batch for up to 0.5 s
+    # (TimeBudget) before it admits new requests, so it serves in waves, and its TTFT p50 at
+    # 4 streams grew x2-27 over runs and x36 in one whose TPOT and tokens/s then grew like the
+    # serial server's (1.17x); total tokens/s is too noisy on this shared 2-CPU machine
+    # (plain gained 1.17-2.55x, draft-3 0.90-1.36x). So the no-gain notice must agree with
+    # the numbers the ramp stored, whichever way they fell; the planted serial runtime above
+    # checks that it fires.
+    print("growth at the top level: ttft", grows(plain, "ttft_ms_p50"),
+          grows(spec, "ttft_ms_p50"), "tok/s", grows(plain, "output_tok_s_total"),
+          grows(spec, "output_tok_s_total"))
+    assert spec[max(spec)]["ttft_ms_p50"] > 0.5 * spec[1]["e2e_ms_p50"], spec
     for name, ramp in (("plain", plain), ("draft-3", spec)):
         noticed = any(e["type"] == "notice" and e.get("variant") == name and e["message"]
                       .startswith("concurrency brought no throughput gain") for e in ev)
