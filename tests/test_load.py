@@ -82,7 +82,10 @@ def test_a_ramp_stops_where_latency_explodes_with_the_reason(model_pair, tmp_pat
 
 
 def test_errors_under_load_are_counted_never_averaged_in(model_pair, tmp_path):
-    ev = run_load(model_pair, tmp_path, [planted("plain", "overload", 3)],
+    # 25 ms a token (0.3 s a request): 4 streams overlap by three even when the machine is
+    # loaded (at 3 ms, 36 ms a request, a loaded run's streams started too far apart and
+    # no request ever found two others in flight)
+    ev = run_load(model_pair, tmp_path, [planted("plain", "overload", 25)],
                   {"concurrency": [1, 4, 8], "requests": 8})
     ramp = levels(ev, "plain")
     assert ramp[1]["errors"] == 0 and ramp[1]["status"] == "ok"
