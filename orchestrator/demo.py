@@ -38,8 +38,9 @@ def demo_plan(models: Path, max_tokens: int | None = None) -> str:
              "  # the draft and its 8-bit and 4-bit tiers: the review walks the fallback ladder",
              f"  draft: [{', '.join(str(models / d) for d in ('draft', *DEMO_TIERS))}]",
              "workloads:", "  use: [code, memo, translation]", "  context: [short]",
-             "  # the JSON / tool-call task set: the demo pair passes none of it (0% for every",
-             "  # config, baseline included), so the demo leaves it off; turn it on for real models",
+             "  # the JSON / tool-call task set: the demo pair passes none of it (0% for",
+             "  # every config, baseline included), so the demo leaves it off; turn it on",
+             "  # for real models",
              "  quality: false"]
     if max_tokens:
         lines.append(f"  max_tokens: {max_tokens}")
