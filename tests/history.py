@@ -121,6 +121,13 @@ def pick(medians: dict[int, float]) -> int:
     return best if medians[best] > 1.0 else 0
 
 
+def within_tolerance(curve: dict[int, float], a: int, b: int, tolerance: float) -> bool:
+    """Whether two picks are one answer by the plan's terms: their true speedups (0: the
+    baseline, at 1) differ by less than its tolerance, which it cannot tell apart."""
+    truth = {0: 1.0, **curve}
+    return abs(truth[a] / truth[b] - 1) < tolerance
+
+
 def full_grid(widths: list[int], reps: int, sample) -> tuple[int, int]:
     """The config a full grid picks (``pick``) and the generations it ran (A+C each)."""
     import statistics

@@ -9,7 +9,13 @@ import re
 import pytest
 
 from agent.adaptive import check_adaptive, median_ci, past_the_knee, resolved, settle
-from tests.history import SPEEDUP_CURVES, adaptive_grid, full_grid, planted_speedups
+from tests.history import (
+    SPEEDUP_CURVES,
+    adaptive_grid,
+    full_grid,
+    planted_speedups,
+    within_tolerance,
+)
 
 
 def test_the_median_interval_is_the_order_statistic_one():
@@ -26,7 +32,6 @@ def test_on_planted_curves_adaptive_picks_the_full_grids_width_in_half_the_time(
     curve = SPEEDUP_CURVES[name]
     widths = sorted(curve)
     spent = full = 0
-    truth = {0: 1.0, **curve}  # 0: the baseline
     same = 0
     for seed in range(20):
         sample = planted_speedups(curve, seed)
@@ -35,7 +40,7 @@ def test_on_planted_curves_adaptive_picks_the_full_grids_width_in_half_the_time(
         same += best == grid_best
         # a different pick only where the plan cannot tell the two apart: their true
         # speedups within its 5% tolerance ("net loss": width 1 at 0.98 vs the baseline)
-        assert best == grid_best or abs(truth[best] / truth[grid_best] - 1) < 0.05, \
+        assert best == grid_best or within_tolerance(curve, best, grid_best, 0.05), \
             (name, seed, why)
         spent, full = spent + runs, full + grid_runs
     assert same >= 18 and spent <= 0.5 * full, (name, same, spent, full)
