@@ -7,11 +7,19 @@
 Precedence, highest first: the command line, the environment (``SPECFLEET_DB``), this
 file, the built-in default. ``SPECFLEET_CONFIG`` names another file, or ``none`` to read
 no file (the tests do).
+
+A file that picks the store and the inventory is trusted input, so it is treated as
+OpenSSH treats ``~/.ssh/config``: the search stops at the repository root and at
+``$HOME`` (a file above either is never read), the file in use is named on stderr, and one
+that another user could have written (owner not you or root, group/other-writable, or in
+such a folder) is refused. Nothing in it is executed: an inventory it names may not choose
+an interpreter (see ``fleet.inventory.load_inventory``).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,17 +39,52 @@ class ProjectConfig:
 
 
 def find(start: Path | None = None) -> Path | None:
+    """The settings file for a command run in ``start`` (default: the current folder):
+    ``$SPECFLEET_CONFIG``, else the nearest ``specfleet.toml`` at or below the repository
+    root and ``$HOME``, whichever comes first going up."""
     chosen = os.environ.get("SPECFLEET_CONFIG")
     if chosen:
         return None if chosen.lower() == "none" else Path(chosen)
     here = (start or Path.cwd()).resolve()
+    home = Path.home().resolve()
     for folder in (here, *here.parents):
         if (folder / NAME).is_file():
             return folder / NAME
+        # a file above the project or above home belongs to someone else's tree
+        if folder == home or (folder / ".git").exists():
+            return None
     return None
 
 
+def check_safe(path: Path) -> None:
+    """Refuse a settings file another user could have written, as OpenSSH refuses such a
+    ``~/.ssh/config``: it and every folder above it must be owned by you or root and not
+    writable by group or others (a root-owned sticky folder such as /tmp is fine: nobody
+    else can replace what you put in it)."""
+    uid = os.getuid()
+    target = path.resolve()
+    for p in (target, *target.parents):
+        try:
+            st = p.stat()
+        except OSError as e:
+            raise ConfigError(f"cannot check it ({e.strerror})", str(p)) from None
+        what = "it" if p == target else f"its folder {p}"
+        if st.st_uid not in (uid, 0):
+            raise ConfigError(
+                f"refused: {what} is owned by uid {st.st_uid}, not by you or root, so "
+                f"another user could have chosen your store and nodes. Fix: chown "
+                f"{os.getuid()} {p}, or set SPECFLEET_CONFIG=none to ignore it", str(target))
+        sticky_root = p.is_dir() and st.st_mode & stat.S_ISVTX and st.st_uid == 0
+        if st.st_mode & 0o022 and not sticky_root:
+            raise ConfigError(
+                f"refused: {what} is writable by group or others "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}), so another user could have chosen "
+                f"your store and nodes. Fix: chmod go-w {p}, or set SPECFLEET_CONFIG=none "
+                "to ignore it", str(target))
+
+
 def load(path: Path) -> ProjectConfig:
+    check_safe(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:

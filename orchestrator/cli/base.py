@@ -108,6 +108,10 @@ def main(ctx):
         except SpecfleetError as e:
             raise click.ClickException(str(e)) from None
         ctx.default_map = project_config.defaults(cfg, main)
+        used = [k for k, v in (("db", cfg.db), ("inventory", cfg.inventory)) if v]
+        # announced on stderr: a file found by walking up must never choose silently
+        click.echo(f"specfleet: settings from {found}" +
+                   (f" ({', '.join(used)})" if used else " (none set)"), err=True)
 
 
 
@@ -175,10 +179,18 @@ def ssh_options(kw: dict):
 
 
 def inventory_from(kw: dict):
+    from click.core import ParameterSource
+
     from ..fleet.inventory import load_inventory
 
     paths = list(kw.pop("inventory_path"))
-    return load_inventory(paths, kw.pop("vault_password_file")), ",".join(map(str, paths))
+    ctx = click.get_current_context(silent=True)
+    # an inventory a specfleet.toml named may not choose what runs: only -i on the
+    # command line (or the built-in default) may set interpreters
+    from_file = ctx is not None and \
+        ctx.get_parameter_source("inventory_path") == ParameterSource.DEFAULT_MAP
+    return (load_inventory(paths, kw.pop("vault_password_file"), choose_python=not from_file),
+            ",".join(map(str, paths)))
 
 
 def hosts_from(kw: dict):

@@ -252,10 +252,12 @@ def _parse_source(path: Path) -> dict:
     return _yaml_groups(path, load_yaml(path)) if is_yaml else parse_ini(path, text)
 
 
-def load_inventory(paths, vault_password_file: str | Path | None = None) -> Inventory:
+def load_inventory(paths, vault_password_file: str | Path | None = None, *,
+                   choose_python: bool = True) -> Inventory:
     """Load one or several inventory sources (files or folders, YAML, INI or the JSON of
     ``ansible-inventory --list``) with the ``host_vars/`` and ``group_vars/`` beside each,
-    as Ansible merges them."""
+    as Ansible merges them. With ``choose_python=False`` (an inventory named by a settings
+    file, not on the command line) a host that names its interpreter is refused."""
     sources = [Path(p) for p in (paths if isinstance(paths, (list, tuple)) else [paths])]
     groups: dict[str, dict] = {}
     vars_dirs: list[Path] = []
@@ -276,7 +278,12 @@ def load_inventory(paths, vault_password_file: str | Path | None = None) -> Inve
     for name in list(groups):  # every group is a descendant of all
         if name != "all" and name not in groups["all"]["children"]:
             groups["all"]["children"].append(name)
-    return _build(sources[0], groups, vars_dirs, read_password(vault_password_file))
+    return _build(sources[0], groups, vars_dirs, read_password(vault_password_file),
+                  choose_python)
+
+
+# host variables that name a program to run (as the controller's user, for a local node)
+INTERPRETER_VARS = ("specfleet_python", "ansible_python_interpreter")
 
 
 def _depths(groups: dict) -> dict[str, int]:
@@ -317,7 +324,8 @@ def _ordered_members(groups: dict) -> dict[str, list[str]]:
     return out
 
 
-def _build(path: Path, groups: dict, vars_dirs: list[Path], password: bytes | None) -> Inventory:
+def _build(path: Path, groups: dict, vars_dirs: list[Path], password: bytes | None,
+           choose_python: bool = True) -> Inventory:
     depth = _depths(groups)
     members = _ordered_members(groups)
     # ungrouped: hosts in no group but all (Ansible's reconcile_inventory)
@@ -362,7 +370,7 @@ def _build(path: Path, groups: dict, vars_dirs: list[Path], password: bytes | No
         for k, v in merged.items():
             if isinstance(v, VaultText):
                 merged[k] = _unvault(h, k, v, origin[k], password)
-        hosts.append(_host(h, merged, origin, tuple(in_groups)))
+        hosts.append(_host(h, merged, origin, tuple(in_groups), choose_python))
     if not hosts:
         raise ConfigError("inventory has no hosts", str(path))
     return Inventory(path=path, hosts=tuple(hosts),
@@ -381,10 +389,17 @@ def _unvault(host: str, key: str, value: VaultText, origin: tuple, password: byt
         raise ConfigError(f"host {host}: {key}: {e}", str(src), value.line or line) from None
 
 
-def _host(name: str, hvars: dict, origin: dict, groups: tuple[str, ...]) -> Host:
+def _host(name: str, hvars: dict, origin: dict, groups: tuple[str, ...],
+          choose_python: bool = True) -> Host:
     def err(msg: str, key: str) -> ConfigError:
         p, line = origin.get(key, (None, None))
         return ConfigError(f"host {name}: {msg}", str(p) if p else None, line)
+
+    for key in INTERPRETER_VARS:
+        if key in hvars and not choose_python:
+            raise err(f"{key} is refused in an inventory named by specfleet.toml: a settings "
+                      "file found by walking up folders must not choose what runs. Name this "
+                      "inventory with -i on the command line instead", key)
 
     for key in hvars:
         if key.startswith("specfleet_") and key not in SPECFLEET_VARS:
