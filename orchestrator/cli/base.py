@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import SpecfleetError
+from ..redact import redact
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_INVENTORY = PROJECT_ROOT / "inventory" / "local.yml"
@@ -39,7 +40,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except SpecfleetError as e:
-            raise click.ClickException(str(e)) from None
+            raise click.ClickException(redact(str(e))) from None
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise  # click's own: usage errors, --help, Ctrl-C
         except Exception as e:
@@ -48,7 +49,7 @@ class _Group(click.Group):
             exc = sys.modules.get("sqlalchemy.exc")
             if exc is None or not isinstance(e, exc.SQLAlchemyError):
                 raise click.ClickException(_crash(e)) from None
-            msg = str(e.orig if getattr(e, "orig", None) else e).splitlines()[0]
+            msg = redact(str(e.orig if getattr(e, "orig", None) else e).splitlines()[0])
             if "disk is full" in msg or "No space left" in msg:
                 raise click.ClickException(
                     f"the store is out of disk space ({msg}); nothing stored so far is lost: "
@@ -65,23 +66,29 @@ def _crash(e: Exception) -> str:
     import time
     import traceback
 
-    text = "".join(traceback.format_exception(e))
+    text = redact("".join(traceback.format_exception(e)))
     if os.environ.get("SPECFLEET_DEBUG"):
         sys.stderr.write(text)
         where = "above"
     else:
-        folder = Path(os.environ.get("SPECFLEET_HOME", Path.home() / ".specfleet"))
+        # a folder of its own, 0700, and files 0600: a log holds the command line and
+        # paths (passwords masked) and is nobody else's to read
+        folder = Path(os.environ.get("SPECFLEET_HOME", Path.home() / ".specfleet")) / "crash"
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            folder.chmod(0o700)
             path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-            path.write_text(" ".join(sys.argv) + "\n" + text)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(redact(" ".join(sys.argv)) + "\n" + text)
         except OSError:
             fd, name = tempfile.mkstemp(prefix="specfleet-crash-", suffix=".log")
             os.write(fd, text.encode())
             os.close(fd)
             path = Path(name)
         where = f"in {path}"
-    return (f"internal error: {type(e).__name__}: {str(e)[:300]}. This is a bug in specfleet, "
+    said = redact(str(e))[:300]
+    return (f"internal error: {type(e).__name__}: {said}. This is a bug in specfleet, "
             f"not in what you typed; the traceback is {where} (please attach it to a bug "
             "report). Stored results are not affected.")
 

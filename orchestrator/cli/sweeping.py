@@ -126,13 +126,27 @@ def interrupted(sweep_id: str | None, db_url: str | None, inventory: list[Path])
     if sweep_id is None:
         click.echo("interrupted before a sweep started: nothing runs on the nodes", err=True)
         sys.exit(130)
-    extra = "".join(f" -i {shlex.quote(str(p))}" for p in inventory) + (
-        f" --db {shlex.quote(db_url)}" if db_url else "")
+    extra = "".join(f" -i {shlex.quote(str(p))}" for p in inventory) + _db_hint(db_url)
     click.echo(f"interrupted: sweep {sweep_id} goes on on the nodes (its agents are detached "
                f"and journal everything).\n  follow it again: specfleet sweep --attach "
                f"{sweep_id}{extra}\n  stop it:         specfleet sweep --stop {sweep_id}"
                f"{extra}", err=True)
     sys.exit(130)
+
+
+def _db_hint(db_url: str | None) -> str:
+    """--db for a hint the user copies: none when SPECFLEET_DB gives it (the same shell
+    still has it), masked when it holds a password (hints land in nightly logs)."""
+    import os
+    import shlex
+
+    from ..redact import has_password, redact
+
+    if not db_url or os.environ.get("SPECFLEET_DB") == db_url:
+        return ""
+    if has_password(db_url):
+        return f" --db {shlex.quote(redact(db_url))}  (put your password back for ***)"
+    return f" --db {shlex.quote(db_url)}"
 
 
 def _record_failed_nightly(db_url: str | None, lock_path: Path, reason: str) -> None:
