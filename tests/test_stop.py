@@ -2,6 +2,7 @@
 stop it; `sweep --stop` ends the agents, stores what they wrote and frees the nodes; a
 lease left by a controller that is gone is reclaimed, and says so."""
 
+import os
 import signal
 import socket
 import subprocess
@@ -61,7 +62,7 @@ def test_ctrl_c_names_the_sweep_and_stop_ends_its_agent_and_frees_the_node(fleet
     store = open_store(url)
     with store.engine.connect() as c:
         assert c.execute(select(NodeLease).where(NodeLease.node == node.name)).first() is None
-        assert c.execute(select(Sweep.status).where(Sweep.id == sid)).scalar() != "running"
+        assert c.execute(select(Sweep.status).where(Sweep.id == sid)).scalar() == "stopped"
     free = CliRunner().invoke(main, ["doctor", "--limit", node.name, "-i", str(inv),
                                      "--known-hosts", str(fleet.known_hosts)])
     assert "no other benchmark holds the node" in free.output, free.output
@@ -91,3 +92,57 @@ def test_a_lease_left_by_a_controller_that_is_gone_is_reclaimed_with_a_message(
     assert r.exit_code == 0, r.output
     assert (f"reclaimed the node's lease from controller {holder} (sweep 0123456789ab), "
             "which is no longer running") in r.output
+
+
+def test_stop_signals_only_this_sweeps_agent_and_is_recorded_as_stopped(model_pair, tmp_path):
+    """A stored PID that names another process (a recycled PID, an edited lease) is refused
+    with a line that says so, and that process lives; the real agent is then stopped and
+    the sweep recorded as `stopped`, not failed."""
+    from sqlalchemy import update
+
+    from orchestrator.store.models import SweepNode
+
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), max_tokens=64, repetitions=6)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    local:\n      ansible_connection: local\n"
+                   f"      specfleet_root: {tmp_path / 'node'}\n")
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    common = ["-i", str(inv), "--db", url, "--failed-hosts-file", str(tmp_path / "retry")]
+    log = tmp_path / "controller.log"
+    p = specfleet("sweep", str(lock), *common, log=log)
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        sid = sweep_id_from(log)
+        store = open_store(url)
+
+        def agent_pid():
+            with store.engine.connect() as c:
+                return c.execute(select(SweepNode.pid).where(SweepNode.sweep_id == sid)).scalar()
+
+        wait_for(lambda: stored_generations(url, sid, "local") >= 1, what="a generation")
+        real = agent_pid()
+        os.kill(real, signal.SIGSTOP)  # held, so it cannot finish while the test strikes
+        p.kill()  # the controller is gone (SIGINT to a local sweep waits: issue 33)
+        p.wait(60)
+        with store.engine.begin() as c:
+            c.execute(update(SweepNode).where(SweepNode.sweep_id == sid).values(
+                pid=bystander.pid))  # the edited lease
+        r = CliRunner().invoke(main, ["sweep", "--stop", sid, *common])
+        assert r.exit_code == 1, r.output
+        assert f"refused to signal pid {bystander.pid}: it is not this sweep's agent" in r.output
+        assert "'sleep 300'" in r.output and "Nothing was signalled" in r.output
+        assert "its nodes are free" not in r.output
+        assert bystander.poll() is None, "an unrelated process was signalled"
+        with store.engine.connect() as c:
+            assert c.execute(select(Sweep.status).where(Sweep.id == sid)).scalar() != "stopped"
+        with store.engine.begin() as c:
+            c.execute(update(SweepNode).where(SweepNode.sweep_id == sid).values(
+                pid=real, state="running"))
+        os.kill(real, signal.SIGCONT)
+        r = CliRunner().invoke(main, ["sweep", "--stop", sid, *common])
+        assert r.exit_code == 0 and "stopped: agent (pid" in r.output, r.output
+        with store.engine.connect() as c:
+            assert c.execute(select(Sweep.status).where(Sweep.id == sid)).scalar() == "stopped"
+    finally:
+        p.kill()
+        bystander.kill()

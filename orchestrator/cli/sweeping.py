@@ -94,6 +94,10 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
     if stop_id:
         for o in result.outcomes:
             click.echo(f"{o.host:<20} {o.detail or o.status}")
+        left = [o.host for o in result.outcomes if o.status not in ("ok", "stopped")]
+        if left:  # never "free" when a node's agent could not be shown ended
+            raise click.ClickException(f"sweep {result.sweep_id}: not stopped on "
+                                       f"{', '.join(left)} (see above)")
         click.echo(f"sweep {result.sweep_id}: stopped; its nodes are free", err=True)
         return
     if result.left_out:  # said first: report_outcomes exits when a node was not ok

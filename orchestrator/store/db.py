@@ -198,7 +198,9 @@ class Store:
                     set_={"status": st, "detail": detail}))
             statuses = set(c.execute(select(NodeOutcome.status).where(
                 NodeOutcome.sweep_id == sweep_id)).scalars())
-        status = "ok" if statuses == {"ok"} else ("failed" if "ok" not in statuses else "partial")
+        # a node ended with --stop was stopped on purpose: the sweep is "stopped", not failed
+        status = ("ok" if statuses == {"ok"} else "stopped" if statuses - {"ok"} == {"stopped"}
+                  else "failed" if "ok" not in statuses else "partial")
         if pending:
             return "running"
         with self.engine.begin() as c:

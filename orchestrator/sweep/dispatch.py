@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import socket
 import sys
 import time
@@ -106,8 +107,22 @@ def controller_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-# POSIX sh on the node: the agent's process group (its session, from its detach) ends
+class StopRefused(SpecfleetError):
+    """--stop found another process under the stored PID and signalled nothing."""
+
+
+# POSIX sh on the node (`ps -ww -o args=` reads the same on Linux and macOS, never cut):
+# the agent's process group ends, but only after the PID is shown to be this sweep's agent;
+# a recycled PID or an edited lease names some other process, which is never signalled
 STOP_SCRIPT = """pid=PID
+args=$(ps -ww -o args= -p $pid 2>/dev/null)
+state=$(ps -o stat= -p $pid 2>/dev/null)
+case "$state" in Z*) echo gone; exit 0 ;; esac
+if [ -z "$args" ]; then echo gone; exit 0; fi
+case "$args" in
+  *"-m agent run "JOB" "*) ;;
+  *) echo "not-ours $args"; exit 0 ;;
+esac
 pg=$(ps -o pgid= -p $pid 2>/dev/null | tr -d ' ')
 if [ -z "$pg" ]; then echo gone; exit 0; fi
 kill -TERM -- -$pg 2>/dev/null || kill -TERM $pid 2>/dev/null
@@ -116,6 +131,13 @@ while [ $i -lt 50 ] && kill -0 $pid 2>/dev/null; do sleep 0.2; i=$((i+1)); done
 if kill -0 $pid 2>/dev/null; then kill -KILL -- -$pg 2>/dev/null || kill -KILL $pid; echo killed
 else echo stopped; fi
 """
+
+
+def stop_script(pid: int, job_path: str) -> str:
+    """STOP_SCRIPT for one agent: its PID and the job file its command line must name
+    (quoted for a case pattern: no glob character in a path may widen the match)."""
+    pattern = "".join(f"[{c}]" if c in "*?[]\\" else c for c in job_path)
+    return STOP_SCRIPT.replace("PID", str(int(pid))).replace("JOB", shlex.quote(pattern))
 
 
 def _pair(event: dict) -> str:
@@ -314,11 +336,17 @@ class NodeRun:
         pid = int(sn.pid or 0)
         if not pid:
             return "no agent was started"
-        res = await t.run(STOP_SCRIPT.replace("PID", str(pid)), check=False)
+        res = await t.run(stop_script(pid, sn.job_path), check=False)
+        said = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
+        if said.startswith("not-ours"):
+            raise StopRefused(
+                f"{self.host.name}: refused to signal pid {pid}: it is not this sweep's agent "
+                f"(its command line is {said.removeprefix('not-ours ')[:200]!r}, expected "
+                f"`-m agent run {sn.job_path}`). The PID was reused, or the stored lease was "
+                "edited; the agent, if any, has ended already. Nothing was signalled")
         return {"gone": f"agent (pid {pid}) had already ended",
                 "stopped": f"agent (pid {pid}) stopped",
-                "killed": f"agent (pid {pid}) killed after 10 s"}.get(
-            res.stdout.strip().splitlines()[-1] if res.stdout.strip() else "", res.stdout)
+                "killed": f"agent (pid {pid}) killed after 10 s"}.get(said, res.stdout)
 
     def _row(self):
         rows = [r for r in self.store.sweep_nodes(self.sweep_id) if r.node == self.host.name]
@@ -480,7 +508,9 @@ class NodeRun:
                     await self.start_agent(t, resume=True)
             elif mode == "stop":
                 self.started = True
-                if self._row().state in ("finished", "failed", "stopped"):
+                if self._row().state == "stopped":
+                    return Outcome(self.host.name, "stopped", "already stopped")
+                if self._row().state in ("finished", "failed"):
                     return self.outcome()
                 said = await self.stop_agent(t)
                 await self.follow_once(t)  # what it wrote before it ended, stored
@@ -489,7 +519,7 @@ class NodeRun:
                     return await asyncio.to_thread(self.outcome)  # it had finished anyway
                 self.store.set_sweep_node(self.sweep_id, self.host.name, state="stopped")
                 self.stopped = True
-                return Outcome(self.host.name, "failed",
+                return Outcome(self.host.name, "stopped",
                                f"stopped: {said}; "
                                f"{self.store.last_seq(self.sweep_id, self.host.name)} events "
                                f"stored; `specfleet sweep --resume {self.sweep_id}` measures "
