@@ -159,6 +159,47 @@ def test_notify_posts_a_summary_retrying_and_never_blocks(week, tmp_path):
     assert "after 3 attempt(s)" in r.stderr
 
 
+class _Trickle(BaseHTTPRequestHandler):
+    """Reads the request, then sends its status line a byte every 0.3 s (bounded: 200
+    bytes): each read finishes within urllib's socket timeout, the request never does."""
+
+    def do_POST(self):
+        import time
+
+        self.rfile.read(int(self.headers["Content-Length"]))
+        for b in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 180:
+            try:
+                self.wfile.write(bytes([b]))
+                self.wfile.flush()
+            except OSError:
+                return
+            time.sleep(0.3)
+
+    def log_message(self, *a):
+        pass
+
+
+def test_notify_has_a_total_deadline_against_a_server_that_answers_slowly(week, tmp_path):
+    import time
+
+    url, _ = week
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        hook = f"http://127.0.0.1:{server.server_port}/hook"
+        t0 = time.monotonic()
+        r = _review(url, tmp_path, "--notify", hook, "--notify-timeout", "2")
+        took = time.monotonic() - t0
+    finally:
+        server.shutdown()
+    assert r.exit_code == 0, r.output
+    assert f"warning: could not notify {hook}: no complete answer within the 2 s deadline" \
+        in r.stderr
+    assert took < 20, took  # the trickle alone would take 60 s; the review's own work is less
+    assert list((tmp_path / "out").glob("*.json"))  # the review was written all the same
+
+
 def test_policy_is_the_verdicts_for_a_gateway_and_diffs_week_to_week(week, tmp_path):
     url, _ = week
     first, again = tmp_path / "p1.json", tmp_path / "p2.json"

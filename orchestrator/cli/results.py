@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from .base import (
+    Finite,
     db_option,
     main,
 )
@@ -33,13 +34,17 @@ from .base import (
               default=None, help="Also write JUnit XML: one test case per series × gate.")
 @click.option("--notify", "notify_url", default=None, metavar="URL",
               help="Also POST a JSON summary (Slack-style `text` plus fields) to this webhook; "
-                   "retried 3 times, never changes the exit status.")
+                   "retried 3 times within --notify-timeout, never changes the exit status.")
+@click.option("--notify-timeout", "notify_timeout", type=Finite(0.1, 600), default=30.0,
+              show_default=True, metavar="SECONDS",
+              help="Total time --notify may take, retries included (a slow server is "
+                   "abandoned, with a warning).")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Also write the week's verdicts as a runtime policy (JSON: "
                                  "per series speculation on/off, draft width, fallback ladder).")
 @db_option
-def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url, policy_file,
-           db_url):
+def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
+           notify_timeout, policy_file, db_url):
     """The weekly signal → action review: per series the numbers, gates and
     classification, the actions the rules call for with their evidence, regressions with
     the identity change that explains them, stale series, and charts.
@@ -90,7 +95,7 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
     if junit:
         click.echo(f"junit written to {ci.write_junit(a, junit).resolve()}")
     if notify_url:
-        why = ci.notify(notify_url, a, found, causes or ci.CAUSES)
+        why = ci.notify(notify_url, a, found, causes or ci.CAUSES, deadline_s=notify_timeout)
         click.echo(f"notified {notify_url}" if why is None else
                    f"warning: could not notify {notify_url}: {why}", err=why is not None)
     failing = ci.summary_lines(found, causes)

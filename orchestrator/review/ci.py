@@ -123,11 +123,16 @@ def write_junit(a: dict, path: Path) -> Path:
     return path
 
 
+NOTIFY_DEADLINE_S = 30.0
+
+
 def notify(url: str, a: dict, found: dict[str, list[str]], causes: tuple[str, ...], *,
-           attempts: int = 3, timeout_s: float = 5.0, backoff_s: float = 1.0) -> str | None:
+           attempts: int = 3, timeout_s: float = 5.0, backoff_s: float = 1.0,
+           deadline_s: float = NOTIFY_DEADLINE_S) -> str | None:
     """POST the summary to a webhook (Slack-style ``text`` plus structured fields).
-    Retried; returns None when delivered, else why not. Never raises: a webhook that is
-    down must not cost the review (its files are already written)."""
+    Retried within ``deadline_s`` in all; returns None when delivered, else why not. Never
+    raises: a webhook that is down must not cost the review (its files are already
+    written)."""
     failing = summary_lines(found, causes)
     head = (f"specfleet review {a['week']}: "
             + (f"{len(failing)} finding(s) to act on" if failing else "nothing to act on"))
@@ -140,19 +145,47 @@ def notify(url: str, a: dict, found: dict[str, list[str]], causes: tuple[str, ..
                         "otel": [config_attributes(s["series"], c) for c in s["configs"]]}
                        for s in a["series"]]}
     data = json.dumps(body, default=str).encode()
-    why = "not attempted"
+    return post_within(url, data, attempts=attempts, timeout_s=timeout_s, backoff_s=backoff_s,
+                       deadline_s=deadline_s)
+
+
+def _post(url: str, data: bytes, timeout_s: float, result: list[str | None]) -> None:
+    """One POST; appends None when delivered, else why not."""
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310
+            result.append(None if 200 <= resp.status < 300 else f"HTTP {resp.status}")
+    except urllib.error.HTTPError as e:
+        result.append(f"HTTP {e.code}")
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        result.append(str(getattr(e, "reason", e)))
+
+
+def post_within(url: str, data: bytes, *, attempts: int, timeout_s: float, backoff_s: float,
+                deadline_s: float) -> str | None:
+    """POST ``data``, retried, all within ``deadline_s``. urllib's timeout bounds each socket
+    operation, not the request: a server that sends its headers a byte at a time never
+    trips it. So each attempt runs in a daemon thread the deadline abandons."""
+    import threading
+
+    end = time.monotonic() + deadline_s
+    why, tried = "not attempted", 0
     for attempt in range(attempts):
-        req = urllib.request.Request(url, data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310
-                if 200 <= resp.status < 300:
-                    return None
-                why = f"HTTP {resp.status}"
-        except urllib.error.HTTPError as e:
-            why = f"HTTP {e.code}"
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            why = str(getattr(e, "reason", e))
+        left = end - time.monotonic()
+        if left <= 0:
+            break
+        result: list[str | None] = []
+        worker = threading.Thread(target=_post, args=(url, data, min(timeout_s, left), result),
+                                  daemon=True)
+        worker.start()
+        worker.join(left)
+        tried += 1
+        if not result:
+            return f"no complete answer within the {deadline_s:g} s deadline ({tried} attempt(s))"
+        if result[0] is None:
+            return None
+        why = result[0]
         if attempt + 1 < attempts:
-            time.sleep(backoff_s * 2 ** attempt)
-    return f"{why} after {attempts} attempt(s)"
+            time.sleep(max(0.0, min(backoff_s * 2 ** attempt, end - time.monotonic())))
+    return f"{why} after {tried} attempt(s)"
