@@ -9,8 +9,10 @@ import matplotlib
 matplotlib.use("svg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+# text.parse_math off: a name a user wrote ("$HOME bench", "cost $5-$10") is text, never
+# mathtext (a lone or odd '$' made matplotlib raise and the whole review fail)
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
-                     "axes.spines.right": False, "figure.dpi": 96})
+                     "axes.spines.right": False, "figure.dpi": 96, "text.parse_math": False})
 
 
 SHOWN = 8  # series per chart: more lines than this are unreadable; the site has them all

@@ -26,9 +26,11 @@ def _num(v) -> str:
 
 
 def _md(text: str) -> str:
-    """Table-safe Markdown: pipes and newlines would break the row; markup is escaped."""
+    """Table-safe Markdown that reads back literally: pipes and newlines would break the
+    row; emphasis, code, links, HTML, entities (&), math ($) and strike-through (~) are
+    escaped (CommonMark takes a backslash before any ASCII punctuation)."""
     out = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-    for ch in "*_`[]<>":
+    for ch in "*_`[]<>$~&":
         out = out.replace(ch, "\\" + ch)
     return out
 
