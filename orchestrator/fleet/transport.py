@@ -20,6 +20,7 @@ import asyncssh
 
 from ..errors import RemoteError, RemoteTimeoutError, UnreachableError
 from .inventory import Host
+from .known_hosts import HostKeys, read_host_keys
 
 CHUNK = 1 << 20
 # The default key exchange costs ~80 ms of CPU per connection on small machines.
@@ -140,21 +141,33 @@ class SSHTransport:
             _append_known_host(o.known_hosts_path, h.address, peer[1] if peer else h.port or 22,
                                self.conn.get_server_host_key())
             return self
+        port = h.port or 22
+        keys = read_host_keys(o.known_hosts_path, h.address, port)
         try:
-            self.conn = await self._connect(o.known_hosts_path)
+            self.conn = await self._connect(keys)
         except asyncssh.HostKeyNotVerifiable as e:
-            known = _known_key_exists(o.known_hosts_path, h.address, h.port or 22)
+            known = bool(keys.trusted)
             if known or not o.accept_new_host_keys:
                 why = ("the host key differs from the one in known_hosts — refusing (possible "
                        "man-in-the-middle; remove the old key only if the node was reinstalled)"
                        if known else f"host key not verifiable ({e.reason}); add it to "
                        f"{o.known_hosts_path} or pass --accept-new-host-keys"
-                       + _port22_hint(o.known_hosts_path, h.address, h.port or 22))
+                       + _port22_hint(o.known_hosts_path, h.address, port))
+                if keys.revoked and "revoked" in str(e.reason):
+                    why = (f"the host key is marked @revoked in {o.known_hosts_path} — "
+                           "refusing; the node needs a new host key")
                 raise UnreachableError(h.name, why) from None
             self.conn = await self._connect(None)
+            presented = self.conn.get_server_host_key()
+            if presented is not None and keys.is_revoked(presented):
+                self.conn.close()
+                raise UnreachableError(h.name, (
+                    f"the host key is marked @revoked in {o.known_hosts_path} — refusing "
+                    "(--accept-new-host-keys never trusts a revoked key); the node needs a "
+                    "new host key")) from None
             peer = self.conn.get_extra_info("peername")
-            _append_known_host(o.known_hosts_path, h.address, peer[1] if peer else h.port or 22,
-                               self.conn.get_server_host_key())
+            _append_known_host(o.known_hosts_path, h.address, peer[1] if peer else port,
+                               presented)
         return self
 
     @property
@@ -165,13 +178,18 @@ class SSHTransport:
 
     async def _connect(self, known_hosts):
         h, o = self.host, self.options
-        kwargs = {"known_hosts": known_hosts, "kex_algs": KEX_ALGS,
+        kwargs = {"known_hosts": known_hosts.as_asyncssh() if isinstance(known_hosts, HostKeys)
+                  else known_hosts, "kex_algs": KEX_ALGS,
                   "encryption_algs": CIPHERS, "compression_algs": None,
                   "keepalive_interval": o.keepalive_interval,
                   "keepalive_count_max": o.keepalive_count_max,
                   "connect_timeout": o.connect_timeout}
         if h.port:
             kwargs["port"] = h.port
+        if isinstance(known_hosts, HostKeys) and known_hosts.ca and not known_hosts.trusted:
+            # a CA vouches for certificates only: offer plain keys too, so a node without
+            # a certificate is "not known" (as for ssh), not a failed handshake
+            kwargs["server_host_key_algs"] = "default"
         if o.ssh_config:
             kwargs["config"] = [o.ssh_config]
         if h.user:
@@ -319,15 +337,6 @@ def _known_hosts_lines(path: str, port: int) -> tuple[str, list[str]]:
         if good:
             kept.append(",".join(good) + " " + fields[1])
     return "\n".join(kept) + "\n", dropped
-
-
-def _known_key_exists(path: str, address: str, port: int) -> bool:
-    try:
-        text, _ = _known_hosts_lines(path, port)
-        keys = asyncssh.import_known_hosts(text).match(address, address, port)[0]
-    except (OSError, ValueError):
-        return False
-    return bool(keys)
 
 
 def _port22_hint(path: str, address: str, port: int) -> str:

@@ -1,0 +1,97 @@
+"""known_hosts read as OpenSSH reads it, so trust is decided as `ssh` decides it.
+
+asyncssh's own matching differs where it matters for --accept-new-host-keys: a negated
+pattern (``!addr``) is tested against the address as well as ``[addr]:port`` and so hid a
+changed key; a port-less entry applied to any port; a key listed only under ``@revoked``
+was not "known", so accept-new trusted it. Here, as in OpenSSH (CheckHostIP off, its
+default since 8.5): the name looked up is the address the node is reached at, written
+``[addr]:port`` unless the port is 22; patterns take ``*`` and ``?``, a matching ``!``
+pattern voids its line, ``|1|`` names are HMAC-SHA1 hashes; ``@revoked`` keys are refused
+whatever else is listed; ``@cert-authority`` keys vouch only for certificates.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass, field
+
+import asyncssh
+
+
+@dataclass
+class HostKeys:
+    """What a known_hosts file says of one node."""
+
+    trusted: list = field(default_factory=list)   # plain keys: a different one is "changed"
+    ca: list = field(default_factory=list)        # @cert-authority: certificates only
+    revoked: list = field(default_factory=list)   # @revoked: never accepted
+
+    def as_asyncssh(self) -> tuple[list, list, list]:
+        return self.trusted, self.ca, self.revoked
+
+    def is_revoked(self, key) -> bool:
+        blob = key.public_data
+        return any(k.public_data == blob for k in self.revoked)
+
+
+def lookup_name(address: str, port: int) -> str:
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+def _pattern(p: str) -> re.Pattern:
+    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c)
+                              for c in p.lower()) + r"\Z", re.S)
+
+
+def names_match(names: str, name: str) -> bool:
+    """Whether a line's host field names ``name`` (OpenSSH's match_hostname)."""
+    if names.startswith("|1|"):
+        try:
+            _, _, salt, digest = names.split("|", 3)
+            want = base64.b64decode(digest)
+            got = hmac.new(base64.b64decode(salt), name.encode(), hashlib.sha1).digest()
+        except (ValueError, TypeError):
+            return False
+        return hmac.compare_digest(want, got)
+    matched = False
+    for pat in names.split(","):
+        negated = pat.startswith("!")
+        if _pattern(pat[1:] if negated else pat).match(name.lower()):
+            if negated:
+                return False  # a negated match voids the whole line
+            matched = True
+    return matched
+
+
+def host_keys(text: str, address: str, port: int) -> HostKeys:
+    """The keys ``text`` (a known_hosts file) holds for ``address:port``; lines that do
+    not parse are skipped, as OpenSSH skips them."""
+    name = lookup_name(address, port)
+    out = HostKeys()
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        marker = fields.pop(0) if fields[0].startswith("@") else None
+        if marker not in (None, "@revoked", "@cert-authority") or len(fields) < 3:
+            continue
+        if not names_match(fields[0], name):
+            continue
+        try:
+            key = asyncssh.import_public_key(f"{fields[1]} {fields[2]}")
+        except (asyncssh.KeyImportError, ValueError):
+            continue
+        {None: out.trusted, "@revoked": out.revoked, "@cert-authority": out.ca}[marker] \
+            .append(key)
+    return out
+
+
+def read_host_keys(path: str, address: str, port: int) -> HostKeys:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return host_keys(f.read(), address, port)
+    except FileNotFoundError:
+        return HostKeys()
