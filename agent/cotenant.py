@@ -7,6 +7,9 @@ reads a scratch file at ``disk_mb_s``. It ends, whatever happens to the agent:
 
 - when its parent (the agent) is gone: every process checks five times a second, so a
   ``kill -9`` of the agent ends the load within a fraction of a second;
+- when its parent has been stopped (SIGSTOP, ``kill -STOP``, a debugger) for
+  ``HELD_S`` seconds: a held agent measures nothing, and its load must not hold memory and
+  a core for hours meanwhile;
 - at the deadline (epoch seconds), whatever its parent does;
 - on SIGTERM (the agent stopping it), with its workers: they are in its process group.
 
@@ -25,17 +28,61 @@ import time
 
 PAGE = 4096
 LIMITS = {"memory_mb": 262144, "cpu_workers": 64, "disk_mb_s": 4000}
+HELD_S = 5.0        # a parent stopped this long ends the load
+MEMORY_SHORT = 0.9  # resident memory below this share of memory_mb: the load fell short
+CPU_SHORT = 0.5     # CPU below this share of cpu_workers cores: the load fell short
+CPU_WINDOW_S = 1.0  # the shortest window a CPU share is judged over (tick granularity)
 
 
 def _orphaned(parent: int, deadline: float) -> bool:
     return os.getppid() != parent or time.time() > deadline
 
 
-def _watch(parent: int, deadline: float) -> None:
-    """Exit this process as soon as the agent is gone or the deadline passed."""
+def process_state(pid: int) -> str | None:
+    """The kernel's one-letter state of ``pid`` ("T": stopped), or None when it cannot be
+    read: psutil (macOS and Linux), else /proc (Linux), else ``ps -o stat=``."""
+    try:
+        import psutil
+
+        try:
+            st = psutil.Process(pid).status()
+        except psutil.Error:
+            return None
+        return "T" if st in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP) else st[:1]
+    except ImportError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        pass
+    import subprocess
+
+    try:
+        out = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[:1].upper() or None
+
+
+def _watch(parent: int, deadline: float, held_s: float = HELD_S) -> None:
+    """Exit this process as soon as the agent is gone, has been stopped for ``held_s``, or
+    the deadline passed."""
     def loop():
+        held_since = None
+        tick = 0
         while not _orphaned(parent, deadline):
             time.sleep(0.2)
+            tick += 1
+            if tick % 5:
+                continue  # the state once a second: `ps` may be a process to start
+            if process_state(parent) in ("T", "t"):
+                held_since = held_since or time.monotonic()
+                if time.monotonic() - held_since >= held_s:
+                    break
+            else:
+                held_since = None
         os._exit(0)
     threading.Thread(target=loop, daemon=True).start()
 
@@ -96,13 +143,98 @@ def run(profile: dict, parent: int, deadline: float) -> None:
     stop()
 
 
+def _group_usage(pgid: int) -> tuple[int, float] | None:
+    """(resident bytes, CPU seconds) of every process in a process group, or None when it
+    cannot be read: psutil, else /proc."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        rss, cpu = 0, 0.0
+        for p in psutil.process_iter(["pid"]):
+            try:
+                if os.getpgid(p.pid) != pgid:
+                    continue
+                rss += p.memory_info().rss
+                t = p.cpu_times()
+                cpu += t.user + t.system
+            except (psutil.Error, OSError):
+                continue
+        return rss, cpu
+    if not os.path.isdir("/proc/self"):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    rss, cpu = 0, 0.0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) != pgid:  # fields after the name: state, ppid, pgrp, ...
+            continue
+        cpu += (int(fields[11]) + int(fields[12])) / tick
+        rss += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+    return rss, cpu
+
+
 class CoTenant:
     """Runs the profile beside a job: in its own process group (so stopping it stops its
-    workers), bounded by a deadline, and ended by its own watch if the agent dies."""
+    workers), bounded by a deadline, and ended by its own watch if the agent dies or is
+    held. ``shortfall()`` says, around each generation, whether the load still runs as
+    declared: a run measured beside a dead or weakened co-tenant is not a busy run."""
 
     def __init__(self, profile: dict, journal, max_s: float = 6 * 3600):
         self.profile, self.journal, self.max_s = profile, journal, max_s
         self.proc = None
+        self._last: tuple[float, float] | None = None  # (wall, group CPU s) last judged
+        self._cpu_verdict: str | None = None
+        self._said: set[str] = set()
+
+    def shortfall(self) -> list[str]:
+        """Why runs measured now are not measured beside the declared load (empty: they
+        are). Reasons start with "co-tenant": they set a run aside."""
+        if self.proc is None:
+            return []
+        code = self.proc.poll()
+        if code is not None:
+            return self._say(f"co-tenant load ended (exit status {code}): this run measured "
+                             "an idle node, not the declared load")
+        usage = _group_usage(self.proc.pid)
+        if usage is None:
+            return self._say("co-tenant load unverified: its memory and CPU cannot be read "
+                             "here (install psutil)")
+        rss, cpu = usage
+        reasons = []
+        want_mb = int(self.profile.get("memory_mb", 0))
+        if want_mb and rss < MEMORY_SHORT * (want_mb << 20):
+            reasons.append(f"co-tenant load short: {rss >> 20} MB resident of the "
+                           f"{want_mb} MB declared")
+        workers = int(self.profile.get("cpu_workers", 0))
+        now = time.monotonic()
+        if workers:
+            if self._last is None:
+                self._last = (now, cpu)
+            elif now - self._last[0] >= CPU_WINDOW_S:
+                share = (cpu - self._last[1]) / ((now - self._last[0]) * workers)
+                self._cpu_verdict = None if share >= CPU_SHORT else (
+                    f"co-tenant load short: its CPU workers ran {share:.0%} of "
+                    f"{workers} core(s)")
+                self._last = (now, cpu)
+            if self._cpu_verdict:
+                reasons.append(self._cpu_verdict)
+        return self._say(*reasons)
+
+    def _say(self, *reasons: str) -> list[str]:
+        for r in reasons:  # the journal says each kind once; every run carries it
+            kind = r.split(":")[0]
+            if kind not in self._said:
+                self._said.add(kind)
+                self.journal.emit("notice", message=r)
+        return list(reasons)
 
     def __enter__(self):
         import subprocess

@@ -280,6 +280,7 @@ class Adaptive:
 class Loop:
     def __init__(self, job: Job, journal: Journal, engine: Engine, sampler):
         self.job, self.journal, self.engine, self.sampler = job, journal, engine, sampler
+        self.cotenant = None  # the job's background load (agent.cotenant.CoTenant), if any
         self.active: str | None = None
         self.down: dict[str, str] = {}   # variant → why it cannot be made ready
         self.warmups = 0
@@ -312,6 +313,10 @@ class Loop:
         self.sampler.watch(self.engine.runtime_pid(v), self.engine.cpu_accounted(v))
         return None
 
+    def cotenant_shortfall(self) -> list[str]:
+        """A busy run is measured beside the declared load, or set aside saying why not."""
+        return self.cotenant.shortfall() if self.cotenant is not None else []
+
     def measure(self, req: Request) -> dict:
         from .telemetry import summarise_window, unreliable_reasons
 
@@ -325,6 +330,7 @@ class Loop:
         reasons = unreliable_reasons(tele, self.job.contention_threshold)
         if self.job.background:  # the load is the experiment: what it causes is the result
             reasons = [r for r in reasons if not r.startswith(BUSY_BY_DESIGN)]
+        reasons += self.cotenant_shortfall()
         m.update(tele, unreliable=bool(reasons), unreliable_reasons=reasons,
                  telemetry=[{k: s.get(k) for k in SAMPLE_FIELDS} for s in window])
         m.update(self.engine.extras(m, req))
@@ -492,6 +498,7 @@ class Loop:
             reasons = unreliable_reasons(tele, job.contention_threshold)
             if job.background:
                 reasons = [r for r in reasons if not r.startswith(BUSY_BY_DESIGN)]
+            reasons += self.cotenant_shortfall()
             m.update(unreliable=bool(reasons), unreliable_reasons=reasons)
             ramp = history.setdefault((v.name, load), [])
             ramp.append(m)

@@ -63,8 +63,10 @@ def run_job(job: Job, journal: Journal, *, cache_file: Path, resume: bool = Fals
         engine = mlx = MlxEngine(job, loaded)
         journal.emit("models_loaded", load_s=round(load_s, 3), **mlx.roof)
     try:
-        with Sampler(job.telemetry_interval_s) as sampler, _background(job, journal):
+        with Sampler(job.telemetry_interval_s) as sampler, \
+                _background(job, journal) as cotenant:
             loop = Loop(job, journal, engine, sampler)
+            loop.cotenant = cotenant
             if job.mode == "soak":
                 return loop.soak(soak_variant(job, engine))
             return loop.sweep(resume)

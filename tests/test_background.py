@@ -1,6 +1,7 @@
 """A busy desktop as a profile: a bounded co-tenant load beside the measurement, named in
 every run's identity, compared with the idle node, and always gone when the agent is."""
 
+import signal
 import subprocess
 import time
 from dataclasses import replace
@@ -100,3 +101,72 @@ def test_the_load_is_gone_after_kill_9_of_the_agent_on_an_sshd_node(fleet, model
         p.wait()
     r = CliRunner().invoke(main, ["inventory", "list", "-i", str(inv)])
     assert r.exit_code == 0
+
+
+def test_a_held_agent_ends_its_load_and_later_runs_are_not_labelled_busy(fleet, model_pair,
+                                                                         tmp_path):
+    """SIGSTOP the agent: its co-tenant ends within 10 s (it watches the agent's state, not
+    only its existence); once the agent goes on, every run it measures is set aside as
+    measured beside no load, never stored as a reliable busy run."""
+    from orchestrator.store.models import Measurement
+    from tests.controller import signal_agents
+
+    node = fleet.nodes[0]
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, widths=(2,), max_tokens=24, repetitions=4,
+                              extra=LOOSE + "\nbackground:\n  memory_mb: 64\n  cpu_workers: 1"))
+    lock = write_lock(load_plan(plan), lambda m: None)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    log = tmp_path / "c.log"
+    p = specfleet("sweep", str(lock), "--limit", node.name, "-i", str(inv), "--known-hosts",
+                  str(fleet.known_hosts), "--db", url, log=log)
+    try:
+        sweep_id_from(log)
+        wait_for(lambda: len(_cotenants(node.user)) >= 2, timeout=60,
+                 what="the co-tenant and its CPU worker")
+        signal_agents(node, signal.SIGSTOP)
+        held = time.monotonic()
+        while _cotenants(node.user) and time.monotonic() - held < 15:
+            time.sleep(0.2)
+        gone_after = time.monotonic() - held
+        signal_agents(node, signal.SIGCONT)
+        assert not _cotenants(node.user), "the co-tenant outlived its held agent"
+        assert gone_after <= 10, gone_after
+        assert p.wait(300) == 0, log.read_text()[-3000:]
+    finally:
+        p.kill()
+        p.wait()
+    store = open_store(url)
+    with store.engine.connect() as c:
+        rows = c.execute(select(Measurement.unreliable,
+                                Measurement.unreliable_reasons)).all()
+    ended = [r for r in rows if any(x.startswith("co-tenant load ended")
+                                    for x in r.unreliable_reasons or [])]
+    assert ended, rows  # the runs after the hold
+    assert all(r.unreliable for r in ended)
+    assert "co-tenant load ended" in log.read_text() or ended
+
+
+def test_a_load_that_cannot_start_sets_every_run_aside(model_pair, tmp_path):
+    """memory_mb above what the node has: the co-tenant dies at once; the runs say so and
+    are set aside, not labelled busy."""
+    from orchestrator.store.models import Measurement
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    hosts = [replace(h, root=str(tmp_path / "node"))
+             for h in load_inventory(ROOT / "inventory" / "local.yml").hosts]
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, widths=(2,), max_tokens=16, repetitions=2,
+                              extra=LOOSE + "\nbackground:\n  memory_mb: 262144"))
+    doc = load_lock(write_lock(load_plan(plan), lambda m: None))
+    start_sweep(doc, hosts, store, opts=SweepOptions(provision=False))
+    with store.engine.connect() as c:
+        rows = c.execute(select(Measurement.unreliable, Measurement.unreliable_reasons)).all()
+        notices = [e["message"] for e in c.execute(select(Event.payload).where(
+            Event.type == "notice")).scalars()]
+    assert rows and all(r.unreliable for r in rows), rows
+    assert all(any(x.startswith("co-tenant load ended (exit status")
+                   for x in r.unreliable_reasons) for r in rows), rows
+    assert sum(m.startswith("co-tenant load ended") for m in notices) == 1, notices
