@@ -7,10 +7,12 @@ stream a command's stdout line by line — so dispatch code never branches on th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -100,9 +102,12 @@ class LocalTransport:
                                 ignore=shutil.ignore_patterns("__pycache__"))
 
     async def stream_lines(self, command: str) -> AsyncIterator[str]:
+        # its own process group: the shell's children (the follower) hold the pipe, and
+        # Python 3.11's Process.wait() returns only once every pipe is closed, so ending
+        # only the shell left Ctrl-C waiting until the agent finished its job
         proc = await asyncio.create_subprocess_shell(
             command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            limit=1 << 24)
+            limit=1 << 24, start_new_session=True)
         assert proc.stdout is not None and proc.stderr is not None  # asked for with PIPE
         stderr_task = asyncio.create_task(proc.stderr.read())
         try:
@@ -112,7 +117,8 @@ class LocalTransport:
             err = (await stderr_task).decode(errors="replace")
         finally:  # closed early: stop the command rather than leave it to the collector
             if proc.returncode is None:
-                proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 await proc.wait()
             if not stderr_task.done():
                 stderr_task.cancel()
