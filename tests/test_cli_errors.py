@@ -110,3 +110,20 @@ def test_store_urls_that_cannot_work_say_how_to_write_one(tmp_path):
         assert r.exit_code == 1 and isinstance(r.exception, SystemExit), (url, r.output)
         assert message in r.output, (url, r.output)
     assert not (tmp_path / "s.db").exists()  # nothing was created on the way
+
+
+def test_a_mistyped_store_is_an_error_for_commands_that_only_read(tmp_path):
+    """`--db sqlite:///no/such/dir/x.db` made a new empty store and answered "no sweeps";
+    a command that only reads now says there is no store there, and creates nothing."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    wrong = tmp_path / "no" / "such" / "dir" / "x.db"
+    for args in (["sweeps", "list"], ["runs", "list"], ["db", "current"],
+                 ["review", "--out", str(tmp_path / "r.html")], ["sweep", "--attach",
+                                                                 "0123456789ab"]):
+        r = CliRunner().invoke(main, [*args, "--db", f"sqlite:///{wrong}"])
+        assert r.exit_code != 0, (args, r.output)
+        assert f"no store at {wrong}: nothing has been stored there" in r.output, r.output
+        assert not wrong.exists() and not wrong.parent.exists()

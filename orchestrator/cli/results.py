@@ -68,7 +68,7 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
     except SpecfleetError as e:
         raise click.BadParameter(str(e).removeprefix("--fail-on: "),
                                  param_hint="--fail-on") from None
-    store = open_store(db_url)
+    store = open_store(db_url, must_exist=True)
     if sweep_id:
         if fail_on or junit or notify_url or policy_file:
             raise click.UsageError("--fail-on, --junit, --notify and --policy review a week, "
@@ -135,7 +135,7 @@ def compare(a, b, as_json, out, db_url):
     from ..review.compare import compare as run_compare
     from ..store import open_store
 
-    c = run_compare(open_store(db_url), a, b)
+    c = run_compare(open_store(db_url, must_exist=True), a, b)
     if out:
         from ..review.report import environment
 
@@ -164,7 +164,8 @@ def site(out, week, db_url):
     from ..review.site import write_site
     from ..store import open_store
 
-    click.echo(f"site written to {write_site(open_store(db_url), out, week=week).resolve()}")
+    store = open_store(db_url, must_exist=True)
+    click.echo(f"site written to {write_site(store, out, week=week).resolve()}")
 
 
 @main.group()
@@ -194,7 +195,7 @@ def sweeps_list(count, as_json, db_url):
     from ..listing import sweeps as list_sweeps
     from ..store import open_store
 
-    rows = list_sweeps(open_store(db_url), count)
+    rows = list_sweeps(open_store(db_url, must_exist=True), count)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -241,7 +242,8 @@ def runs_list(sweep_id, node, workload, engine, as_json, as_csv, db_url):
     from ..listing import runs as list_runs
     from ..store import open_store
 
-    _emit(list_runs(open_store(db_url), sweep_id, node, workload, engine), as_json, as_csv,
+    store = open_store(db_url, must_exist=True)
+    _emit(list_runs(store, sweep_id, node, workload, engine), as_json, as_csv,
           ("id", "sweep_id", "node", "engine", "workload", "mode", "num_draft_tokens",
            "decode_tok_s_median", "acceptance_median", "unreliable"))
 
@@ -261,7 +263,7 @@ def runs_show(run_id, as_json, as_csv, db_url):
     from ..listing import run_detail, to_csv
     from ..store import open_store
 
-    d = run_detail(open_store(db_url), run_id)
+    d = run_detail(open_store(db_url, must_exist=True), run_id)
     if as_json:
         click.echo(json.dumps(d, indent=2, default=str))
     elif as_csv:
@@ -368,4 +370,5 @@ def db_current(db_url):
     """
     from ..store import open_store
 
-    click.echo(open_store(db_url, migrate=False).current_revision() or "empty (not migrated)")
+    click.echo(open_store(db_url, migrate=False, must_exist=True).current_revision()
+               or "empty (not migrated)")

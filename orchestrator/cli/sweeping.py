@@ -75,7 +75,7 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
     else:
         chose = kw.get("limit") is not None  # --limit: pick up only these nodes
         hosts, inventory_path = hosts_from(kw)
-    store = open_store(db_url)
+    store = open_store(db_url, must_exist=doc is None)  # --attach/--resume/--stop: it exists
     provision = _provision(doc, provision, lambda m: click.echo(m, err=True))
     opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout)
     sweep_id = attach_id or resume_id or stop_id

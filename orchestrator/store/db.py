@@ -503,12 +503,18 @@ def pair_name(models: dict | None) -> str | None:
     return f"{models.get('target')}+{models.get('draft')}"
 
 
-def open_store(url: str | None = None, migrate: bool = True) -> Store:
-    """Open (and by default migrate to head) the store at ``url``."""
+def open_store(url: str | None = None, migrate: bool = True, must_exist: bool = False) -> Store:
+    """Open (and by default migrate to head) the store at ``url``. ``must_exist``: a
+    command that only reads refuses a SQLite file that is not there, rather than create
+    an empty store and answer "nothing" (a mistyped --db looked like an empty fleet)."""
     url = resolve_url(url)
     check_url(url)
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    path = sqlite_path(url)
+    if must_exist and path is not None and not path.exists():
+        raise StoreError(f"no store at {path}: nothing has been stored there (a sweep creates "
+                         "it). Check --db, SPECFLEET_DB or the specfleet.toml in use")
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
     try:
         # pre_ping: after a PostgreSQL restart, stale pooled connections are replaced
         engine = create_engine(url, pool_pre_ping=True, json_deserializer=_json_loads)
@@ -529,6 +535,14 @@ def open_store(url: str | None = None, migrate: bool = True) -> Store:
         raise StoreError(f"cannot open store {engine_url_for_humans(url)}: "
                          f"{e.__class__.__name__}: {str(e).splitlines()[0]}") from None
     return Store(engine)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file a SQLite URL names (None: another database, or SQLite in memory)."""
+    if not url.startswith("sqlite:///"):
+        return None
+    rest = url[len("sqlite:///"):].split("?", 1)[0]
+    return Path(rest) if rest and rest != ":memory:" else None
 
 
 def check_url(url: str) -> None:
