@@ -1,7 +1,7 @@
 """Nightly sweeps: launchd on macOS, a systemd user timer on Linux, a cron line otherwise.
 
 The scheduled command is ``specfleet nightly LOCK``. Files are rendered from
-``templates/schedule/``; ``install`` writes them (and enables them unless told not
+``orchestrator/templates/schedule/``; ``install`` writes them (and enables them unless told not
 to), ``list`` finds them again, ``remove`` disables and deletes them.
 """
 
@@ -20,7 +20,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from ..errors import ConfigError, SpecfleetError
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "schedule"
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "schedule"
 PREFIX = "specfleet-nightly-"
 CRON_FILE = "specfleet.cron"  # with --dest, cron lines go to this file instead of crontab
 
