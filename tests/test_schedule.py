@@ -107,6 +107,7 @@ def test_cron_line_quotes_and_list_remove(odd_lock, tmp_path):
     assert entry["lock"] == str(odd_lock.resolve())
     r = CliRunner().invoke(main, ["schedule", "remove", entry["name"], "--dest", str(dest)])
     assert r.exit_code == 0 and (dest / "specfleet.cron").read_text() == ""
+    assert not pgpass.exists()  # the password file goes with its entry
     bad = CliRunner().invoke(main, ["schedule", "remove", entry["name"], "--dest", str(dest)])
     assert bad.exit_code == 1 and "no nightly schedule named" in bad.output
 

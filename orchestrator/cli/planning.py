@@ -128,6 +128,7 @@ def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_pa
     from ..sweep.plan import load_lock, verify_lock
     from ..sweep.schedule import (
         PREFIX,
+        SECRETS,
         default_kind,
         install,
         nightly_options,
@@ -148,7 +149,7 @@ def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_pa
                                      ssh_config=ssh_config, connect_timeout=connect_timeout)
     for n in notes:
         click.echo(n, err=True)
-    secrets = dest if dest is not None else Path("~/.config/specfleet").expanduser()
+    secrets = dest if dest is not None else SECRETS
     url, extra_env = store_for_schedule(db_url, secrets, PREFIX + doc["lock_id"][:12])
     files = render(kind, lock_path, doc, at, db_url=url, inventory=list(inventory_path),
                    log=log.resolve(), options=options, extra_env=extra_env, system=system)

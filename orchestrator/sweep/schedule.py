@@ -22,6 +22,7 @@ from ..errors import ConfigError, SpecfleetError
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "schedule"
 PREFIX = "specfleet-nightly-"
+SECRETS = Path("~/.config/specfleet").expanduser()  # PGPASSFILEs of installed entries
 CRON_FILE = "specfleet.cron"  # with --dest, cron lines go to this file instead of crontab
 
 
@@ -342,6 +343,10 @@ def remove(name: str, dest: Path | None = None, disable: bool = True) -> list[Pa
             else:
                 _run(["crontab", "-"], kept + "\n")
             removed.append(e.path)
+    secret = (dest or SECRETS) / f"{name}.pgpass"  # the password file install wrote, if any
+    if secret.exists():
+        secret.unlink()
+        removed.append(secret)
     return removed
 
 
