@@ -12,10 +12,9 @@ no file (the tests do).
 from __future__ import annotations
 
 import os
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-
-import tomllib
 
 from .errors import ConfigError
 
