@@ -97,3 +97,18 @@ def test_a_reading_is_unavailable_exactly_when_no_sample_carries_it(samples):
         assert (name in t["readings_unavailable"]) == (not carried), name
         assert any(r.startswith(f"unverified: {name} (") for r in unreliable_reasons(t)) \
             == (not carried)
+
+
+def test_the_weekly_verdict_names_the_missing_reading_and_how_to_get_it():
+    """A set-aside run's "unverified: swap (…)" becomes a caveat naming the reading and the
+    fix; it is not mistaken for a run that swapped."""
+    from orchestrator.review.verdict import _shaky
+
+    reason = unreliable_reasons({"readings_unavailable": ["swap"]})[0]
+    section = {"set_aside": [{"reasons": [reason]}]}
+    assert _shaky(section) == [
+        "some runs this week could not read swap — no swap counters: vm_stat / sysctl "
+        "vm.swapusage on macOS, /proc/vmstat and /proc/meminfo on Linux (set aside as "
+        "unverified)"]
+    section = {"set_aside": [{"reasons": [reason, "swapped in 4096 bytes"]}]}
+    assert _shaky(section)[0] == "the node swapped during some runs this week (set aside)"
