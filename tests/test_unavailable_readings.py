@@ -112,3 +112,36 @@ def test_the_weekly_verdict_names_the_missing_reading_and_how_to_get_it():
         "unverified)"]
     section = {"set_aside": [{"reasons": [reason, "swapped in 4096 bytes"]}]}
     assert _shaky(section)[0] == "the node swapped during some runs this week (set aside)"
+
+
+@needs_unshare
+def test_the_agent_with_no_psutil_and_no_proc_marks_every_generation_unverified(tmp_path,
+                                                                                 model_pair):
+    """The agent as the controller runs it, in a mount namespace where /proc is an empty
+    tmpfs and psutil cannot be imported: it still measures, and no generation passes as
+    clean: each is unreliable with 'unverified: contention' and 'unverified: memory'."""
+    from orchestrator.sweep.jobspec import build_job
+
+    job = build_job(model_pair, ["code"], max_tokens=16, draft_widths=[2])
+    job.update(cv_threshold=1.0)  # only the missing readings are under test
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['psutil'] = None\n")
+    journal = tmp_path / "j.jsonl"
+    agent = [sys.executable, "-m", "agent", "run", str(tmp_path / "job.json"), "--journal",
+             str(journal), "--lock", str(tmp_path / "agent.lock"), "--cache-dir",
+             str(tmp_path / "cache"), "--quiet"]
+    script = 'mount -t tmpfs none /proc && exec "$@"'
+    out = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", *agent], cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    gens = [e for e in map(json.loads, journal.read_text().splitlines())
+            if e["type"] == "generation"]
+    assert gens
+    for g in gens:
+        assert g["unreliable"] and g["rss_peak_bytes"] is None
+        assert g["readings_unavailable"][:2] == ["contention", "memory"]
+        assert {r.split(" (")[0] for r in g["unreliable_reasons"]} >= {
+            "unverified: contention", "unverified: memory"}
