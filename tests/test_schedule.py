@@ -251,6 +251,9 @@ def test_a_store_must_be_named_and_is_written_resolved(odd_lock, tmp_path, monke
                                   "--dest", str(tmp_path / "c"), "--no-enable"])
     assert r.exit_code == 1 and "name the store the nightly writes to (--db" in r.output
     assert not (tmp_path / "c").exists()
+    r = CliRunner().invoke(main, ["schedule", "install", str(odd_lock), "--kind", "cron",
+                                  "--dest", str(tmp_path / "c"), "--system", "--db", "sqlite:///s.db"])
+    assert r.exit_code == 1 and "--system makes a launchd LaunchDaemon" in r.output
     r = CliRunner().invoke(main, ["schedule", "install", str(odd_lock), "--kind", "launchd",
                                   "--dest", str(tmp_path / "l"), "--no-enable",
                                   "--db", "sqlite:///runs/specfleet.db"])

@@ -141,6 +141,11 @@ def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_pa
     doc = load_lock(lock_path)
     verify_lock(doc, lock_path)
     kind = default_kind() if kind == "auto" else kind
+    if system and kind != "launchd":  # declared = applied: never silently ignored
+        from ..errors import ConfigError
+
+        raise ConfigError(f"--system makes a launchd LaunchDaemon; --kind {kind} has no such "
+                          "mode (a systemd user timer needs lingering: see doctor --schedule)")
     enable = dest is None if enable is None else enable  # --dest writes files to look at
     log = (log_path or lock_path.resolve().with_name(lock_path.stem + ".nightly.log"))
     options, notes = nightly_options(doc, lock_path, list(inventory_path), limit=limit,
