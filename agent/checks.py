@@ -15,7 +15,7 @@ TOKENIZER_SAMPLE = 'def f(x):\n    return {"a": [1, 2.5]}  # The quick brown fox
 
 def installed_versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
-    for dist in ("mlx", "mlx-lm"):
+    for dist in ("mlx", "mlx-lm", "psutil"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -176,6 +176,9 @@ GENERATION_METRICS = (
     "peak_mlx_memory_bytes", "rss_peak_bytes", "swap_used_before_bytes",
     "swap_used_after_bytes", "swap_in_bytes", "bytes_per_token", "bandwidth_utilisation",
 )
+# What the agent itself needs on a node, pinned: every node lock gets these (plan lock) and
+# provision checks them, because without psutil a Mac cannot read contention or RSS.
+AGENT_REQUIREMENTS = ("psutil==7.2.2",)
 # Telemetry sample keys (the ~2 Hz sampler's readings inside a generation).
 TELEMETRY_KEYS = ("swap_used_bytes", "swap_in_bytes_total", "rss_bytes", "memory_pressure",
                   "thermal_throttled", "cpu_speed_limit_pct", "power_source",

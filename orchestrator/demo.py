@@ -23,7 +23,7 @@ from .store.models import Event
 from .sweep.dispatch import StderrProgress, SweepOptions, start_sweep
 from .sweep.plan import load_lock, load_plan, write_lock
 
-LOCAL_INVENTORY = Path(__file__).resolve().parents[1] / "inventory" / "local.yml"
+LOCAL_INVENTORY = Path(__file__).resolve().parent / "inventory" / "local.yml"
 
 
 def demo_plan(models: Path, max_tokens: int | None = None) -> str:

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import os
 import stat
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-
-import tomllib
 
 from .errors import ConfigError
 

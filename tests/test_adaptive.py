@@ -114,7 +114,7 @@ def test_a_real_adaptive_sweep_says_what_it_stopped_and_why(model_pair, tmp_path
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     root = Path(__file__).resolve().parents[1]
     hosts = [replace(h, root=str(tmp_path / "node"))
-             for h in load_inventory(root / "inventory" / "local.yml").hosts]
+             for h in load_inventory(root / "orchestrator" / "inventory" / "local.yml").hosts]
     result = start_sweep(doc, hosts, store, opts=SweepOptions(provision=False))
     assert result.ok, result
     with store.engine.connect() as c:

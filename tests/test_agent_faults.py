@@ -228,6 +228,10 @@ def test_replayed_battery_readings_mark_every_trial_unreliable(tmp_path, model_p
     replay.mkdir()
     shutil.copy(data / "pmset_batt_on_battery.txt", replay / "batt.txt")
     shutil.copy(data / "pmset_therm_apple_silicon.txt", replay / "therm.txt")
+    # an Apple silicon Mac: thermal state from notify (nominal), swap from vm_stat/sysctl
+    (replay / "thermal_pressure.txt").write_text("com.apple.system.thermalpressurelevel 0\n")
+    shutil.copy(data / "sysctl_swapusage.txt", replay / "swapusage.txt")
+    shutil.copy(data / "vm_stat_intel.txt", replay / "vm_stat.txt")
     job = small_job(model_pair, repetitions=2)
     # only the battery is under test: a busy machine (tests run in parallel) is not
     job.update(cv_threshold=1.0, contention_threshold=1.0)

@@ -48,7 +48,7 @@ def test_busy_runs_are_their_own_series_compared_with_idle_and_the_load_ends(mod
                                                                             tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     hosts = [replace(h, root=str(tmp_path / "node"))
-             for h in load_inventory(ROOT / "inventory" / "local.yml").hosts]
+             for h in load_inventory(ROOT / "orchestrator" / "inventory" / "local.yml").hosts]
     for name, extra in (("idle.yml", ""),
                         ("busy.yml", "\nbackground:\n  memory_mb: 256\n  cpu_workers: 1")):
         plan = tmp_path / name
@@ -156,7 +156,7 @@ def test_a_load_that_cannot_start_sets_every_run_aside(model_pair, tmp_path):
 
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     hosts = [replace(h, root=str(tmp_path / "node"))
-             for h in load_inventory(ROOT / "inventory" / "local.yml").hosts]
+             for h in load_inventory(ROOT / "orchestrator" / "inventory" / "local.yml").hosts]
     plan = tmp_path / "plan.yml"
     plan.write_text(plan_text(model_pair, widths=(2,), max_tokens=16, repetitions=2,
                               extra=LOOSE + "\nbackground:\n  memory_mb: 262144"))

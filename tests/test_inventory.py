@@ -7,7 +7,7 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
 def test_example_inventory_has_groups_and_vars():
-    inv = load_inventory(ROOT / "inventory" / "example.yml")
+    inv = load_inventory(ROOT / "orchestrator" / "inventory" / "example.yml")
     hosts = {h.name: h for h in inv.hosts}
     assert hosts["mac-mini-07"].port == 2222
     assert hosts["mac-mini-07"].user == "bench"  # inherited from all: vars
@@ -18,7 +18,7 @@ def test_example_inventory_has_groups_and_vars():
 
 
 def test_local_inventory_is_one_local_node():
-    inv = load_inventory(ROOT / "inventory" / "local.yml")
+    inv = load_inventory(ROOT / "orchestrator" / "inventory" / "local.yml")
     assert [h.is_local for h in inv.hosts] == [True]
 
 
@@ -57,7 +57,7 @@ def test_bad_port_and_duplicate_key(tmp_path):
 
 
 def test_unknown_limit_is_an_error():
-    inv = load_inventory(ROOT / "inventory" / "example.yml")
+    inv = load_inventory(ROOT / "orchestrator" / "inventory" / "example.yml")
     with pytest.raises(ConfigError, match="unknown hosts or groups: nosuch"):
         inv.select("nosuch")
 

@@ -92,7 +92,7 @@ def test_a_lineup_sweep_measures_each_pair_beside_its_own_baseline_and_walks_the
     doc = load_lock(write_lock(load_plan(plan), lambda m: None))
     store = open_store(f"sqlite:///{tmp_path / 'lineup.db'}")
     hosts = [replace(h, root=str(tmp_path / "node"))
-             for h in load_inventory(ROOT / "inventory" / "local.yml").hosts]
+             for h in load_inventory(ROOT / "orchestrator" / "inventory" / "local.yml").hosts]
     result = start_sweep(doc, hosts, store, opts=SweepOptions(provision=False))
     assert result.status == "ok", result.outcomes
     with store.engine.connect() as c:
@@ -216,7 +216,7 @@ def test_a_draft_free_method_takes_its_place_in_the_lineup(model_pair, tmp_path)
     doc = load_lock(write_lock(load_plan(plan), lambda m: None))
     store = open_store(f"sqlite:///{tmp_path / 'free.db'}")
     hosts = [replace(h, root=str(tmp_path / "node"))
-             for h in load_inventory(ROOT / "inventory" / "local.yml").hosts]
+             for h in load_inventory(ROOT / "orchestrator" / "inventory" / "local.yml").hosts]
     try:
         result = start_sweep(doc, hosts, store, opts=SweepOptions(provision=False))
     finally:

@@ -292,7 +292,7 @@ def test_a_load_sweep_is_stored_and_the_sweep_page_shows_the_ramps(model_pair, t
     assert doc["job"]["load"]["concurrency"] == [1, 2, 4]
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     hosts = [replace(h, root=str(tmp_path / "node"))
-             for h in load_inventory(root / "inventory" / "local.yml").hosts]
+             for h in load_inventory(root / "orchestrator" / "inventory" / "local.yml").hosts]
     result = start_sweep(doc, hosts, store, opts=SweepOptions(provision=False))
     assert result.ok, result
     dom = dump_dom(render_review(store, tmp_path / "sweep.html", result.sweep_id))

@@ -5,6 +5,7 @@ import plistlib
 import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -43,6 +44,8 @@ def test_launchd_plist_parses_and_round_trips_paths(odd_lock, tmp_path):
     assert d["StartCalendarInterval"] == {"Hour": 2, "Minute": 30}
     assert d["EnvironmentVariables"]["SPECFLEET_DB"] == "postgresql+psycopg://ci@db/specfleet"
     assert d["WorkingDirectory"] == str(odd_lock.resolve().parent)
+    # loaded into user/UID, which needs no GUI login (gui/UID fails headless: error 125)
+    assert d["LimitLoadToSessionType"] == "Background" and "UserName" not in d
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze missing")
@@ -86,7 +89,12 @@ def test_cron_line_quotes_and_list_remove(odd_lock, tmp_path):
     command, stdin = cron_command(line)
     assert stdin == ""  # no % split the command
     words = shlex.split(command, comments=True)
-    assert f"SPECFLEET_DB={url}" in words
+    # the password is never in the entry: a 0600 PGPASSFILE holds it (libpq reads it)
+    assert "SPECFLEET_DB=postgresql+psycopg://ci@db/specfleet" in words
+    assert "p%40ss" not in line and "p@ss" not in line
+    pgpass = Path(next(w for w in words if w.startswith("PGPASSFILE=")).split("=", 1)[1])
+    assert pgpass.read_text() == "db:5432:specfleet:ci:p@ss%w0rd\n"
+    assert pgpass.stat().st_mode & 0o777 == 0o600
     assert words[words.index("nightly") + 1] == str(odd_lock.resolve())
     assert words[words.index("cd") + 1] == str(odd_lock.resolve().parent)
     # the crontab line holds the store URL: only its owner may read it
@@ -99,6 +107,7 @@ def test_cron_line_quotes_and_list_remove(odd_lock, tmp_path):
     assert entry["lock"] == str(odd_lock.resolve())
     r = CliRunner().invoke(main, ["schedule", "remove", entry["name"], "--dest", str(dest)])
     assert r.exit_code == 0 and (dest / "specfleet.cron").read_text() == ""
+    assert not pgpass.exists()  # the password file goes with its entry
     bad = CliRunner().invoke(main, ["schedule", "remove", entry["name"], "--dest", str(dest)])
     assert bad.exit_code == 1 and "no nightly schedule named" in bad.output
 
@@ -119,8 +128,9 @@ def test_every_entry_is_0600_and_carries_the_sweep_options(odd_lock, tmp_path, k
                                   "postgresql+psycopg://ci:secret@db/specfleet"])
     assert r.exit_code == 0, r.output
     assert "runs with --no-provision" in r.output and "sweeps 1 host(s): mac-a" in r.output
-    files = list(dest.iterdir())
-    assert files and all(f.stat().st_mode & 0o777 == 0o600 for f in files)
+    assert all(f.stat().st_mode & 0o777 == 0o600 for f in dest.iterdir())
+    assert all("secret" not in f.read_text() for f in dest.iterdir() if f.suffix != ".pgpass")
+    files = [f for f in dest.iterdir() if f.suffix != ".pgpass"]
     if kind == "launchd":
         argv = plistlib.loads(files[0].read_bytes())["ProgramArguments"]
     elif kind == "systemd":
@@ -148,12 +158,14 @@ def test_hostile_values_are_refused_or_inert(model_pair, tmp_path):
     lock = write_lock(load_plan(d / "plan.yml"), lambda m: None)
     for kind in ("launchd", "systemd", "cron"):
         r = CliRunner().invoke(main, ["schedule", "install", str(lock), "--kind", kind,
-                                      "--dest", str(tmp_path / kind), "--no-enable"])
+                                      "--dest", str(tmp_path / kind), "--no-enable",
+                                      "--db", "sqlite:///s.db"])
         assert r.exit_code == 1 and "the plan name contains the control character '\\n'" \
             in r.output, r.output
         assert not (tmp_path / kind).exists() or not any((tmp_path / kind).iterdir())
     r = CliRunner().invoke(main, ["schedule", "install", str(lock), "--kind", "cron",
                                   "--dest", str(tmp_path / "c2"), "--no-enable",
+                                  "--db", "sqlite:///s.db",
                                   "--limit", "lab\n* * * * * touch /tmp/pwned"])
     assert r.exit_code == 1 and "control character" in r.output
     (d / "plan.yml").write_text(plan_text(model_pair).replace(
@@ -162,7 +174,8 @@ def test_hostile_values_are_refused_or_inert(model_pair, tmp_path):
     dest = tmp_path / "ok"
     for kind in ("launchd", "systemd"):
         r = CliRunner().invoke(main, ["schedule", "install", str(lock), "--kind", kind,
-                                      "--dest", str(dest), "--no-enable"])
+                                      "--dest", str(dest), "--no-enable",
+                                      "--db", "sqlite:///s.db"])
         assert r.exit_code == 0, r.output
     plistlib.loads(next(dest.glob("*.plist")).read_bytes())
     if shutil.which("systemd-analyze"):
@@ -227,3 +240,54 @@ def test_nightly_guard_trigger_and_summary(fleet, model_pair, tmp_path, sqlite_u
         "unreachable: " in last
     with open_store(sqlite_url).engine.connect() as c:
         assert c.execute(select(Sweep.trigger)).scalars().all() == ["nightly"]
+
+
+def test_a_store_must_be_named_and_is_written_resolved(odd_lock, tmp_path, monkeypatch):
+    """Without --db a nightly would write to a SQLite file of its own (relative to the lock's
+    folder): refused, saying how. A relative SQLite path is written absolute."""
+    monkeypatch.delenv("SPECFLEET_DB", raising=False)
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["schedule", "install", str(odd_lock), "--kind", "cron",
+                                  "--dest", str(tmp_path / "c"), "--no-enable"])
+    assert r.exit_code == 1 and "name the store the nightly writes to (--db" in r.output
+    assert not (tmp_path / "c").exists()
+    r = CliRunner().invoke(main, ["schedule", "install", str(odd_lock), "--kind", "cron",
+                                  "--dest", str(tmp_path / "c"), "--system", "--db", "sqlite:///s.db"])
+    assert r.exit_code == 1 and "--system makes a launchd LaunchDaemon" in r.output
+    r = CliRunner().invoke(main, ["schedule", "install", str(odd_lock), "--kind", "launchd",
+                                  "--dest", str(tmp_path / "l"), "--no-enable",
+                                  "--db", "sqlite:///runs/specfleet.db"])
+    assert r.exit_code == 0, r.output
+    (plist,) = (tmp_path / "l").glob("*.plist")
+    env = plistlib.loads(plist.read_bytes())["EnvironmentVariables"]
+    assert env["SPECFLEET_DB"] == f"sqlite:///{tmp_path.resolve()}/runs/specfleet.db"
+
+
+def test_system_daemon_runs_as_the_user_and_reinstall_boots_out_first(odd_lock, tmp_path,
+                                                                      monkeypatch):
+    """--system: a LaunchDaemon with UserName, loaded into the system domain; a LaunchAgent
+    goes to user/UID. launchctl is the macOS edge: a recording stand-in on PATH shows the
+    commands (bootout before bootstrap, so a re-install of a loaded label works)."""
+    import getpass
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "launchctl").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n'
+                                       '[ "$1" = bootout ] && exit 3\nexit 0\n')
+    (bin_dir / "launchctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    for system, domain in ((False, f"user/{os.getuid()}"), (True, "system")):
+        dest = tmp_path / f"d{system}"
+        args = ["schedule", "install", str(odd_lock), "--kind", "launchd", "--dest", str(dest),
+                "--enable", "--db", "sqlite:///s.db"] + (["--system"] if system else [])
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, r.output
+        (plist,) = dest.glob("*.plist")
+        d = plistlib.loads(plist.read_bytes())
+        if system:
+            assert d["UserName"] == getpass.getuser() and "LimitLoadToSessionType" not in d
+            assert plist.stat().st_mode & 0o777 == 0o644  # launchd refuses a writable daemon
+        assert calls.read_text().splitlines()[-2:] == [f"bootout {domain} {plist}",
+                                                       f"bootstrap {domain} {plist}"]

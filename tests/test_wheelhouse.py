@@ -27,6 +27,7 @@ def test_a_mac_lock_made_on_linux_has_mlx_metal(desc, tag):
     lock = lock_for(desc)
     v = versions(lock)
     assert v["mlx"] == "0.32.4" and v["mlx-metal"] == "0.32.4" and v["mlx-lm"] == "0.32.2"
+    assert v["psutil"] == "7.2.2"  # the agent's own, added to every node lock
     assert "mlx-cpu" not in v
     files = {w["name"]: w["file"] for w in lock.wheels}
     assert files["mlx"].endswith(f"cp311-cp311-{tag}.whl")
@@ -39,7 +40,7 @@ def test_a_mac_lock_made_on_linux_has_mlx_metal(desc, tag):
 def test_a_linux_lock_has_the_cpu_backend_and_no_metal():
     lock = lock_for("linux-x86_64-glibc2.36")
     v = versions(lock)
-    assert v["mlx-cpu"] == "0.32.4" and "mlx-metal" not in v
+    assert v["mlx-cpu"] == "0.32.4" and "mlx-metal" not in v and v["psutil"] == "7.2.2"
     assert not any("macosx" in w["file"] for w in lock.wheels)
 
 
@@ -81,3 +82,16 @@ def test_a_cached_wheelhouse_missing_a_wheel_is_refused_not_used(tmp_path, monke
     monkeypatch.setattr(wh, "CONTROLLER_CACHE", cache)
     with pytest.raises(ResolveError, match=r"mlx-metal==0\.32\.4.*cannot install offline"):
         lock_for("macos-14-arm64")
+
+
+def test_a_lock_made_before_the_agent_needed_psutil_is_refused():
+    """Provision checks every node lock against the plan's pins plus the agent's own: a lock
+    without psutil (made before it was added) is refused with the name and the fix."""
+    from dataclasses import replace
+
+    lock = lock_for("macos-15-arm64")
+    old = replace(lock, wheels=tuple(w for w in lock.wheels if w["name"] != "psutil"))
+    node = platform_node("macos-15-arm64", "3.11")
+    with pytest.raises(ResolveError, match="psutil"):
+        check_lock(old, node_packages(PINS, node), node)
+    check_lock(lock, node_packages(PINS, node), node)  # the new lock is closed

@@ -62,7 +62,10 @@ def machine_cpu() -> tuple[float, float] | None:
         with open("/proc/stat") as f:
             return parse_proc_stat(f.read())
     except OSError:
-        return None
+        pass
+    from . import darwin  # macOS without psutil: host_statistics (None elsewhere)
+
+    return darwin.machine_cpu()
 
 
 def process_cpu(pid: int | None = None) -> float | None:
@@ -84,7 +87,11 @@ def process_cpu(pid: int | None = None) -> float | None:
         with open(f"/proc/{pid}/stat") as f:
             return parse_proc_pid_stat(f.read())
     except OSError:
-        return None
+        pass
+    from . import darwin  # macOS without psutil: proc_pid_rusage (None elsewhere)
+
+    usage = darwin.rusage(pid)
+    return usage[0] if usage else None
 
 
 def other_share(first: dict, last: dict) -> float | None:

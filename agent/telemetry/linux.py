@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import os
 import resource
 
 
@@ -33,9 +34,12 @@ def parse_psi(text: str | None) -> dict:
     return {"memory_pressure": None, "memory_stall_pct": None}
 
 
-def _power() -> dict:
+def _power(root: str = "/sys/class/power_supply") -> dict:
     source, pct = None, None
-    for d in glob.glob("/sys/class/power_supply/*"):
+    supplies = glob.glob(f"{root}/*")
+    if not supplies and os.access(root, os.R_OK | os.X_OK):
+        source = "ac"  # the kernel lists no supply at all: no battery to run on (a server, a VM)
+    for d in supplies:
         kind = (_read(f"{d}/type") or "").strip()
         if kind == "Mains" and (_read(f"{d}/online") or "").strip() == "1":
             source = "ac"
@@ -70,6 +74,10 @@ def read() -> dict:
         "throttle_events_total": _throttle_count(),
         "cpu_speed_limit_pct": None,
         "thermal_throttled": None,
+        # the throttle counters are the one Linux thermal reading (Intel); without them (a
+        # VM, AMD) there is nothing this agent reads: named, not a verdict on the run
+        "thermal_source": "kernel" if glob.glob(
+            "/sys/devices/system/cpu/cpu*/thermal_throttle") else "none",
     }
     snap.update(_power())
     snap.update(parse_psi(_read("/proc/pressure/memory")))

@@ -1,12 +1,17 @@
 """Parsers for macOS commands (pmset, sysctl, vm_stat) and a reader that runs them.
 
 Parsers are pure functions tested against real captured output in tests/data/macos.
+Thermal state on Apple silicon comes from the notify state (``darwin.py``): there
+``pmset -g therm`` prints only notes, even while throttling, so it is read on Intel only.
 """
 
 from __future__ import annotations
 
+import platform
 import re
 import subprocess
+
+from . import darwin
 
 PRESSURE_LEVELS = {1: "normal", 2: "warn", 4: "critical"}
 COMMANDS = {
@@ -97,10 +102,30 @@ def run(name: str) -> str:
         return ""
 
 
-def read(outputs=run) -> dict:
-    """One reading; ``outputs(name)`` gives each command's text (real or replayed)."""
+def parse_notify_state(text: str) -> int | None:
+    """A captured notify state (``notifyutil -g NAME`` prints ``NAME VALUE``; a bare integer
+    is accepted too)."""
+    m = re.search(r"(-?\d+)\s*$", text.strip())
+    return int(m.group(1)) if m else None
+
+
+def read(outputs=run, apple_silicon: bool | None = None, thermal_state=None) -> dict:
+    """One reading; ``outputs(name)`` gives each command's text (real or replayed) and
+    ``thermal_state()`` the notify thermal pressure level (libSystem unless given)."""
+    if apple_silicon is None:
+        apple_silicon = platform.machine() == "arm64"
     snap: dict = {}
     for name, parse in PARSERS.items():
+        if name == "therm" and apple_silicon:  # notes only there: never "not throttled"
+            continue
         snap.update(parse(outputs(name)))
     snap.pop("page_size", None)
+    level = (thermal_state or darwin.thermal_state)()
+    notify = darwin.thermal_reading(level)
+    snap["thermal_pressure"] = notify["thermal_pressure"]
+    if apple_silicon:
+        snap.update(thermal_throttled=notify["thermal_throttled"], cpu_speed_limit_pct=None,
+                    thermal_warning_level=None, cpu_scheduler_limit_pct=None)
+    elif snap.get("thermal_throttled") is None or notify["thermal_throttled"]:
+        snap["thermal_throttled"] = notify["thermal_throttled"]  # Intel: pmset, else notify
     return snap

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from ..protocol import TELEMETRY_KEYS
-from . import linux, macos
+from . import darwin, linux, macos
 from .cpu import machine_cpu, other_share, process_cpu
 
 # What each telemetry sample in a run's window carries (besides "ts"); the store keeps
@@ -37,7 +37,9 @@ def _rss_bytes(pid: int | None = None) -> int | None:
         with open(f"/proc/{pid or 'self'}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except OSError:
-        return None
+        pass
+    usage = darwin.rusage(pid or os.getpid())  # macOS without psutil: proc_pid_rusage
+    return usage[1] if usage else None
 
 
 def _replay_reader(folder: Path):
@@ -47,7 +49,12 @@ def _replay_reader(folder: Path):
         p = folder / f"{name}.txt"
         return p.read_text() if p.exists() else ""
 
-    return lambda: macos.read(outputs)
+    # thermal_pressure.txt holds the notify state (an integer): an Apple silicon capture
+    level = folder / "thermal_pressure.txt"
+    if level.exists():
+        return lambda: macos.read(outputs, apple_silicon=True,
+                                  thermal_state=lambda: macos.parse_notify_state(level.read_text()))
+    return lambda: macos.read(outputs, apple_silicon=False)
 
 
 def read_snapshot() -> dict:
@@ -112,6 +119,7 @@ class Sampler:
             snap["own_cpu_s"] = None if theirs is None or own is None else own + theirs
         if not self.accounted:
             snap["own_cpu_s"] = None
+            snap["cpu_unaccounted"] = True  # contention not judged by design, not missing
         with self._lock:
             self.samples.append(snap)
             return len(self.samples) - 1
@@ -129,6 +137,41 @@ def _delta(samples: list[dict], key: str) -> int | None:
 def _any(samples: list[dict], key: str, value=True):
     vals = [s.get(key) for s in samples if s.get(key) is not None]
     return None if not vals else any(v == value for v in vals)
+
+
+# Each reading a run relies on, the sample keys that carry it (any one measured is enough),
+# and how to get it where it is missing: the text the review shows.
+READINGS = {
+    "contention": (("cpu_total_s",), "no CPU counters: the node's env needs psutil (plan lock "
+                   "adds it to every node lock; re-lock and provision), or a readable /proc"),
+    "memory": (("rss_bytes",), "no RSS: psutil in the node's env, /proc/PID/statm, or "
+               "proc_pid_rusage on macOS"),
+    "swap": (("swap_in_bytes_total", "swap_used_bytes"), "no swap counters: vm_stat / sysctl "
+             "vm.swapusage on macOS, /proc/vmstat and /proc/meminfo on Linux"),
+    "thermal": (("thermal_throttled", "throttle_events_total"), "no thermal state: the notify "
+                "state com.apple.system.thermalpressurelevel (libSystem), pmset -g therm on "
+                "Intel Macs"),
+    "power": (("power_source",), "no power source: pmset -g batt on macOS, "
+              "/sys/class/power_supply on Linux"),
+}
+
+
+def readings_unavailable(samples: list[dict]) -> list[str]:
+    """The readings no sample in the window could take (a missing reading is never clean).
+    Contention is not judged, by design, for a runtime the agent cannot count."""
+    if not samples:
+        return list(READINGS)
+    out = []
+    for name, (keys, _) in READINGS.items():
+        if any(s.get(k) is not None for s in samples for k in keys):
+            continue
+        if name == "contention" and any(s.get("cpu_unaccounted") for s in samples):
+            continue
+        out.append(name)
+    if "contention" not in out and not any(s.get("cpu_unaccounted") for s in samples) \
+            and all(s.get("own_cpu_s") is None for s in samples):
+        out.insert(0, "contention")  # the machine's counters, but not the runtime's own CPU
+    return out
 
 
 def summarise_window(samples: list[dict]) -> dict:
@@ -156,13 +199,20 @@ def summarise_window(samples: list[dict]) -> dict:
         "rss_peak_bytes": max(rss) if rss else None,
         # share of the machine's CPU that other processes took while this ran
         "cpu_other_share": other_share(samples[0], samples[-1]) if len(samples) >= 2 else None,
+        "readings_unavailable": readings_unavailable(samples),
+        "thermal_source": samples[0].get("thermal_source") if samples else None,
     }
 
 
 def unreliable_reasons(t: dict, contention: float = 0.25) -> list[str]:
     """Why numbers measured in this window cannot be trusted (empty when they can).
     ``contention``: the share of CPU capacity other processes may take before it counts."""
-    reasons = []
+    # A Linux kernel with no thermal interface at all (a VM: thermal_source "none") has
+    # nothing any agent could read; its runs still list "thermal" as unavailable, but only a
+    # source that exists and failed (a Mac's notify state, pmset) makes a run unverified.
+    reasons = [f"unverified: {name} ({READINGS[name][1]})"
+               for name in t.get("readings_unavailable") or () if name in READINGS
+               and not (name == "thermal" and t.get("thermal_source") == "none")]
     share = t.get("cpu_other_share")
     if share is not None and share >= contention:
         reasons.append(f"contended: other processes used {share:.0%} of the CPU "

@@ -11,8 +11,7 @@ import click
 from ..errors import SpecfleetError
 from ..redact import redact
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_INVENTORY = PROJECT_ROOT / "inventory" / "local.yml"
+DEFAULT_INVENTORY = Path(__file__).resolve().parents[1] / "inventory" / "local.yml"
 
 db_option = click.option("--db", "db_url", envvar="SPECFLEET_DB", default=None,
                          help="Store URL (SQLAlchemy), e.g. sqlite:///specfleet.db or "

@@ -107,8 +107,12 @@ def fleet_facts(db_url, failed_hosts_file, as_json, **kw):
 @main.command()
 @click.argument("lock_path", metavar="[LOCK]", required=False,
                 type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--schedule", "for_schedule", is_flag=True,
+              help="Also check what a scheduled nightly needs: SSH without a terminal (a key "
+                   "without passphrase or a lasting agent socket), no lab folder in macOS's "
+                   "protected ~/Documents, ~/Desktop, ~/Downloads, systemd lingering.")
 @fleet_options
-def doctor(lock_path, failed_hosts_file, as_json, **kw):
+def doctor(lock_path, failed_hosts_file, as_json, for_schedule=False, **kw):
     """Will a sweep work on these nodes? Per node, one line per check with the fix: SSH
     reachable, host key known, Python found (and the version LOCK's plan declares), disk
     free for LOCK's weights, power source and Low Power Mode, another benchmark holding the
@@ -118,6 +122,7 @@ def doctor(lock_path, failed_hosts_file, as_json, **kw):
     \b
     Example:
       specfleet doctor lab/plan.lock.json -i lab/inventory/
+      specfleet doctor lab/plan.lock.json -i lab/inventory/ --schedule
     """
     from ..fleet.doctor import probe, report
     from ..fleet.fanout import run_fan_out, write_retry_file
@@ -129,6 +134,16 @@ def doctor(lock_path, failed_hosts_file, as_json, **kw):
     hosts, _ = hosts_of_plan(doc, lock_path, kw) if doc is not None else hosts_from(kw)
     outcomes = run_fan_out(hosts, probe, ssh)
     rows = report(hosts, outcomes, doc)
+    if for_schedule:  # the controller's side of a nightly: one row of its own
+        from dataclasses import asdict
+
+        from ..fleet.schedule_checks import schedule_checks
+        from ..sweep.schedule import default_kind
+
+        paths = [Path.cwd()] + ([lock_path] if lock_path else []) + list(
+            kw.get("inventory_path") or [])
+        rows.insert(0, {"node": "schedule (this controller, at night)", "checks": [
+            asdict(c) for c in schedule_checks(hosts, paths, default_kind())]})
     failing = [r["node"] for r in rows if any(c["status"] == "FAIL" for c in r["checks"])]
     if as_json:
         click.echo(json.dumps({"nodes": rows, "failing": failing}, indent=2))

@@ -105,27 +105,47 @@ def schedule():
               help="Seconds the nightly waits for each node's SSH connection.")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Where the nightly's output goes (default: next to LOCK).")
+@click.option("--system", is_flag=True,
+              help="launchd: a LaunchDaemon in /Library/LaunchDaemons run as this user "
+                   "(UserName; needs sudo) instead of a LaunchAgent in user/UID.")
 @db_option
 def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_password_file,
                      limit, provision, known_hosts, ssh_config, connect_timeout, log_path,
-                     db_url):
+                     system, db_url):
     """Run `specfleet nightly LOCK` every day at --at, with the options the manual sweep
     needed (--limit, --no-provision, --known-hosts…) written into the entry.
 
-    The entry holds --db (or SPECFLEET_DB) when given; its file is written 0600. Keep a
-    PostgreSQL password out of the URL (~/.pgpass) where you can.
+    The store must be named (--db, SPECFLEET_DB or specfleet.toml): the entry holds its
+    resolved URL (a SQLite path made absolute); a PostgreSQL password goes to a 0600
+    PGPASSFILE, never into the entry. On macOS the LaunchAgent loads into user/UID
+    (no GUI login needed); --system makes it a LaunchDaemon.
 
     \b
     Example (--dest: write the entry there to look at; without it, it is installed):
       specfleet schedule install lab/plan.lock.json -i lab/inventory/ --limit local \\
-        --at 03:30 --dest schedules/
+        --at 03:30 --dest schedules/ --db sqlite:///specfleet.db
     """
     from ..sweep.plan import load_lock, verify_lock
-    from ..sweep.schedule import default_kind, install, nightly_options, render
+    from ..sweep.schedule import (
+        PREFIX,
+        SECRETS,
+        default_kind,
+        install,
+        nightly_options,
+        parse_at,
+        render,
+        store_for_schedule,
+    )
 
+    parse_at(at)
     doc = load_lock(lock_path)
     verify_lock(doc, lock_path)
     kind = default_kind() if kind == "auto" else kind
+    if system and kind != "launchd":  # declared = applied: never silently ignored
+        from ..errors import ConfigError
+
+        raise ConfigError(f"--system makes a launchd LaunchDaemon; --kind {kind} has no such "
+                          "mode (a systemd user timer needs lingering: see doctor --schedule)")
     enable = dest is None if enable is None else enable  # --dest writes files to look at
     log = (log_path or lock_path.resolve().with_name(lock_path.stem + ".nightly.log"))
     options, notes = nightly_options(doc, lock_path, list(inventory_path), limit=limit,
@@ -134,9 +154,11 @@ def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_pa
                                      ssh_config=ssh_config, connect_timeout=connect_timeout)
     for n in notes:
         click.echo(n, err=True)
-    files = render(kind, lock_path, doc, at, db_url=db_url, inventory=list(inventory_path),
-                   log=log.resolve(), options=options)
-    for p in install(kind, files, dest, enable):
+    secrets = dest if dest is not None else SECRETS
+    url, extra_env = store_for_schedule(db_url, secrets, PREFIX + doc["lock_id"][:12])
+    files = render(kind, lock_path, doc, at, db_url=url, inventory=list(inventory_path),
+                   log=log.resolve(), options=options, extra_env=extra_env, system=system)
+    for p in install(kind, files, dest, enable, system):
         click.echo(f"wrote {p}")
     click.echo(f"nightly {doc['name']} at {at} via {kind}" + ("" if enable else
                                                               " (not enabled)"))

@@ -19,12 +19,20 @@ from agent.fingerprint import file_sha256
 from agent.protocol import model_roles
 
 from ..errors import RemoteError, SpecfleetError
-from ..sweep.plan import platform_matches, platform_node
+from ..sweep.plan import closest_platform, platform_node
 from .blobs import CONTROLLER_CACHE, push_files, push_model
 from .inventory import Host
 from .node_paths import AGENT_DIR, expand_root
 from .transport import q
-from .wheelhouse import PROBE, Lock, ResolveError, check_lock, node_packages, resolve
+from .wheelhouse import (
+    PROBE,
+    Lock,
+    ResolveError,
+    agent_requirements_missing,
+    check_lock,
+    node_packages,
+    resolve,
+)
 
 _resolve_locks: dict[str, threading.Lock] = {}
 _verified: dict[tuple, Lock] = {}
@@ -84,9 +92,9 @@ def platform_for(doc: dict, node: dict, host: Host) -> str:
     if not doc["platforms"]:
         raise SpecfleetError(f"{host.name}: this lock manages no environments (its plan sets "
                              "environment.platforms: []); sweep with --no-provision")
-    for desc in doc["platforms"]:
-        if platform_matches(desc, node):
-            return desc
+    desc = closest_platform(doc["platforms"], node)
+    if desc is not None:
+        return desc
     have = f"{node['sys_platform']} {node['machine']} {' '.join(node['libc'])}{node['mac_ver']}"
     raise SpecfleetError(f"{host.name}: no locked environment fits this node ({have.strip()}); "
                          f"locked: {', '.join(doc['platforms'])}. Add it to "
@@ -163,6 +171,11 @@ async def provision_host(host: Host, t, doc: dict, progress=None) -> dict:
         if versions.get(name) not in (None, version.strip()):
             raise SpecfleetError(f"{host.name}: env {env['env_id']} has {name} "
                                  f"{versions.get(name)}, the plan pins {version}")
+    missing = agent_requirements_missing(versions, tuple(doc["packages"]))
+    if missing:  # without psutil a Mac reads neither contention nor RSS: runs unverified
+        raise SpecfleetError(f"{host.name}: env {env['env_id']} lacks what the agent reads "
+                             f"the machine with: {', '.join(missing)}; re-lock the plan "
+                             "(plan lock adds it to every node lock)")
     return {**env, **agent, "root": root, "platform": f"{node['sys_platform']}-{node['machine']}",
             "python": node["python_full"], "versions": versions,
             "models": weights.paths, "weights_sent_bytes": weights.sent_bytes,

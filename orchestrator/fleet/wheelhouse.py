@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.protocol import AGENT_REQUIREMENTS
+
 from ..errors import SpecfleetError
 from .blobs import CONTROLLER_CACHE
 from .wheelclosure import ClosureError, canonical, check_closure
@@ -59,14 +61,35 @@ def pip_platforms(node: dict) -> list[str]:
         f"manylinux2014_{arch}", f"linux_{arch}"]
 
 
+def _pin_name(pin: str) -> str:
+    return canonical(re.split(r"[=<>\[ ;]", pin.strip(), maxsplit=1)[0])
+
+
 def node_packages(packages: tuple[str, ...], node: dict) -> list[str]:
-    """mlx on Linux needs its CPU backend extra (``mlx[cpu]``); macOS uses Metal."""
+    """The plan's pins for the node, plus the agent's own requirements (psutil) unless the
+    plan pins them itself. mlx on Linux needs its CPU backend extra (``mlx[cpu]``)."""
     out = []
     for p in packages:
         name = re.split(r"[=<>\[ ]", p, maxsplit=1)[0]
         if node["sys_platform"] == "linux" and name == "mlx" and "[" not in p:
             p = p.replace("mlx", "mlx[cpu]", 1)
         out.append(p)
+    pinned = {_pin_name(p) for p in packages}
+    out += [r for r in AGENT_REQUIREMENTS if _pin_name(r) not in pinned]
+    return out
+
+
+def agent_requirements_missing(versions: dict, packages: tuple[str, ...]) -> list[str]:
+    """The agent's requirements an environment lacks (from ``agent version``'s versions),
+    as 'name==version (found X)' lines; the plan's own pin of one wins."""
+    pins = {_pin_name(p): p.split("==")[1].strip() for p in (*AGENT_REQUIREMENTS, *packages)
+            if "==" in p}
+    out = []
+    for req in AGENT_REQUIREMENTS:
+        name = _pin_name(req)
+        have = versions.get(req.split("==")[0])
+        if have != pins[name]:
+            out.append(f"{name}=={pins[name]} (found {have or 'none'})")
     return out
 
 

@@ -21,7 +21,7 @@ from ..store import Store
 from ..store.db import result_pair
 from ..store.models import Event, Measurement, NodeOutcome, Run, Sweep
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,13 @@ def _shaky(section: dict) -> list[str]:
              ("Low Power", "Low Power Mode was on during some runs this week (set aside)"),
              ("contended", "other processes competed for the CPU in some runs (set aside)"),
              ("swap", "the node swapped during some runs this week (set aside)")]
-    return [text for key, text in kinds if any(key in r for r in reasons)]
+    # a reading that could not be taken says which and how to get it (agent's READINGS)
+    missing = sorted({r[:r.index(" (")].removeprefix("unverified: ") + " — "
+                      + r[r.index(" (") + 2:].removesuffix(")")
+                      for r in reasons if r.startswith("unverified: ") and " (" in r})
+    measured = [r for r in reasons if not r.startswith("unverified: ")]
+    return [text for key, text in kinds if any(key in r for r in measured)] + [
+        f"some runs this week could not read {m} (set aside as unverified)" for m in missing]
 
 
 def _identity(section: dict) -> dict:

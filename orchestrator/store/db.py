@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 DEFAULT_URL = "sqlite:///specfleet.db"
-MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
 
 MEASUREMENT_COLUMNS = ("run_index", "workload", "prompt_sha256", "mode", "knob", "num_draft_tokens",
                "repetition", "generated_tokens", "ttft_ms", "decode_tok_s", "itl_p50_ms",

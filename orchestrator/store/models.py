@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 models of the result store. Migrations in ``migrations/`` must match."""
+"""SQLAlchemy 2 models of the result store. ``orchestrator/migrations/`` must match them."""
 
 from __future__ import annotations
 

@@ -281,6 +281,20 @@ def platform_matches(desc: str, node: dict) -> bool:
     return node["libc"][0] == "glibc" and have >= need
 
 
+def _floor(desc: str) -> tuple[int, ...]:
+    """The OS floor a platform names: macOS major, or glibc version."""
+    part = desc.split("-")[1] if desc.startswith("macos-") else desc.split("-")[2][5:]
+    return tuple(int(x) for x in part.split("."))
+
+
+def closest_platform(platforms, node: dict) -> str | None:
+    """The locked platform a node takes: of those it can run, the one built for the same
+    macOS major (or glibc), else the highest below its own; never the first that fits
+    (a macOS 15 node given macOS 14 wheels when 15's are locked too)."""
+    fits = [d for d in platforms if platform_matches(d, node)]
+    return max(fits, key=_floor) if fits else None
+
+
 # -- the lock ----------------------------------------------------------------------
 
 def build_lock(plan: Plan, log=print) -> dict:

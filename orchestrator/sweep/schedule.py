@@ -1,7 +1,7 @@
 """Nightly sweeps: launchd on macOS, a systemd user timer on Linux, a cron line otherwise.
 
 The scheduled command is ``specfleet nightly LOCK``. Files are rendered from
-``templates/schedule/``; ``install`` writes them (and enables them unless told not
+``orchestrator/templates/schedule/``; ``install`` writes them (and enables them unless told not
 to), ``list`` finds them again, ``remove`` disables and deletes them.
 """
 
@@ -20,8 +20,9 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from ..errors import ConfigError, SpecfleetError
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "schedule"
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates" / "schedule"
 PREFIX = "specfleet-nightly-"
+SECRETS = Path("~/.config/specfleet").expanduser()  # PGPASSFILEs of installed entries
 CRON_FILE = "specfleet.cron"  # with --dest, cron lines go to this file instead of crontab
 
 
@@ -80,9 +81,54 @@ def default_kind() -> str:
     return "systemd" if ok else "cron"
 
 
-def default_dest(kind: str) -> Path:
+def default_dest(kind: str, system: bool = False) -> Path:
+    if kind == "launchd" and system:
+        return Path("/Library/LaunchDaemons")
     return {"launchd": Path("~/Library/LaunchAgents"),
             "systemd": Path("~/.config/systemd/user")}.get(kind, Path("~")).expanduser()
+
+
+def launchd_domain(system: bool) -> str:
+    """``user/UID`` exists without a GUI login (``gui/UID`` does not: launchctl's error 125
+    on a headless or SSH-managed Mac); ``system`` for a LaunchDaemon."""
+    return "system" if system else f"user/{os.getuid()}"
+
+
+def store_for_schedule(db_url: str | None, secrets: Path, name: str) -> tuple[str, dict]:
+    """The store URL a scheduled run writes to, resolved now, and the environment it needs.
+
+    Refuses the implicit default: a nightly without --db would write a different SQLite
+    file (relative to the lock's folder) than the manual runs. A relative SQLite path is
+    made absolute; a password leaves the URL for a 0600 PGPASSFILE (libpq reads it), so
+    it is never in the plist or unit."""
+    from sqlalchemy.engine import URL, make_url
+
+    if not db_url:
+        raise ConfigError("schedule install: name the store the nightly writes to (--db, "
+                          "SPECFLEET_DB, or db in specfleet.toml); without one it would write "
+                          "to a sqlite file of its own, not the one your manual runs use")
+    url = make_url(db_url)
+    env: dict[str, str] = {}
+    if url.drivername.startswith("sqlite") and url.database and url.database != ":memory:":
+        url = url.set(database=str(Path(url.database).expanduser().resolve()))
+    if url.password is not None:
+        if not url.drivername.startswith("postgresql"):
+            raise ConfigError("schedule install: a password in the store URL is kept out of "
+                              "the entry only for PostgreSQL (a PGPASSFILE); use a URL "
+                              "without one")
+        secrets.mkdir(parents=True, exist_ok=True)
+        pgpass = secrets / f"{name}.pgpass"
+        esc = [str(v or "*").replace("\\", "\\\\").replace(":", "\\:") for v in
+               (url.host or "localhost", url.port or 5432, url.database, url.username,
+                url.password)]
+        fd = os.open(pgpass, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(":".join(esc) + "\n")
+        os.chmod(pgpass, 0o600)
+        env["PGPASSFILE"] = str(pgpass.resolve())
+        url = URL.create(url.drivername, url.username, None, url.host, url.port, url.database,
+                         url.query)  # set(password=None) would keep it
+    return url.render_as_string(hide_password=False), env
 
 
 def parse_at(at: str) -> tuple[int, int]:
@@ -94,7 +140,8 @@ def parse_at(at: str) -> tuple[int, int]:
 
 def render(kind: str, lock_path: Path, doc: dict, at: str, *, db_url: str | None,
            inventory: list[Path] | None, log: Path,
-           options: tuple[str, ...] = ()) -> dict[str, str]:
+           options: tuple[str, ...] = (), extra_env: dict[str, str] | None = None,
+           system: bool = False) -> dict[str, str]:
     """File name → content for one nightly schedule. ``options`` are passed to
     ``specfleet nightly`` as given (the ones the manual sweep needed)."""
     hour, minute = parse_at(at)
@@ -107,6 +154,7 @@ def render(kind: str, lock_path: Path, doc: dict, at: str, *, db_url: str | None
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     if db_url:
         env["SPECFLEET_DB"] = db_url
+    env.update(extra_env or {})
     for i, a in enumerate(argv):
         check_value(a, f"argument {i} of the nightly command ({a[:40]!r})")
     for k, v in env.items():
@@ -118,7 +166,8 @@ def render(kind: str, lock_path: Path, doc: dict, at: str, *, db_url: str | None
            "plan_name": doc["name"], "lock_id": doc["lock_id"], "argv": argv, "env": env,
            "hour": hour, "minute": minute, "at": at, "workdir": str(lock_path.resolve().parent),
            "log": str(log), "env_words": "".join(f"{k}={shlex.quote(v)} "
-                                                  for k, v in env.items())}
+                                                  for k, v in env.items()),
+           "system": system, "user": _user()}
     j = environment()
     if kind == "launchd":
         return {f"{ctx['label']}.plist": j.get_template("launchd.plist.j2").render(**ctx)}
@@ -128,6 +177,12 @@ def render(kind: str, lock_path: Path, doc: dict, at: str, *, db_url: str | None
     if kind == "cron":
         return {CRON_FILE: j.get_template("cron.j2").render(**ctx)}
     raise ConfigError(f"--kind {kind!r}: choose launchd, systemd or cron")
+
+
+def _user() -> str:
+    import getpass
+
+    return getpass.getuser()
 
 
 def nightly_options(doc: dict, lock_path: Path, inventory: list[Path], *, limit: str | None,
@@ -178,7 +233,16 @@ def _run(cmd: list[str], input: str | None = None) -> None:
         raise SpecfleetError(f"`{' '.join(cmd)}` failed: {p.stderr.strip()[-300:]}")
 
 
-def install(kind: str, files: dict[str, str], dest: Path | None, enable: bool) -> list[Path]:
+def launchd_load(path: Path, system: bool = False) -> list[list[str]]:
+    """The launchctl commands that (re)load an entry: bootout first (a re-install of a loaded
+    label fails otherwise; its failure when nothing is loaded is expected), then bootstrap."""
+    domain = launchd_domain(system)
+    return [["launchctl", "bootout", domain, str(path)],
+            ["launchctl", "bootstrap", domain, str(path)]]
+
+
+def install(kind: str, files: dict[str, str], dest: Path | None, enable: bool,
+            system: bool = False) -> list[Path]:
     written = []
     if kind == "cron" and dest is None:  # the user's crontab, our line replaced by name
         name = files[CRON_FILE].rsplit("# ", 1)[1].strip()
@@ -186,7 +250,7 @@ def install(kind: str, files: dict[str, str], dest: Path | None, enable: bool) -
         kept = [ln for ln in current.splitlines() if not ln.endswith(f"# {name}")]
         _run(["crontab", "-"], "\n".join([*kept, files[CRON_FILE].rstrip()]) + "\n")
         return [Path("crontab")]
-    dest = dest or default_dest(kind)
+    dest = dest or default_dest(kind, system)
     dest.mkdir(parents=True, exist_ok=True)
     for fname, text in files.items():
         p = dest / fname
@@ -194,15 +258,19 @@ def install(kind: str, files: dict[str, str], dest: Path | None, enable: bool) -
             name = text.rsplit("# ", 1)[1].strip()
             kept = [ln for ln in p.read_text().splitlines() if not ln.endswith(f"# {name}")]
             text = "\n".join([*kept, text.rstrip()]) + "\n"
-        # 0600: the entry may hold the store URL with its password
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # 0600: the entry names the store (its password, if any, is in a PGPASSFILE);
+        # a LaunchDaemon must be root-owned and not writable by others: 0644
+        mode = 0o644 if kind == "launchd" and system else 0o600
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        os.chmod(p, 0o600)  # an existing file keeps its mode through O_TRUNC
+        os.chmod(p, mode)  # an existing file keeps its mode through O_TRUNC
         written.append(p)
     if enable:
         if kind == "launchd":
-            _run(["launchctl", "bootstrap", f"gui/{os.getuid()}", str(written[0])])
+            out, load = launchd_load(written[0], system)
+            subprocess.run(out, capture_output=True)  # not loaded yet: fails, as expected
+            _run(load)
         elif kind == "systemd":
             timer = next(p.name for p in written if p.suffix == ".timer")
             _run(["systemctl", "--user", "daemon-reload"])
@@ -212,8 +280,10 @@ def install(kind: str, files: dict[str, str], dest: Path | None, enable: bool) -
 
 def entries(dest: Path | None = None) -> list[Entry]:
     found = []
-    for kind in ("launchd", "systemd"):
-        folder = dest or default_dest(kind)
+    for kind, system in (("launchd", False), ("launchd", True), ("systemd", False)):
+        if system and dest is not None:
+            continue
+        folder = dest or default_dest(kind, system)
         if not folder.is_dir():
             continue
         for p in sorted(folder.iterdir()):
@@ -254,7 +324,8 @@ def remove(name: str, dest: Path | None = None, disable: bool = True) -> list[Pa
     for e in hits:
         if e.kind == "launchd":
             if disable:
-                _run(["launchctl", "bootout", f"gui/{os.getuid()}", str(e.path)])
+                system = e.path.parent == default_dest("launchd", True)
+                _run(["launchctl", "bootout", launchd_domain(system), str(e.path)])
             e.path.unlink()
             removed.append(e.path)
         elif e.kind == "systemd":
@@ -272,6 +343,10 @@ def remove(name: str, dest: Path | None = None, disable: bool = True) -> list[Pa
             else:
                 _run(["crontab", "-"], kept + "\n")
             removed.append(e.path)
+    secret = (dest or SECRETS) / f"{name}.pgpass"  # the password file install wrote, if any
+    if secret.exists():
+        secret.unlink()
+        removed.append(secret)
     return removed
 
 
