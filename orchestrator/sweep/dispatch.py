@@ -395,8 +395,11 @@ class NodeRun:
         if batch:
             await self.with_store(self.store.ingest, self.sweep_id, self.host.name, batch, raw)
 
-    async def holes(self) -> list[tuple[int, int]]:
-        return (await self.with_store(coverage, self.store, self.sweep_id, self.host.name)).holes
+    async def stored_whole(self) -> bool:
+        """The store holds the node's journal to its final event, with no hole below it."""
+        cov = await self.with_store(coverage, self.store, self.sweep_id, self.host.name)
+        last = await self.with_store(self.store.last_event, self.sweep_id, self.host.name)
+        return not cov.holes and (last or {}).get("type") in FINAL_EVENTS
 
     async def follow_once(self, t) -> None:
         sn = await self.with_store(self._row)
@@ -517,7 +520,7 @@ class NodeRun:
             elif mode == "resume":
                 self.started = True
                 sn = self._row()
-                if sn.state == "finished" and not await self.holes():
+                if sn.state == "finished" and await self.stored_whole():
                     return self.outcome()
                 # the agent's own test: a killed agent can linger as a zombie that
                 # `kill -0` calls alive when nothing reaps it (a container's init)
@@ -546,7 +549,7 @@ class NodeRun:
             else:
                 self.started = True
                 # a finished node is read again when the store lacks part of its journal
-                if self._row().state == "finished" and not await self.holes():
+                if self._row().state == "finished" and await self.stored_whole():
                     return self.outcome()
             await self.follow(t)
             return await self.with_store(self.outcome)
