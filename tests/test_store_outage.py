@@ -44,14 +44,13 @@ def outage(big_fleet, model_pair, tmp_path_factory):
     inv.write_text(big_fleet.inventory_yaml())
     # few, short generations: the agents are held (SIGSTOP) until the store is gone, so
     # they have work left to journal during the outage whatever this machine's speed
-    lock = make_lock(d, model_pair, use=("code",), widths=(2, 3), repetitions=2,
+    lock = make_lock(d, model_pair, use=("code",), widths=(2, 3, 4), repetitions=2,
                      max_tokens=16)
     return d, inv, lock
 
 
-def _args(fleet, inv, url, d):
-    return ["-i", str(inv), "--limit", ",".join(f"node{i}" for i in range(1, NODES + 1)),
-            "--known-hosts", str(fleet.known_hosts), "--db", url]
+def _args(fleet, inv, url):
+    return ["-i", str(inv), "--known-hosts", str(fleet.known_hosts), "--db", url]
 
 
 def ledger(url: str, sid: str, nodes) -> dict[str, tuple[int, int, list[int]]]:
@@ -71,7 +70,8 @@ def _sweep_through(fleet, inv, lock, url, d, fault, heal, fault_s: float):
     into the outage), wait ``fault_s``, ``heal()``. Returns (sweep id, log text, nodes)."""
     nodes = fleet.nodes[:NODES]
     log = d / f"sweep-{time.monotonic_ns()}.log"
-    ctl = specfleet("sweep", str(lock), *_args(fleet, inv, url, d), "--no-provision",
+    ctl = specfleet("sweep", str(lock), *_args(fleet, inv, url), "--limit",
+                    ",".join(n.name for n in nodes), "--no-provision",
                     "--failed-hosts-file", str(d / "retry"), log=log)
     sid = sweep_id_from(log)
     held: set[str] = set()
@@ -109,7 +109,7 @@ def _sweep_through(fleet, inv, lock, url, d, fault, heal, fault_s: float):
 
 def _verify(fleet, inv, url, d, sid) -> dict:
     p = subprocess.run([sys.executable, "-c", "from orchestrator.cli import main; main()",
-                        "sweeps", "verify", sid, *_args(fleet, inv, url, d), "--json"],
+                        "sweeps", "verify", sid, *_args(fleet, inv, url), "--json"],
                        capture_output=True, text=True, timeout=120)
     return {"exit": p.returncode, **json.loads(p.stdout or "{}"), "stderr": p.stderr}
 
