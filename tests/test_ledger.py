@@ -197,3 +197,46 @@ def test_verify_refuses_an_unknown_sweep_and_marks_nodes_it_cannot_reach(swept, 
                                   str(fleet.known_hosts), "--db", db])
     assert r.exit_code == 1
     assert "node2                unverified  not in the inventory" in r.output
+
+
+@settings(max_examples=200)
+@given(lines=st.lists(st.one_of(
+    st.binary(max_size=40).filter(lambda b: b"\n" not in b),
+    st.builds(lambda n, pad: (pad + json.dumps({"seq": n, "type": "x"}) + pad).encode(),
+              st.one_of(st.integers(-5, 10**12), st.booleans(), st.none(), st.text(max_size=3)),
+              st.sampled_from(["", " ", "\t", "\r"]))), max_size=30),
+    tail=st.binary(max_size=10).filter(lambda b: b"\n" not in b))
+def test_the_node_side_digest_hashes_each_line_as_the_store_keeps_it(tmp_path_factory, lines,
+                                                                     tail):
+    """DIGEST_SCRIPT (run on the node) against what the follower stores for the same bytes:
+    agent follow decodes UTF-8 with replacement, the controller strips the line; blank lines
+    are skipped and a last line without its newline is not complete yet."""
+    import contextlib
+    import io
+    import sys
+
+    from orchestrator.store.coverage import line_sha256
+    from orchestrator.sweep.verify import DIGEST_SCRIPT, parse_digest
+
+    path = tmp_path_factory.mktemp("digest") / "j.events.jsonl"
+    path.write_bytes(b"".join(x + b"\n" for x in lines) + tail)
+    out, argv = io.StringIO(), sys.argv
+    try:
+        sys.argv = ["-c", str(path)]
+        with contextlib.redirect_stdout(out):
+            exec(DIGEST_SCRIPT, {"__name__": "__main__"})
+    finally:
+        sys.argv = argv
+    got, partial = parse_digest(out.getvalue())
+    want = []
+    for raw in lines:
+        text = raw.decode("utf-8", "replace")
+        if not text.strip():
+            continue
+        try:
+            seq = json.loads(text)["seq"]
+        except (ValueError, TypeError, KeyError):
+            seq = None
+        want.append((seq if type(seq) is int else None, line_sha256(text)))
+    assert got == want
+    assert partial == bool(tail)
