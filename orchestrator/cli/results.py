@@ -222,7 +222,7 @@ def sweeps_verify(sweep_id, known_hosts, ssh_config, connect_timeout, as_json, d
 
     \b
     Example:
-      specfleet sweeps verify 3f2a9c1d0b7e -i lab/inventory/
+      specfleet sweeps verify SWEEP_ID -i lab/inventory/
     """
     from ..fleet.transport import SSHOptions
     from ..store import open_store
