@@ -175,3 +175,23 @@ def test_whatever_the_store_refuses_every_line_ends_stored_once(sqlite_store, n,
     asyncio.run(follow())
     assert [json.loads(x)["seq"] for x in _stored_lines(store, sid)] == list(range(1, n + 1))
     assert _stored_lines(store, sid) == journal  # content as journaled, once each
+
+
+def test_a_store_that_refuses_a_batch_is_an_error_at_once_not_a_wait(pg_url):
+    """Waiting is for a store that is down or locked; one that refuses what it was sent
+    (here: a sweep it does not have) will not change its mind: said at once, with the way
+    to store the events later (the journal keeps them)."""
+    import time
+
+    from orchestrator.errors import StoreError
+    from orchestrator.fleet.inventory import Host
+    from orchestrator.sweep.dispatch import NodeRun, SweepOptions
+
+    said: list[dict] = []
+    run = NodeRun(Host(name="n1", address="localhost", connection="local"), open_store(pg_url),
+                  "no-such-sweep", "t", SweepOptions(), lambda node, e: said.append(e))
+    t0 = time.monotonic()
+    with pytest.raises(StoreError, match=r"the store refused a write \(.*ForeignKeyViolation.*"
+                                         r"`specfleet sweep --attach no-such-sweep` stores them"):
+        asyncio.run(run.ingest([Decoder("n1").decode(_line(1))], [_line(1)]))
+    assert time.monotonic() - t0 < 5 and said == []

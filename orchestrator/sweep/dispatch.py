@@ -380,7 +380,7 @@ class NodeRun:
                 if delay < STORE_RETRY_MAX_S or now - said >= STORE_DOWN_SAY_S:
                     said = now
                     self.say(f"store unreachable for {now - down_since:.0f}s ({msg[:100]}); "
-                             f"retrying in {delay:.0f}s. Nothing is lost: the node's journal "
+                             f"retrying in {delay:g}s. Nothing is lost: the node's journal "
                              "keeps every event, stored once the store answers")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, STORE_RETRY_MAX_S)
