@@ -197,7 +197,7 @@ def any_url(request, tmp_path):
 # (--dist loadscope, so module fixtures run once), a long module started last would hold
 # the whole run up after every other worker is done.
 SLOW_FIRST = ("test_docs.py", "test_help_examples.py", "test_demo_example.py",
-              "test_sweep_lifecycle.py",
+              "test_sweep_lifecycle.py", "test_store_outage.py",
               "test_provision.py", "test_sweep_faults.py", "test_agent.py", "test_load.py",
               "test_adaptive.py", "test_review.py", "test_lint.py")
 
