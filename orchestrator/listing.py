@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from .errors import SpecfleetError
 from .store import Store
+from .store.coverage import missing_by_node
 from .store.models import Measurement, NodeOutcome, Run, Sweep
 
 RUN_FIELDS = ("id", "sweep_id", "node", "engine", "model_pair", "workload", "context_bucket",
@@ -22,15 +23,21 @@ RUN_FIELDS = ("id", "sweep_id", "node", "engine", "model_pair", "workload", "con
 
 
 def sweeps(store: Store, limit: int = 20) -> list[dict]:
+    """The newest sweeps. One whose store lacks part of a node's journal (seqs missing below
+    the last stored event) is never shown ``ok``: its status says ``incomplete``, and
+    ``missing`` counts the seqs per node (`specfleet sweeps verify` names them)."""
     with Session(store.engine) as s:
         rows = s.scalars(select(Sweep).order_by(Sweep.created_at.desc()).limit(limit)).all()
+        missing = missing_by_node(store, [r.id for r in rows])
         out = []
         for r in rows:
             nodes = s.execute(select(NodeOutcome.node, NodeOutcome.status).where(
                 NodeOutcome.sweep_id == r.id)).all()
+            lacks = missing.get(r.id, {})
             out.append({"sweep_id": r.id, "created_at": r.created_at.isoformat(),
-                        "status": r.status, "trigger": r.trigger, "plan_id": r.plan_id,
-                        "nodes": {n: st for n, st in nodes}})
+                        "status": "incomplete" if lacks and r.status == "ok" else r.status,
+                        "trigger": r.trigger, "plan_id": r.plan_id,
+                        "nodes": {n: st for n, st in nodes}, "missing": lacks})
         return out
 
 

@@ -117,38 +117,68 @@ def pg_url():
     admin.dispose()
 
 
-@pytest.fixture
-def private_pg():
-    """A PostgreSQL server of the test's own (initdb, a free loopback port), for the tests
-    that restart PostgreSQL mid-sweep: the shared server stays up for every other test, so
-    those tests run beside the others. Yields (url, restart)."""
-    import glob
-    import socket
+class PrivatePG:
+    """A PostgreSQL server of a test's own (initdb, a free loopback port): the tests that stop
+    or restart PostgreSQL mid-sweep leave the shared server up for every other test."""
 
-    # the newest installed server (numerically: 9 < 15)
-    bin_dir = max(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda b: int(Path(b).parent.name))
-    d = Path(tempfile.mkdtemp(prefix="specfleet-pg-"))
-    shutil.chown(d, "postgres")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    opts = f"-p {port} -k {d} -c listen_addresses=127.0.0.1"
+    def __init__(self) -> None:
+        import glob
+        import socket
 
-    def pg(*args: str) -> None:
+        # the newest installed server (numerically: 9 < 15)
+        self.bin = max(glob.glob("/usr/lib/postgresql/*/bin"),
+                       key=lambda b: int(Path(b).parent.name))
+        self.dir = Path(tempfile.mkdtemp(prefix="specfleet-pg-"))
+        shutil.chown(self.dir, "postgres")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        self._ctl(f"{self.bin}/initdb", "-D", f"{self.dir}/data", "-A", "trust", "-U",
+                  "postgres", "--no-sync", "-E", "UTF8")
+
+    def _ctl(self, *args: str) -> None:
         subprocess.run(["su", "postgres", "-s", "/bin/sh", "-c", " ".join(args)],
                        check=True, capture_output=True)
 
-    pg(f"{bin_dir}/initdb", "-D", f"{d}/data", "-A", "trust", "-U", "postgres", "--no-sync",
-       "-E", "UTF8")
-    pg(f"{bin_dir}/pg_ctl", "-D", f"{d}/data", "-o", f"'{opts}'", "-l", f"{d}/log", "-w",
-       "start")
+    def pg_ctl(self, action: str, *extra: str) -> None:
+        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        self._ctl(f"{self.bin}/pg_ctl", "-D", f"{self.dir}/data", "-o", f"'{opts}'", "-l",
+                  f"{self.dir}/log", "-w", *extra, action)
+
+    def start(self) -> None:
+        self.pg_ctl("start")
+
+    def stop(self) -> None:
+        self.pg_ctl("stop", "-m", "fast")
+
+    def restart(self) -> None:
+        self.pg_ctl("restart", "-m", "fast")
+
+    def remove(self) -> None:
+        self._ctl(f"{self.bin}/pg_ctl", "-D", f"{self.dir}/data", "-w", "-m", "immediate",
+                  "stop")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def private_pg_server():
+    """A running PrivatePG; stopped and removed afterwards."""
+    server = PrivatePG()
+    server.start()
     try:
-        yield (f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres",
-               lambda: pg(f"{bin_dir}/pg_ctl", "-D", f"{d}/data", "-o", f"'{opts}'", "-l",
-                          f"{d}/log", "-w", "-m", "fast", "restart"))
+        yield server
     finally:
-        pg(f"{bin_dir}/pg_ctl", "-D", f"{d}/data", "-w", "-m", "immediate", "stop")
-        shutil.rmtree(d, ignore_errors=True)
+        try:
+            server.remove()
+        except subprocess.CalledProcessError:  # the test left it stopped
+            shutil.rmtree(server.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def private_pg(private_pg_server):
+    """(url, restart) of a PrivatePG, for the tests that restart PostgreSQL mid-sweep."""
+    return private_pg_server.url, private_pg_server.restart
 
 
 @pytest.fixture
@@ -167,7 +197,7 @@ def any_url(request, tmp_path):
 # (--dist loadscope, so module fixtures run once), a long module started last would hold
 # the whole run up after every other worker is done.
 SLOW_FIRST = ("test_docs.py", "test_help_examples.py", "test_demo_example.py",
-              "test_sweep_lifecycle.py",
+              "test_sweep_lifecycle.py", "test_store_outage.py",
               "test_provision.py", "test_sweep_faults.py", "test_agent.py", "test_load.py",
               "test_adaptive.py", "test_review.py", "test_lint.py")
 

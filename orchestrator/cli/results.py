@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import click
 from .base import (
     Finite,
     db_option,
+    hosts_from,
+    inventory_option,
     main,
 )
 
@@ -200,8 +203,47 @@ def sweeps_list(count, as_json, db_url):
         click.echo(json.dumps(rows, indent=2))
         return
     _emit([{**r, "created_at": r["created_at"][:19],
-            "nodes": " ".join(f"{n}:{st}" for n, st in r["nodes"].items())} for r in rows],
+            "nodes": " ".join(f"{n}:{st}" + (f"({r['missing'][n]} missing)"
+                                              if n in r["missing"] else "")
+                              for n, st in r["nodes"].items())} for r in rows],
           False, False, ("sweep_id", "created_at", "status", "trigger", "nodes"))
+
+
+@sweeps.command("verify")
+@click.argument("sweep_id")
+@inventory_option
+@click.option("--known-hosts", type=click.Path(dir_okay=False), default=None,
+              help="known_hosts file (default ~/.ssh/known_hosts); keys are checked strictly.")
+@click.option("--ssh-config", type=click.Path(dir_okay=False), default=None,
+              help="OpenSSH client config (default ~/.ssh/config when present).")
+@click.option("--connect-timeout", type=Finite(min=0.1), default=10.0, show_default=True,
+              help="Seconds to wait for each node's SSH connection.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@db_option
+def sweeps_verify(sweep_id, known_hosts, ssh_config, connect_timeout, as_json, db_url, **kw):
+    """Compare the store with each node's journal (over SSH): every journal line stored
+    once with the same content, or set aside with its reason. Prints "complete", or per
+    node the missing seqs (holes) and conflicts; exit 1 unless complete.
+
+    \b
+    Example:
+      specfleet sweeps verify SWEEP_ID -i lab/inventory/
+    """
+    from ..fleet.transport import SSHOptions
+    from ..store import open_store
+    from ..sweep.verify import verify_sweep
+
+    hosts, _ = hosts_from({**kw, "limit": None})
+    report = verify_sweep(open_store(db_url), sweep_id, hosts,
+                          SSHOptions(known_hosts=known_hosts, ssh_config=ssh_config,
+                                     connect_timeout=connect_timeout))
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        for n in report.nodes:
+            click.echo(n.line())
+        click.echo(report.summary())
+    sys.exit(0 if report.complete else 1)
 
 
 @main.group()

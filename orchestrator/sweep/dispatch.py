@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import re
 import shlex
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.exc import SQLAlchemyError
 
 from agent.cotenant import profile_name
@@ -34,6 +36,7 @@ from ..fleet.inventory import Host
 from ..fleet.node_paths import expand_root
 from ..fleet.transport import SSHOptions, connect, q
 from ..store import Store
+from ..store.coverage import coverage, ranges_text
 from ..store.db import result_pair
 from .decode import Decoder, Quarantined
 from .pipeline import IngestPipeline
@@ -56,7 +59,6 @@ class SweepOptions:
     ssh: SSHOptions = field(default_factory=SSHOptions)
     provision: bool = True
     reconnect_timeout_s: float = 120.0
-    store_retry_timeout_s: float = 120.0
     lease_ttl_s: float = 120.0
     trigger: str = "manual"
 
@@ -101,6 +103,29 @@ def _dead_here(holder: str) -> bool:
     except PermissionError:
         return False
     return False
+
+
+STORE_RETRY_MAX_S = 10.0   # a store that is down is asked again at least this often
+STORE_DOWN_SAY_S = 60.0    # once the wait is that long, "still unreachable" once a minute
+
+
+def store_down(e: SQLAlchemyError) -> bool:
+    """The store cannot be reached or is busy (stopped, restarting, locked by another
+    process), as opposed to refusing what it was sent: worth waiting for, however long."""
+    if _out_of_space(e):
+        return False  # someone must free space; waiting alone never ends it
+    return bool(getattr(e, "connection_invalidated", False)) or isinstance(e, (
+        sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError,
+        sa_exc.DisconnectionError))
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0]
+
+
+def _out_of_space(e: BaseException) -> bool:
+    msg = _first_line(e)
+    return "disk is full" in msg or "No space left" in msg
 
 
 def controller_id() -> str:
@@ -225,7 +250,7 @@ class NodeRun:
     async def set_aside(self, q: Quarantined) -> None:
         """A line that failed the decode boundary: kept with its reason, said once, and the
         follower goes on with the next line."""
-        new = await asyncio.to_thread(self.store.quarantine, self.sweep_id, self.host.name, [q])
+        new = await self.with_store(self.store.quarantine, self.sweep_id, self.host.name, [q])
         if new:
             self.say(f"set aside a journal line{'' if q.seq is None else f' (seq {q.seq})'}: "
                      f"{q.reason[:160]}")
@@ -356,37 +381,64 @@ class NodeRun:
 
     # -- follow ------------------------------------------------------------------------
 
-    async def ingest(self, batch: list[dict], raw: list[str]) -> None:
-        """Store a batch, retrying while the store is down (the journal keeps everything)."""
-        if not batch:
-            return
-        deadline = time.monotonic() + self.opts.store_retry_timeout_s
-        delay = 0.5
+    async def with_store(self, fn, *args):
+        """``fn(*args)`` in a thread, waiting out a store that is down for as long as it
+        takes (bounded backoff): the node's journal keeps every event meanwhile, so the
+        wait costs nothing but time. A store that refuses what it was sent, or is out of
+        space, is an error at once."""
+        down_since, delay, said = None, 0.5, -math.inf
         while True:
             try:
-                await asyncio.to_thread(self.store.ingest, self.sweep_id, self.host.name, batch,
-                                        raw)
-                return
+                result = await asyncio.to_thread(fn, *args)
             except SQLAlchemyError as e:
-                msg = str(e).splitlines()[0]
-                if "disk is full" in msg or "No space left" in msg:
+                msg = _first_line(e)
+                if _out_of_space(e):
                     raise StoreError(f"the controller's store is out of disk space ({msg}); "
                                      "free space, then `specfleet sweep --attach "
                                      f"{self.sweep_id}` (the node's journal keeps every "
                                      "event)") from None
-                if time.monotonic() > deadline:
-                    raise StoreError(f"the store stayed unavailable ({msg}); the node's journal "
-                                     f"keeps every event: `specfleet sweep --attach "
-                                     f"{self.sweep_id}` once it is back") from None
-                self.say(f"store unavailable ({msg[:80]}); retrying in {delay:.1f}s")
+                if not store_down(e):
+                    raise StoreError(f"the store refused a write ({msg[:300]}); the node's "
+                                     "journal keeps every event: `specfleet sweep --attach "
+                                     f"{self.sweep_id}` stores them once this is fixed"
+                                     ) from None
+                now = time.monotonic()
+                down_since = down_since or now
+                # each longer wait is said, then once a minute: 22 nodes, not 22 lines a second
+                if delay < STORE_RETRY_MAX_S or now - said >= STORE_DOWN_SAY_S:
+                    said = now
+                    self.say(f"store unreachable for {now - down_since:.0f}s ({msg[:100]}); "
+                             f"retrying in {delay:g}s. Nothing is lost: the node's journal "
+                             "keeps every event, stored once the store answers")
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 10)
+                delay = min(delay * 2, STORE_RETRY_MAX_S)
+                continue
+            if down_since is not None:
+                self.say(f"store reachable again after {time.monotonic() - down_since:.0f}s; "
+                         "going on, nothing lost")
+            return result
+
+    async def ingest(self, batch: list[dict], raw: list[str]) -> None:
+        """Store a batch, however long the store is down: never given up, never dropped."""
+        if batch:
+            await self.with_store(self.store.ingest, self.sweep_id, self.host.name, batch, raw)
+
+    async def stored_whole(self) -> bool:
+        """The store holds the node's journal to its final event, with no hole below it."""
+        cov = await self.with_store(coverage, self.store, self.sweep_id, self.host.name)
+        last = await self.with_store(self.store.last_event, self.sweep_id, self.host.name)
+        return not cov.holes and (last or {}).get("type") in FINAL_EVENTS
 
     async def follow_once(self, t) -> None:
-        sn = self._row()
-        last = await asyncio.to_thread(self.store.last_seq, self.sweep_id, self.host.name)
+        sn = await self.with_store(self._row)
+        # from the last seq up to which everything is stored, not the highest stored one:
+        # a hole below it (a batch lost, rows deleted) is read again from the journal
+        cov = await self.with_store(coverage, self.store, self.sweep_id, self.host.name)
+        if cov.holes:
+            self.say(f"reading {cov.missing} journal line(s) the store lacks again from the "
+                     f"node (seq {ranges_text(cov.holes)})")
         cmd = (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent follow "
-               f"{q(sn.journal_path)} --from-seq {last} --pid {sn.pid or 0}")
+               f"{q(sn.journal_path)} --from-seq {cov.through} --pid {sn.pid or 0}")
         pipeline = IngestPipeline(self.ingest)
         try:
             # aclosing: a follower left early (an agent refused mid-stream) is closed now,
@@ -399,8 +451,10 @@ class NodeRun:
                     if isinstance(event, Quarantined):
                         await self.set_aside(event)
                         continue
-                    self.progress(self.host.name, event)
-                    # stored as written: no second serialisation
+                    if event["seq"] not in cov.covered:  # shown once, when it first arrives
+                        self.progress(self.host.name, event)
+                    # stored as written (again for a seq stored already: the store keeps
+                    # one); no second serialisation
                     await pipeline.add(event, line.strip())
         finally:
             await pipeline.close()
@@ -424,8 +478,7 @@ class NodeRun:
             except (UnreachableError, RemoteError, SQLAlchemyError) as e:
                 why = getattr(e, "reason", None) or str(e).splitlines()[0]
                 t = None
-                deadline = deadline or time.monotonic() + max(
-                    self.opts.reconnect_timeout_s, self.opts.store_retry_timeout_s)
+                deadline = deadline or time.monotonic() + self.opts.reconnect_timeout_s
                 if time.monotonic() > deadline:
                     raise UnreachableError(
                         self.host.name, f"lost the node ({why}); its agent may still be "
@@ -449,16 +502,15 @@ class NodeRun:
                            f"{last['failed']} planned generation(s) failed "
                            f"({last.get('generations', 0)} measured); the errors are on the "
                            f"sweep page: `specfleet review --sweep {self.sweep_id}`")
-        gaps, unnumbered = self.store.missing_seqs(self.sweep_id, self.host.name)
-        lost = sum(b - a + 1 for a, b in gaps) - unnumbered  # set-aside lines fill some
+        cov = coverage(self.store, self.sweep_id, self.host.name)
+        lost = cov.missing - cov.unnumbered  # set-aside lines fill some
         if kind == "job_finished" and lost > 0:  # never silent: say which never arrived
             self.store.set_sweep_node(self.sweep_id, self.host.name, state="finished")
-            ranges = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps[:20])
             return Outcome(self.host.name, "failed",
-                           f"{lost} journal line(s) never reached the store: seq {ranges}"
-                           f"{' …' if len(gaps) > 20 else ''}"
-                           + (f" ({unnumbered} set-aside line(s) had no readable seq)"
-                              if unnumbered else "")
+                           f"{lost} journal line(s) never reached the store: seq "
+                           f"{ranges_text(cov.holes)}"
+                           + (f" ({cov.unnumbered} set-aside line(s) had no readable seq)"
+                              if cov.unnumbered else "")
                            + f"; the node's journal {self._row().journal_path} holds what "
                              "it wrote")
         if kind == "job_finished":
@@ -496,7 +548,7 @@ class NodeRun:
             elif mode == "resume":
                 self.started = True
                 sn = self._row()
-                if sn.state == "finished":
+                if sn.state == "finished" and await self.stored_whole():
                     return self.outcome()
                 # the agent's own test: a killed agent can linger as a zombie that
                 # `kill -0` calls alive when nothing reaps it (a container's init)
@@ -504,7 +556,7 @@ class NodeRun:
                     f"cd {q(sn.agent_dir)} && {q(sn.python)} -c 'import sys; from agent.follow "
                     f"import alive; sys.exit(0 if alive({int(sn.pid or 0)}) else 1)'",
                     check=False)
-                if alive.exit_status != 0:
+                if alive.exit_status != 0 and sn.state != "finished":
                     await self.start_agent(t, resume=True)
             elif mode == "stop":
                 self.started = True
@@ -526,10 +578,11 @@ class NodeRun:
                                "what is missing")
             else:
                 self.started = True
-                if self._row().state == "finished":
+                # a finished node is read again when the store lacks part of its journal
+                if self._row().state == "finished" and await self.stored_whole():
                     return self.outcome()
             await self.follow(t)
-            return await asyncio.to_thread(self.outcome)
+            return await self.with_store(self.outcome)
         finally:
             keeper.cancel()
             final = self.store.last_event(self.sweep_id, self.host.name) or {}

@@ -24,7 +24,13 @@ StoreBatch = Callable[[list[dict], list[str]], Awaitable[None]]
 
 
 class IngestPipeline:
-    """``add`` each decoded event with its journal line; ``close`` when the stream ends."""
+    """``add`` each decoded event with its journal line; ``close`` when the stream ends.
+
+    A batch the store refused is never dropped: it goes back to the front of what is held,
+    in journal order, and the next flush (or ``close``) sends it again. Retrying while the
+    store is down is ``store_batch``'s job; an error it gives up with surfaces at the next
+    ``add`` or at ``close``, and what was not stored is still held (``pending``), so the
+    follower's next read of the journal starts before it."""
 
     def __init__(self, store_batch: StoreBatch, *, batch: int = INGEST_BATCH,
                  every_s: float = INGEST_EVERY_S):
@@ -34,8 +40,14 @@ class IngestPipeline:
         self._lines: list[str] = []
         self._lock = asyncio.Lock()  # one batch at a time, in journal order
         self._timer: asyncio.TimerHandle | None = None
-        self._timed: asyncio.Future[None] | None = None  # a flush the timer started
+        self._timed: asyncio.Future[None] | None = None  # the one flush the timer started
         self.batches = 0  # how many batches went out (the bench reports their mean size)
+        self.stored = 0   # events the store took
+
+    @property
+    def pending(self) -> int:
+        """Events read but not (yet) stored."""
+        return len(self._events)
 
     async def add(self, event: dict, line: str) -> None:
         self._surface()
@@ -48,13 +60,22 @@ class IngestPipeline:
 
     def _on_timer(self) -> None:
         self._timer = None
+        if self._timed is not None and not self._timed.done():
+            # the last timed flush is still storing (or retrying): one at a time, so none
+            # is ever left unawaited; look again later for what came in meanwhile
+            self._timer = asyncio.get_running_loop().call_later(self._every, self._on_timer)
+            return
+        if self._timed is not None and not self._timed.cancelled() and \
+                self._timed.exception() is not None:
+            return  # it failed: the next ``add`` or ``close`` reports it, nothing is dropped
         self._timed = asyncio.ensure_future(self.flush())
 
     def _surface(self) -> None:
         # a flush the timer started failed (the store stayed down): say so now
         if self._timed is not None and self._timed.done():
             timed, self._timed = self._timed, None
-            timed.result()
+            if not timed.cancelled():
+                timed.result()
 
     async def flush(self) -> None:
         async with self._lock:
@@ -63,15 +84,26 @@ class IngestPipeline:
                 self._timer = None
             if not self._events:
                 return
-            events, lines = self._events, self._lines
-            self._events, self._lines = [], []
+            n = min(len(self._events), self._size)
+            events, lines = self._events[:n], self._lines[:n]
+            del self._events[:n], self._lines[:n]
+            try:
+                await self._store(events, lines)
+            except BaseException:
+                # not stored: back in front of what came in meanwhile, in journal order
+                self._events[:0], self._lines[:0] = events, lines
+                raise
             self.batches += 1
-            await self._store(events, lines)
+            self.stored += n
 
     async def close(self) -> None:
         """Store what is left. Also called when the stream failed: what was read is
         stored, and the next read starts after it."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._timed is not None:
             timed, self._timed = self._timed, None
             await timed
-        await self.flush()
+        while self._events:
+            await self.flush()

@@ -1,0 +1,136 @@
+"""Which of a node's journal lines the store holds: its contiguous seq coverage and holes.
+
+A seq is covered when its event is stored or its line was set aside (quarantined) with that
+seq. The follower resumes a node's journal after ``through``, the last seq up to which
+everything is covered, never after the highest stored one: a hole below it (a batch the
+store lost, rows deleted by hand) is read again from the node. Derived from the stored rows
+each time it is asked, so there is no second record that could disagree with them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from sqlalchemy import Text, and_, cast, exists, func, select
+
+from .models import Event, QuarantinedEvent
+
+
+def seq_ranges(seqs: list[int]) -> list[tuple[int, int]]:
+    """Sorted distinct seqs as inclusive ranges: [1, 2, 3, 7] -> [(1, 3), (7, 7)]."""
+    out: list[tuple[int, int]] = []
+    for n in sorted(set(seqs)):
+        if out and out[-1][1] == n - 1:
+            out[-1] = (out[-1][0], n)
+        else:
+            out.append((n, n))
+    return out
+
+
+def holes_below(covered: set[int] | frozenset[int], last: int) -> list[tuple[int, int]]:
+    """The seqs in 1..last not covered, as ranges."""
+    ranges, start = [], 1
+    for lo, hi in seq_ranges([n for n in covered if 1 <= n <= last]):
+        if lo > start:
+            ranges.append((start, lo - 1))
+        start = hi + 1
+    if start <= last:
+        ranges.append((start, last))
+    return ranges
+
+
+def ranges_text(ranges: list[tuple[int, int]], most: int = 20) -> str:
+    """"5, 9-12 …" for people."""
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges[:most])
+    return text + (" …" if len(ranges) > most else "")
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """One node's journal in the store: what is covered, up to the last stored event."""
+
+    covered: frozenset[int]  # seqs stored as events or set aside with their seq
+    last: int                # the highest stored event's seq (0: none yet)
+    unnumbered: int          # lines set aside with no readable seq
+
+    @property
+    def holes(self) -> list[tuple[int, int]]:
+        return holes_below(self.covered, self.last)
+
+    @property
+    def missing(self) -> int:
+        return sum(b - a + 1 for a, b in self.holes)
+
+    @property
+    def through(self) -> int:
+        """Every seq up to this one is covered: the journal is read again after it."""
+        holes = self.holes
+        return holes[0][0] - 1 if holes else self.last
+
+
+def coverage(store, sweep_id: str, node: str) -> Coverage:
+    with store.engine.connect() as c:
+        events = set(c.execute(select(Event.seq).where(
+            Event.sweep_id == sweep_id, Event.node == node)).scalars())
+        aside = list(c.execute(select(QuarantinedEvent.seq).where(
+            QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)).scalars())
+    numbered = {n for n in aside if n is not None}
+    return Coverage(frozenset(events | numbered), max(events, default=0),
+                    len(aside) - sum(n is not None for n in aside))
+
+
+def missing_by_node(store, sweep_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Per sweep, per node with holes: how many seqs below its last stored event are
+    neither stored nor set aside. Aggregates only, for listings of many sweeps."""
+    if not sweep_ids:
+        return {}
+    e, q = Event.__table__.alias("e"), QuarantinedEvent.__table__.alias("q")
+    with store.engine.connect() as c:
+        stored = c.execute(select(Event.sweep_id, Event.node, func.max(Event.seq),
+                                  func.count()).where(Event.sweep_id.in_(sweep_ids))
+                           .group_by(Event.sweep_id, Event.node)).all()
+        # set-aside seqs that fill a hole: below the last stored event, not stored
+        last = select(func.max(e.c.seq)).where(
+            e.c.sweep_id == q.c.sweep_id, e.c.node == q.c.node).scalar_subquery()
+        fill = dict(((s, n), k) for s, n, k in c.execute(
+            select(q.c.sweep_id, q.c.node, func.count(q.c.seq.distinct())).where(
+                q.c.sweep_id.in_(sweep_ids), q.c.seq.is_not(None), q.c.seq >= 1,
+                q.c.seq <= last, ~exists().where(and_(
+                    e.c.sweep_id == q.c.sweep_id, e.c.node == q.c.node,
+                    e.c.seq == q.c.seq))).group_by(q.c.sweep_id, q.c.node)).all())
+    out: dict[str, dict[str, int]] = {}
+    for sweep_id, node, top, count in stored:
+        missing = top - count - fill.get((sweep_id, node), 0)
+        if missing > 0:
+            out.setdefault(sweep_id, {})[node] = missing
+    return out
+
+
+def line_sha256(text: str) -> str:
+    """A journal line's content hash, as the store and `sweeps verify` compute it: the line
+    as the follower stores it (UTF-8, surrounding whitespace stripped)."""
+    return hashlib.sha256(text.strip().encode("utf-8", "replace")).hexdigest()
+
+
+def stored_line_hashes(store, sweep_id: str, node: str) -> dict[int, str]:
+    """seq -> content hash of each stored event's line (kept as the text it arrived as)."""
+    with store.engine.connect() as c:
+        rows = c.execute(select(Event.seq, cast(Event.payload, Text)).where(
+            Event.sweep_id == sweep_id, Event.node == node))
+        return {seq: line_sha256(text) for seq, text in rows}
+
+
+def set_aside_lines(store, sweep_id: str, node: str) -> tuple[set[int], set[str]]:
+    """The seqs and content hashes of the node's set-aside lines (the hash as the boundary
+    recorded it, and of the kept text, which the boundary may have hashed unstripped)."""
+    seqs: set[int] = set()
+    hashes: set[str] = set()
+    with store.engine.connect() as c:
+        for seq, digest, line in c.execute(select(
+                QuarantinedEvent.seq, QuarantinedEvent.line_sha256, QuarantinedEvent.line).where(
+                QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)):
+            if seq is not None:
+                seqs.add(seq)
+            hashes.update((digest, line_sha256(line)))
+    return seqs, hashes

@@ -1,0 +1,224 @@
+"""`specfleet sweeps verify`: is the store a faithful copy of every node's journal?
+
+Each node hashes its journal line by line (a short standard-library script run with the
+node's Python over SSH, so only seqs and hashes cross the link). Every journal line must be
+in the store exactly once: stored as the event of its seq with the same content, or set
+aside (quarantined) with its reason. A journal line that is neither is a *hole*; a stored
+event whose content differs from the journal's line of that seq, a stored seq no journal
+line has, or a second line for a stored seq that was not set aside is a *conflict*. A node
+whose journal could not be read is *unverified*, never complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import asdict, dataclass, field
+
+from ..errors import RemoteError, SpecfleetError
+from ..fleet.fanout import run_fan_out
+from ..fleet.inventory import Host
+from ..fleet.transport import SSHOptions, q
+from ..store import Store
+from ..store.coverage import ranges_text, seq_ranges, set_aside_lines, stored_line_hashes
+
+# Runs on the node with the agent's Python (standard library only). One output line per
+# journal line, "SEQ SHA256" ("-" for a line with no readable seq), then "end LINES PARTIAL";
+# a last line without its newline is being written (or was torn by a crash): not counted.
+DIGEST_SCRIPT = r"""
+import hashlib, json, sys
+out, n, partial = [], 0, 0
+with open(sys.argv[1], "rb") as f:
+    for raw in f:
+        if not raw.endswith(b"\n"):
+            partial = 1
+            break
+        text = raw.decode("utf-8", "replace").strip()
+        if not text:
+            continue
+        n += 1
+        try:
+            seq = json.loads(text).get("seq")
+        except Exception:
+            seq = None
+        seq = seq if type(seq) is int else "-"
+        out.append("%s %s\n" % (seq, hashlib.sha256(text.encode("utf-8")).hexdigest()))
+sys.stdout.write("".join(out))
+sys.stdout.write("end %d %d\n" % (n, partial))
+"""
+
+JournalLine = tuple[int | None, str]  # (seq, content hash)
+
+
+@dataclass
+class NodeLedger:
+    """One node's journal against the store."""
+
+    node: str
+    status: str  # complete | incomplete | unverified
+    journal_lines: int = 0
+    stored: int = 0
+    set_aside: int = 0
+    holes: list[tuple[int, int]] = field(default_factory=list)
+    conflicts: list[dict] = field(default_factory=list)
+    journal_sha256: str | None = None  # over the journal's events (lines not set aside)
+    store_sha256: str | None = None    # over the stored events; equal when complete
+    partial_line: bool = False
+    detail: str | None = None
+
+    @property
+    def missing(self) -> int:
+        return sum(b - a + 1 for a, b in self.holes)
+
+    def line(self) -> str:
+        """One line for people."""
+        if self.status == "unverified":
+            return f"{self.node:<20} unverified  {self.detail}"
+        text = (f"{self.node:<20} {self.status:<11} {self.journal_lines} journal line(s): "
+                f"{self.stored} stored, {self.set_aside} set aside")
+        if self.holes:
+            text += f"; {self.missing} missing: seq {ranges_text(self.holes)}"
+        for c in self.conflicts[:10]:
+            text += f"; conflict: {c['problem']}"
+        if len(self.conflicts) > 10:
+            text += f"; … {len(self.conflicts) - 10} more conflict(s)"
+        return text + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass
+class VerifyReport:
+    sweep_id: str
+    nodes: list[NodeLedger]
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.nodes) and all(n.status == "complete" for n in self.nodes)
+
+    def as_dict(self) -> dict:
+        return {"sweep_id": self.sweep_id, "complete": self.complete,
+                "nodes": [{**asdict(n), "holes": [list(h) for h in n.holes],
+                           "missing": n.missing} for n in self.nodes]}
+
+    def summary(self) -> str:
+        if self.complete:
+            return f"sweep {self.sweep_id}: complete"
+        bad = [n for n in self.nodes if n.status != "complete"]
+        said = ", ".join(f"{n.node} ({n.status}: {n.missing} missing, "
+                         f"{len(n.conflicts)} conflict(s))" if n.status == "incomplete"
+                         else f"{n.node} (unverified)" for n in bad)
+        return (f"sweep {self.sweep_id}: incomplete on {said}; `specfleet sweep --attach "
+                f"{self.sweep_id}` reads what is missing again from the journals")
+
+
+def _digest(journal: list[tuple[int, str]], seqs: list[int]) -> str:
+    """A content hash over events in seq order (each seq's first line)."""
+    h = hashlib.sha256()
+    first: dict[int, str] = {}
+    for seq, sha in journal:
+        first.setdefault(seq, sha)
+    for seq in sorted(seqs):
+        h.update(f"{seq} {first[seq]}\n".encode())
+    return h.hexdigest()
+
+
+def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
+            aside_seqs: set[int], aside_hashes: set[str]) -> NodeLedger:
+    """The journal's lines (in journal order) against the stored events (seq -> content
+    hash) and the set-aside lines (their seqs and content hashes)."""
+    holes: list[int] = []
+    conflicts: list[dict] = []
+    matched: set[int] = set()
+    aside = 0
+    events: list[tuple[int, str]] = []  # the journal's lines the store should hold as events
+    for i, (seq, sha) in enumerate(journal, 1):
+        if sha in aside_hashes:
+            aside += 1  # set aside, with its reason
+            continue
+        if seq is None:
+            conflicts.append({"line": i, "seq": None, "problem": f"journal line {i} has no "
+                              "readable seq and was neither stored nor set aside"})
+            continue
+        have = stored.get(seq)
+        if have == sha and seq not in matched:
+            matched.add(seq)
+            events.append((seq, sha))
+        elif have is None and seq in aside_seqs:
+            aside += 1  # set aside under its seq (the boundary kept part of a long line)
+        elif have is None:
+            holes.append(seq)
+            events.append((seq, sha))
+        elif seq in matched:
+            conflicts.append({"line": i, "seq": seq, "problem": f"journal line {i} repeats "
+                              f"seq {seq}, which is stored, and was not set aside"})
+        else:
+            conflicts.append({"line": i, "seq": seq, "problem": f"seq {seq}: the store holds "
+                              f"other content than journal line {i}"})
+            events.append((seq, sha))
+    journaled = {seq for seq, _ in journal if seq is not None}
+    for seq in sorted(set(stored) - journaled):
+        conflicts.append({"line": None, "seq": seq,
+                          "problem": f"seq {seq} is stored but no journal line has it"})
+    j_hash = _digest(events, [s for s, _ in events])
+    s_hash = _digest(list(stored.items()), list(stored))
+    complete = not holes and not conflicts and j_hash == s_hash
+    return NodeLedger(node, "complete" if complete else "incomplete", len(journal),
+                      len(stored), aside, seq_ranges(holes), conflicts, j_hash, s_hash)
+
+
+def parse_digest(text: str) -> tuple[list[JournalLine], bool]:
+    """DIGEST_SCRIPT's output: the lines, and whether a partial last line was left out."""
+    lines = text.splitlines()
+    if not lines or not lines[-1].startswith("end "):
+        raise ValueError("the journal digest ended early")
+    _, count, partial = lines[-1].split()
+    out: list[JournalLine] = []
+    for row in lines[:-1]:
+        seq, sha = row.split(" ")
+        out.append((None if seq == "-" else int(seq), sha))
+    if len(out) != int(count):
+        raise ValueError(f"the journal digest has {len(out)} of {count} lines")
+    return out, partial == "1"
+
+
+def verify_sweep(store: Store, sweep_id: str, hosts: list[Host],
+                 ssh: SSHOptions | None = None) -> VerifyReport:
+    """Compare the store with the journal of every node the sweep ran on."""
+    if store.sweep(sweep_id) is None:
+        raise SpecfleetError(f"no sweep {sweep_id!r} in the store; `specfleet sweeps list` "
+                             "shows the ids")
+    rows = {r.node: r for r in store.sweep_nodes(sweep_id)}
+    by_name = {h.name: h for h in hosts}
+    results: dict[str, NodeLedger] = {
+        n: NodeLedger(n, "unverified", detail="not in the inventory: pass the one the sweep "
+                      "ran on with -i") for n in rows if n not in by_name}
+
+    async def one(h: Host, t) -> NodeLedger:
+        sn = rows[h.name]
+        stored, (aside_seqs, aside_hashes) = await asyncio.gather(
+            asyncio.to_thread(stored_line_hashes, store, sweep_id, h.name),
+            asyncio.to_thread(set_aside_lines, store, sweep_id, h.name))
+        if not sn.journal_path or not sn.python:  # the agent never started: no journal
+            journal: list[JournalLine] = []
+            partial = False
+        else:
+            r = await t.run(f"{q(sn.python)} -c {q(DIGEST_SCRIPT)} {q(sn.journal_path)}",
+                            check=False)
+            if r.exit_status != 0:
+                why = (r.stderr.strip().splitlines() or [f"exit {r.exit_status}"])[-1]
+                return NodeLedger(h.name, "unverified", detail=f"cannot read its journal "
+                                  f"{sn.journal_path}: {why[:200]}")
+            try:
+                journal, partial = parse_digest(r.stdout)
+            except ValueError as e:
+                raise RemoteError(h.name, "journal digest", r.exit_status, str(e)) from None
+        out = compare(h.name, journal, stored, aside_seqs, aside_hashes)
+        out.partial_line = partial
+        if sn.state not in ("finished", "failed", "stopped", "died") and \
+                out.status != "complete":
+            out.detail = f"the node's agent is {sn.state}: lines may still be on their way"
+        return out
+
+    for o in run_fan_out([by_name[n] for n in rows if n in by_name], one, ssh):
+        results[o.host] = o.value if o.status == "ok" else NodeLedger(
+            o.host, "unverified", detail=f"{o.status}: {o.detail}")
+    return VerifyReport(sweep_id, [results[n] for n in sorted(results)])

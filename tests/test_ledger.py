@@ -1,0 +1,242 @@
+"""The store as a ledger of the nodes' journals: seq coverage, holes read again by
+`--attach`, and `sweeps verify` comparing the two line by line."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Text, cast, delete, select, text, update
+
+from orchestrator.cli import main
+from orchestrator.store import open_store
+from orchestrator.store.coverage import (
+    Coverage,
+    coverage,
+    holes_below,
+    missing_by_node,
+    seq_ranges,
+)
+from orchestrator.store.models import Event
+from orchestrator.sweep.decode import Quarantined
+from orchestrator.sweep.verify import compare
+from tests.controller import journal, journal_path
+from tests.locks import make_lock
+
+JOB = {"models": {"target": {}, "draft": {}}}
+
+
+def _brute_holes(covered: set[int], last: int) -> list[int]:
+    return [n for n in range(1, last + 1) if n not in covered]
+
+
+@given(covered=st.sets(st.integers(-3, 80)), last=st.integers(0, 80))
+def test_holes_and_resume_point_for_any_coverage(covered, last):
+    holes = holes_below(covered, last)
+    expanded = [n for a, b in holes for n in range(a, b + 1)]
+    assert expanded == _brute_holes(covered, last)
+    assert all(a <= b for a, b in holes)
+    assert all(b + 1 < c for (_, b), (c, _) in zip(holes, holes[1:]))  # maximal ranges
+    cov = Coverage(frozenset(covered), last, 0)
+    # the follower reads again after `through`: everything up to it is covered, and the
+    # seq after it (when not past the last stored event) is not
+    assert all(n in covered for n in range(1, cov.through + 1))
+    assert cov.through == last or cov.through + 1 not in covered
+    assert cov.missing == len(expanded)
+
+
+def test_seq_ranges_planted():
+    assert seq_ranges([7, 1, 3, 2, 7, 9, 10]) == [(1, 3), (7, 7), (9, 10)]
+    assert holes_below({1, 2, 5, 9}, 10) == [(3, 4), (6, 8), (10, 10)]
+    assert Coverage(frozenset({1, 2, 5}), 5, 0).through == 2
+
+
+FATES = ("stored", "deleted", "altered", "aside")
+
+
+@settings(max_examples=300)
+@given(fates=st.lists(st.sampled_from(FATES), max_size=60),
+       forged=st.sets(st.integers(61, 90), max_size=3), repeat=st.sets(st.integers(1, 60)))
+def test_verify_names_exactly_the_planted_holes_and_conflicts(fates, forged, repeat):
+    """A journal of seqs 1..n; each line stored as written, deleted from the store, stored
+    with other content, or set aside; some stored seqs no journal line has; some lines
+    written twice (a second line reusing a stored seq, not set aside). The answer is known
+    from the plan, not from the code."""
+    journal_lines = [(i, f"h{i}") for i in range(1, len(fates) + 1)]
+    stored = {i: f"h{i}" for i, f in enumerate(fates, 1) if f == "stored"}
+    stored |= {i: f"other{i}" for i, f in enumerate(fates, 1) if f == "altered"}
+    stored |= {s: f"forged{s}" for s in forged}
+    aside = {f"h{i}" for i, f in enumerate(fates, 1) if f == "aside"}
+    twice = sorted(s for s in repeat if s <= len(fates) and fates[s - 1] == "stored")
+    journal_lines += [(s, f"again{s}") for s in twice]
+    got = compare("n1", journal_lines, stored, set(), aside)
+    deleted = [i for i, f in enumerate(fates, 1) if f == "deleted"]
+    altered = [i for i, f in enumerate(fates, 1) if f == "altered"]
+    assert got.holes == seq_ranges(deleted)
+    assert sorted(c["seq"] for c in got.conflicts) == sorted(altered + sorted(forged) + twice)
+    assert got.set_aside == fates.count("aside")
+    assert got.journal_lines == len(journal_lines) and got.stored == len(stored)
+    clean = not deleted and not altered and not forged and not twice
+    assert (got.status == "complete") == clean
+    assert (got.journal_sha256 == got.store_sha256) == (not deleted and not altered
+                                                        and not forged)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stored=st.sets(st.integers(1, 40), min_size=1),
+       aside=st.sets(st.integers(1, 60), max_size=5))
+def test_listing_counts_agree_with_coverage(tmp_path_factory, stored, aside):
+    """The aggregate `sweeps list` uses and the per-node coverage the follower resumes from
+    count the same missing seqs, for any stored / set-aside pattern (a real SQLite store)."""
+    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('cov') / 's.db'}")
+    store.create_sweep("s1", JOB, None)
+    store.ingest("s1", "n1", [{"schema": 1, "seq": n, "type": "notice", "ts": 1.0,
+                               "message": "x"} for n in sorted(stored)])
+    store.quarantine("s1", "n1", [Quarantined(n, "planted", f"line {n}") for n in aside])
+    cov = coverage(store, "s1", "n1")
+    want = len(_brute_holes(stored | aside, max(stored)))
+    assert cov.missing == want
+    assert missing_by_node(store, ["s1"]) == ({"s1": {"n1": want}} if want else {})
+
+
+# -- a real sweep, holes planted in its store ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def swept(fleet, model_pair, tmp_path_factory):
+    d = tmp_path_factory.mktemp("ledger")
+    inv = d / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    db = f"sqlite:///{d / 'store.db'}"
+    lock = make_lock(d, model_pair, widths=(2,), max_tokens=16)
+    common = ["-i", str(inv), "--known-hosts", str(fleet.known_hosts), "--db", db]
+    r = CliRunner().invoke(main, ["sweep", str(lock), *common, "--limit", "node1,node2",
+                                  "--no-provision", "--failed-hosts-file",
+                                  str(d / "retry"), "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["sweep_id"], db, common
+
+
+def _verify(common, sid):
+    r = CliRunner().invoke(main, ["sweeps", "verify", sid, *common, "--json"])
+    return r.exit_code, json.loads(r.stdout)
+
+
+def _payloads(db, sid, node):
+    with open_store(db, migrate=False).engine.connect() as c:
+        return list(c.execute(select(cast(Event.payload, Text)).where(
+            Event.sweep_id == sid, Event.node == node).order_by(Event.seq)).scalars())
+
+
+def test_verify_names_the_deleted_lines_and_attach_reads_them_again(swept, fleet):
+    sid, db, common = swept
+    store = open_store(db)
+    lines = journal_path(fleet.nodes[0], sid).read_text().splitlines()
+    last = len(lines)
+    code, out = _verify(common, sid)
+    assert code == 0 and out["complete"] is True, out  # complete to begin with
+    gone = [2, 5, 6, last]  # the tail too: only the journal can tell that one is missing
+    with store.engine.begin() as c:
+        c.execute(delete(Event).where(Event.sweep_id == sid, Event.node == "node1",
+                                      Event.seq.in_(gone)))
+        original = c.execute(select(cast(Event.payload, Text)).where(
+            Event.sweep_id == sid, Event.node == "node2", Event.seq == 3)).scalar_one()
+        c.execute(update(Event).where(Event.sweep_id == sid, Event.node == "node2",
+                                      Event.seq == 3).values(payload={"forged": True}))
+
+    code, out = _verify(common, sid)
+    by = {n["node"]: n for n in out["nodes"]}
+    assert code == 1 and out["complete"] is False
+    assert by["node1"]["holes"] == [[2, 2], [5, 6], [last, last]]
+    assert by["node1"]["missing"] == 4 and by["node1"]["conflicts"] == []
+    assert by["node1"]["journal_lines"] == last and by["node1"]["stored"] == last - 4
+    assert by["node2"]["holes"] == []
+    assert [(c["seq"], c["line"]) for c in by["node2"]["conflicts"]] == [(3, 3)]
+    said = CliRunner().invoke(main, ["sweeps", "verify", sid, *common])
+    assert said.exit_code == 1
+    assert f"4 missing: seq 2, 5-6, {last}" in said.output
+    assert "seq 3: the store holds other content than journal line 3" in said.output
+    assert f"sweep {sid}: incomplete on node1 (incomplete: 4 missing, 0 conflict(s)), " \
+           "node2 (incomplete: 0 missing, 1 conflict(s))" in said.output
+
+    # the store alone sees the holes below its last event: never listed as ok
+    listed = CliRunner().invoke(main, ["sweeps", "list", "--db", db, "--json"])
+    row = next(r for r in json.loads(listed.stdout) if r["sweep_id"] == sid)
+    assert row["status"] == "incomplete" and row["missing"] == {"node1": 3}
+
+    with store.engine.begin() as c:  # the conflict is the boundary's to judge: undone here
+        c.execute(text("UPDATE events SET payload = :p WHERE sweep_id = :s AND node = 'node2' "
+                       "AND seq = 3"), {"p": original, "s": sid})
+    r = CliRunner().invoke(main, ["sweep", "--attach", sid, *common])
+    assert r.exit_code == 0, r.output
+    assert "reading 3 journal line(s) the store lacks again from the node (seq 2, 5-6)" \
+        in r.output
+
+    code, out = _verify(common, sid)
+    assert code == 0 and out["complete"] is True, out
+    for node in fleet.nodes[:2]:  # stored content equals the journal
+        assert _payloads(db, sid, node.name) == \
+            journal_path(node, sid).read_text().splitlines()
+        assert [json.loads(x) for x in _payloads(db, sid, node.name)] == journal(node, sid)
+    listed = CliRunner().invoke(main, ["sweeps", "list", "--db", db, "--json"])
+    row = next(r for r in json.loads(listed.stdout) if r["sweep_id"] == sid)
+    assert row["status"] == "ok" and row["missing"] == {}
+
+
+def test_verify_refuses_an_unknown_sweep_and_marks_nodes_it_cannot_reach(swept, fleet,
+                                                                         tmp_path):
+    sid, db, common = swept
+    r = CliRunner().invoke(main, ["sweeps", "verify", "nosuchsweep", *common])
+    assert r.exit_code == 1
+    assert "no sweep 'nosuchsweep' in the store" in r.output
+    # an inventory without node2: node2 is unverified, never complete
+    inv = tmp_path / "one.yml"
+    inv.write_text(fleet.inventory_yaml().replace("node2", "other2"))
+    r = CliRunner().invoke(main, ["sweeps", "verify", sid, "-i", str(inv), "--known-hosts",
+                                  str(fleet.known_hosts), "--db", db])
+    assert r.exit_code == 1
+    assert "node2                unverified  not in the inventory" in r.output
+
+
+@settings(max_examples=200)
+@given(lines=st.lists(st.one_of(
+    st.binary(max_size=40).filter(lambda b: b"\n" not in b),
+    st.builds(lambda n, pad: (pad + json.dumps({"seq": n, "type": "x"}) + pad).encode(),
+              st.one_of(st.integers(-5, 10**12), st.booleans(), st.none(), st.text(max_size=3)),
+              st.sampled_from(["", " ", "\t", "\r"]))), max_size=30),
+    tail=st.binary(max_size=10).filter(lambda b: b"\n" not in b))
+def test_the_node_side_digest_hashes_each_line_as_the_store_keeps_it(tmp_path_factory, lines,
+                                                                     tail):
+    """DIGEST_SCRIPT (run on the node) against what the follower stores for the same bytes:
+    agent follow decodes UTF-8 with replacement, the controller strips the line; blank lines
+    are skipped and a last line without its newline is not complete yet."""
+    import contextlib
+    import io
+    import sys
+
+    from orchestrator.store.coverage import line_sha256
+    from orchestrator.sweep.verify import DIGEST_SCRIPT, parse_digest
+
+    path = tmp_path_factory.mktemp("digest") / "j.events.jsonl"
+    path.write_bytes(b"".join(x + b"\n" for x in lines) + tail)
+    out, argv = io.StringIO(), sys.argv
+    try:
+        sys.argv = ["-c", str(path)]
+        with contextlib.redirect_stdout(out):
+            exec(DIGEST_SCRIPT, {"__name__": "__main__"})
+    finally:
+        sys.argv = argv
+    got, partial = parse_digest(out.getvalue())
+    want = []
+    for raw in lines:
+        text = raw.decode("utf-8", "replace")
+        if not text.strip():
+            continue
+        try:
+            seq = json.loads(text)["seq"]
+        except (ValueError, TypeError, KeyError):
+            seq = None
+        want.append((seq if type(seq) is int else None, line_sha256(text)))
+    assert got == want
+    assert partial == bool(tail)
