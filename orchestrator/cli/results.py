@@ -234,7 +234,7 @@ def sweeps_verify(sweep_id, known_hosts, ssh_config, connect_timeout, as_json, d
     from ..sweep.verify import verify_sweep
 
     hosts, _ = hosts_from({**kw, "limit": None})
-    report = verify_sweep(open_store(db_url), sweep_id, hosts,
+    report = verify_sweep(open_store(db_url, must_exist=True), sweep_id, hosts,
                           SSHOptions(known_hosts=known_hosts, ssh_config=ssh_config,
                                      connect_timeout=connect_timeout))
     if as_json:
