@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import select
 
 from orchestrator.cli import main
@@ -291,3 +293,53 @@ def test_system_daemon_runs_as_the_user_and_reinstall_boots_out_first(odd_lock, 
             assert plist.stat().st_mode & 0o777 == 0o644  # launchd refuses a writable daemon
         assert calls.read_text().splitlines()[-2:] == [f"bootout {domain} {plist}",
                                                        f"bootstrap {domain} {plist}"]
+
+
+def _systemd_argv(exec_line: str) -> list[str]:
+    """ExecStart= as systemd reads it (systemd.service(5)): quoted words, then "$$" a
+    literal "$" and "%%" a literal "%" (a lone "$VAR" or "%x" would be expanded)."""
+    words = shlex.split(exec_line[len("ExecStart="):])
+    for w in words:
+        assert "$" not in w.replace("$$", ""), w  # nothing left for systemd to expand
+    return [w.replace("$$", "$").replace("%%", "%") for w in words]
+
+
+_FOLDER = st.text(st.characters(min_codepoint=32, max_codepoint=0x24FF,
+                                blacklist_categories=("Cs", "Cc")), min_size=1, max_size=12
+                  ).filter(lambda s: s not in (".", "..") and "/" not in s) | st.sampled_from(
+    ["$HOME", "${PATH}", "$$", "100%d", "%h %n", "a&b<c>", "it's \"q\"", "back\\slash"])
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(folder=_FOLDER)
+def test_any_folder_name_reaches_every_scheduler_literally(model_pair, tmp_path, folder):
+    """The lock's path is written into a plist, a unit and a crontab line; whatever the
+    folder is called, each scheduler hands the nightly exactly that path."""
+    import tempfile
+
+    src = _LOCK.get("lock") or _LOCK.setdefault("lock", make_lock(
+        Path(tempfile.mkdtemp()), model_pair))
+    with tempfile.TemporaryDirectory() as d:
+        where = Path(d) / folder
+        where.mkdir()
+        lock = where / "plan.lock.json"
+        lock.write_bytes(src.read_bytes())
+        want = str(lock.resolve())
+        for kind in ("launchd", "systemd", "cron"):
+            dest = Path(d) / f"out-{kind}"
+            install(kind, lock, dest)
+            files = [f for f in dest.iterdir() if f.suffix != ".pgpass"]
+            if kind == "launchd":
+                argv = plistlib.loads(files[0].read_bytes())["ProgramArguments"]
+            elif kind == "systemd":
+                svc = next(f for f in files if f.suffix == ".service").read_text()
+                argv = _systemd_argv(next(ln for ln in svc.splitlines()
+                                          if ln.startswith("ExecStart=")))
+            else:
+                argv = shlex.split(cron_command(files[0].read_text().strip())[0],
+                                   comments=True)
+            assert argv[argv.index("nightly") + 1] == want, (kind, argv)
+
+
+_LOCK: dict = {}

@@ -27,11 +27,18 @@ CRON_FILE = "specfleet.cron"  # with --dest, cron lines go to this file instead 
 
 
 def _systemd_escape(value: str) -> str:
+    """A literal value in a unit file: ``%`` starts a specifier (systemd.unit(5))."""
     return str(value).replace("%", "%%")
 
 
 def _systemd_quote(value: str) -> str:
     return '"' + _systemd_escape(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _systemd_arg(value: str) -> str:
+    """One ExecStart= argument: quoted, and ``$`` doubled, since systemd expands ``$VAR``
+    and ``${VAR}`` there (systemd.service(5): "$$" is a literal dollar sign)."""
+    return _systemd_quote(str(value).replace("$", "$$"))
 
 
 def cron_escape(command: str) -> str:
@@ -59,7 +66,7 @@ def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined,
                       autoescape=select_autoescape(["plist.j2"]), keep_trailing_newline=True)
     env.filters.update(systemd_escape=_systemd_escape, systemd_quote=_systemd_quote,
-                       systemd_argv=lambda argv: " ".join(_systemd_quote(a) for a in argv),
+                       systemd_argv=lambda argv: " ".join(_systemd_arg(a) for a in argv),
                        shell_quote=shlex.quote, cron_escape=cron_escape)
     return env
 
