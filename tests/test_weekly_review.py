@@ -193,17 +193,12 @@ def test_the_rank_test_can_confirm_at_the_documented_minimum_even_with_a_tie():
 
 def _low_acceptance_case(tmp_path, generations):
     from orchestrator.review.weekly import failed_window_configs
-    from orchestrator.store.models import Event
-    from tests.history import new_sweep
+    from tests.history import generation, ingest_lines, new_sweep
 
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     sid = new_sweep(store, W20)
-    rows = [{"sweep_id": sid, "node": "n", "seq": i + 1, "type": "generation", "ts": ts,
-             "payload": {"mode": "speculative", "acceptance_rate": acc, "workload": "code",
-                         "num_draft_tokens": k}}
-            for i, (ts, acc, k) in enumerate(generations)]
-    with store.engine.begin() as c:
-        c.execute(Event.__table__.insert(), rows)
+    for ts, acc, k in generations:
+        ingest_lines(store, sid, "n", [generation("speculative", k, acceptance_rate=acc)], ts)
     return {key[4] for key in failed_window_configs(store, [sid], 0.40, 300)}
 
 
@@ -255,7 +250,7 @@ def test_the_ttft_guard_passes_at_exactly_its_limit_and_acceptance_is_per_config
 
 def test_acceptance_by_position_is_per_series(tmp_path):
     """Two chips, one workload and width: each series gets its own curve."""
-    from orchestrator.store.models import Event
+    from tests.history import generation, ingest_lines
 
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     rng = random.Random(2)
@@ -264,13 +259,10 @@ def test_acceptance_by_position_is_per_series(tmp_path):
             sid = night(store, at, node=node, chip=chip, pair="p", workload="code",
                         configs={("baseline", 0): V(100.0, rng=rng),
                                  ("speculative", 2): V(130.0, acceptance=0.6, rng=rng)})
-            with store.engine.begin() as c:
-                c.execute(Event.__table__.insert().values(
-                    sweep_id=sid, node=node, seq=1, type="generation", ts=at.timestamp(),
-                    payload={"mode": "speculative", "workload": "code", "num_draft_tokens": 2,
-                             "acceptance_rate": 0.6, "acceptance_by_position": [
-                                 {"position": 1, "drafted": 10, "accepted": accepted},
-                                 {"position": 2, "drafted": 10, "accepted": accepted - 2}]}))
+            ingest_lines(store, sid, node, [generation(
+                "speculative", 2, acceptance_rate=0.6, acceptance_by_position=[
+                    {"position": 1, "drafted": 10, "accepted": accepted},
+                    {"position": 2, "drafted": 10, "accepted": accepted - 2}])], at.timestamp())
     a = analyse(store, "2026-W20", load_rules(), now=NOW)
     curves = {s["series"]["chip"]: s["acceptance_by_position"] for s in a["series"]}
     assert curves == {"Apple M2 Max": [0.9, 0.7], "Apple M4": [0.3, 0.1]}
