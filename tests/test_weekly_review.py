@@ -388,9 +388,13 @@ def test_one_verdict_per_series_with_evidence_in_words(tmp_path):
     assert v["good"]["text"] == "production candidate at draft width 4"
     assert v["good"]["evidence"].startswith(
         "speculation at draft width 4 is 1.30× the baseline on 7 reliable runs")
-    assert v["narrower"]["text"].startswith("graded fallback step 1: shrink draft width to 2")
+    # nothing passes every gate: the fallback serves autoregressive, naming no failed width
+    assert v["narrower"]["text"].startswith(
+        "graded fallback step 1: serve autoregressive; no config passes every gate (the "
+        "narrower draft width 2 is the fastest and still misses)")
+    assert v["narrower"]["enable"] is None
     assert v["narrower"]["evidence"].endswith("; width 4 does worse")
-    assert v["lighter"]["text"].startswith("graded fallback step 2: a lighter draft tier")
+    assert v["lighter"]["text"].startswith("graded fallback step 2: serve autoregressive")
     assert v["loss"]["text"] == "keep autoregressive: no draft width is faster than the baseline"
     assert v["loss"]["evidence"] == ("speculation at draft width 3 is 0.94× the baseline on 7 "
                                      "reliable runs; speedup 0.94 < 1.16; acceptance 0.36 < 0.55")

@@ -156,6 +156,7 @@ def annotate(sections: list[dict], found: list[dict]) -> None:
         v = s["verdict"]
         stop = lad["rungs"][lad["stop"]]
         v["ladder"] = {"step": stop["step"], "action": stop["action"], "text": lad["text"],
+                       "provisional": lad["provisional"],
                        "to": {"model_pair": stop["model_pair"], "draft_tier": stop["draft_tier"],
                               "num_draft_tokens": stop["k"]}}
         if d["model_pair"] == lad["members"][0] and v["decision"] == "graded fallback":

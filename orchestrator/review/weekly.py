@@ -25,7 +25,15 @@ from ..store.db import result_pair
 from ..store.models import Event, NodeOutcome, Plan, Run, Sweep
 from .busy import busy_vs_idle
 from .changepoints import change_points
-from .configs import ConfigId, canonical, config_label, group_configs, knobs_of_key, sampling_key
+from .configs import (
+    ConfigId,
+    canonical,
+    config_label,
+    group_configs,
+    knob_suffix,
+    knobs_of_key,
+    sampling_key,
+)
 from .ladder import annotate, ladders
 from .levels import nightly_levels
 from .load import load_ramps, load_signals
@@ -205,6 +213,7 @@ class ConfigStats:
     label: str = ""                     # configs.config_label: how every page names it
     knobs: dict = field(default_factory=dict)
     sampling: str = ""                  # the sampling settings it shares with its baseline
+    knob_text: str = ""                 # " · temperature 0.7": settings away from defaults
 
 
 def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> ConfigStats:
@@ -247,7 +256,7 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         unreliable=sum(1 for r in runs if r.shaky), unreliable_reasons=reasons,
         task_pass_rate=median(rates) if rates else None, trials=len(dec),
         config_id=first.cid.key, label=config_label(first.mode, first.k, first.config),
-        knobs=first.config, sampling=first.sampling)
+        knobs=first.config, sampling=first.sampling, knob_text=knob_suffix(first.config))
 
 
 # Gates compare measured medians with declared limits: a value exactly at its limit passes
