@@ -93,7 +93,7 @@ def test_fail_on_an_unknown_cause_is_a_usage_error(week, tmp_path):
     r = _review(week[0], tmp_path, "--fail-on", "regression,slowness")
     assert r.exit_code == 2
     assert "--fail-on" in r.output and "slowness is not a cause" in r.output
-    assert "regression,gate-miss,stale,failed-sweep" in r.output
+    assert "regression,gate-miss,no-data,stale,failed-sweep" in r.output
     assert "Traceback" not in r.output
 
 

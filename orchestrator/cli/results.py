@@ -27,8 +27,9 @@ from .base import (
               help="Instead, one sweep's detail page (baseline vs each draft width).")
 @click.option("--fail-on", "fail_on", default=None, metavar="CAUSES",
               help="Exit 1 if the week shows any of these (comma-separated): regression, "
-                   "gate-miss (a series with no production candidate), stale, failed-sweep; "
-                   "one line per finding on stderr. For CI.")
+                   "gate-miss (a series with no production candidate; brings no-data with it), "
+                   "no-data (a series with no reliable evidence this week, or no runs at all), "
+                   "stale, failed-sweep; one line per finding on stderr. For CI.")
 @click.option("--junit", "junit", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Also write JUnit XML: one test case per series × gate.")
 @click.option("--notify", "notify_url", default=None, metavar="URL",

@@ -17,15 +17,19 @@ from xml.etree import ElementTree as ET
 from ..errors import ConfigError
 from .otel import config_attributes
 
-CAUSES = ("regression", "gate-miss", "stale", "failed-sweep")
+CAUSES = ("regression", "gate-miss", "no-data", "stale", "failed-sweep")
 
 
 def parse_causes(text: str) -> tuple[str, ...]:
+    """The causes asked for; ``gate-miss`` brings ``no-data`` with it: a gate that could not
+    be judged (every run set aside, too few runs, no run at all) is no pass."""
     causes = tuple(c.strip() for c in text.split(",") if c.strip())
     bad = [c for c in causes if c not in CAUSES]
     if bad or not causes:
         raise ConfigError(f"--fail-on: {', '.join(bad) or repr(text)} is not a cause; "
                           f"choose from {','.join(CAUSES)}")
+    if "gate-miss" in causes and "no-data" not in causes:
+        causes += ("no-data",)
     return causes
 
 
@@ -43,6 +47,18 @@ def judged_config(s: dict) -> dict | None:
         return None
     candidates = [c for c in judged if c["classification"] == "production candidate"]
     return max(candidates or judged, key=lambda c: c.get("speedup") or 0.0)
+
+
+def no_data(s: dict) -> str | None:
+    """Why a series measured this week gave no reliable evidence to judge (its verdict's
+    words), or None. A series measured without speculation on purpose (a baseline only,
+    nothing set aside) has nothing to judge and is no finding; one with no run this week
+    is ``stale``'s."""
+    v = s.get("verdict") or {}
+    if not s.get("configs") or v.get("decision") != "needs more data":
+        return None
+    tried = any(c["mode"] == "speculative" or c["set_aside"] for c in s["configs"])
+    return f"{v['text']} ({v['evidence']})" if tried else None
 
 
 def _fmt(v) -> str:
@@ -68,8 +84,13 @@ def findings(a: dict) -> dict[str, list[str]]:
                       if v["passed"] is False]
             out["gate-miss"].append(f"{name}: no production candidate; best k={c['k']} "
                                     f"misses {', '.join(missed)}")
+        why = no_data(s)
+        if why:
+            out["no-data"].append(f"{name}: {why}")
         if s["stale"]:
             out["stale"].append(f"{name}: no run since {s['latest_run'][:10]}")
+    if not a["counts"]["runs_this_week"]:
+        out["no-data"].append(f"week {a['week']}: no runs at all")
     for f in a["failures"]:
         nodes = "; ".join(f"{n['node']} {n['status']}: {n['reason'][:120]}" for n in f["nodes"])
         out["failed-sweep"].append(f"sweep {f['sweep_id']} ({f['trigger']}, {f['at']}) "

@@ -484,7 +484,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                               "context_bucket": key[3], "engine": key[4]},
                    "identity": ident, "stale": stale, "mixed_identities": mixed,
                    "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
-                   "regressions": [], "change_points": []}
+                   "regressions": [], "change_points": [], "compared": 0}
         # the gates the plan behind this series' latest run declared, over the defaults
         plan_name, own = declared.get(latest.sweep_id, (None, {}))
         series_gates = {**gates, **own}
@@ -518,6 +518,9 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             "counts": {"failed_sweeps": len(failures), "series": len(out),
                        "runs_this_week": len(this_week), "set_aside_runs": set_aside_runs,
                        "stale": sum(1 for s in out if s["stale"]),
+                       # comparisons with reliable runs on both sides ("nothing regressed"
+                       # is said only when there was something to compare)
+                       "compared": sum(s["compared"] for s in out),
                        "verdicts": {d: sum(1 for s in out if s["verdict"]["decision"] == d)
                                     for d in DECISIONS}}}
 
@@ -607,6 +610,7 @@ def _judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], sta
         recent = [r for r in earlier if r.at >= start - timedelta(days=7)]
         for period, then in (("week over week", recent), ("vs last 4 weeks", earlier)):
             reg = regression(configs[ck], then, per_night=True)  # the night is the unit
+            section["compared"] += reg["verdict"] != "no data"
             if reg["verdict"] in ("regression", "improvement", "unconfirmed"):
                 prev = max(then, key=lambda r: r.at).identity if then else {}
                 reg.update(config=stats[ck].label, period=period,
