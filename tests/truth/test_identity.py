@@ -1,0 +1,49 @@
+"""One config identity: the ingest's config key is the unit of every reader, with one
+label; runs that share a key but differ in a knob are refused, never pooled."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.review.compare import compare
+from orchestrator.review.configs import MixedConfigs, config_label, group_configs
+from orchestrator.review.weekly import RunRow
+from orchestrator.store import open_store
+from tests.truth.weeks import W20, WEEKS, plant
+
+
+def test_compare_keeps_sampling_settings_apart(tmp_path):
+    """Five nights at temperature 0.0 (1.5×) and 0.7 (0.9×) at width 3: compare shows each
+    config's own row, five nights each, never one pooled "speculative k=3"."""
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    (week,) = [w for w in WEEKS if w.name == "sampling settings apart"]
+    plant(store, week)
+    c = compare(store, "node=mac-01", "node=mac-01")
+    rows = {r["config"]: r for r in c["rows"] if r["metric"] == "decode_tok_s"}
+    assert set(rows) == {"baseline", "baseline · temperature 0.7", "speculative k=3",
+                         "speculative k=3 · temperature 0.7"}
+    assert rows["speculative k=3"]["a"] == pytest.approx(150.0)
+    assert rows["speculative k=3 · temperature 0.7"]["a"] == pytest.approx(90.0)
+    assert all(r["n"] == [5, 5] for r in rows.values())
+
+
+def _run(config: dict, key: str) -> RunRow:
+    return RunRow(1, "s", W20, "mac-01", ("chip",), "speculative", 3, {}, {}, None, False,
+                  config, key)
+
+
+def test_grouping_refuses_runs_that_share_a_key_but_differ_in_a_knob():
+    # two long configs whose stored keys were cut to the same 255 characters
+    key = '{"num_draft_tokens": 3, "temperature": 0.0, "variant": "' + "x" * 200
+    a = _run({"num_draft_tokens": 3, "temperature": 0.0}, key)
+    b = _run({"num_draft_tokens": 3, "temperature": 0.7}, key)
+    assert len(group_configs([a, _run(a.config, key)], RunRow.whole.fget)) == 1
+    with pytest.raises(MixedConfigs, match="speculative k=3: runs stored under one config key"):
+        group_configs([a, b], RunRow.whole.fget)
+
+
+def test_one_label_names_every_knob_away_from_its_default():
+    assert config_label("baseline", 0, {"temperature": 0.0, "num_draft_tokens": 0}) == "baseline"
+    assert config_label("speculative", 3, {"temperature": 0.7, "top_p": 0.9, "top_k": 0,
+                                           "num_draft_tokens": 3}) == \
+        "speculative k=3 · temperature 0.7 · top_p 0.9"
