@@ -84,9 +84,9 @@ def findings(a: dict) -> dict[str, list[str]]:
                       if v["passed"] is False]
             out["gate-miss"].append(f"{name}: no production candidate; best k={c['k']} "
                                     f"misses {', '.join(missed)}")
-        why = no_data(s)
-        if why:
-            out["no-data"].append(f"{name}: {why}")
+        nothing = no_data(s)
+        if nothing:
+            out["no-data"].append(f"{name}: {nothing}")
         if s["stale"]:
             out["stale"].append(f"{name}: no run since {s['latest_run'][:10]}")
     if not a["counts"]["runs_this_week"]:

@@ -126,8 +126,10 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95) -> dict:
     vb = statistics.variance(lb) if len(lb) > 1 else None
     if va is None and vb is None:
         return out
+    df: float
     if va is None or vb is None:  # one night on a side: the other side's spread for both
-        var = va if vb is None else vb
+        var = va if va is not None else vb
+        assert var is not None
         se2, df = var * (1 / len(la) + 1 / len(lb)), len(la) + len(lb) - 2
     else:
         se2 = va / len(la) + vb / len(lb)
