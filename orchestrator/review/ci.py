@@ -16,6 +16,7 @@ from xml.etree import ElementTree as ET
 
 from ..errors import ConfigError
 from .otel import config_attributes
+from .verdict import gate_text
 
 CAUSES = ("regression", "gate-miss", "no-data", "stale", "failed-sweep")
 
@@ -61,12 +62,6 @@ def no_data(s: dict) -> str | None:
     return f"{v['text']} ({v['evidence']})" if tried else None
 
 
-def _fmt(v) -> str:
-    if isinstance(v, bool) or v is None:
-        return str(v)
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
 def findings(a: dict) -> dict[str, list[str]]:
     """Per cause, one line per finding (empty lists where nothing was found)."""
     out: dict[str, list[str]] = {c: [] for c in CAUSES}
@@ -80,10 +75,11 @@ def findings(a: dict) -> dict[str, list[str]]:
                     f"n={r['n'][0]} vs {r['n'][1]}){why}")
         c = judged_config(s)
         if c is not None and c["classification"] != "production candidate":
-            missed = [f"{g} {_fmt(v['value'])}" for g, v in c["gates"].items()
+            missed = [gate_text(g, v["value"], s["gates"]) for g, v in c["gates"].items()
                       if v["passed"] is False]
-            out["gate-miss"].append(f"{name}: no production candidate; best k={c['k']} "
-                                    f"misses {', '.join(missed)}")
+            out["gate-miss"].append(f"{name}: no production candidate; best "
+                                    f"{c.get('label') or 'k=' + str(c['k'])} misses "
+                                    f"{'; '.join(missed)}")
         nothing = no_data(s)
         if nothing:
             out["no-data"].append(f"{name}: {nothing}")
@@ -130,7 +126,7 @@ def write_junit(a: dict, path: Path) -> Path:
                     case(name, gate, skipped=f"k={c['k']}: not measured")
                 else:
                     case(name, gate, None if v["passed"] else
-                         f"k={c['k']}: {gate} = {_fmt(v['value'])}")
+                         f"{c.get('label') or c['k']}: {gate_text(gate, v['value'], s['gates'])}")
         regs = [r for r in s.get("regressions", []) if r["verdict"] == "regression"]
         case(name, "no regression", "; ".join(
             f"{r['config']} {r['period']} {r['ratio']:.3f}×" for r in regs) or None)

@@ -52,6 +52,30 @@ def _width(c: dict) -> str:
     return f"draft width {c['k']}{c.get('knob_text') or ''}"
 
 
+def gate_text(name: str, val: Any, gates: dict) -> str:
+    """A missed gate as the comparison it made, never reading as its own limit:
+    "speedup 1.1599 < 1.16", "TTFT +8.02% > +8%", "peak swap 1600.0 MB > 1500 MB"."""
+    if name == "ttft_change":
+        lim = gates["ttft_regression_limit"]
+        return f"TTFT +{shown(val, lim, 1, 100)}% > +{lim * 100:g}%"
+    if name == "swap_peak_bytes":
+        lim = gates["swap_ceiling_bytes"]
+        return f"peak swap {shown(val, lim, 1, 1e-6)} MB > {lim / 1e6:g} MB"
+    cmp = {"speedup": ("speedup", "<", gates["min_speedup"], ""),
+           "acceptance": ("acceptance", "<", gates["acceptance_floor"], ""),
+           "itl_p95_ms": ("ITL p95", ">", gates["itl_p95_ceiling_ms"], " ms")}
+    if name in cmp:
+        what, op, lim, unit = cmp[name]
+        return f"{what} {shown(val, lim, 1 if unit else 2)}{unit} {op} {lim:g}{unit}"
+    return {
+        "exact": "output differs from the baseline",
+        "streaming_parity": f"{val} streaming parity mismatches",
+        "task_pass_rate": f"task pass rate {val:+.1%} vs the baseline, beyond "
+                          f"±{gates['task_pass_tolerance']:.1%}",
+        "not_failed": "acceptance under the failure floor for more than ten minutes",
+    }.get(name, f"{name} {val}")
+
+
 def _describe(c: dict, gates: dict) -> str:
     """'speculation at draft width 3 is 0.94× the baseline on 12 reliable runs;
     acceptance 0.36 < 0.55': each missed gate as the comparison it made."""
@@ -59,32 +83,8 @@ def _describe(c: dict, gates: dict) -> str:
     parts = [f"speculation at {_width(c)} is {c['speedup']:.2f}× the baseline on "
              f"{reliable} reliable run{'s' if reliable != 1 else ''}"]
     g = c.get("gates") or {}
-    for name, v in g.items():
-        if v["passed"] is not False:
-            continue
-        val = v["value"]
-        if name in ("exact", "streaming_parity", "task_pass_rate", "not_failed"):
-            text = ""
-        elif name == "ttft_change":
-            lim = gates["ttft_regression_limit"]
-            text = f"TTFT +{shown(val, lim, 1, 100)}% > +{lim * 100:g}%"
-        elif name == "swap_peak_bytes":
-            lim = gates["swap_ceiling_bytes"]
-            text = f"peak swap {shown(val, lim, 1, 1e-6)} MB > {lim / 1e6:g} MB"
-        else:
-            what, op, lim, unit = {
-                "speedup": ("speedup", "<", gates["min_speedup"], ""),
-                "acceptance": ("acceptance", "<", gates["acceptance_floor"], ""),
-                "itl_p95_ms": ("ITL p95", ">", gates["itl_p95_ceiling_ms"], " ms")}.get(
-                    name, (name, "vs", val, ""))
-            text = f"{what} {shown(val, lim, 1 if unit else 2)}{unit} {op} {lim:g}{unit}"
-        parts.append(text or {
-            "exact": "output differs from the baseline",
-            "streaming_parity": f"{val} streaming parity mismatches",
-            "task_pass_rate": f"task pass rate {val:+.1%} vs the baseline, beyond "
-                              f"±{gates['task_pass_tolerance']:.1%}",
-            "not_failed": "acceptance under the failure floor for more than ten minutes",
-        }.get(name, f"{name} {val}"))
+    parts += [gate_text(name, v["value"], gates) for name, v in g.items()
+              if v["passed"] is False]
     return "; ".join(parts)
 
 
