@@ -47,3 +47,26 @@ def test_one_label_names_every_knob_away_from_its_default():
     assert config_label("speculative", 3, {"temperature": 0.7, "top_p": 0.9, "top_k": 0,
                                            "num_draft_tokens": 3}) == \
         "speculative k=3 · temperature 0.7 · top_p 0.9"
+
+
+def test_repro_compares_each_knob_set_on_its_own(tmp_path):
+    """Two nodes, one sweep, width 3 at temperature 0.0 (150 tok/s) and 0.7 (90 tok/s):
+    four configs a node, each compared with its own on the other node (one key per width
+    kept only the last of the two, and compared 150 with 90 or not at all)."""
+    from orchestrator.review.repro import compare as repro_compare
+    from orchestrator.review.repro import sweep_values
+    from tests.history import C, config_values, night
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    sid = None
+    for node in ("mac-a", "mac-b"):
+        sid = night(store, W20, node=node, chip="Apple M2 Max", pair="p", workload="code",
+                    sweep_id=sid, configs={
+                        C("baseline", 0): config_values(100.0, jitter=0.0),
+                        C("baseline", 0, temperature=0.7): config_values(100.0, jitter=0.0),
+                        C("speculative", 3): config_values(150.0, jitter=0.0),
+                        C("speculative", 3, temperature=0.7): config_values(90.0, jitter=0.0)})
+    per_node, idents, aside = sweep_values(store, sid)
+    assert len(per_node["mac-a"]) == len(per_node["mac-b"]) == 4 and not aside
+    report = repro_compare(per_node, idents, metrics=("decode_tok_s",))
+    assert report["reproducible"] and report["checked"] == 4
