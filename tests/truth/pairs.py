@@ -36,18 +36,18 @@ def plant_pairs(store: Store, pairs: int, noise: Noise, seed: int) -> list[str]:
     from tests.test_weekly_review import W20
 
     rng = random.Random(seed)
-    nodes = []
-    for i in range(pairs):
-        node = f"pair-{i:03d}"
+    nodes = [f"pair-{i:03d}" for i in range(pairs)]
+    sweeps: dict = {}  # one nightly sweep a night, every node in it
+    for node in nodes:
         for start in (W20 - timedelta(days=7), W20):
             for at in week_nights(start, noise.nights):
                 level = 100.0 * math.exp(rng.gauss(0, noise.night_sd))
                 v = config_values(level, noise.reps, jitter=0.0)
                 v["decode_tok_s"] = [level * math.exp(rng.gauss(0, noise.rep_sd))
                                      for _ in range(noise.reps)]
-                night(store, at, node=node, chip="Apple M2 Max", pair="p", workload="code",
-                      configs={("baseline", 0): v})
-        nodes.append(node)
+                sweeps[at] = night(store, at, node=node, chip="Apple M2 Max", pair="p",
+                                   workload="code", sweep_id=sweeps.get(at),
+                                   configs={("baseline", 0): v})
     return nodes
 
 

@@ -10,11 +10,12 @@ from tests.truth.pairs import Noise, plant_pairs, score
 
 def test_no_difference_claimed_where_only_nights_differ(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
-    nodes = plant_pairs(store, 40, Noise(nights=4), seed=3)
+    nodes = plant_pairs(store, 30, Noise(nights=4), seed=4)
     s = score(store, nodes)
-    # repetitions taken as independent samples claimed ~13% and covered ~82% (issue 27)
-    assert s["false_claims"] <= 2, s
-    assert s["covered"] >= 37, s
+    # repetitions taken as independent samples: 3 claims and 24 of 30 covered on these
+    # pairs (13% and 82% on the bench's 200, issue 27)
+    assert s["false_claims"] <= 1, s
+    assert s["covered"] >= 27, s
 
 
 def test_night_ratio_is_welch_on_the_log_medians_and_refuses_one_night_a_side():

@@ -49,7 +49,7 @@ def weeks(draw) -> Week:
     return Week("random", tuple(series), nights=NIGHTS)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(week=weeks())
 def test_any_planted_week_renders_marks_set_asides_and_never_pools(week):
     with tempfile.TemporaryDirectory() as d:

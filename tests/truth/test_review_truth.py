@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from orchestrator.cli import main
 from orchestrator.review.report import _runtime_verdict
 from orchestrator.store import open_store
+from tests.browser import dump_dom
 from tests.truth.weeks import POISON, WEEK, WEEKS, plant
 
 
@@ -61,6 +62,11 @@ def test_every_output_gives_the_planted_answer(week, any_url, tmp_path):
         if "runtime_verdict" in x:
             assert _runtime_verdict(g) == x["runtime_verdict"]
             assert x["runtime_verdict"] in md.read_text()
+            if any_url.startswith("sqlite"):  # the page as a browser renders it, once
+                dom = dump_dom(html)
+                assert x["runtime_verdict"] in dom
+                assert {e for e, *_ in (base, spec)} <= {
+                    e for e in ("mlx-lm", "ollama") if f'data-runtime="{e}"' in dom}
     for key, curve in x.get("positions", {}).items():
         assert series[key]["acceptance_by_position"] == curve
     for key, n in x.get("trend_nights", {}).items():
