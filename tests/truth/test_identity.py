@@ -3,6 +3,8 @@ label; runs that share a key but differ in a knob are refused, never pooled."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from orchestrator.review.compare import compare
@@ -25,6 +27,13 @@ def test_compare_keeps_sampling_settings_apart(tmp_path):
     assert rows["speculative k=3"]["a"] == pytest.approx(150.0)
     assert rows["speculative k=3 · temperature 0.7"]["a"] == pytest.approx(90.0)
     assert all(r["n"] == [5, 5] for r in rows.values())
+    # the history site names the same four configs, each with its own nights
+    from orchestrator.review.site import write_site
+
+    write_site(store, tmp_path / "site", week="2026-W20", now=W20.replace(day=17))
+    (page,) = (tmp_path / "site" / "series").glob("*.html")
+    names = re.findall(r"<h2>([^<]+)</h2>", page.read_text())
+    assert sorted(n for n in names if n.startswith(("baseline", "speculative"))) == sorted(rows)
 
 
 def _run(config: dict, key: str) -> RunRow:

@@ -4,6 +4,7 @@ policy, JUnit, --fail-on) on SQLite and PostgreSQL: every output gives the plant
 from __future__ import annotations
 
 import json
+from xml.etree import ElementTree as ET
 
 import pytest
 from click.testing import CliRunner
@@ -74,6 +75,14 @@ def test_every_output_gives_the_planted_answer(week, any_url, tmp_path):
     for key, rule in x.get("not_fired", {}).items():
         assert rule not in [f["rule"] for f in series[key]["signals"]]
 
+    cases = {(c.get("classname").split(" · ")[2], c.get("name")): c
+             for c in ET.parse(junit).getroot() if " · " in c.get("classname")}
+    for key, failure in x.get("junit", {}).items():
+        got = cases[key].find("failure")
+        if failure is None:
+            assert got is None, key
+        else:
+            assert got is not None and got.get("message").endswith(failure), key
     doc = json.loads(policy.read_text())
     entries = {(p["workload"], p["engine"]): p for p in doc["series"]}
     for key, (on, k) in x.get("policy", {}).items():

@@ -165,6 +165,11 @@ WEEKS = (
             "evidence": {("swap-miss", "mlx-lm"): "peak swap 1600.0 MB > 1500 MB",
                          ("speed-edge", "mlx-lm"): "speedup 1.1599 < 1.16",
                          ("ttft-edge", "mlx-lm"): "TTFT +8.02% > +8%"},
+            # JUnit: a case per series × gate, the failure stating the comparison
+            "junit": {("speed-edge", "speedup"): "speedup 1.1599 < 1.16",
+                      ("swap-miss", "swap_peak_bytes"): "peak swap 1600.0 MB > 1500 MB",
+                      ("ttft-edge", "ttft_change"): "TTFT +8.02% > +8%",
+                      ("two-widths", "speedup"): None, ("two-widths", "swap_peak_bytes"): None},
             "policy": {("swap-miss", "mlx-lm"): (False, None),
                        ("speed-edge", "mlx-lm"): (False, None),
                        ("ttft-edge", "mlx-lm"): (False, None),
