@@ -1,4 +1,5 @@
-"""Plant histories straight into a store: nights of runs with chosen numbers and identity.
+"""Plant histories into a store through the real ingest: nights of runs with chosen numbers,
+knobs and identity.
 
 Used by the review tests (known regressions, draft swaps, throttled nights, stale series,
 gate edges) and by bench/review_scale.py (a year of nightly sweeps for 100 nodes).
@@ -11,8 +12,11 @@ import random
 import uuid
 from datetime import datetime, timedelta
 
+from agent.protocol import EVENT_SCHEMA_MAJOR, SAMPLING_DEFAULTS
+from agent.summary import SUMMARY_METRICS, describe
 from orchestrator.store import Store
-from orchestrator.store.models import Event, Run, Sweep
+from orchestrator.store.models import Sweep
+from orchestrator.sweep.decode import Decoder, Quarantined
 
 BASE_IDENTITY = {"env_id": "env-a", "mlx_version": "0.32.4", "mlx_lm_version": "0.32.2",
                  "os_build": "24A335", "prompt_sha256": "p" * 64,
@@ -34,51 +38,111 @@ def config_values(decode: float, reps: int = 3, *, acceptance=None, ttft=50.0, i
             "prompt_tokens": [32] * reps}
 
 
+def C(mode: str, k: int, **knobs) -> tuple:
+    """A ``configs`` key with sampling knobs beside the draft width:
+    ``C("speculative", 3, temperature=0.7)``. A plain ``(mode, k)`` is every knob at its
+    default."""
+    return (mode, k, tuple(sorted(knobs.items())))
+
+
+def event_config(mode: str, k: int, knobs=()) -> dict:
+    """The config as the agent's events record it: every sampling knob, then the width."""
+    return {**SAMPLING_DEFAULTS, **dict(knobs), "num_draft_tokens": k if mode != "baseline"
+            else 0}
+
+
+def _summary(values: dict, mode: str, k: int, knobs, *, workload: str, bucket: str,
+             prompt: str, engine: str, unreliable: str | None, exact: bool,
+             parity: dict | None, lineup: str | None) -> dict:
+    return {"type": "config_summary", "workload": workload, "context_bucket": bucket,
+            "prompt_sha256": prompt, "engine": engine, "mode": mode,
+            "knob": None if mode == "baseline" else "num_draft_tokens",
+            "knob_value": None if mode == "baseline" else k, "num_draft_tokens": k,
+            "config": event_config(mode, k, knobs),
+            "metrics": {m: describe(values.get(m) or []) for m in SUMMARY_METRICS},
+            "values": values, "trials": len(values["decode_tok_s"]),
+            "unreliable": unreliable is not None,
+            "unreliable_reasons": [unreliable] if unreliable else [],
+            "exact": exact if mode == "speculative" else None, "parity": parity,
+            **({"models": dict(zip(("target", "draft"), lineup.split("+")))} if lineup
+               else {})}
+
+
 def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, workload: str,
           configs: dict, bucket: str = "short", identity: dict | None = None,
           unreliable: str | None = None, exact: bool = True, quality: dict | None = None,
           sweep_id: str | None = None, engine: str = "mlx-lm",
           parity: dict | None = None, lineup: str | None = None,
           background: str | None = None) -> str:
-    """One nightly sweep on one node: ``configs`` maps (mode, k) to config_values(...).
+    """One nightly sweep on one node, planted through the real ingest: the journal lines an
+    agent would write (environment, one ``config_summary`` per config, quality) pass the
+    controller's decode boundary and ``Store.ingest``, as a sweep's do.
+
+    ``configs`` maps (mode, k) — or ``C(mode, k, **knobs)`` — to config_values(...).
     ``lineup``: the pair's roles ("target+draft-2") when the sweep measured several."""
     ident = {**BASE_IDENTITY, **(identity or {})}
     sid = sweep_id or new_sweep(store, at)
-    with store.engine.begin() as c:
-        rows = []
-        for (mode, k), values in configs.items():
-            rows.append({
-                "sweep_id": sid, "node": node, "workload": workload, "context_bucket": bucket,
-                "mode": mode, "knob": None if mode == "baseline" else "num_draft_tokens",
-                "knob_value": None if mode == "baseline" else str(k), "num_draft_tokens": k,
-                "config_key": (f"{lineup} " if lineup else "") + json.dumps({"k": k,
-                                                                            "mode": mode}),
-                "config": {"k": k}, "pair": lineup,
-                "trials": len(values["decode_tok_s"]),
-                "decode_tok_s_median": sorted(values["decode_tok_s"])[len(values[
-                    "decode_tok_s"]) // 2], "decode_tok_s_p95": None, "decode_tok_s_cv": None,
-                "acceptance_median": None, "unreliable": unreliable is not None,
-                "summary": {"values": values, "exact": exact if mode == "speculative" else None,
-                            "unreliable_reasons": [unreliable] if unreliable else [],
-                            "parity": (parity or {}).get((mode, k)),
-                            "models": dict(zip(("target", "draft"), lineup.split("+")))
-                            if lineup else None},
-                "env_id": ident["env_id"], "mlx_version": ident["mlx_version"],
-                "mlx_lm_version": ident["mlx_lm_version"],
-                "target_fingerprint": ident["target_fingerprint"],
-                "draft_fingerprint": ident["draft_fingerprint"],
-                "target_quant": ident.get("target_quant"), "draft_quant": ident.get("draft_quant"),
-                "prompt_sha256": ident["prompt_sha256"], "os_build": ident["os_build"],
-                "chip": chip, "power_source": "ac", "model_pair": pair, "engine": engine,
-                "background": background})
-        c.execute(Run.__table__.insert(), rows)
-        if quality:
-            c.execute(Event.__table__.insert(), [
-                {"sweep_id": sid, "node": node, "seq": 1000 + i, "type": "quality",
-                 "ts": at.timestamp(), "payload": {"type": "quality", "num_draft_tokens": k,
-                                                   "pass_rate": rate}}
-                for i, (k, rate) in enumerate(quality.items())])
+    ts = at.timestamp()
+    # the node as `fleet facts` saw it (the ingest takes chip and OS build from there)
+    store.add_facts(node, {"chip": chip, "os_build": ident["os_build"]})
+    known = next((n.identity or {} for n in store.sweep_nodes(sid) if n.node == node), {})
+    roles = dict(known.get("roles") or {})
+    names = dict(known.get("role_names") or {})
+    fingerprints = {"target": ident["target_fingerprint"], "draft": ident["draft_fingerprint"]}
+    quant = {"target": ident.get("target_quant"), "draft": ident.get("draft_quant")}
+    if lineup:  # each pair of a lineup names its roles; the sweep's identity keeps them all
+        t, d = lineup.split("+")
+        roles.update({t: {"fingerprint": ident["target_fingerprint"],
+                          "quant": ident.get("target_quant")},
+                      d: {"fingerprint": ident["draft_fingerprint"],
+                          "quant": ident.get("draft_quant")}})
+        names.update(zip((t, d), pair.split(" / ", 1)) if " / " in pair else {})
+        for role, r in roles.items():
+            fingerprints[role], quant[role] = r["fingerprint"], r["quant"]
+    store.set_sweep_node(sid, node, state="running", identity={
+        "env_id": ident["env_id"], "power_source": "ac", "model_pair": pair,
+        "background": background, **({"role_names": names} if len(names) >= 2 else {})})
+    lines = [{"type": "environment_checked",
+              "versions": {"mlx": ident["mlx_version"], "mlx-lm": ident["mlx_lm_version"]},
+              "fingerprints": fingerprints, "quantization": quant}]
+    for key, values in configs.items():
+        mode, k, knobs = (*key, ()) if len(key) == 2 else key
+        lines.append(_summary(values, mode, k, knobs, workload=workload, bucket=bucket,
+                              prompt=ident["prompt_sha256"], engine=engine,
+                              unreliable=unreliable, exact=exact,
+                              parity=(parity or {}).get(key), lineup=lineup))
+    for k, rate in (quality or {}).items():
+        lines.append({"type": "quality", "num_draft_tokens": k, "pass_rate": rate})
+    ingest_lines(store, sid, node, lines, ts)
     return sid
+
+
+def generation(mode: str, k: int, knobs=(), *, workload: str = "code",
+               bucket: str = "short", lineup: str | None = None, **fields) -> dict:
+    """A ``generation`` event as the agent writes one (fields beyond the protocol's own as
+    given: acceptance_rate, acceptance_by_position …), for ``ingest_lines``."""
+    return {"type": "generation", "workload": workload, "context_bucket": bucket,
+            "mode": mode, "num_draft_tokens": k, "config": event_config(mode, k, knobs),
+            "generated_tokens": 32, "decode_tok_s": 100.0, "ttft_ms": 50.0, "run_index": 0,
+            "repetition": 0, "prompt_sha256": "p" * 64, "output_text": "", "unreliable": False,
+            **({"models": dict(zip(("target", "draft"), lineup.split("+")))} if lineup
+               else {}), **fields}
+
+
+def ingest_lines(store: Store, sweep_id: str, node: str, events: list[dict],
+                 ts: float) -> None:
+    """Number ``events`` after what the store holds, as journal lines, and take them through
+    the decode boundary into the store; a line the boundary refuses fails the planting."""
+    decoder = Decoder(node)
+    seq = store.last_seq(sweep_id, node)
+    kept = []
+    for i, e in enumerate(events, start=seq + 1):
+        line = json.dumps({"schema": EVENT_SCHEMA_MAJOR, "seq": i, "ts": ts, **e})
+        got = decoder.decode(line)
+        if isinstance(got, Quarantined):
+            raise AssertionError(f"planted line refused by the decode boundary: {got.reason}")
+        kept.append((got, line))
+    store.ingest(sweep_id, node, [e for e, _ in kept], [x for _, x in kept])
 
 
 def new_sweep(store: Store, at: datetime) -> str:

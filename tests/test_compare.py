@@ -47,7 +47,7 @@ def test_two_weeks_like_for_like_with_identity_differences_first(tmp_path):
     assert spec["ratio"] == __import__("pytest").approx(110 / 130, rel=0.02)
     assert spec["ci"][0] < spec["ratio"] < spec["ci"][1] < 1.0
     assert spec["verdict"] == "B worse" and spec["p"] < 0.01
-    assert spec["n"] == [21, 18]  # the throttled night's 3 repetitions set aside
+    assert spec["n"] == [7, 6]  # nights, not repetitions: the throttled night set aside
     assert rows[("speculative k=3", "acceptance_rate")]["verdict"] == "B worse"
     assert rows[("baseline", "decode_tok_s")]["verdict"] == "same within noise"
     (aside,) = [x for x in c["set_aside"] if x["config"] == "speculative k=3"]

@@ -83,7 +83,7 @@ def analysis(planted):
 def test_version_bump_regression_names_its_cause(analysis):
     s, _ = analysis
     (reg,) = [r for r in s["bump"]["regressions"] if r["period"] == "week over week"]
-    assert reg["verdict"] == "regression" and reg["config"] == "baseline k=0"
+    assert reg["verdict"] == "regression" and reg["config"] == "baseline"
     assert reg["ratio"] == pytest.approx(0.75, abs=0.02) and reg["p"] < 0.002
     assert reg["cause"] == ["mlx-lm 0.32.2 → 0.33.0"]
 
@@ -94,7 +94,7 @@ def test_draft_swap_is_the_cause_and_stays_in_its_series(analysis):
             and r["period"] == "week over week"]
     assert regs and regs[0]["verdict"] == "regression"
     assert regs[0]["cause"] == ["draft weights sha256:" + "d" * 64 + " → sha256:" + "e" * 64]
-    assert not [r for r in s["swap"]["regressions"] if r["config"] == "baseline k=0"]
+    assert not [r for r in s["swap"]["regressions"] if r["config"] == "baseline"]
 
 
 def test_throttled_night_is_reported_not_averaged(analysis):
@@ -193,18 +193,14 @@ def test_the_rank_test_can_confirm_at_the_documented_minimum_even_with_a_tie():
 
 def _low_acceptance_case(tmp_path, generations):
     from orchestrator.review.weekly import failed_window_configs
-    from orchestrator.store.models import Event
-    from tests.history import new_sweep
+    from tests.history import generation, ingest_lines, new_sweep
 
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     sid = new_sweep(store, W20)
-    rows = [{"sweep_id": sid, "node": "n", "seq": i + 1, "type": "generation", "ts": ts,
-             "payload": {"mode": "speculative", "acceptance_rate": acc, "workload": "code",
-                         "num_draft_tokens": k}}
-            for i, (ts, acc, k) in enumerate(generations)]
-    with store.engine.begin() as c:
-        c.execute(Event.__table__.insert(), rows)
-    return {key[4] for key in failed_window_configs(store, [sid], 0.40, 300)}
+    for ts, acc, k in generations:
+        ingest_lines(store, sid, "n", [generation("speculative", k, acceptance_rate=acc)], ts)
+    return {json.loads(key[4])["num_draft_tokens"]
+            for key in failed_window_configs(store, [sid], 0.40, 300)}
 
 
 def test_low_acceptance_fails_a_run_by_how_long_it_lasts_not_where_the_clock_is(tmp_path):
@@ -255,7 +251,7 @@ def test_the_ttft_guard_passes_at_exactly_its_limit_and_acceptance_is_per_config
 
 def test_acceptance_by_position_is_per_series(tmp_path):
     """Two chips, one workload and width: each series gets its own curve."""
-    from orchestrator.store.models import Event
+    from tests.history import generation, ingest_lines
 
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     rng = random.Random(2)
@@ -264,13 +260,10 @@ def test_acceptance_by_position_is_per_series(tmp_path):
             sid = night(store, at, node=node, chip=chip, pair="p", workload="code",
                         configs={("baseline", 0): V(100.0, rng=rng),
                                  ("speculative", 2): V(130.0, acceptance=0.6, rng=rng)})
-            with store.engine.begin() as c:
-                c.execute(Event.__table__.insert().values(
-                    sweep_id=sid, node=node, seq=1, type="generation", ts=at.timestamp(),
-                    payload={"mode": "speculative", "workload": "code", "num_draft_tokens": 2,
-                             "acceptance_rate": 0.6, "acceptance_by_position": [
-                                 {"position": 1, "drafted": 10, "accepted": accepted},
-                                 {"position": 2, "drafted": 10, "accepted": accepted - 2}]}))
+            ingest_lines(store, sid, node, [generation(
+                "speculative", 2, acceptance_rate=0.6, acceptance_by_position=[
+                    {"position": 1, "drafted": 10, "accepted": accepted},
+                    {"position": 2, "drafted": 10, "accepted": accepted - 2}])], at.timestamp())
     a = analyse(store, "2026-W20", load_rules(), now=NOW)
     curves = {s["series"]["chip"]: s["acceptance_by_position"] for s in a["series"]}
     assert curves == {"Apple M2 Max": [0.9, 0.7], "Apple M4": [0.3, 0.1]}
@@ -395,9 +388,13 @@ def test_one_verdict_per_series_with_evidence_in_words(tmp_path):
     assert v["good"]["text"] == "production candidate at draft width 4"
     assert v["good"]["evidence"].startswith(
         "speculation at draft width 4 is 1.30× the baseline on 7 reliable runs")
-    assert v["narrower"]["text"].startswith("graded fallback step 1: shrink draft width to 2")
+    # nothing passes every gate: the fallback serves autoregressive, naming no failed width
+    assert v["narrower"]["text"].startswith(
+        "graded fallback step 1: serve autoregressive; no config passes every gate (the "
+        "narrower draft width 2 is the fastest and still misses)")
+    assert v["narrower"]["enable"] is None
     assert v["narrower"]["evidence"].endswith("; width 4 does worse")
-    assert v["lighter"]["text"].startswith("graded fallback step 2: a lighter draft tier")
+    assert v["lighter"]["text"].startswith("graded fallback step 2: serve autoregressive")
     assert v["loss"]["text"] == "keep autoregressive: no draft width is faster than the baseline"
     assert v["loss"]["evidence"] == ("speculation at draft width 3 is 0.94× the baseline on 7 "
                                      "reliable runs; speedup 0.94 < 1.16; acceptance 0.36 < 0.55")

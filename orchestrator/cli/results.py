@@ -31,8 +31,9 @@ from .base import (
               help="Instead, one sweep's detail page (baseline vs each draft width).")
 @click.option("--fail-on", "fail_on", default=None, metavar="CAUSES",
               help="Exit 1 if the week shows any of these (comma-separated): regression, "
-                   "gate-miss (a series with no production candidate), stale, failed-sweep; "
-                   "one line per finding on stderr. For CI.")
+                   "gate-miss (a series with no production candidate; brings no-data with it), "
+                   "no-data (a series with no reliable evidence this week, or no runs at all), "
+                   "stale, failed-sweep; one line per finding on stderr. For CI.")
 @click.option("--junit", "junit", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Also write JUnit XML: one test case per series × gate.")
 @click.option("--notify", "notify_url", default=None, metavar="URL",
@@ -119,8 +120,9 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
               help="Also render it as a self-contained HTML page.")
 @db_option
 def compare(a, b, as_json, out, db_url):
-    """Compare two sets of runs per config and metric: both medians, B/A with its 95%
-    confidence interval, the rank test's p and a verdict, identity differences first.
+    """Compare two sets of runs per config (every knob) and metric: both medians, B/A with
+    its 95% confidence interval and p from the nights (one median per run, not the
+    repetitions) and a verdict, identity differences first.
 
     A and B are each a sweep id, an ISO week (or this-week, last-week), or KEY=VALUE
     filters joined by commas (KEY: sweep, week, trigger, node, chip, env_id, mlx_version,

@@ -6,9 +6,11 @@ from __future__ import annotations
 SEP = " · "
 
 
-def _config(section: dict, mode: str, k: int | None) -> dict | None:
-    return next((c for c in section.get("configs") or [] if c["mode"] == mode
-                 and (k is None or c["k"] == k) and not c["set_aside"]), None)
+def _config(section: dict, config_id: str | None) -> dict | None:
+    """The section's reliable config with this ingest key (the same key in both twins:
+    the background profile is the series', not the config's)."""
+    return next((c for c in section.get("configs") or [] if c.get("config_id") == config_id
+                 and not c["set_aside"]), None)
 
 
 def busy_vs_idle(sections: list[dict]) -> list[dict]:
@@ -26,16 +28,20 @@ def busy_vs_idle(sections: list[dict]) -> list[dict]:
         twin = idle.get((d["chip"], d["model_pair"], d["workload"], d["context_bucket"], engine))
         if twin is None or not twin.get("configs") or not s.get("configs"):
             continue
-        k = (twin.get("metrics") or {}).get("best_k")
+        best = _config(twin, (twin.get("metrics") or {}).get("best_config"))
+        # the baseline of the best config's own sampling settings (else the first one)
+        base = next((c for c in twin["configs"] if c["mode"] == "baseline"
+                     and not c["set_aside"] and (best is None
+                                                 or c.get("sampling") == best.get("sampling"))),
+                    None)
         rows = []
-        for mode, kk in (("baseline", 0), ("speculative", k)):
-            if kk is None:
+        for mine in (base, best):
+            if mine is None:
                 continue
-            a, b = _config(twin, mode, kk), _config(s, mode, kk)
-            if a is None or b is None:
+            a, b = mine, _config(s, mine.get("config_id"))
+            if b is None:
                 continue
-            rows.append({"config": "baseline" if mode == "baseline" else
-                         f"speculative k={kk}", **{
+            rows.append({"config": a.get("label") or a["mode"], **{
                              f"{m}_{side}": c.get(m) for side, c in (("idle", a), ("busy", b))
                              for m in ("decode_p50", "itl_p95", "itl_p99", "acceptance_p50",
                                        "peak_memory", "swap_peak", "speedup")},

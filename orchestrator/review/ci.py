@@ -16,16 +16,21 @@ from xml.etree import ElementTree as ET
 
 from ..errors import ConfigError
 from .otel import config_attributes
+from .verdict import gate_text
 
-CAUSES = ("regression", "gate-miss", "stale", "failed-sweep")
+CAUSES = ("regression", "gate-miss", "no-data", "stale", "failed-sweep")
 
 
 def parse_causes(text: str) -> tuple[str, ...]:
+    """The causes asked for; ``gate-miss`` brings ``no-data`` with it: a gate that could not
+    be judged (every run set aside, too few runs, no run at all) is no pass."""
     causes = tuple(c.strip() for c in text.split(",") if c.strip())
     bad = [c for c in causes if c not in CAUSES]
     if bad or not causes:
         raise ConfigError(f"--fail-on: {', '.join(bad) or repr(text)} is not a cause; "
                           f"choose from {','.join(CAUSES)}")
+    if "gate-miss" in causes and "no-data" not in causes:
+        causes += ("no-data",)
     return causes
 
 
@@ -45,10 +50,16 @@ def judged_config(s: dict) -> dict | None:
     return max(candidates or judged, key=lambda c: c.get("speedup") or 0.0)
 
 
-def _fmt(v) -> str:
-    if isinstance(v, bool) or v is None:
-        return str(v)
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+def no_data(s: dict) -> str | None:
+    """Why a series measured this week gave no reliable evidence to judge (its verdict's
+    words), or None. A series measured without speculation on purpose (a baseline only,
+    nothing set aside) has nothing to judge and is no finding; one with no run this week
+    is ``stale``'s."""
+    v = s.get("verdict") or {}
+    if not s.get("configs") or v.get("decision") != "needs more data":
+        return None
+    tried = any(c["mode"] == "speculative" or c["set_aside"] for c in s["configs"])
+    return f"{v['text']} ({v['evidence']})" if tried else None
 
 
 def findings(a: dict) -> dict[str, list[str]]:
@@ -64,12 +75,18 @@ def findings(a: dict) -> dict[str, list[str]]:
                     f"n={r['n'][0]} vs {r['n'][1]}){why}")
         c = judged_config(s)
         if c is not None and c["classification"] != "production candidate":
-            missed = [f"{g} {_fmt(v['value'])}" for g, v in c["gates"].items()
+            missed = [gate_text(g, v["value"], s["gates"]) for g, v in c["gates"].items()
                       if v["passed"] is False]
-            out["gate-miss"].append(f"{name}: no production candidate; best k={c['k']} "
-                                    f"misses {', '.join(missed)}")
+            out["gate-miss"].append(f"{name}: no production candidate; best "
+                                    f"{c.get('label') or 'k=' + str(c['k'])} misses "
+                                    f"{'; '.join(missed)}")
+        nothing = no_data(s)
+        if nothing:
+            out["no-data"].append(f"{name}: {nothing}")
         if s["stale"]:
             out["stale"].append(f"{name}: no run since {s['latest_run'][:10]}")
+    if not a["counts"]["runs_this_week"]:
+        out["no-data"].append(f"week {a['week']}: no runs at all")
     for f in a["failures"]:
         nodes = "; ".join(f"{n['node']} {n['status']}: {n['reason'][:120]}" for n in f["nodes"])
         out["failed-sweep"].append(f"sweep {f['sweep_id']} ({f['trigger']}, {f['at']}) "
@@ -109,7 +126,7 @@ def write_junit(a: dict, path: Path) -> Path:
                     case(name, gate, skipped=f"k={c['k']}: not measured")
                 else:
                     case(name, gate, None if v["passed"] else
-                         f"k={c['k']}: {gate} = {_fmt(v['value'])}")
+                         f"{c.get('label') or c['k']}: {gate_text(gate, v['value'], s['gates'])}")
         regs = [r for r in s.get("regressions", []) if r["verdict"] == "regression"]
         case(name, "no regression", "; ".join(
             f"{r['config']} {r['period']} {r['ratio']:.3f}×" for r in regs) or None)

@@ -2,15 +2,22 @@
 
 A side is a selector: a sweep id, an ISO week (``2026-W20``), or ``key=value`` filters
 joined by commas (``node=mac-01,week=2026-W20``, ``mlx_lm_version=0.33.0``, ``chip=Apple
-M4``). Configs are matched by workload, context bucket, runtime, mode and draft width, so
-two nodes, two weeks or two identities compare like for like. Runs flagged unreliable
-are set aside and listed, never compared. The identity differences come first: they are
-the likeliest explanation of any difference below them.
+M4``). Configs are matched by workload, context bucket, runtime, background profile and
+the ingest's config key (every knob: sampling settings, draft width, lineup pair), so two
+nodes, two weeks or two identities compare like for like. Runs flagged unreliable are set
+aside and listed, never compared. The identity differences come first: they are the
+likeliest explanation of any difference below them.
+
+The unit is the run (one config on one node in one sweep: a night), not the repetition:
+nights differ more than repetitions do, and repetitions of one night share its state. Each
+run gives its median; the two sides' log medians are compared by Welch's t (ratio of
+geometric means, 95% interval, p), so a night's luck is not counted as many samples.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -21,8 +28,8 @@ from agent.stats import median
 from ..errors import ConfigError
 from ..store import Store
 from ..store.models import Run, Sweep
-from .ranktest import mann_whitney
-from .weekly import config_label, iso_week_bounds
+from .configs import config_label, knobs_of_key
+from .weekly import iso_week_bounds
 
 METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate")
 HIGHER_IS_BETTER = {"decode_tok_s": True, "ttft_ms": False, "itl_p95_ms": False,
@@ -84,8 +91,9 @@ def select_side(store: Store, selector: str) -> Side:
 
 
 def _key(r) -> tuple:
-    return (r.workload, r.context_bucket or "short", r.engine or "mlx-lm", r.mode,
-            r.num_draft_tokens)
+    # the config as the ingest keyed it (every knob), in its runtime and background
+    return (r.workload, r.context_bucket or "short", r.engine or "mlx-lm", r.background or "",
+            r.mode, r.num_draft_tokens, r.config_key)
 
 
 def _values(runs: list, metric: str) -> list[float]:
@@ -93,18 +101,50 @@ def _values(runs: list, metric: str) -> list[float]:
             if v is not None]
 
 
-def _ratio_ci(a: list[float], b: list[float], resamples: int = 2000) -> tuple[float, float]:
-    """95% percentile bootstrap of median(b) / median(a), seeded (the same answer twice)."""
-    import numpy as np
+def _per_run(runs: list, metric: str) -> list[float]:
+    """One value per run (its repetitions' median): the unit compare tests."""
+    return [m for r in runs if (m := median(_values([r], metric))) is not None]
 
-    rng = np.random.default_rng(0)
-    xa, xb = np.asarray(a), np.asarray(b)
-    ma = np.median(xa[rng.integers(0, len(xa), (resamples, len(xa)))], axis=1)
-    mb = np.median(xb[rng.integers(0, len(xb), (resamples, len(xb)))], axis=1)
-    ok = ma != 0
-    ratios = mb[ok] / ma[ok]
-    lo, hi = np.percentile(ratios, [2.5, 97.5])
-    return float(lo), float(hi)
+
+def night_ratio(a: list[float], b: list[float], level: float = 0.95) -> dict:
+    """B/A from one value per night (run) a side: the ratio of geometric means, its
+    ``level`` interval and a two-sided p, by Welch's t on the logs (Student's, with the
+    other side's spread, when one side has a single night). One night on each side leaves
+    night-to-night noise unmeasured: the ratio only, no interval, no p."""
+    import math
+
+    from scipy import stats
+
+    la = [math.log(x) for x in a if x and x > 0]
+    lb = [math.log(x) for x in b if x and x > 0]
+    out: dict = {"ratio": None, "ci": None, "p": None}
+    if not la or not lb:
+        return out
+    ma, mb = sum(la) / len(la), sum(lb) / len(lb)
+    out["ratio"] = math.exp(mb - ma)
+    va = statistics.variance(la) if len(la) > 1 else None
+    vb = statistics.variance(lb) if len(lb) > 1 else None
+    if va is None and vb is None:
+        return out
+    df: float
+    if va is None or vb is None:  # one night on a side: the other side's spread for both
+        var = va if va is not None else vb
+        assert var is not None
+        se2, df = var * (1 / len(la) + 1 / len(lb)), len(la) + len(lb) - 2
+    else:
+        se2 = va / len(la) + vb / len(lb)
+        df = se2 ** 2 / ((va / len(la)) ** 2 / (len(la) - 1) + (vb / len(lb)) ** 2
+                         / (len(lb) - 1)) if se2 > 0 else len(la) + len(lb) - 2
+    se = math.sqrt(se2)
+    if se == 0:
+        out["ci"] = [out["ratio"], out["ratio"]]
+        out["p"] = 1.0 if mb == ma else 0.0
+        return out
+    t = (mb - ma) / se
+    q = float(stats.t.ppf(0.5 + level / 2, df))
+    out["ci"] = [math.exp(mb - ma - q * se), math.exp(mb - ma + q * se)]
+    out["p"] = float(2 * stats.t.sf(abs(t), df))
+    return out
 
 
 def _identity(runs: list) -> dict[str, list[str]]:
@@ -127,29 +167,29 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
         by_b[_key(r)].append(r)
     rows = []
     for key in sorted(set(by_a) | set(by_b), key=lambda k: tuple(map(str, k))):
-        workload, bucket, engine, mode, k = key
-        config = config_label(mode, k)
+        workload, bucket, engine, background, mode, k, config_key = key
+        config = config_label(mode, k, knobs_of_key(config_key))
         for metric in METRICS:
-            va, vb = _values(by_a.get(key, []), metric), _values(by_b.get(key, []), metric)
+            va, vb = _per_run(by_a.get(key, []), metric), _per_run(by_b.get(key, []), metric)
             if not va and not vb:
                 continue
-            row = {"workload": workload, "context_bucket": bucket, "engine": engine,
+            row = {"workload": workload, "context_bucket": bucket,
+                   "engine": engine + (f" · {background}" if background else ""),
                    "config": config, "metric": metric, "a": median(va), "b": median(vb),
                    "n": [len(va), len(vb)], "ratio": None, "ci": None, "p": None,
                    "verdict": "only in " + ("A" if va else "B") if not (va and vb) else ""}
             if va and vb and row["a"]:
-                row["ratio"] = row["b"] / row["a"]
-                row["ci"] = list(_ratio_ci(va, vb))
-                row["p"] = mann_whitney(va, vb)["p"]
-                if row["p"] is not None and row["p"] < SIGNIFICANT_P and not (
-                        row["ci"][0] <= 1.0 <= row["ci"][1]):
+                row.update(night_ratio(va, vb))
+                if row["p"] is None:
+                    row["verdict"] = "one night a side: not testable"
+                elif row["p"] < SIGNIFICANT_P and not (row["ci"][0] <= 1.0 <= row["ci"][1]):
                     better = (row["ratio"] > 1) == HIGHER_IS_BETTER[metric]
                     row["verdict"] = "B better" if better else "B worse"
                 else:
                     row["verdict"] = "same within noise"
             rows.append(row)
     aside = [{"side": side, "sweep_id": r.sweep_id, "node": r.node, "workload": r.workload,
-              "config": config_label(r.mode, r.num_draft_tokens),
+              "config": config_label(r.mode, r.num_draft_tokens, knobs_of_key(r.config_key)),
               "reasons": (r.summary or {}).get("unreliable_reasons") or ["unreliable"]}
              for side, s in (("A", a), ("B", b)) for r in s.set_aside]
     return {"a": a_sel, "b": b_sel, "runs": [len(a.runs), len(b.runs)],

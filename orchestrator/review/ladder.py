@@ -95,22 +95,28 @@ def _weight(s: dict) -> tuple:
 def _walk(group: list[dict]) -> dict | None:
     group = sorted(group, key=_weight, reverse=True)  # heaviest draft first
     top = group[0]
-    base = next((c for c in top["configs"] if c["mode"] == "baseline" and not c["set_aside"]),
-                None)
-    spec = sorted((c for c in top["configs"] if _usable(c)), key=lambda c: -c["k"])
+    # one sampling setting throughout (the top draft's fastest config's): a rung at another
+    # temperature is another ladder, never a step of this one
+    usable = [c for c in top["configs"] if _usable(c)]
+    if not usable:
+        return None
+    sampling = max(usable, key=lambda c: c["speedup"]).get("sampling")
+    base = next((c for c in top["configs"] if c["mode"] == "baseline" and not c["set_aside"]
+                 and c.get("sampling") == sampling), None)
+    spec = sorted((c for c in usable if c.get("sampling") == sampling), key=lambda c: -c["k"])
     if base is None or not spec:
         return None
     top_memory = spec[0].get("peak_memory")
     rungs = [_rung(0, top, spec[0], base, top_memory)]
     rungs += [_rung(1, top, c, base, top_memory) for c in spec[1:]]
     for s in group[1:]:
-        own = [c for c in s["configs"] if _usable(c)]
+        own = [c for c in s["configs"] if _usable(c) and c.get("sampling") == sampling]
         if not own:
             continue
         passing = [c for c in own if c.get("classification") == "production candidate"]
         c = max(passing or own, key=lambda c: c["speedup"])
         own_base = next((b for b in s["configs"] if b["mode"] == "baseline"
-                         and not b["set_aside"]), base)
+                         and not b["set_aside"] and b.get("sampling") == sampling), base)
         rungs.append(_rung(2, s, c, own_base, top_memory))
     rungs.append(_rung(3, top, base, base, None))
     stop = next(i for i, r in enumerate(rungs) if r["passes"])
@@ -156,6 +162,7 @@ def annotate(sections: list[dict], found: list[dict]) -> None:
         v = s["verdict"]
         stop = lad["rungs"][lad["stop"]]
         v["ladder"] = {"step": stop["step"], "action": stop["action"], "text": lad["text"],
+                       "provisional": lad["provisional"],
                        "to": {"model_pair": stop["model_pair"], "draft_tier": stop["draft_tier"],
                               "num_draft_tokens": stop["k"]}}
         if d["model_pair"] == lad["members"][0] and v["decision"] == "graded fallback":

@@ -18,6 +18,7 @@ from sqlalchemy import String, case, func, select
 
 from ..store import Store
 from ..store.models import Run, Sweep
+from .configs import ConfigId
 
 LEVEL_IDENTITY = ("env_id", "mlx_version", "mlx_lm_version", "os_build", "prompt_sha256",
                   "target_fingerprint", "draft_fingerprint", "target_quant", "draft_quant")
@@ -37,8 +38,8 @@ def series_columns() -> tuple:
 
 
 def nightly_levels(store: Store, start: datetime, end: datetime, totals: dict | None = None
-                   ) -> dict[tuple, dict[tuple[str, int], Nights]]:
-    """{series key: {(mode, k): [(night, level, identity), …] in date order}}.
+                   ) -> dict[tuple, dict[ConfigId, Nights]]:
+    """{series key: {config (the ingest's key): [(night, level, identity), …] by date}}.
 
     ``totals``, if given, is filled from the same scan with {series key: [runs, latest
     night]} counting every run (the level reads reliable ones only)."""
@@ -49,7 +50,7 @@ def nightly_levels(store: Store, start: datetime, end: datetime, totals: dict | 
     if not nights:
         return {}
     reliable = Run.unreliable.is_(False) & Run.decode_tok_s_median.is_not(None)
-    keys = (Run.sweep_id, *series_columns(), Run.mode, Run.num_draft_tokens)
+    keys = (Run.sweep_id, *series_columns(), Run.mode, Run.num_draft_tokens, Run.config_key)
     # grouped per sweep, not per night: no join and no date arithmetic in the scan (the
     # database reads the table once, in order); the nights are merged below
     q = (select(*keys, func.sum(case((reliable, Run.decode_tok_s_median))),
@@ -62,7 +63,7 @@ def nightly_levels(store: Store, start: datetime, end: datetime, totals: dict | 
     acc: dict[tuple, dict[date, list]] = defaultdict(dict)
     with store.engine.connect() as c:
         for row in c.execute(q):
-            sid, chip, p, workload, bucket, engine, mode, k, total, n_ok, n, *ident = row
+            sid, chip, p, workload, bucket, engine, mode, k, ck, total, n_ok, n, *ident = row
             d = nights.get(sid)
             if d is None:
                 continue
@@ -73,15 +74,15 @@ def nightly_levels(store: Store, start: datetime, end: datetime, totals: dict | 
                 t[1] = max(t[1], d)
             if not n_ok:
                 continue  # no reliable run that night: no level
-            slot = acc[(key, mode, k)].setdefault(d, [0.0, 0, {}])
+            slot = acc[(key, ConfigId(mode, k, ck))].setdefault(d, [0.0, 0, {}])
             slot[0] += total
             slot[1] += n_ok
             for name, v in zip(LEVEL_IDENTITY, ident):  # the highest, as the night's identity
                 if v is not None and (slot[2].get(name) is None or v > slot[2][name]):
                     slot[2][name] = v
-    out: dict[tuple, dict[tuple[str, int], Nights]] = defaultdict(dict)
-    for (key, mode, k), per_night in acc.items():
-        out[key][(mode, k)] = [(d, total / n, {name: ident.get(name) for name in LEVEL_IDENTITY})
+    out: dict[tuple, dict[ConfigId, Nights]] = defaultdict(dict)
+    for (key, cid), per_night in acc.items():
+        out[key][cid] = [(d, total / n, {name: ident.get(name) for name in LEVEL_IDENTITY})
                                for d, (total, n, ident) in sorted(per_night.items())]
     return out
 

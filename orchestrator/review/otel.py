@@ -36,6 +36,9 @@ def config_attributes(series: dict, config: dict) -> dict:
         "specfleet.context_bucket": series["context_bucket"],
         "specfleet.runs": config.get("runs"),
         "specfleet.runs.unreliable": config.get("unreliable"),
+        # every run of the config unreliable: its numbers are shown, never concluded from
+        "specfleet.set_aside": bool(config.get("set_aside")),
+        "specfleet.config": config.get("label") or None,
     }
 
 

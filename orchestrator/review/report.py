@@ -46,7 +46,7 @@ def _runtime_verdict(group: dict) -> str:
             continue
         k = next((r["best_k"] for r in group["rows"] if r["engine"] == w["engine"]), None)
         who = w["engine"] + (f" at k={k}" if key == "fastest_speculative" and k else "")
-        parts.append(f"{what}: {who}" + (f", {w['ratio']:.2f}× {w['over']}" if "over" in w
+        parts.append(f"{what}: {who}" + (f", {w['ratio']:.2f}× {w['over']}" if w.get("over")
                                           else " (the only runtime measured)"))
     return "fastest " + "; ".join(parts)
 

@@ -18,10 +18,18 @@ from sqlalchemy import select
 
 from ..store import Store
 from ..store.models import Run, SweepNode
+from .configs import config_label, knobs_of_key
 from .weekly import IDENTITY, identity_changes
 
 METRICS = ("decode_tok_s", "acceptance_rate", "ttft_ms")
 FACTS = (*(k for k in IDENTITY if k != "node"), "chip", "power_source")
+
+
+def _name(cfg: tuple) -> str:
+    """"code speculative k=3 · temperature 0.7": the workload and the config's one label."""
+    if len(cfg) > 3:
+        return f"{cfg[0]} {config_label(cfg[1], cfg[2], knobs_of_key(cfg[3]))}"
+    return f"{cfg[0]} {cfg[1]} k={cfg[2]}"
 
 
 def _spread(v: list[float]) -> float:
@@ -31,7 +39,7 @@ def _spread(v: list[float]) -> float:
 
 def compare(per_node: dict[str, dict[tuple, dict]], identities: dict[str, dict],
             metrics: tuple[str, ...] = METRICS, floor: float = 0.03) -> dict:
-    """``per_node``: node → (workload, mode, k) → {metric: [values]}."""
+    """``per_node``: node → (workload, mode, k[, config key]) → {metric: [values]}."""
     disagreements = []
     checked = 0
     for a, b in combinations(sorted(per_node), 2):
@@ -46,7 +54,7 @@ def compare(per_node: dict[str, dict[tuple, dict]], identities: dict[str, dict],
                 tol = max(3 * math.hypot(_spread(va), _spread(vb)), floor * max(abs(ma), abs(mb)))
                 if abs(ma - mb) > tol:
                     disagreements.append({
-                        "metric": m, "config": f"{cfg[0]} {cfg[1]} k={cfg[2]}", "nodes": [a, b],
+                        "metric": m, "config": _name(cfg), "nodes": [a, b],
                         "values": [ma, mb], "tolerance": tol,
                         "identity": identity_changes(identities.get(a, {}), identities.get(b, {}),
                                                      FACTS),
@@ -69,16 +77,20 @@ def sweep_values(store: Store, sweep_id: str) -> tuple[dict, dict, list[dict]]:
     for r in runs:
         idents[r.node] = {k: getattr(r, k, None) for k in FACTS}
         if r.unreliable:
-            set_aside.append({"node": r.node, "config": f"{r.workload} {r.mode} "
-                              f"k={r.num_draft_tokens}", "reasons": (r.summary or {}).get(
+            set_aside.append({"node": r.node, "config": _name(_cfg(r)), "reasons": (
+                                  r.summary or {}).get(
                                   "unreliable_reasons") or ["flagged unreliable"]})
             continue
-        per_node[r.node][(r.workload, r.mode, r.num_draft_tokens)] = (r.summary or {}).get(
-            "values") or {}
+        # every knob keys a config (two temperatures at one width are two configs)
+        per_node[r.node][_cfg(r)] = (r.summary or {}).get("values") or {}
     for node, ident in nodes:
         idents.setdefault(node, {}).update({k: v for k, v in (ident or {}).items()
                                             if k in FACTS and v is not None})
     return dict(per_node), idents, set_aside
+
+
+def _cfg(r) -> tuple:
+    return (r.workload, r.mode, r.num_draft_tokens, r.config_key)
 
 
 def verdict(report: dict) -> str:

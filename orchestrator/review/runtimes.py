@@ -26,10 +26,12 @@ def side_by_side(sections: list[dict]) -> list[dict]:
             continue
         rows = []
         for s in ss:
-            cs, m = s["configs"], s["metrics"]
-            base = next((c for c in cs if c["mode"] == "baseline"), None)
-            best = next((c for c in cs if c["mode"] == "speculative"
-                         and c["k"] == m.get("best_k")), None)
+            cs, m = s["configs"], s.get("metrics") or {}
+            # a set-aside config (every run unreliable) is never a runtime's number here
+            base = next((c for c in cs if c["mode"] == "baseline" and not c["set_aside"]), None)
+            best = next((c for c in cs if c["mode"] == "speculative" and not c["set_aside"]
+                         and c.get("config_id", c["k"]) == m.get("best_config",
+                                                                 m.get("best_k"))), None)
             rows.append({"engine": s["series"]["engine"],
                          "baseline_decode_p50": base["decode_p50"] if base else None,
                          "baseline_ttft_p50": base["ttft_p50"] if base else None,
@@ -50,7 +52,9 @@ def _winner(rows: list[dict], key: str) -> dict | None:
     ranked = sorted((r for r in rows if r.get(key)), key=lambda r: -r[key])
     if not ranked:
         return None
-    lead = {"engine": ranked[0]["engine"], "decode_p50": ranked[0][key]}
+    # "over" and "ratio" are always there: None when this runtime was the only one measured
+    lead = {"engine": ranked[0]["engine"], "decode_p50": ranked[0][key], "over": None,
+            "ratio": None}
     if len(ranked) > 1:
         lead.update(over=ranked[1]["engine"], ratio=ranked[0][key] / ranked[1][key])
     return lead

@@ -19,10 +19,11 @@ from pathlib import Path
 from ..errors import SpecfleetError
 from ..store import Store
 from .changepoints import change_points
+from .configs import config_label, knobs_of_key
 from .levels import nightly_levels
 from .report import environment
 from .rules import DEFAULT_RULES, load_rules
-from .weekly import analyse, config_label, identity_changes, identity_key
+from .weekly import analyse, identity_changes, identity_key
 
 EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
@@ -110,13 +111,13 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
         verdict = s["verdict"]["text"] if s else "not reviewed this week (stale)"
         decision = s["verdict"]["decision"] if s else "needs more data"
         configs = []
-        for (mode, k), nights in sorted(levels.get(key, {}).items()):
+        for cid, nights in sorted(levels.get(key, {}).items(), key=lambda kv: kv[0].order()):
             cps = change_points(nights, identity_changes)
             changes = [{"date": nights[i][0].isoformat(),
                         "what": identity_changes(nights[i - 1][2], nights[i][2])}
                        for i in range(1, len(nights))
                        if identity_key(nights[i][2]) != identity_key(nights[i - 1][2])]
-            configs.append({"name": config_label(mode, k),
+            configs.append({"name": config_label(cid.mode, cid.k, knobs_of_key(cid.key)),
                             "nights": [(d.isoformat(), v) for d, v, _ in nights],
                             "chart": history_chart(nights, cps, changes), "change_points": cps,
                             "identity_changes": changes})

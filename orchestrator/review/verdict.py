@@ -10,7 +10,9 @@ Precedence (the first that holds is the verdict):
 4. **graded fallback** — speculation helps somewhere but no config passes every gate. The
    ladder, from the criteria: shrink the draft width one step → a lighter draft tier →
    autoregressive only. Step 1 when a narrower width than the widest measured is the
-   fastest (shrink to it); else step 2 (narrower widths do no better: a lighter draft).
+   fastest; else step 2 (narrower widths do no better: a lighter draft). A fallback never
+   enables a config that failed a gate: it names the next config that passes every gate
+   (a lighter tier the lineup measured, see ``ladder``), else autoregressive.
 
 The draft-width rules (``LADDER_RULES``) say parts of the same decision in their own
 words and could contradict it ("disable speculation" next to "shrink the width"): the
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from .configs import NOT_SAMPLING
 
 MIN_RUNS = 3
 DECISIONS = ("production candidate", "graded fallback", "keep autoregressive",
@@ -35,29 +39,52 @@ def _pct(x: float) -> str:
     return f"{x:+.1%}"
 
 
+def shown(value: float, limit: float, digits: int = 2, scale: float = 1.0) -> str:
+    """``value`` with enough decimals that it never reads as its limit: a gate missed by
+    1.1599 against 1.16 says "1.1599 < 1.16", not "1.16 < 1.16"."""
+    d = digits
+    while d < 12 and round(value * scale, d) == round(limit * scale, 12):
+        d += 1
+    return f"{value * scale:.{d}f}"
+
+
+def _width(c: dict) -> str:
+    return f"draft width {c['k']}{c.get('knob_text') or ''}"
+
+
+def gate_text(name: str, val: Any, gates: dict) -> str:
+    """A missed gate as the comparison it made, never reading as its own limit:
+    "speedup 1.1599 < 1.16", "TTFT +8.02% > +8%", "peak swap 1600.0 MB > 1500 MB"."""
+    if name == "ttft_change":
+        lim = gates["ttft_regression_limit"]
+        return f"TTFT +{shown(val, lim, 1, 100)}% > +{lim * 100:g}%"
+    if name == "swap_peak_bytes":
+        lim = gates["swap_ceiling_bytes"]
+        return f"peak swap {shown(val, lim, 1, 1e-6)} MB > {lim / 1e6:g} MB"
+    cmp = {"speedup": ("speedup", "<", gates["min_speedup"], ""),
+           "acceptance": ("acceptance", "<", gates["acceptance_floor"], ""),
+           "itl_p95_ms": ("ITL p95", ">", gates["itl_p95_ceiling_ms"], " ms")}
+    if name in cmp:
+        what, op, lim, unit = cmp[name]
+        return f"{what} {shown(val, lim, 1 if unit else 2)}{unit} {op} {lim:g}{unit}"
+    return {
+        "exact": "output differs from the baseline",
+        "streaming_parity": f"{val} streaming parity mismatches",
+        "task_pass_rate": f"task pass rate {val:+.1%} vs the baseline, beyond "
+                          f"±{gates['task_pass_tolerance']:.1%}",
+        "not_failed": "acceptance under the failure floor for more than ten minutes",
+    }.get(name, f"{name} {val}")
+
+
 def _describe(c: dict, gates: dict) -> str:
     """'speculation at draft width 3 is 0.94× the baseline on 12 reliable runs;
-    acceptance 0.36 < 0.55'."""
+    acceptance 0.36 < 0.55': each missed gate as the comparison it made."""
     reliable = c["runs"] - c["unreliable"]
-    parts = [f"speculation at draft width {c['k']} is {c['speedup']:.2f}× the baseline on "
+    parts = [f"speculation at {_width(c)} is {c['speedup']:.2f}× the baseline on "
              f"{reliable} reliable run{'s' if reliable != 1 else ''}"]
     g = c.get("gates") or {}
-    for name, v in g.items():
-        if v["passed"] is not False:
-            continue
-        val = v["value"]
-        parts.append({
-            "speedup": f"speedup {val:.2f} < {gates['min_speedup']}",
-            "acceptance": f"acceptance {val:.2f} < {gates['acceptance_floor']}",
-            "itl_p95_ms": f"ITL p95 {val:.1f} ms > {gates['itl_p95_ceiling_ms']} ms",
-            "ttft_change": f"TTFT {_pct(val)} > +{gates['ttft_regression_limit']:.0%}",
-            "swap_peak_bytes": f"peak swap {val / 1e9:.2f} GB > "
-                               f"{gates['swap_ceiling_bytes'] / 1e9:.1f} GB",
-            "exact": "output differs from the baseline",
-            "streaming_parity": f"{val} streaming parity mismatches",
-            "task_pass_rate": f"task pass rate {val:+.1%} vs the baseline",
-            "not_failed": "acceptance under the failure floor for more than ten minutes",
-        }.get(name, f"{name} {val}"))
+    parts += [gate_text(name, v["value"], gates) for name, v in g.items()
+              if v["passed"] is False]
     return "; ".join(parts)
 
 
@@ -115,7 +142,9 @@ def decide(section: dict, facts: dict | None = None) -> dict:
     gates = section["gates"]
     configs = section.get("configs") or []
     fired = [s["rule"] for s in section.get("signals") or []]
-    out: dict[str, Any] = {"decision": "needs more data", "step": None, "k": None, "text": "",
+    # "enable": the config a gateway may switch on (one that passed every gate), or None
+    out: dict[str, Any] = {"decision": "needs more data", "step": None, "k": None,
+                           "enable": None, "text": "",
            "evidence": "", "rules": [r for r in fired if r in LADDER_RULES],
            "further": [s for s in section.get("signals") or [] if s["rule"] not in LADDER_RULES],
            "caveats": caveats(_identity(section), facts) + _shaky(section)}
@@ -139,12 +168,13 @@ def decide(section: dict, facts: dict | None = None) -> dict:
     judged = max(passing, key=lambda c: c["speedup"]) if passing else fastest
     if judged["runs"] - judged["unreliable"] < MIN_RUNS:
         out.update(text=f"needs more data: {judged['runs'] - judged['unreliable']} reliable "
-                        f"run(s) at draft width {judged['k']}, {MIN_RUNS} needed",
+                        f"run(s) at {_width(judged)}, {MIN_RUNS} needed",
                    evidence=_describe(judged, gates), k=judged["k"])
         return out
     if passing:
         out.update(decision="production candidate", k=judged["k"],
-                   text=f"production candidate at draft width {judged['k']}",
+                   enable={"num_draft_tokens": judged["k"], "config": judged.get("knobs") or {}},
+                   text=f"production candidate at {_width(judged)}",
                    evidence=_describe(judged, gates) + "; passes every gate")
         return out
     no_gain = fastest["speedup"] < 1.0
@@ -157,17 +187,22 @@ def decide(section: dict, facts: dict | None = None) -> dict:
         out.update(decision="keep autoregressive", step=3,
                    text=f"keep autoregressive: {why}", evidence=_describe(fastest, gates))
         return out
-    widest = max(c["k"] for c in spec)
+    # widths of the fastest config's own sampling settings: another temperature is no step
+    widest = max(c["k"] for c in spec if c.get("sampling") == fastest.get("sampling"))
+    # nothing here passes every gate: serve autoregressive until a lighter rung does
+    # (``ladder.annotate`` names a measured one); never switch on what just failed
     if fastest["k"] < widest:
         out.update(decision="graded fallback", step=1, k=fastest["k"],
-                   text=f"graded fallback step 1: shrink draft width to {fastest['k']}, then a "
-                        "lighter draft tier, then autoregressive",
+                   text=f"graded fallback step 1: serve autoregressive; no config passes "
+                        f"every gate (the narrower {_width(fastest)} is the fastest and "
+                        "still misses); next to measure: a lighter draft tier",
                    evidence=_describe(fastest, gates)
                    + f"; width {widest} does worse")
     else:
         out.update(decision="graded fallback", step=2, k=fastest["k"],
-                   text="graded fallback step 2: a lighter draft tier, then autoregressive "
-                        "(narrower widths do no better)",
+                   text="graded fallback step 2: serve autoregressive; no config passes every "
+                        "gate (narrower widths do no better); next to measure: a lighter "
+                        "draft tier",
                    evidence=_describe(fastest, gates))
     return out
 
@@ -184,12 +219,22 @@ def policy(a: dict) -> dict:
     out = []
     for s in sorted(a["series"], key=lambda s: tuple(s["series"].values())):
         v = s["verdict"]
-        on = v["decision"] in ("production candidate", "graded fallback") and v["k"] is not None
-        widths = sorted({c["k"] for c in s.get("configs") or [] if c["mode"] == "speculative"
-                         and not c["set_aside"]})
-        narrower = [k for k in widths if on and k < v["k"]]
-        ladder = []
         measured = v.get("ladder")  # a lineup measured the lighter tiers: name the one
+        # only a config that passed every gate is switched on: this series' candidate, or
+        # the measured rung a graded fallback stopped at (a lighter tier, a narrower width)
+        use = v.get("enable")
+        if use is None and v["decision"] == "graded fallback" and measured \
+                and measured["step"] in (1, 2) and measured["to"].get("num_draft_tokens") \
+                and not measured.get("provisional"):
+            use = {"num_draft_tokens": measured["to"]["num_draft_tokens"], "config": {},
+                   "ladder_step": measured["step"], **measured["to"]}
+        on = use is not None
+        k = use["num_draft_tokens"] if use else None
+        widths = sorted({c["k"] for c in s.get("configs") or [] if c["mode"] == "speculative"
+                         and not c["set_aside"] and c.get("classification")
+                         == "production candidate"})
+        narrower = [w for w in widths if on and w < k]
+        ladder = []
         if on:
             if narrower:
                 ladder.append({"step": 1, "action": "shrink_draft_width", "to": narrower[-1]})
@@ -198,10 +243,14 @@ def policy(a: dict) -> dict:
         ladder.append({"step": 3, "action": "autoregressive"})
         d = s["series"]
         out.append({
-            "series": " / ".join(str(d[k]) for k in ("chip", "model_pair", "workload",
+            "series": " / ".join(str(d[f]) for f in ("chip", "model_pair", "workload",
                                                       "context_bucket", "engine")),
             **d, "decision": v["decision"], "step": v["step"], "speculation": on,
-            "num_draft_tokens": v["k"] if on else None,
+            "num_draft_tokens": k,
+            **({"sampling": {n: x for n, x in use["config"].items()
+                             if n not in NOT_SAMPLING}} if use and use["config"] else {}),
+            **({"use": {n: use[n] for n in ("model_pair", "draft_tier", "ladder_step")}}
+               if use and "ladder_step" in use else {}),
             "fallback": {"ladder": ladder, "when": {
                 "acceptance_below": gates["acceptance_floor"],
                 "swap_peak_bytes_above": gates["swap_ceiling_bytes"],

@@ -25,6 +25,15 @@ from ..store.db import result_pair
 from ..store.models import Event, NodeOutcome, Plan, Run, Sweep
 from .busy import busy_vs_idle
 from .changepoints import change_points
+from .configs import (
+    ConfigId,
+    canonical,
+    config_label,
+    group_configs,
+    knob_suffix,
+    knobs_of_key,
+    sampling_key,
+)
 from .ladder import annotate, ladders
 from .levels import nightly_levels
 from .load import load_ramps, load_signals
@@ -79,6 +88,22 @@ class RunRow:
     identity: dict
     trigger: str | None
     unreliable: bool
+    config: dict = field(default_factory=dict)   # every knob, as the agent ran it
+    config_key: str = ""                          # the ingest's key (pair + every knob)
+
+    @property
+    def cid(self) -> ConfigId:
+        """The run's config: the ingest's key, the unit every reader groups by."""
+        return ConfigId(self.mode, self.k, self.config_key or canonical(self.config))
+
+    @property
+    def whole(self) -> tuple:
+        """What every run of one config shares (``configs.group_configs`` checks it)."""
+        return (self.cid, (canonical(self.config), self.pair, self.series))
+
+    @property
+    def sampling(self) -> str:
+        return sampling_key(self.config)
 
     @property
     def pair(self) -> str | None:
@@ -107,7 +132,7 @@ def load_runs(store: Store, start: datetime, end: datetime,
     over weeks of history."""
     cols = [Run.id, Run.sweep_id, Run.node, Run.chip, Run.model_pair, Run.target_fingerprint,
             Run.draft_fingerprint, Run.workload, Run.context_bucket, Run.mode,
-            Run.num_draft_tokens, Run.engine, Run.background,
+            Run.num_draft_tokens, Run.engine, Run.background, Run.config_key,
             Run.summary if values else Run.decode_tok_s_median,
             Run.acceptance_median, Run.unreliable,
             *(getattr(Run, k) for k in IDENTITY if k not in ("node", "target_fingerprint",
@@ -130,18 +155,14 @@ def load_runs(store: Store, start: datetime, end: datetime,
         summary = (r.summary or {}) if values else {"values": {
             "decode_tok_s": [r.decode_tok_s_median], "acceptance_rate": [r.acceptance_median]}}
         out.append(RunRow(r.id, r.sweep_id, created, r.node, series, r.mode,
-                          r.num_draft_tokens, summary, ident, r.trigger, r.unreliable))
+                          r.num_draft_tokens, summary, ident, r.trigger, r.unreliable,
+                          knobs_of_key(r.config_key) or {}, r.config_key))
     return out
 
 
 def _vals(runs: list[RunRow], metric: str) -> list[float]:
     return [v for r in runs for v in (r.summary.get("values") or {}).get(metric) or []
             if v is not None]
-
-
-def config_label(mode: str, k: int) -> str:
-    """A config as every page names it: "baseline" or "speculative k=3"."""
-    return "baseline" if mode == "baseline" else f"speculative k={k}"
 
 
 def identity_key(ident: dict) -> tuple:
@@ -188,20 +209,27 @@ class ConfigStats:
     classification: str = ""
     set_aside: bool = False             # every run unreliable: shown, never concluded from
     trials: int = 0                     # generations behind the runs (the sweep page's unit)
+    config_id: str = ""                 # the ingest's config key (every knob)
+    label: str = ""                     # configs.config_label: how every page names it
+    knobs: dict = field(default_factory=dict)
+    sampling: str = ""                  # the sampling settings it shares with its baseline
+    knob_text: str = ""                 # " · temperature 0.7": settings away from defaults
 
 
 def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> ConfigStats:
+    """``base_by_sweep``: {(sweep, node, sampling key): the baseline's medians}: each run is
+    compared with the baseline of its own sampling settings, that night, on that node."""
     first = runs[0]
     dec = _vals(runs, "decode_tok_s")
     speedups = []
     for r in runs:
-        b = base_by_sweep.get((r.sweep_id, r.node))
+        b = base_by_sweep.get((r.sweep_id, r.node, r.sampling))
         m = median((r.summary.get("values") or {}).get("decode_tok_s") or [])
         if b and m:
             speedups.append(m / b["decode"])
     ttft = _vals(runs, "ttft_ms")
-    base_ttft = [b["ttft"] for r in runs if (b := base_by_sweep.get((r.sweep_id, r.node)))
-                 and b["ttft"]]
+    base_ttft = [b["ttft"] for r in runs
+                 if (b := base_by_sweep.get((r.sweep_id, r.node, r.sampling))) and b["ttft"]]
     swap = _vals(runs, "swap_used_after_bytes")
     swap_in_nights = len({r.at.date() for r in runs
                           if any((r.summary.get("values") or {}).get("swap_in_bytes") or [])})
@@ -226,7 +254,9 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         swap_peak=max(swap) if swap else None, swap_in_nights=swap_in_nights,
         exact=None if any(e is None for e in exact_flags) else all(exact_flags),
         unreliable=sum(1 for r in runs if r.shaky), unreliable_reasons=reasons,
-        task_pass_rate=median(rates) if rates else None, trials=len(dec))
+        task_pass_rate=median(rates) if rates else None, trials=len(dec),
+        config_id=first.cid.key, label=config_label(first.mode, first.k, first.config),
+        knobs=first.config, sampling=first.sampling, knob_text=knob_suffix(first.config))
 
 
 # Gates compare measured medians with declared limits: a value exactly at its limit passes
@@ -305,14 +335,15 @@ def speculative_generations(store: Store, sweep_ids: list[str]) -> list[tuple]:
 
 def failed_window_configs(store: Store, sweep_ids: list[str], floor: float,
                           window_s: float, rows: list[tuple] | None = None) -> set[tuple]:
-    """(sweep, node, workload, pair, k) whose acceptance stayed under ``floor`` for more than two
-    windows of ``window_s`` seconds of generation time (see ``low_for_too_long``)."""
+    """(sweep, node, workload, pair, config) whose acceptance stayed under ``floor`` for more
+    than two windows of ``window_s`` seconds of generation time (see ``low_for_too_long``);
+    the config is ``configs.canonical`` of every knob, as the run's own."""
     if rows is None:
         rows = speculative_generations(store, sweep_ids)
     points: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     for sid, node, ts, p in rows:
         if p.get("acceptance_rate") is not None:
-            key = (sid, node, p["workload"], result_pair(p), p["num_draft_tokens"])
+            key = (sid, node, p["workload"], result_pair(p), canonical(p.get("config")))
             points[key].append((ts, p["acceptance_rate"]))
     return {key for key, pts in points.items() if low_for_too_long(sorted(pts), floor, window_s)}
 
@@ -453,105 +484,16 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                               "context_bucket": key[3], "engine": key[4]},
                    "identity": ident, "stale": stale, "mixed_identities": mixed,
                    "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
-                   "regressions": [], "change_points": []}
+                   "regressions": [], "change_points": [], "compared": 0}
         # the gates the plan behind this series' latest run declared, over the defaults
         plan_name, own = declared.get(latest.sweep_id, (None, {}))
         series_gates = {**gates, **own}
         section["gates"] = series_gates
         section["gates_from"] = f"plan {plan_name}" if own else "defaults"
         if cur:
-            base_runs = [r for r in cur if r.mode == "baseline" and not r.shaky]
-            base_by_sweep = {}
-            for r in base_runs:
-                v = r.summary.get("values") or {}
-                d, t = median(v.get("decode_tok_s") or []), median(v.get("ttft_ms") or [])
-                if d:
-                    base_by_sweep[(r.sweep_id, r.node)] = {"decode": d, "ttft": t}
-            configs: dict[tuple, list[RunRow]] = defaultdict(list)
-            shaky: dict[tuple, list[RunRow]] = defaultdict(list)
-            for r in cur:  # an unreliable trial is reported, never averaged in
-                (shaky if r.shaky else configs)[(r.mode, r.k)].append(r)
-            for ck in shaky:
-                configs.setdefault(ck, [])
-            stats = {}
-            for ck, rs in configs.items():
-                st = config_stats(rs or shaky[ck], base_by_sweep, quality)
-                if rs:
-                    st.unreliable = len(shaky[ck])
-                    st.unreliable_reasons = sorted({x for r in shaky[ck] for x in
-                                                    r.summary.get("unreliable_reasons") or []})
-                    st.runs = len(rs) + len(shaky[ck])
-                    st.trials += len(_vals(shaky[ck], "decode_tok_s"))
-                else:  # nothing reliable to conclude from: its numbers are shown only
-                    st.set_aside, st.speedup = True, None
-                    st.classification = "set aside: every run unreliable"
-                stats[ck] = st
-            section["set_aside"] = [
-                {"config": config_label(m, k),
-                 "runs": len(rs), "of": len(rs) + len(configs[(m, k)]),
-                 "reasons": sorted({x for r in rs for x in
-                                    r.summary.get("unreliable_reasons") or ["unknown"]})}
-                for (m, k), rs in sorted(shaky.items()) if rs]
-            set_aside_runs += sum(len(rs) for rs in shaky.values())
-            base = stats.get(("baseline", 0))
-            base = None if base is None or base.set_aside else base
-            acc4 = stats.get(("speculative", 4))
-            acc4 = None if acc4 is None or acc4.set_aside else acc4
-            for (mode, k), c in sorted(stats.items(), key=lambda kv: (kv[0][0] != "baseline",
-                                                                       kv[0][1])):
-                if mode == "speculative" and base is not None and not c.set_aside:
-                    fw = any((r.sweep_id, r.node, key[2], r.pair, k) in failed
-                             for r in configs[(mode, k)])
-                    c.gates = evaluate_gates(c, base, key[3], series_gates, fw)
-                    c.classification = classify(c)
-                section["configs"].append(c.__dict__)
-            spec = [c for c in stats.values() if c.mode == "speculative" and c.speedup
-                    and not c.set_aside]
-            best = max(spec, key=lambda c: c.speedup or 0.0) if spec else None
-            metrics = {
-                "best_k": best.k if best else None,
-                "best_speedup": best.speedup if best else None,
-                "best_acceptance": best.acceptance_p50 if best else None,
-                "acceptance_at_4": acc4.acceptance_p50 if acc4 else None,
-                "widest_k": max((c.k for c in spec), default=None),
-                "swap_peak_bytes": max((c.swap_peak or 0 for c in stats.values()), default=0),
-                "swap_in_nights": max((c.swap_in_nights for c in stats.values()), default=0),
-                "mem_increase": (best.peak_memory / base.peak_memory - 1)
-                if best and base and best.peak_memory and base.peak_memory else None,
-                "decode_share": _decode_share(base_runs),
-                "itl_spike": (best.itl_p99 / max(base.itl_p95 or 1e-9, 1e-9))
-                if best and base and best.itl_p99 else None,
-                "acceptance_cv": cv(_vals(configs[("speculative", best.k)],
-                                           "acceptance_rate")) if best else None,
-                "candidates": sum(1 for c in stats.values()
-                                  if c.classification == "production candidate"),
-            }
-            metrics.update(load_signals(ramps, {r.sweep_id for r in cur}, latest.node, key[2]))
-            section["metrics"] = metrics
-            section["signals"] = fire(rules, metrics)
-            for (mode, k) in sorted(configs) if regressions_too else ():
-                earlier = [r for r in runs if r.mode == mode and r.k == k and r.at < start
-                           and not r.shaky]
-                recent = [r for r in earlier if r.at >= start - timedelta(days=7)]
-                for period, then, nightly in (("week over week", recent, False),
-                                              ("vs last 4 weeks", earlier, True)):
-                    reg = regression(configs[(mode, k)], then, per_night=nightly)
-                    if reg["verdict"] in ("regression", "improvement", "unconfirmed"):
-                        prev = max(then, key=lambda r: r.at).identity if then else {}
-                        reg.update(config=f"{mode} k={k}", period=period,
-                                   cause=identity_changes(prev, ident) if then else [])
-                        section["regressions"].append(reg)
-            section["change_points"] = [
-                {"config": config_label(mode, k),
-                 "metric": "decode_tok_s", **cp}
-                for (mode, k) in sorted(configs)
-                for cp in change_points(levels.get(key, {}).get((mode, k), []),
-                                        identity_changes)]
-            section["trend"] = _trend(runs, best.k if best else None)
-            section["speedup_by_k"] = {c.k: c.speedup for c in spec}
-            section["itl_p95_values"] = {
-                "baseline": _vals(configs.get(("baseline", 0), []), "itl_p95_ms"),
-                "best": _vals(configs[("speculative", best.k)], "itl_p95_ms") if best else []}
+            _judge(section, key, runs, cur, start, ident, series_gates, quality, failed,
+                   levels, ramps, latest, rules, regressions_too)
+            set_aside_runs += sum(x["runs"] for x in section["set_aside"])
         section["verdict"] = decide(section, facts.get(latest.node))
         out.append(section)
     busy = busy_vs_idle(out)
@@ -563,10 +505,10 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             s["signals"] = fire(rules, s["metrics"])
     found = ladders(out)  # lineups: the graded fallback walked with measured rungs
     annotate(out, found)
-    # a generation event names its workload and bucket; its sweep and node give the rest
-    series_of = {(r.sweep_id, r.node, r.series[2], r.series[3], r.pair): r.series
-                 for r in this_week}
-    _positions(out, generations, series_of)
+    # a generation event names its workload, bucket and config; its sweep and node the rest
+    run_of = {(r.sweep_id, r.node, r.series[2], r.series[3], r.pair, canonical(r.config)): r
+              for r in this_week}
+    _positions(out, generations, run_of)
     return {"week": label, "start": start.isoformat(), "end": end.isoformat(), "gates": gates,
             "series": out, "side_by_side": side_by_side(out), "sweeps": sweep_ids,
             "ladders": found, "busy_vs_idle": busy,
@@ -576,8 +518,113 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             "counts": {"failed_sweeps": len(failures), "series": len(out),
                        "runs_this_week": len(this_week), "set_aside_runs": set_aside_runs,
                        "stale": sum(1 for s in out if s["stale"]),
+                       # comparisons with reliable runs on both sides ("nothing regressed"
+                       # is said only when there was something to compare)
+                       "compared": sum(s["compared"] for s in out),
                        "verdicts": {d: sum(1 for s in out if s["verdict"]["decision"] == d)
                                     for d in DECISIONS}}}
+
+
+def _judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], start: datetime,
+           ident: dict, series_gates: dict, quality: dict, failed: set, levels: dict,
+           ramps: list, latest: RunRow, rules: list[Rule], regressions_too: bool) -> None:
+    """A series' configs this week (one per ingest config key), gates, metrics, signals,
+    regressions and change points, into ``section``."""
+    base_by_sweep = {}
+    for r in cur:
+        if r.mode == "baseline" and not r.shaky:
+            v = r.summary.get("values") or {}
+            d, t = median(v.get("decode_tok_s") or []), median(v.get("ttft_ms") or [])
+            if d:
+                base_by_sweep[(r.sweep_id, r.node, r.sampling)] = {"decode": d, "ttft": t}
+    # an unreliable trial is reported, never averaged in
+    configs = group_configs((r for r in cur if not r.shaky), RunRow.whole.fget)  # type: ignore
+    shaky = group_configs((r for r in cur if r.shaky), RunRow.whole.fget)  # type: ignore
+    for ck in shaky:
+        configs.setdefault(ck, [])
+    stats: dict[ConfigId, ConfigStats] = {}
+    for ck, rs in configs.items():
+        st = config_stats(rs or shaky[ck], base_by_sweep, quality)
+        aside = shaky.get(ck, [])
+        if rs:
+            st.unreliable = len(aside)
+            st.unreliable_reasons = sorted({x for r in aside for x in
+                                            r.summary.get("unreliable_reasons") or []})
+            st.runs = len(rs) + len(aside)
+            st.trials += len(_vals(aside, "decode_tok_s"))
+        else:  # nothing reliable to conclude from: its numbers are shown only
+            st.set_aside, st.speedup = True, None
+            st.classification = "set aside: every run unreliable"
+        stats[ck] = st
+    section["set_aside"] = [
+        {"config": stats[ck].label, "runs": len(rs), "of": len(rs) + len(configs[ck]),
+         "reasons": sorted({x for r in rs for x in
+                            r.summary.get("unreliable_reasons") or ["unknown"]})}
+        for ck, rs in sorted(shaky.items(), key=lambda kv: kv[0].order()) if rs]
+    # each speculative config against the baseline of its own sampling settings
+    bases = {c.sampling: c for c in stats.values() if c.mode == "baseline" and not c.set_aside}
+    for ck, c in sorted(stats.items(), key=lambda kv: kv[0].order()):
+        base = bases.get(c.sampling)
+        if c.mode == "speculative" and base is not None and not c.set_aside:
+            fw = any((r.sweep_id, r.node, key[2], r.pair, canonical(r.config)) in failed
+                     for r in configs[ck])
+            c.gates = evaluate_gates(c, base, key[3], series_gates, fw)
+            c.classification = classify(c)
+        section["configs"].append(c.__dict__)
+    spec = [c for c in stats.values() if c.mode == "speculative" and c.speedup
+            and not c.set_aside]
+    best = max(spec, key=lambda c: c.speedup or 0.0) if spec else None
+    best_id = next((ck for ck, c in stats.items() if c is best), None)
+    base = bases.get(best.sampling) if best else next(iter(bases.values()), None)
+    family = [c for c in spec if best and c.sampling == best.sampling]  # best's settings
+    acc4 = next((c for c in family if c.k == 4), None)
+    base_id = next((ck for ck, c in stats.items() if c is base), None)
+    metrics = {
+        "best_k": best.k if best else None,
+        "best_config": best.config_id if best else None,
+        "best_label": best.label if best else None,
+        "best_speedup": best.speedup if best else None,
+        "best_acceptance": best.acceptance_p50 if best else None,
+        "acceptance_at_4": acc4.acceptance_p50 if acc4 else None,
+        "widest_k": max((c.k for c in family), default=None),
+        # the swap rule reads reliable configs only: a set-aside config's swap is shown
+        # beside it, never a rule's evidence
+        "swap_peak_bytes": max((c.swap_peak or 0 for c in stats.values() if not c.set_aside),
+                               default=0),
+        "swap_in_nights": max((c.swap_in_nights for c in stats.values() if not c.set_aside),
+                              default=0),
+        "mem_increase": (best.peak_memory / base.peak_memory - 1)
+        if best and base and best.peak_memory and base.peak_memory else None,
+        "decode_share": _decode_share(configs[base_id] if base_id else []),
+        "itl_spike": (best.itl_p99 / max(base.itl_p95 or 1e-9, 1e-9))
+        if best and base and best.itl_p99 else None,
+        "acceptance_cv": cv(_vals(configs[best_id], "acceptance_rate")) if best_id else None,
+        "candidates": sum(1 for c in stats.values()
+                          if c.classification == "production candidate"),
+    }
+    metrics.update(load_signals(ramps, {r.sweep_id for r in cur}, latest.node, key[2]))
+    section["metrics"] = metrics
+    section["signals"] = fire(rules, metrics)
+    for ck in sorted(configs, key=ConfigId.order) if regressions_too else ():
+        earlier = [r for r in runs if r.cid == ck and r.at < start and not r.shaky]
+        recent = [r for r in earlier if r.at >= start - timedelta(days=7)]
+        for period, then in (("week over week", recent), ("vs last 4 weeks", earlier)):
+            reg = regression(configs[ck], then, per_night=True)  # the night is the unit
+            section["compared"] += reg["verdict"] != "no data"
+            if reg["verdict"] in ("regression", "improvement", "unconfirmed"):
+                prev = max(then, key=lambda r: r.at).identity if then else {}
+                reg.update(config=stats[ck].label, period=period,
+                           cause=identity_changes(prev, ident) if then else [])
+                section["regressions"].append(reg)
+    section["change_points"] = [
+        {"config": stats[ck].label, "metric": "decode_tok_s", **cp}
+        for ck in sorted(configs, key=ConfigId.order)
+        for cp in change_points(levels.get(key, {}).get(ck, []), identity_changes)]
+    section["trend"] = _trend(runs, best_id)
+    section["speedup_by_k"] = {c.k: c.speedup for c in family}
+    section["itl_p95_values"] = {
+        "baseline": _vals(configs[base_id], "itl_p95_ms") if base_id else [],
+        "best": _vals(configs[best_id], "itl_p95_ms") if best_id else []}
 
 
 def _decode_share(base_runs: list[RunRow]) -> float | None:
@@ -593,33 +640,36 @@ def _decode_share(base_runs: list[RunRow]) -> float | None:
     return median(shares)
 
 
-def _trend(runs: list[RunRow], k: int | None) -> list[dict]:
-    """Per night over the whole window: acceptance and decode tok/s of the series' best k."""
+def _trend(runs: list[RunRow], best: ConfigId | None) -> list[dict]:
+    """Per night over the whole window: acceptance and decode tok/s of the series' best
+    config (reliable runs only: a set-aside night is no point on the chart)."""
     nights: dict[date, list[RunRow]] = defaultdict(list)
     for r in runs:
-        if r.mode == "speculative" and r.k == k:
+        if r.cid == best and not r.shaky:
             nights[r.at.date()].append(r)
     return [{"date": d.isoformat(), "acceptance": median(_vals(rs, "acceptance_rate")),
              "decode_tok_s": median(_vals(rs, "decode_tok_s"))} for d, rs in sorted(nights.items())]
 
 
-def _positions(sections: list[dict], rows: list[tuple], series_of: dict[tuple, tuple],
+def _positions(sections: list[dict], rows: list[tuple], run_of: dict[tuple, RunRow],
                top: int = 6) -> None:
     """Acceptance by draft position for the best config of each series (the busiest
-    ``top`` series this week): drafted and accepted tokens are summed per series, so chips,
-    model pairs, runtimes and context buckets never share one curve."""
+    ``top`` series this week): drafted and accepted tokens are summed per series and
+    config, so chips, model pairs, runtimes, context buckets and sampling settings never
+    share one curve, and a set-aside run's generations are no part of it."""
     want = [s for s in sections if s.get("metrics", {}).get("best_k")][:top]
 
     def key(s: dict) -> tuple:
         d = s["series"]
         return (d["chip"], d["model_pair"], d["workload"], d["context_bucket"], d["engine"]), \
-            s["metrics"]["best_k"]
+            s["metrics"]["best_config"]
 
-    totals = {key(s): ([0] * key(s)[1], [0] * key(s)[1]) for s in want}
+    totals = {key(s): ([0] * s["metrics"]["best_k"], [0] * s["metrics"]["best_k"])
+              for s in want}
     for sid, node, _, p in rows:  # one pass over the events, not one per section
-        series = series_of.get((sid, node, p.get("workload"), p.get("context_bucket") or "short",
-                                result_pair(p)))
-        t = totals.get((series, p.get("num_draft_tokens")))
+        r = run_of.get((sid, node, p.get("workload"), p.get("context_bucket") or "short",
+                        result_pair(p), canonical(p.get("config"))))
+        t = totals.get((r.series, r.cid.key)) if r is not None and not r.shaky else None
         if t is None:
             continue
         for pos in p.get("acceptance_by_position") or []:

@@ -1,0 +1,64 @@
+"""Planted `compare` pairs with night-clustered noise: nights differ more than the
+repetitions of one night (the usual case on a Mac that runs other things by day).
+
+Each pair is one node measured on ``nights`` nights in week A and as many in week B at the
+same true rate (true ratio 1.0): any "B better/worse" is a false claim, and a 95% interval
+that misses 1.0 is a miss. Used by tests/truth/test_compare_truth.py and
+bench/compare_truth.py.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+
+from orchestrator.review.compare import compare
+from orchestrator.store import Store
+from tests.history import config_values, night, week_nights
+
+WEEK_A = "2026-W19"
+WEEK_B = "2026-W20"
+
+
+@dataclass(frozen=True)
+class Noise:
+    night_sd: float = 0.05   # log-normal spread of a night's level
+    rep_sd: float = 0.01     # log-normal spread of repetitions within a night
+    nights: int = 5          # a side
+    reps: int = 3            # per night
+
+
+def plant_pairs(store: Store, pairs: int, noise: Noise, seed: int) -> list[str]:
+    """``pairs`` nodes, each with ``noise.nights`` nights in WEEK_A and WEEK_B at 100 tok/s
+    true; returns the nodes."""
+    from tests.test_weekly_review import W20
+
+    rng = random.Random(seed)
+    nodes = [f"pair-{i:03d}" for i in range(pairs)]
+    sweeps: dict = {}  # one nightly sweep a night, every node in it
+    for node in nodes:
+        for start in (W20 - timedelta(days=7), W20):
+            for at in week_nights(start, noise.nights):
+                level = 100.0 * math.exp(rng.gauss(0, noise.night_sd))
+                v = config_values(level, noise.reps, jitter=0.0)
+                v["decode_tok_s"] = [level * math.exp(rng.gauss(0, noise.rep_sd))
+                                     for _ in range(noise.reps)]
+                sweeps[at] = night(store, at, node=node, chip="Apple M2 Max", pair="p",
+                                   workload="code", sweep_id=sweeps.get(at),
+                                   configs={("baseline", 0): v})
+    return nodes
+
+
+def score(store: Store, nodes: list[str]) -> dict:
+    """False claims (a verdict other than "same within noise" at a true ratio of 1.0) and
+    how often the 95% interval covers 1.0, over the decode tok/s row of each pair."""
+    claims = covered = 0
+    for node in nodes:
+        c = compare(store, f"node={node},week={WEEK_A}", f"node={node},week={WEEK_B}")
+        (row,) = [r for r in c["rows"] if r["metric"] == "decode_tok_s"]
+        claims += row["verdict"] in ("B better", "B worse")
+        covered += bool(row["ci"]) and row["ci"][0] <= 1.0 <= row["ci"][1]
+    return {"pairs": len(nodes), "false_claims": claims, "covered": covered,
+            "false_claim_rate": claims / len(nodes), "coverage": covered / len(nodes)}
