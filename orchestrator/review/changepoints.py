@@ -21,7 +21,10 @@ the series' own noise. Each finding is then confirmed against that noise, taken 
 The noise's memory (φ) and spread (σ) come from the residuals of the fit, refitted until
 they hold: the first pass assumes no memory (σ from the spread of one-night differences,
 which a step or a drift barely moves), each later one uses what the last fit left over.
-``bench/changepoints.py`` scores it against planted series.
+Last, every break and slope must pay for itself in a likelihood with AR(1) noise (each
+model's own φ, BIC's log n per parameter, weighted): a level that wanders by the noise's
+memory is explained by it, not by a step. ``bench/changepoints.py`` scores it against
+planted series.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ MIN_TAIL = 2         # nights at the window's end that can show a possible step
 MIN_DRIFT = 6        # the shortest straight segment
 MIN_CHANGE = 0.03    # a level change smaller than 3% is not reported
 Z = 4.0  # standard errors (long-run) a step or a drift must clear
+BIC_WEIGHT = 2.5     # times BIC's log n per level or break in the AR(1) score
+SLOPE_WEIGHT = 1.0   # … and per slope
 NOISE_FLOOR = 0.005  # relative night-to-night noise assumed at least this (planted data is exact)
 MAX_PHI = 0.7
 POSSIBLE = "confirm on the next nights"
@@ -222,6 +227,9 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
         if tuple(segs) in seen or segs == [(0, len(x), "flat")] and lr >= used:
             break  # (nothing found, and more noise finds nothing more)
         seen.add(tuple(segs))
+    segs = _select(x, segs, sums, log_n)
+    sigma, phi = residual_noise(x, segs, sums)
+    lr = sigma * math.sqrt((1 + phi) / (1 - phi))
     out: list[dict] = []
     for a, b in zip(segs, segs[1:]):
         (i0, i1, k0), (j0, j1, k1) = a, b
@@ -339,6 +347,45 @@ def _confirm(segs: list[tuple[int, int, str]], sums: _Sums,
             return segs
         a, b = segs[weakest], segs[weakest + 1]
         segs[weakest:weakest + 2] = [_joined(a[0], b[1], sums, lr)]
+
+
+def _ar_score(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> float:
+    """−2 log-likelihood of the fit with AR(1) noise (its φ fitted to the residuals), plus
+    BIC's log n per parameter (a level, a slope, a break's night): a wandering level is
+    explained by the noise's memory at the price of one parameter, a step by a break."""
+    fit = np.concatenate([sums.fit(i, j, k)[0] + sums.fit(i, j, k)[1] * np.arange(j - i)
+                          for i, j, k in segs])
+    r = x - fit
+    lag = float(r[:-1] @ r[:-1])
+    phi = min(max(float(r[1:] @ r[:-1]) / lag, 0.0), MAX_PHI) if lag > 0 else 0.0
+    u = r[1:] - phi * r[:-1]
+    var = max(float(u @ u) / len(u), (NOISE_FLOOR / 10) ** 2)
+    params = 2 * len(segs) - 1  # a level per segment, a night per break
+    slopes = sum(k == "line" for *_, k in segs)
+    return len(u) * math.log(var) + log_n * (BIC_WEIGHT * params + SLOPE_WEIGHT * slopes)
+
+
+def _select(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> list:
+    """Backward elimination by the AR(1) score: drop the break (joining its sides, flat or
+    straight, whichever scores better) or straighten the line whose removal improves the
+    score most, until none does. What the noise's memory explains goes."""
+    segs = list(segs)
+    best = _ar_score(x, segs, sums, log_n)
+    while len(segs) > 1 or segs[0][2] == "line":
+        options = []
+        for s in range(len(segs) - 1):
+            i, j = segs[s][0], segs[s + 1][1]
+            for kind in ("flat", "line") if j - i >= MIN_DRIFT else ("flat",):
+                options.append([*segs[:s], (i, j, kind), *segs[s + 2:]])
+        for s, (i, j, kind) in enumerate(segs):
+            if kind == "line":
+                options.append([*segs[:s], (i, j, "flat"), *segs[s + 1:]])
+        scored = [(_ar_score(x, o, sums, log_n), o) for o in options]
+        score, option = min(scored, key=lambda so: so[0])
+        if score >= best:
+            return segs
+        best, segs = score, option
+    return segs
 
 
 def _joined(i: int, j: int, sums: _Sums, lr: float) -> tuple[int, int, str]:
