@@ -110,3 +110,16 @@ def test_a_flat_series_with_a_short_blip_inside_has_none(n, level, data):
     factor = data.draw(st.floats(0.2, 3.0))
     values = [level * (factor if at <= i < at + width else 1.0) for i in range(n)]
     assert analyse(values) == []
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_plateau_is_two_steps(seed):
+    """A level that rises 15% for ten nights and comes back: two steps, at its first night
+    and at the first night back (no single change explains it, so the first look that
+    skips quiet series must not skip it)."""
+    import random
+
+    rng = random.Random(seed)
+    values = [100 * (1.15 if 12 <= i < 22 else 1) * (1 + rng.gauss(0, 0.015))
+              for i in range(35)]
+    assert [(f["kind"], f["index"]) for f in analyse(values)] == [("step", 12), ("step", 22)]

@@ -42,6 +42,7 @@ MIN_CHANGE = 0.03    # a level change smaller than 3% is not reported
 Z = 4.0  # standard errors (long-run) a step or a drift must clear
 BIC_WEIGHT = 2.5     # times BIC's log n per level or break in the AR(1) score
 SLOPE_WEIGHT = 1.0   # … and per slope
+QUIET_WEIGHT = 0.25   # … the share of it a first look asks of one change, to skip the search
 NOISE_FLOOR = 0.005  # relative night-to-night noise assumed at least this (planted data is exact)
 MAX_PHI = 0.7
 POSSIBLE = "confirm on the next nights"
@@ -216,6 +217,8 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
     x = full[keep]
     log_n = math.log(len(x))
     sums = _Sums(x)
+    if _quiet(x, sums, log_n):
+        return []
     # the noise's memory from the residuals of the fit, refitted until it holds: starting
     # from none (every wander a change), each pass finds less of the noise a change
     lr, seen = sigma, set()
@@ -363,6 +366,35 @@ def _ar_score(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> float:
     params = 2 * len(segs) - 1  # a level per segment, a night per break
     slopes = sum(k == "line" for *_, k in segs)
     return len(u) * math.log(var) + log_n * (BIC_WEIGHT * params + SLOPE_WEIGHT * slopes)
+
+
+def _quiet(x: np.ndarray, sums: _Sums, log_n: float) -> bool:
+    """Whether no single change could pay for itself: no step at any night and no slope
+    over the whole series beats one flat level in the AR(1) score, even at a fraction of
+    the weight the selection asks. Most series of a history are like that; they skip the
+    search (a year of nights costs a few array operations, not a partition)."""
+    n = len(x)
+    if n < 2 * MIN_DRIFT:
+        return False
+    t = np.arange(n)
+    k = np.arange(1, n)[:, None]  # a step before night k
+    c0 = sums.c[0]
+    before = (c0[1:n] / np.arange(1, n))[:, None]
+    after = ((c0[n] - c0[1:n]) / (n - np.arange(1, n)))[:, None]
+    fits = [np.where(t[None, :] < k, before, after)]
+    level, slope = sums.fit(0, n, "line")
+    fits.append((level + slope * t)[None, :])
+    fits.append(np.full((1, n), c0[n] / n))
+    r = x[None, :] - np.concatenate(fits)
+    lag = np.maximum((r[:, :-1] * r[:, :-1]).sum(1), 1e-300)
+    phi = np.clip((r[:, 1:] * r[:, :-1]).sum(1) / lag, 0.0, MAX_PHI)
+    u = r[:, 1:] - phi[:, None] * r[:, :-1]
+    var = np.maximum((u * u).sum(1) / (n - 1), (NOISE_FLOOR / 10) ** 2)
+    score = (n - 1) * np.log(var)
+    # what one change adds (a break and a level, or a slope), at a share of its price
+    step = score[:-2] + QUIET_WEIGHT * 2 * BIC_WEIGHT * log_n
+    line = score[-2:-1] + QUIET_WEIGHT * SLOPE_WEIGHT * log_n
+    return bool(min(step.min(), line.min()) >= score[-1])
 
 
 def _select(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> list:
