@@ -3,20 +3,21 @@
 A sweep's answer is which config is fastest, and by how much. Each candidate is measured in
 repetition rounds, always right after its own baseline (the loop's A B A C order); its
 sample per round is the paired speedup (its decode tok/s over the baseline's measured just
-before it), so slow drift of the machine cancels out. After each round:
+before it), so slow drift of the machine cancels out. After each round a candidate stops
+only when its rank is settled:
 
-- a candidate whose median speedup is known to within the plan's ``tolerance`` (the
-  half-width of a distribution-free confidence interval for the median, relative to it)
-  stops repeating;
-- draft widths past the knee stop once two successive widths are worse than the best with
-  confidence (the upper end of their interval below the lower end of the best one's), and
-  so does every wider one; any other candidate that is worse than the best with
-  confidence stops too (its place in the answer is known);
-- the baseline competes too: its paired speedup is 1 by definition, so a candidate whose
-  whole interval lies below 1 is slower than not speculating at all and stops (when every
-  candidate does, the answer is the baseline, as the full grid's would be);
-- nothing stops before ``min_repetitions`` or goes on past the plan's ``repetitions``
-  (what the full grid would run).
+- its paired difference against the current best excludes the plan's ``tolerance``: the
+  interval for the median of its round-by-round ratio to the best lies wholly below
+  1 − tolerance. The baseline competes too, at exactly 1 (each speedup is over its own
+  baseline), so a candidate whose speedup interval lies below 1 − tolerance stops, and when
+  all do, the answer is the baseline, as the full grid's would be;
+- or it is settled as the best: the last one left, faster than the baseline beyond the
+  tolerance with confidence.
+
+A candidate within the tolerance of the best never stops early: it is measured as often as
+the grid would measure it, so the two pick alike (a candidate whose own median is known to
+±5% is no answer: one 8% from the best can be pinned and still swap places with it). Nothing
+stops before ``min_repetitions`` or goes on past the plan's ``repetitions``.
 
 A trial flagged unreliable is no evidence for stopping: it is measured and reported, but
 only reliable trials make an interval. The interval for the median is the order-statistic
@@ -59,43 +60,6 @@ class Decision:
     reason: str = ""
 
 
-def known(xs: list[float], spec: dict) -> Decision:
-    """Whether one candidate's median speedup is pinned down to the tolerance."""
-    n = len(xs)
-    if n >= spec["max_repetitions"]:
-        return Decision(True, f"{n} repetitions (the maximum)")
-    if n < spec["min_repetitions"]:
-        return Decision(False)
-    ci = median_ci(xs, spec["confidence"])
-    m = median(xs)
-    if ci is None or not m:
-        return Decision(False)
-    half = (ci[1] - ci[0]) / 2 / abs(m)
-    if half <= spec["tolerance"]:
-        return Decision(True, f"median known to ±{half:.1%} ({spec['confidence']:.0%} "
-                              f"interval) after {n} repetitions")
-    return Decision(False)
-
-
-def past_the_knee(widths: dict[int, list[float]], spec: dict) -> dict[int, str]:
-    """Widths to stop because two successive widths past the best are worse than it with
-    confidence: those two and every wider one, each with the reason."""
-    cis = {k: ci for k, xs in widths.items() if len(xs) >= spec["min_repetitions"]
-           and (ci := median_ci(xs, spec["confidence"])) is not None}
-    if not cis:
-        return {}
-    best = max(cis, key=lambda k: median(widths[k]) or 0.0)
-    lo_best = cis[best][0]
-    wider = sorted(k for k in widths if k > best)
-    worse = [k for k in wider if k in cis and cis[k][1] < lo_best]
-    for a, b in zip(wider, wider[1:]):
-        if a in worse and b in worse:
-            why = (f"past the knee: widths {a} and {b} are both slower than width {best} "
-                   f"with {spec['confidence']:.0%} confidence")
-            return {k: why for k in wider if k >= a}
-    return {}
-
-
 def check_adaptive(spec, repetitions: int) -> str | None:
     """Why a job's ``adaptive`` section is refused (None: fine)."""
     if not isinstance(spec, dict):
@@ -121,28 +85,49 @@ def resolved(spec: dict, repetitions: int) -> dict:
     return {**DEFAULTS, **spec, "max_repetitions": repetitions}
 
 
+def paired(xs: list[float], ys: list[float]) -> list[float]:
+    """Round by round, one candidate's paired speedup over another's: both were measured in
+    the same repetition round, so what drifted between rounds cancels once more."""
+    return [x / y for x, y in zip(xs, ys) if y]
+
+
 def settle(samples: dict, widths: dict, spec: dict) -> dict:
     """Candidates to stop now, each with its reason. ``samples``: key → reliable paired
-    speedups so far; ``widths``: key → its draft width when the candidates differ only by
-    width (the knee rule applies among those), else None."""
-    out = {key: d.reason for key, xs in samples.items() if (d := known(xs, spec)).settled}
-    # a candidate slower than the best with confidence: its place in the answer is known.
-    # The baseline is one of the configs, at exactly 1 (each sample is over its own).
-    cis = {k: ci for k, xs in samples.items() if len(xs) >= spec["min_repetitions"]
-           and (ci := median_ci(xs, spec["confidence"])) is not None}
-    conf = f"{spec['confidence']:.0%} confidence after"
-    if cis:
-        best = max(cis, key=lambda k: median(samples[k]) or 0.0)
-        for k, ci in cis.items():
-            if ci[1] < 1.0:
-                out.setdefault(k, f"slower than its baseline with {conf} {len(samples[k])} "
-                                  f"repetitions (median speedup {median(samples[k]):.2f}x)")
-            elif k != best and ci[1] < cis[best][0]:
-                out.setdefault(k, f"slower than the best with {conf} {len(samples[k])} "
-                                  "repetitions")
-    by_width = {widths[k]: samples[k] for k in samples if widths.get(k) is not None}
-    for width, why in past_the_knee(by_width, spec).items():
-        for key in samples:
-            if widths.get(key) == width:
-                out.setdefault(key, why)
+    speedups so far (one per round, in round order) of the candidates still running.
+    ``widths`` (key → draft width) is accepted for the loop's call and unused: no rule
+    assumes a knee, every stop rests on the candidate's own paired evidence."""
+    del widths
+    lo, conf = spec["min_repetitions"], spec["confidence"]
+    out = {k: f"{len(xs)} repetitions (the maximum)" for k, xs in samples.items()
+           if len(xs) >= spec["max_repetitions"]}
+    ready = {k: xs for k, xs in samples.items() if len(xs) >= lo}
+    if not ready:
+        return out
+    # the current best: the baseline (speedup 1 by definition) or a candidate above it
+    best = max(ready, key=lambda k: median(ready[k]) or 0.0)
+    base_best = (median(ready[best]) or 0.0) <= 1.0
+    after = f"with {conf:.0%} confidence after"
+    # beyond the tolerance: a candidate within it of the best is one answer by the plan's
+    # terms, so it is measured as often as the grid would (its median the grid's)
+    edge = 1.0 - spec["tolerance"]
+    for k, xs in ready.items():
+        if k in out:
+            continue
+        own = median_ci(xs, conf)
+        if own is not None and own[1] < edge:  # the paired difference against the baseline
+            out[k] = (f"slower than its baseline {after} {len(xs)} repetitions "
+                      f"(median speedup {median(xs):.2f}x)")
+            continue
+        if k == best or base_best:
+            continue
+        ratios = paired(xs, ready[best])
+        ci = median_ci(ratios, conf) if len(ratios) >= lo else None
+        if ci is not None and ci[1] < edge:
+            out[k] = (f"slower than the best {after} {len(ratios)} paired repetitions "
+                      f"(median {median(ratios):.3f}x the best's)")
+    left = [k for k in samples if k not in out]
+    best_ci = median_ci(ready[best], conf)
+    if left == [best] and not base_best and best_ci is not None and best_ci[0] * edge > 1.0:
+        out[best] = (f"settled as the best: faster than its baseline beyond the tolerance "
+                     f"{after} {len(ready[best])} repetitions, every other candidate slower")
     return out

@@ -38,6 +38,8 @@ class Stream:
     tool_calls: list[dict] = field(default_factory=list)  # assembled {name, arguments}
     tool_chunks: list[tuple[float, str]] = field(default_factory=list)  # timed fragments
     pending: str = ""  # a UTF-16 high surrogate waiting for its other half
+    rejoined: int = 0  # surrogate pairs split across events, joined again
+    replaced: int = 0  # lone surrogate halves, replaced by U+FFFD
 
     def add_tool_deltas(self, deltas: list) -> str:
         return fold_tool_deltas(self.tool_calls, deltas)
@@ -45,19 +47,32 @@ class Stream:
     def add_text(self, when: float, text: str) -> None:
         """A content chunk. JSON may carry a character as two ``\\uXXXX`` surrogate halves,
         and a runtime may split them across events: rejoin them here, so no chunk holds
-        half a character (a tokenizer or a comparison would choke on it)."""
+        half a character (a tokenizer or a comparison would choke on it), and count each
+        repair: the stream was not what the runtime should have sent."""
+        if self.pending and text and "\udc00" <= text[0] <= "\udfff":
+            self.rejoined += 1
         text = self.pending + text
         self.pending = ""
         if text and "\ud800" <= text[-1] <= "\udbff":
             text, self.pending = text[:-1], text[-1]
-        text = clean_text(text)
-        if text:
-            self.chunks.append((when, text))
+        cleaned = clean_text(text)
+        self.replaced += cleaned.count("\ufffd") - text.count("\ufffd")
+        if cleaned:
+            self.chunks.append((when, cleaned))
 
     def close(self, when: float) -> None:
         if self.pending:  # a half that never got its partner
             self.pending = ""
+            self.replaced += 1
             self.chunks.append((when, "\ufffd"))
+
+    def repairs(self) -> str | None:
+        """What was repaired in this stream, in words (None: nothing)."""
+        parts = [f"{self.rejoined} surrogate pair(s) split across events rejoined"
+                 if self.rejoined else "",
+                 f"{self.replaced} lone surrogate half(s) replaced by U+FFFD"
+                 if self.replaced else ""]
+        return "; ".join(p for p in parts if p) or None
 
 
 def clean_text(text: str) -> str:
@@ -272,13 +287,23 @@ def tool_parity(streamed: list[dict], whole: list[dict]) -> dict:
     return {"tool_parity": "ok", "tool_first_difference": None}
 
 
-def token_count(text: str, usage: int | None, count_tokens=None,
-                chunks: int | None = None) -> tuple[int | None, str, str | None]:
+PER_CHUNK_SLACK = 1.5  # a stream carries about one token per chunk; this much more is odd
+
+
+def token_count(text: str, usage: int | None, count_tokens=None, chunks: int | None = None,
+                drafting: bool = False) -> tuple[int | None, str, str | None]:
     """How many tokens ``text`` holds, where that number came from, and any disagreement.
 
     A runtime's ``usage.completion_tokens`` is input, not truth: with a tokenizer, the
-    tokenizer wins and a different usage is flagged; without one, usage is taken only if
-    it is possible (a token is at least one byte of output), else the chunk count."""
+    tokenizer wins and a different usage is flagged; without one, usage is checked against
+    what was streamed and taken only if plausible, else the chunk count:
+
+    - at most one token per byte of output (a token is at least one byte);
+    - streamed (``chunks``: how many chunks carried text): runtimes stream a token per
+      chunk, holding back only the byte tokens of a character not yet whole, so at most
+      ``PER_CHUNK_SLACK`` × (chunks + bytes of non-ASCII characters) — unless the runtime
+      reports drafting (``drafting``: accepted drafts may share a chunk);
+    - and at least one token per chunk (a chunk of text came from a token)."""
     if count_tokens is not None:
         n = len(count_tokens(text))
         if usage is not None and abs(usage - n) > max(1, 0.02 * n):
@@ -291,13 +316,31 @@ def token_count(text: str, usage: int | None, count_tokens=None,
     if usage > size:
         return chunks, "chunks", f"the runtime reports {usage} tokens for {size} bytes " \
                                  "of output (impossible); counted chunks instead"
+    if chunks:
+        wide = sum(len(c.encode("utf-8", "replace")) for c in text if ord(c) > 127)
+        if not drafting and usage > PER_CHUNK_SLACK * (chunks + wide):
+            return chunks, "chunks", (
+                f"the runtime reports {usage} tokens for {chunks} streamed chunks and "
+                f"{len(text)} characters ({usage / chunks:.1f} a chunk, where a stream "
+                "carries about one; implausible); counted chunks instead")
+        if usage < chunks - max(1, chunks // 10):
+            return chunks, "chunks", (
+                f"the runtime reports {usage} tokens for {chunks} streamed chunks of text "
+                "(each came from a token; implausible); counted chunks instead")
     return usage, "usage", None
 
 
-def nonstreamed(whole: dict, wall_s: float, count_tokens=None) -> dict:
+def nonstreamed(whole: dict, wall_s: float, count_tokens=None, distrust: str | None = None
+                ) -> dict:
     """The non-streamed request end to end: wall time and, where the tokens can be counted,
-    completion tokens over that time (prefill included, so below decode tok/s)."""
+    completion tokens over that time (prefill included, so below decode tok/s).
+    ``distrust``: why the runtime's usage was found implausible on the streamed request of
+    the same generation; then the count here is not taken either (no rate from it)."""
     usage = (whole.get("usage") or {}).get("completion_tokens")
+    if distrust and count_tokens is None and usage is not None:
+        return {"nonstreamed_ms": round(wall_s * 1e3, 3), "nonstreamed_tokens": None,
+                "nonstreamed_tok_s": None, "nonstreamed_token_source": "unverified",
+                "nonstreamed_usage_problem": f"usage not taken: {distrust}"}
     # tool calls are generated output too: their text bounds what usage may claim
     calls = "".join(c["name"] + (c["arguments"] or "") for c in whole.get("tool_calls") or [])
     if count_tokens is not None or not calls:
@@ -320,8 +363,10 @@ def trace_of(s: Stream, count_tokens=None) -> Trace:
     times = [t for t, _ in timeline]
     usage = (s.usage or {}).get("completion_tokens")
     text = "".join(t for _, t in s.chunks)
+    timings = s.timings or {}
     total, source, problem = token_count(
-        text if count_tokens is not None else "".join(texts), usage, count_tokens, len(texts))
+        text if count_tokens is not None else "".join(texts), usage, count_tokens,
+        len(texts), drafting=timings.get("draft_n") is not None)
     if source == "chunks":
         total = None  # one token per chunk, below
     cum: list[int] = []
@@ -344,8 +389,8 @@ def trace_of(s: Stream, count_tokens=None) -> Trace:
         token_times += [when] * max(c - prev, 0)
         prev = max(prev, c)
     itl = [(b - a) * 1e3 for a, b in zip(times, times[1:])]
-    timings = s.timings or {}
     reported = timings.get("predicted_per_second")
+    repaired = s.repairs()
     return Trace(
         arrivals=times, token_times=token_times, output_text=text, finish_reason=s.finish_reason,
         drafted=timings.get("draft_n"), accepted=timings.get("draft_n_accepted"), fields={
@@ -354,6 +399,10 @@ def trace_of(s: Stream, count_tokens=None) -> Trace:
             "chunk_itl_p99_ms": percentile(itl, 99), "chunks": len(texts),
             "usage_tokens": usage, "token_source": source,
             **({"usage_problem": problem} if problem else {}),
+            # usage disagreed with what was streamed: not the count the rates use
+            **({"usage_implausible": True} if problem and usage is not None else {}),
+            **({"stream_repaired": s.rejoined + s.replaced, "stream_repair": repaired}
+               if repaired else {}),
             "keepalive_comments": s.comments,
             # the runtime's own decode speed (llama-server, Ollama), beside ours
             "reported_decode_tok_s": round(reported, 2) if reported else None,

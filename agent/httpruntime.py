@@ -19,6 +19,7 @@ from pathlib import Path
 from . import httpengine as h
 from .job import Job, Workload
 from .journal import Journal
+from .load import Reply
 from .loop import EngineUnavailable, Request, Slot, Variant
 from .protocol import DRAFT_FREE_METHODS, KNOBS
 from .trace import Trace
@@ -196,7 +197,9 @@ class HttpEngine:
         # same text at temperature 0, which parity checks)
         t.output_text = whole["text"]
         t.token_ids = self.count(whole["text"]) if self.count else None
-        t.fields.update(par, **tpar, **h.nonstreamed(whole, wall, self.count),
+        t.fields.update(par, **tpar, **h.nonstreamed(
+            whole, wall, self.count,
+            t.fields.get("usage_problem") if t.fields.get("usage_implausible") else None),
                         tool_calls=whole["tool_calls"])
         return t
 
@@ -209,10 +212,9 @@ class HttpEngine:
         body = _body(self.api, w.prompt, w.max_tokens, config, fields, w.tools)
         url, headers = spec["base_url"], self.headers.get(variant.name, {})
 
-        def send(i: int) -> tuple[list[float], int | None, int | None]:
+        def send(i: int) -> Reply:
             s, _ = h.stream(url, self.api, body, self.timeout, headers=headers)
-            t = h.trace_of(s, self.count)
-            return t.token_times, t.drafted, t.accepted
+            return reply_of(s, self.count)
 
         return send
 
@@ -253,3 +255,10 @@ class HttpEngine:
         for rt in self.running.values():
             rt.__exit__()
         self.running.clear()
+
+
+def reply_of(s: h.Stream, count_tokens=None) -> Reply:
+    """A streamed request as a load level reads it: its chunks as they arrived (ITL is
+    their gaps) and its tokens as counted (TPOT), usage only where plausible."""
+    t = h.trace_of(s, count_tokens)
+    return Reply(t.arrivals, len(t.token_times), t.drafted, t.accepted)

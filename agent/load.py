@@ -6,9 +6,15 @@ arrivals on a schedule (Poisson or constant) fixed before the level starts, at m
 ``max_concurrency`` in flight; a request that finds every slot busy waits, and that wait
 counts in its latency (``queued_ms``), as a user behind a gateway would feel it.
 
-Metrics follow the serving benchmarks' names (vLLM ``bench serve``, GuideLLM): TTFT, ITL,
-TPOT, end-to-end latency, output tok/s per stream and in total, requests/s and goodput:
-the rate of requests that met every SLO. Failed requests are counted, never averaged in.
+Metrics follow the serving benchmarks' names and definitions (vLLM ``bench serve``,
+GuideLLM): TTFT (the first chunk), ITL (the gap between successive chunks, whatever tokens
+each carries: tokens inside one chunk arrive together, spreading them over the gap would
+invent a cadence), TPOT = (E2E − TTFT) / (tokens − 1), end-to-end latency, output tok/s
+per stream and in total, requests/s and goodput: the rate of requests that met every SLO.
+Failed requests are counted, never averaged in. A level is saturated when the rate it
+served falls below 95% of the rate it was offered (realised: the schedule's own, not the
+nominal one) or its queue grows, open and closed loop alike. Poisson schedules are drawn
+per level from the job's seed and the level, so no two levels share their draws.
 Standard library only: one thread per stream. An open loop's dispatcher sleeps to each
 arrival; while it runs, the interpreter switches threads every 0.2 ms instead of 5 ms, so a
 request is sent within a millisecond of its time even while others are being read
@@ -35,27 +41,46 @@ ERROR_SHARE_STOP = 0.10     # a level where ≥10% of requests fail ends the ram
 LATENCY_GROWTH_STOP = 4.0   # e2e p50 ≥4× the first level's, with no throughput gained
 
 
+SATURATED_SHARE = 0.95      # served below this share of the offered rate: saturated
+
+
 @dataclass
 class Outcome:
     """One request of a level (seconds since the level started)."""
 
     scheduled: float            # when it should have been sent
     sent: float                 # when it was (later: the dispatcher, or no free slot)
-    token_times: list[float] = field(default_factory=list)  # since ``sent``, per token
+    chunk_times: list[float] = field(default_factory=list)  # since ``sent``, per chunk
     end: float = 0.0            # since the level started (set when it ends)
     error: str | None = None
     drafted: int | None = None  # what the runtime reported drafting and accepting
     accepted: int | None = None
+    tokens: int | None = None   # output tokens (None: one per chunk)
 
     @property
     def ok(self) -> bool:
-        return self.error is None and bool(self.token_times)
+        return self.error is None and bool(self.chunk_times)
+
+    @property
+    def output_tokens(self) -> int:
+        return self.tokens if self.tokens is not None else len(self.chunk_times)
 
 
-# a request: given its index, send it and return each output token's arrival time (seconds
-# since it was sent), or (times, drafted, accepted) where the runtime reports speculation;
-# raise to fail it
-Send = Callable[[int], "list[float] | tuple[list[float], int | None, int | None]"]
+@dataclass
+class Reply:
+    """What a sent request returns: its chunks' arrival times (seconds since it was sent),
+    its output tokens where counted (None: one per chunk), and the drafting the runtime
+    reported, if any."""
+
+    chunk_times: list[float]
+    tokens: int | None = None
+    drafted: int | None = None
+    accepted: int | None = None
+
+
+# a request: given its index, send it and return a Reply (or just the chunk times, one
+# token each, or (times, drafted, accepted)); raise to fail it
+Send = Callable[[int], "Reply | list[float] | tuple[list[float], int | None, int | None]"]
 
 
 def _one(send: Send, i: int, scheduled: float, t0: float) -> Outcome:
@@ -63,10 +88,15 @@ def _one(send: Send, i: int, scheduled: float, t0: float) -> Outcome:
     o = Outcome(scheduled, sent)
     try:
         got = send(i)
-        if isinstance(got, tuple):
-            got, o.drafted, o.accepted = got
-        o.token_times = list(got)
-        if not o.token_times:
+        if isinstance(got, Reply):
+            o.chunk_times, o.tokens = list(got.chunk_times), got.tokens
+            o.drafted, o.accepted = got.drafted, got.accepted
+        elif isinstance(got, tuple):
+            times, o.drafted, o.accepted = got
+            o.chunk_times = list(times)
+        else:
+            o.chunk_times = list(got)
+        if not o.chunk_times:
             o.error = "no output"
     except Exception as e:  # noqa: BLE001 — a failed request is data, not a crash
         o.error = f"{type(e).__name__}: {e}"[:300]
@@ -102,10 +132,13 @@ def closed_loop(send: Send, concurrency: int, requests: int,
 
 
 def arrival_times(rate: float, requests: int, arrivals: str, seed: int) -> list[float]:
-    """Seconds since the level starts: Poisson (exponential gaps, seeded) or constant."""
+    """Seconds since the level starts: Poisson (exponential gaps) or constant. The draws
+    are seeded by the job's seed *and the rate*: each level has its own (the same for every
+    variant at that level, so they meet the same schedule), never another level's draws
+    rescaled, which would run every level at one realised share of its nominal rate."""
     if arrivals == "constant":
         return [i / rate for i in range(requests)]
-    rng = random.Random(seed)
+    rng = random.Random(f"{seed}:{rate!r}")
     t, out = 0.0, []
     for _ in range(requests):
         out.append(t)
@@ -166,19 +199,52 @@ def _pcts(values: list[float], name: str) -> dict:
             for p in (50, 90, 95, 99)}
 
 
-def summarize(outcomes: list[Outcome], wall_s: float, slo: dict | None = None) -> dict:
-    """A level's metrics, from its successful requests; failures are counted apart."""
+def realised_rate(times: list[float]) -> float | None:
+    """Events per second over a run of event times: (n − 1) gaps over their span."""
+    if len(times) < 2:
+        return None
+    span = max(times) - min(times)
+    return (len(times) - 1) / span if span > 0 else None
+
+
+def queue_growth_ms(outcomes: list[Outcome]) -> float | None:
+    """How much longer a request waited for its first token at the end of the level than
+    at its start (in schedule order: the median of the last third less that of the first
+    third), or None below 3 successful requests. A queue that grows shows here, whether
+    the requests wait at the client (no free slot) or at the server."""
+    waits = [(o.sent - o.scheduled + o.chunk_times[0]) * 1e3
+             for o in sorted(outcomes, key=lambda o: o.scheduled) if o.ok]
+    if len(waits) < 3:
+        return None
+    third = max(len(waits) // 3, 1)
+    growth = (percentile(waits[-third:], 50) or 0.0) - (percentile(waits[:third], 50) or 0.0)
+    return round(max(growth, 0.0), 3)  # 0: it did not grow
+
+
+def summarize(outcomes: list[Outcome], wall_s: float, slo: dict | None = None,
+              closed: bool = False) -> dict:
+    """A level's metrics, from its successful requests; failures are counted apart.
+    ``closed``: a closed loop, whose streams offer a request as the last one ends: its
+    offered rate is what they sent over the level, its served rate what succeeded."""
     ok = [o for o in outcomes if o.ok]
-    ttft = [o.token_times[0] * 1e3 for o in ok]
-    itl = [(b - a) * 1e3 for o in ok for a, b in zip(o.token_times, o.token_times[1:])]
+    ttft = [o.chunk_times[0] * 1e3 for o in ok]
+    # vLLM's ITL: each chunk's gap after the one before, whatever tokens it carries
+    itl = [(b - a) * 1e3 for o in ok for a, b in zip(o.chunk_times, o.chunk_times[1:])]
     e2e = [(o.end - o.scheduled) * 1e3 for o in ok]  # from its scheduled time: waits count
-    tpot = [(o.token_times[-1] - o.token_times[0]) * 1e3 / (len(o.token_times) - 1)
-            for o in ok if len(o.token_times) > 1]
-    per_stream = [len(o.token_times) / o.token_times[-1] for o in ok if o.token_times[-1] > 0]
+    # vLLM's TPOT: (E2E − TTFT) / (tokens − 1), E2E to the last chunk
+    tpot = [(o.chunk_times[-1] - o.chunk_times[0]) * 1e3 / (o.output_tokens - 1)
+            for o in ok if o.output_tokens > 1]
+    per_stream = [o.output_tokens / o.chunk_times[-1] for o in ok if o.chunk_times[-1] > 0]
     queued = [(o.sent - o.scheduled) * 1e3 for o in outcomes]
-    tokens = sum(len(o.token_times) for o in ok)
+    tokens = sum(o.output_tokens for o in ok)
     drafted = sum(o.drafted or 0 for o in ok if o.drafted is not None)
     accepted = sum(o.accepted or 0 for o in ok if o.drafted is not None)
+    if closed:
+        offered = len(outcomes) / wall_s if wall_s > 0 else None
+        served = len(ok) / wall_s if wall_s > 0 else None
+    else:  # the schedule's own rate, and the completions', each over its span
+        offered = realised_rate([o.scheduled for o in outcomes])
+        served = realised_rate([o.end for o in ok]) if len(ok) > 1 else 0.0
     m: dict = {
         "requests": len(outcomes), "completed": len(ok),
         "errors": len(outcomes) - len(ok),
@@ -189,6 +255,11 @@ def summarize(outcomes: list[Outcome], wall_s: float, slo: dict | None = None) -
         "output_tok_s_per_stream_p50": (round(v, 2) if (v := percentile(per_stream, 50))
                                         is not None else None),
         "requests_per_s": round(len(ok) / wall_s, 3) if wall_s > 0 else None,
+        # the rate the level was offered (its schedule, realised; a closed loop's: its
+        # sends) and the rate it served (successful completions), each over its own span
+        "offered_rps": round(offered, 3) if offered else None,
+        "served_rps": round(served, 3) if served is not None else None,
+        "queue_growth_ms": queue_growth_ms(outcomes),
         **_pcts(ttft, "ttft_ms"), **_pcts(itl, "itl_ms"), **_pcts(tpot, "tpot_ms"),
         **_pcts(e2e, "e2e_ms"), "queued_ms_p99": _pcts(queued, "q")["q_p99"],
         # where the runtime reports it (llama-server's timings); None: not reported
@@ -204,8 +275,8 @@ def summarize(outcomes: list[Outcome], wall_s: float, slo: dict | None = None) -
 
 def meets(o: Outcome, slo: dict) -> bool:
     """Whether one request met every SLO the plan set (its own ITL p95 for itl_p95_ms)."""
-    itl = [(b - a) * 1e3 for a, b in zip(o.token_times, o.token_times[1:])]
-    checks = {"ttft_ms": o.token_times[0] * 1e3,
+    itl = [(b - a) * 1e3 for a, b in zip(o.chunk_times, o.chunk_times[1:])]
+    checks = {"ttft_ms": o.chunk_times[0] * 1e3,
               "itl_p95_ms": (percentile(itl, 95) or 0.0) if itl else 0.0,
               "e2e_ms": (o.end - o.scheduled) * 1e3}
     return all(checks[k] <= float(limit) for k, limit in slo.items())
@@ -213,16 +284,22 @@ def meets(o: Outcome, slo: dict) -> bool:
 
 def saturation(levels: list[dict], load: str, target: float | None = None) -> str | None:
     """Why the ramp should stop after the last level, or None. ``levels`` are this ramp's
-    summaries so far (the last one just measured)."""
+    summaries so far (the last one just measured); ``target``, a request rate's nominal
+    level, is named beside the realised rate the rules use."""
     cur = levels[-1]
     if cur["requests"] and cur["errors"] / cur["requests"] >= ERROR_SHARE_STOP:
         return (f"errors under load: {cur['errors']} of {cur['requests']} requests failed "
                 f"({', '.join(cur['error_examples'])})")
-    if load == "request_rate" and target and cur["requests_per_s"] is not None \
-            and cur["requests_per_s"] < 0.9 * target and cur["queued_ms_p99"] \
-            and cur["queued_ms_p99"] > (cur["e2e_ms_p50"] or 0):
-        return (f"cannot keep up: {cur['requests_per_s']:.2f} requests/s served of "
-                f"{target:g} offered, requests queued up to {cur['queued_ms_p99']:.0f} ms")
+    offered, served = cur.get("offered_rps"), cur.get("served_rps")
+    nominal = f" (nominal {target:g})" if target else ""
+    if offered and served is not None and served < SATURATED_SHARE * offered:
+        return (f"cannot keep up: {served:.2f} requests/s served of {offered:.2f} offered"
+                f"{nominal}, below {SATURATED_SHARE:.0%}")
+    if offered and (growth := cur.get("queue_growth_ms")) is not None \
+            and growth > max(1e3 / offered, 2 * (cur.get("ttft_ms_p50") or 0.0)):
+        return (f"queue growing: the last requests waited {growth:.0f} ms longer for their "
+                f"first token than the first ones, at {offered:.2f} requests/s offered"
+                f"{nominal}")
     first = levels[0]
     if len(levels) >= 2 and first["e2e_ms_p50"] and cur["e2e_ms_p50"] \
             and cur["e2e_ms_p50"] >= LATENCY_GROWTH_STOP * first["e2e_ms_p50"] \

@@ -486,7 +486,7 @@ class Loop:
                                            spec.get("arrivals", "poisson"),
                                            int(spec.get("max_concurrency", 64)), job.seed)
             window = self.sampler.window(start, self.sampler.mark())
-            m = summarize(outcomes, wall, spec.get("slo"))
+            m = summarize(outcomes, wall, spec.get("slo"), closed=load == "concurrency")
             tele = summarise_window(window)
             swaps = [x.get("swap_used_bytes") for x in window
                      if x.get("swap_used_bytes") is not None]

@@ -163,7 +163,7 @@ class MlxEngine:
                     if o is None:
                         continue
                     if r.finish_reason != "stop":
-                        o.token_times.append(now - o.sent)
+                        o.chunk_times.append(now - o.sent)
                     if r.finish_reason is not None:
                         o.end = now
                         out.append(live.pop(r.uid))

@@ -32,6 +32,15 @@ Format history
   percentiles, output tok/s per stream and in total, requests/s, errors (never averaged
   in), goodput against the job's SLOs, memory and swap during the level; ``status`` ok,
   saturated (``stop_reason``: the ramp stops there) or failed.
+- events 1.6: ``load_level`` measures as vLLM's ``bench serve`` does: ITL is the gap
+  between chunks (not tokens spread over it), TPOT (E2E − TTFT) / (tokens − 1); it carries
+  ``offered_rps`` (the realised schedule's rate; a closed loop's sends), ``served_rps``
+  and ``queue_growth_ms``, which the saturation rule reads (served below 95% of offered,
+  or a growing queue, open and closed loop alike). An http ``generation`` without a
+  tokenizer says when the runtime's ``usage`` count was implausible against the streamed
+  text (``usage_problem``, ``usage_implausible``: then not used for rates) and when a
+  stream's split surrogate pairs were repaired (``stream_repaired``: how many).
+  Optional, so a 1.5 agent's events still decode.
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ from typing import Any
 
 JOB_SCHEMA = 1
 EVENT_SCHEMA_MAJOR = 1
-EVENT_SCHEMA_MINOR = 5
+EVENT_SCHEMA_MINOR = 6
 EVENT_SCHEMA = f"{EVENT_SCHEMA_MAJOR}.{EVENT_SCHEMA_MINOR}"
 
 # -- model roles -----------------------------------------------------------------------

@@ -221,3 +221,66 @@ def adaptive_grid(widths: list[int], reps: int, spec: dict, sample) -> tuple[int
         if len(why) == len(widths):
             break
     return pick({k: statistics.median(samples[k]) for k in widths}), runs, why
+
+
+# -- planted nightly series for change points ---------------------------------------------
+
+def planted_nightly(seed: int, kind: str, n: int = 35) -> tuple[list[float], dict]:
+    """One series of ``n`` nightly levels around 100 with AR(1) noise (φ 0-0.5, σ 1-2%) and
+    one planted event: ``step`` (10-25% either way, anywhere from night 4 to 2 nights before
+    the end), ``drift`` (10-30% over 12 nights or more, anywhere), ``dip`` (two nights
+    10-30% off, inside the window, then back) or ``none``. Returns the values and the truth
+    (``kind``, ``at``: the step's night or the drift's first, ``until``: a drift's last)."""
+    import math
+
+    rng = random.Random(f"changepoint:{kind}:{seed}:{n}")
+    phi, sigma = rng.uniform(0.0, 0.5), rng.uniform(0.01, 0.02)
+    e, noise = rng.gauss(0, sigma), []
+    for _ in range(n):
+        noise.append(e)
+        e = phi * e + rng.gauss(0, sigma * math.sqrt(1 - phi * phi))
+    level = [1.0] * n
+    truth: dict = {"kind": kind}
+    sign = rng.choice((-1, 1))
+    if kind == "step":
+        at = rng.randint(4, n - 2)
+        size = sign * rng.uniform(0.10, 0.25)
+        level = [1.0 if i < at else 1 + size for i in range(n)]
+        truth.update(at=at, size=size)
+    elif kind == "drift":
+        span = rng.randint(12, n)
+        at = rng.randint(0, n - span)
+        total = sign * rng.uniform(0.10, 0.30)
+        level = [1 + total * min(max((i - at) / (span - 1), 0.0), 1.0) for i in range(n)]
+        truth.update(at=at, until=at + span - 1, size=total)
+    elif kind == "dip":
+        at = rng.randint(4, n - 6)
+        size = sign * rng.uniform(0.10, 0.30)
+        level = [1 + size if at <= i < at + 2 else 1.0 for i in range(n)]
+        truth.update(at=at, size=size)
+    return [100 * lv * (1 + x) for lv, x in zip(level, noise)], truth
+
+
+def score_change_points(series: list[tuple[list[dict], dict]]) -> dict:
+    """Precision and recall of change points found (``index``, ``kind``, a drift's
+    ``until``) against planted truths: a step counts when a step or possible step is
+    reported within a night of it, a drift when a drift is reported overlapping its span;
+    anything else reported is a false finding (any at all on a dip or a flat series)."""
+    tp = fp = events = 0
+    wrong: list = []
+    for found, truth in series:
+        hit = False
+        for f in found:
+            ok = not hit and (
+                truth["kind"] == "step" and f["kind"] in ("step", "possible step")
+                and abs(f["index"] - truth["at"]) <= 1
+                or truth["kind"] == "drift" and f["kind"] == "drift"
+                and f["index"] <= truth["until"] + 1 and f["until"] >= truth["at"] - 1)
+            tp, fp, hit = tp + ok, fp + (not ok), hit or ok
+        if truth["kind"] in ("step", "drift"):
+            events += 1
+        if (truth["kind"] in ("step", "drift") and not hit) or len(found) > hit:
+            wrong.append((truth, found))
+    return {"precision": tp / (tp + fp) if tp + fp else 1.0,
+            "recall": tp / events if events else 1.0, "found": tp, "false": fp,
+            "events": events, "wrong": wrong}

@@ -421,8 +421,9 @@ def test_one_verdict_per_series_with_evidence_in_words(tmp_path):
 
 def test_change_points_on_planted_nightly_histories(any_url, tmp_path):
     """Five weeks of nights per series: a step after a version bump (one change point, at
-    the bump, naming it), a slow drift (change points, no identity change), a one-night
-    outlier and a noisy-but-flat series (none). The database groups the nights: SQLite
+    the bump, naming it), a slow drift (one drift, no identity change), a one-night
+    outlier and a noisy-but-flat series (none), and a bump 3 nights before the window's
+    end (a possible step at its night, naming it). The database groups the nights: SQLite
     and PostgreSQL alike."""
     store = open_store(any_url)
     rng = random.Random(12)
@@ -440,16 +441,25 @@ def test_change_points_on_planted_nightly_histories(any_url, tmp_path):
               configs={("baseline", 0): V(60.0 if i == 17 else 100.0, rng=rng)})
         night(store, at, workload="noisy", **common,
               configs={("baseline", 0): V(100.0, rng=rng, jitter=0.06)})
+        night(store, at, workload="late", **common,
+              configs={("baseline", 0): V(100.0 if i < 32 else 85.0, rng=rng)},
+              identity={"mlx_lm_version": "0.32.2" if i < 32 else "0.33.0"})
     a = analyse(store, "2026-W20", load_rules(), now=NOW)
     cps = {s["series"]["workload"]: s["change_points"] for s in a["series"]}
     (step,) = cps["step"]
     assert step["date"] == bump_at.date().isoformat()
     assert step["size"] == pytest.approx(-0.2, abs=0.02) and step["p"] < 0.05
     assert step["changed"] == ["mlx-lm 0.32.2 → 0.33.0"] and step["config"] == "baseline"
-    assert len(cps["drift"]) >= 3 and all(cp["size"] < 0 and cp["changed"] == [] and
-                                          cp["kind"] == "drift" for cp in cps["drift"])
+    (drift,) = cps["drift"]  # one finding over its span, not steps along it
+    assert drift["kind"] == "drift" and drift["size"] < -0.2 and drift["changed"] == []
+    assert drift["date"] <= nights[2].date().isoformat() and \
+        drift["until"] >= nights[32].date().isoformat()
     assert step["kind"] == "step"
     assert cps["outlier"] == [] and cps["noisy"] == []
+    (late,) = cps["late"]  # at its night (not one early), the bump named
+    assert late["kind"] == "possible step" and late["note"] == "confirm on the next nights"
+    assert late["date"] == nights[32].date().isoformat()
+    assert late["changed"] == ["mlx-lm 0.32.2 → 0.33.0"]
     from orchestrator.review.report import write_review
 
     dom = dump_dom(write_review(store, tmp_path / "r.html", week="2026-W20", formats=("html",),
@@ -457,3 +467,4 @@ def test_change_points_on_planted_nightly_histories(any_url, tmp_path):
     table = dom.split('id="change-points"', 1)[1].split("</table>", 1)[0]
     assert table.count('data-kind="step"') == 1 and 'data-kind="drift"' in table
     assert "mlx-lm 0.32.2 → 0.33.0" in table and "outlier" not in table
+    assert "possible step (confirm on the next nights)" in table

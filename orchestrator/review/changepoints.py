@@ -1,17 +1,30 @@
 """Change points in a nightly series: where its level moved, not only whether this week
 differs from a fixed window.
 
-``ruptures`` segments the nightly levels (PELT over the l2 cost, run by its C kernel
-implementation ``KernelCPD(kernel="linear")``, which finds the same segments as
-``Pelt(model="l2")`` a thousand times faster: a year of nights in under a millisecond;
-each segment at least ``MIN_NIGHTS`` nights; a BIC-style penalty scaled by the series' own
-night-to-night noise). Each candidate is then confirmed the way a regression is: the medians of the
-segments on either side must differ by at least ``MIN_CHANGE`` and a Mann-Whitney test
-(scipy) must reject "same level" at ``ALPHA``. So a one-night outlier (it moves no
-segment's median) and a noisy-but-flat series give none, a step gives one at its night,
-and a slow drift gives steps along it — each with the identity fields that changed
-between the nights on either side (none, for a drift: then the cause is not in the
-identity).
+The nightly levels (relative to their median) are fitted by exact optimal partitioning into
+segments that are each either flat or a straight line, with a penalty per segment scaled by
+the series' own noise. Each finding is then confirmed against that noise, taken as AR(1)
+(a night's level leans on the last one's: a machine's state carries over), so its
+*long-run* variance, not the night-to-night one, says how far a level wanders by itself:
+
+- a **step**: the levels on either side of a break differ by at least ``MIN_CHANGE`` and by
+  ``Z`` standard errors; dated at the first night of the new level, and at the night an
+  identity field changed when that is within a night of it (the cause is the step's date);
+- a **possible step**: the same in the window's last 2-3 nights, reported so, "confirm on
+  the next nights" (too few nights after it to be sure);
+- a **drift**: a straight segment whose change over its span is at least ``MIN_CHANGE`` and
+  ``Z`` standard errors of the slope: one finding, from its first night to its last;
+- a short segment inside the window (fewer than ``MIN_NIGHTS`` nights: a one- or two-night
+  dip or spike) whose neighbours agree is no finding; one night at the very end is none
+  either (an outlier cannot be told from a step on one night).
+
+The noise's memory (φ) and spread (σ) come from the residuals of the fit, refitted until
+they hold: the first pass assumes no memory (σ from the spread of one-night differences,
+which a step or a drift barely moves), each later one uses what the last fit left over.
+Last, every break and slope must pay for itself in a likelihood with AR(1) noise (each
+model's own φ, BIC's log n per parameter, weighted): a level that wanders by the noise's
+memory is explained by it, not by a step. ``bench/changepoints.py`` scores it against
+planted series.
 """
 
 from __future__ import annotations
@@ -20,61 +33,454 @@ import math
 import statistics
 from datetime import date
 
-from .ranktest import mann_whitney
+import numpy as np
 
-MIN_NIGHTS = 4     # the shortest segment: 4 vs 4 nights can reach p = 0.029
-MIN_CHANGE = 0.03  # a level change smaller than 3% is not reported
-ALPHA = 0.05
+MIN_NIGHTS = 4       # a level held fewer nights than this inside the window is transient
+MIN_TAIL = 2         # nights at the window's end that can show a possible step
+MIN_DRIFT = 6        # the shortest straight segment
+MIN_CHANGE = 0.03    # a level change smaller than 3% is not reported
+Z = 4.0  # standard errors (long-run) a step or a drift must clear
+BIC_WEIGHT = 2.5     # times BIC's log n per level or break in the AR(1) score
+SLOPE_WEIGHT = 1.0   # … and per slope
+QUIET_WEIGHT = 0.25   # … the share of it a first look asks of one change, to skip the search
 NOISE_FLOOR = 0.005  # relative night-to-night noise assumed at least this (planted data is exact)
+MAX_PHI = 0.7
+POSSIBLE = "confirm on the next nights"
 
 
-def segment(values: list[float]) -> list[int]:
-    """Candidate change indices (a segment starts there), by PELT."""
+def noise(x: np.ndarray) -> tuple[float, float]:
+    """(σ, φ) of AR(1) noise around a level, from the robust spreads of the one- and
+    two-night differences, each about its own running median (a step moves one or two
+    differences, a drift their local centre, neither their spread)."""
+    def spread(d: np.ndarray) -> float:
+        if len(d) < 3:
+            return 0.0
+        ds = [float(v) for v in d]
+        local = np.array([statistics.median(ds[max(0, i - 4):i + 5]) for i in range(len(ds))])
+        return 1.4826 * float(np.median(np.abs(d - local)))
+
+    s1, s2 = spread(np.diff(x)), spread(x[2:] - x[:-2])
+    phi = min(max(s2 ** 2 / s1 ** 2 - 1, 0.0), MAX_PHI) if s1 > 0 else 0.0
+    sigma = max(s1 / math.sqrt(2 * (1 - phi)), NOISE_FLOOR)
+    return sigma, phi
+
+
+def residual_noise(x: np.ndarray, segs: list, sums: _Sums) -> tuple[float, float]:
+    """(σ, φ) of the residuals around a fit: their spread (for the parameters fitted) and
+    their lag-1 autocorrelation, corrected for its small-sample bias (−(1 + 3φ)/n)."""
+    fit = np.concatenate([sums.fit(i, j, k)[0] + sums.fit(i, j, k)[1] * np.arange(j - i)
+                          for i, j, k in segs])
+    r = x - fit
+    n, p = len(x), sum(2 if k == "line" else 1 for *_, k in segs)
+    var = float(r @ r) / max(n - p, 1)
+    r1 = float(r[1:] @ r[:-1]) / float(r @ r) if float(r @ r) > 0 else 0.0
+    phi = min(max(r1 + (1 + 3 * max(r1, 0.0)) / n + p / n, 0.0), MAX_PHI)
+    return max(math.sqrt(var), NOISE_FLOOR), phi
+
+
+class _Sums:
+    """Prefix sums: the least-squares cost of any segment, flat or straight, in O(1)."""
+
+    def __init__(self, x: np.ndarray):
+        t = np.arange(len(x), dtype=float)
+        self.c = [np.concatenate([[0.0], np.cumsum(v)]) for v in (x, x * x, t, t * t, t * x)]
+
+    def parts(self, i, j):
+        s, ss, st, stt, stx = (c[j] - c[i] for c in self.c)
+        return j - i, s, ss, st, stt, stx
+
+    def flat(self, i, j):
+        m, s, ss, *_ = self.parts(i, j)
+        return ss - s * s / m
+
+    def line(self, i, j):
+        m, s, ss, st, stt, stx = self.parts(i, j)
+        vt = stt - st * st / m
+        cov = stx - st * s / m
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return ss - s * s / m - np.where(vt > 0, cov * cov / np.where(vt > 0, vt, 1), 0.0)
+
+    def fit(self, i: int, j: int, kind: str) -> tuple[float, float]:
+        """(level at i, slope per night) of the segment's least-squares fit."""
+        m, s, ss, st, stt, stx = self.parts(i, j)
+        if kind == "flat" or m < 2:
+            return s / m, 0.0
+        slope = (stx - st * s / m) / (stt - st * st / m)
+        return s / m - slope * (st / m - i), slope
+
+
+def partition(sums: _Sums, n: int, pen_flat: float,
+              pen_line: float) -> list[tuple[int, int, str]]:
+    """Segments (start, end, "flat" | "line") minimising cost + penalties: optimal
+    partitioning with PELT's pruning (a start that can no longer win is dropped)."""
+    c0, c1, c2, c3, c4 = sums.c  # prefix sums of x, x², t, t², t·x
+    best = np.full(n + 1, np.inf)
+    best[0] = 0.0
+    back: list[tuple[int, str]] = [(0, "flat")] * (n + 1)
+    alive = np.zeros(n + 1, dtype=bool)
+    alive[0] = True
+    for j in range(1, n + 1):
+        st = np.flatnonzero(alive[:j])
+        m = j - st
+        s, t, tt = c0[j] - c0[st], c2[j] - c2[st], c3[j] - c3[st]
+        flat = (c1[j] - c1[st]) - s * s / m
+        cov = (c4[j] - c4[st]) - t * s / m
+        line = flat - cov * cov / np.maximum(tt - t * t / m, 1e-12)  # one night: cov is 0
+        base = best[st]
+        k = int(np.argmin(base + flat))
+        lined = np.where(m >= MIN_DRIFT, base + line, np.inf)
+        kl = int(np.argmin(lined))
+        if lined[kl] + pen_line < base[k] + flat[k] + pen_flat:
+            best[j], back[j] = lined[kl] + pen_line, (int(st[kl]), "line")
+        else:
+            best[j], back[j] = base[k] + flat[k] + pen_flat, (int(st[k]), "flat")
+        # a start whose best fit to here already costs more than ending here never wins
+        alive[st[base + np.minimum(flat, line) > best[j]]] = False
+        alive[j] = True
+    segs: list[tuple[int, int, str]] = []
+    end = n
+    while end > 0:
+        start, kind = back[end]
+        segs.append((start, end, kind))
+        end = start
+    return segs[::-1]
+
+
+def _end_se(m: int, kind: str, lr: float) -> float:
+    """Standard error of a segment's fitted level at one end (flat: its mean)."""
+    if kind == "flat" or m < 3:
+        return lr / math.sqrt(m)
+    return lr * math.sqrt(4 * m - 2) / math.sqrt(m * (m + 1))  # a line's value at an end
+
+
+def _slope_z(m: int, slope: float, lr: float) -> float:
+    return abs(slope) * math.sqrt(m * (m * m - 1) / 12) / lr
+
+
+def transients(x: np.ndarray, sigma: float) -> list[int]:
+    """Nights of one- or two-night dips and spikes inside the window: runs that stand out
+    from the nights on both sides (four each) while those agree with each other. Never the
+    window's first or last two nights: there a run cannot be told from a step."""
+    n, out = len(x), set[int]()
+    found: list[tuple[float, range]] = []
+    xs = [float(v) for v in x]
+    for length in (1, 2):
+        for i in range(2, n - length - 1):
+            left, right = xs[max(0, i - 4):i], xs[i + length:i + length + 4]
+            if len(left) < 2 or len(right) < 2:
+                continue
+            ref_l, ref_r = statistics.median(left), statistics.median(right)
+            ref = (ref_l + ref_r) / 2
+            dev = abs(sum(xs[i:i + length]) / length - ref)
+            if dev >= MIN_CHANGE * abs(ref) and dev >= Z * sigma / math.sqrt(length) \
+                    and abs(ref_l - ref_r) < dev / 3:
+                found.append((dev, range(i, i + length)))
+    for _, nights in sorted(found, key=lambda f: -f[0]):
+        if len(out) + len(nights) <= n // 5 and not out.intersection(nights):
+            out.update(nights)
+    return sorted(out)
+
+
+def _ramp_or_step(y: np.ndarray, at: int, lr: float, pen: float) -> tuple[int, int] | None:
+    """Whether a confirmed step at ``at`` in ``y`` (the two levels around it) is better
+    explained by a ramp (level, straight move over ``MIN_DRIFT`` nights or more, level):
+    the ramp's first and last index, or None (a step)."""
+    m = len(y)
+    t = np.arange(m, dtype=float)
+    sy, syy = float(y.sum()), float((y * y).sum())
+    step = syy - float(y[:at].sum()) ** 2 / at - float(y[at:].sum()) ** 2 / (m - at)
+    pairs = [(a, b) for a in range(0, at + 1) for b in range(max(at - 1, a + MIN_DRIFT - 1), m)]
+    if not pairs:
+        return None
+    a_, b_ = (np.array(v, dtype=float)[:, None] for v in zip(*pairs))
+    r = np.clip((t[None, :] - a_) / (b_ - a_), 0.0, 1.0)
+    sr, srr, sry = r.sum(1), (r * r).sum(1), r @ y
+    vr = srr - sr * sr / m
+    sse = syy - sy * sy / m - (sry - sr * sy / m) ** 2 / np.where(vr > 0, vr, np.inf)
+    k = int(np.argmin(sse))
+    return pairs[k] if sse[k] + pen < step else None
+
+
+def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[dict]:
+    """The findings in a series (indices): steps, possible steps and drifts, each with its
+    index, levels before and after and z. ``causes``: nights where the identity changed (a
+    step there, or a night off, is its own finding, never part of a drift)."""
     n = len(values)
-    if n < 2 * MIN_NIGHTS:
-        return []  # before the imports: ruptures (and scipy with it) costs ~0.6 s to load
-    import numpy as np
-    import ruptures as rpt
+    if n < MIN_NIGHTS + MIN_TAIL:
+        return []
+    raw = np.asarray(values, dtype=float)
+    scale = float(np.median(raw)) or 1.0
+    full = raw / scale
+    sigma, _ = noise(full)
+    drop = set(transients(full, sigma))
+    keep = [i for i in range(n) if i not in drop]  # index in x → night
+    x = full[keep]
+    log_n = math.log(len(x))
+    sums = _Sums(x)
+    if _quiet(x, sums, log_n):
+        return []
+    # the noise's memory from the residuals of the fit, refitted until it holds: starting
+    # from none (every wander a change), each pass finds less of the noise a change
+    lr, seen = sigma, set()
+    for _ in range(6):
+        segs = _confirm(partition(sums, len(x), 2 * lr ** 2 * log_n, 4 * lr ** 2 * log_n),
+                        sums, lr)
+        sigma, phi = residual_noise(x, segs, sums)
+        used, lr = lr, sigma * math.sqrt((1 + phi) / (1 - phi))  # how a mean scatters
+        if tuple(segs) in seen or segs == [(0, len(x), "flat")] and lr >= used:
+            break  # (nothing found, and more noise finds nothing more)
+        seen.add(tuple(segs))
+    segs = _select(x, segs, sums, log_n)
+    sigma, phi = residual_noise(x, segs, sums)
+    lr = sigma * math.sqrt((1 + phi) / (1 - phi))
+    out: list[dict] = []
+    for a, b in zip(segs, segs[1:]):
+        (i0, i1, k0), (j0, j1, k1) = a, b
+        l0, s0 = sums.fit(i0, i1, k0)
+        l1, s1 = sums.fit(j0, j1, k1)
+        before, after = l0 + s0 * (i1 - 1 - i0), l1
+        size = after / before - 1
+        se = math.hypot(_end_se(i1 - i0, k0, lr), _end_se(j1 - j0, k1, lr))
+        if abs(size) < MIN_CHANGE or abs(after - before) / se < Z:
+            continue  # a drift's start or end
+        drifting = [sums.fit(i, j, k)[1] for i, j, k in (a, b) if k == "line"]
+        if drifting and all((s > 0) == (size > 0) for s in drifting):
+            continue  # a jump the way a drift beside it goes: the drift's edge, not a step
+        if k0 == k1 == "flat" and j1 - j0 >= MIN_NIGHTS:
+            lo, hi = max(i0, j0 - 40), min(j1, j0 + 40)
+            ramp = _ramp_or_step(x[lo:hi], j0 - lo, lr, lr ** 2 * log_n)
+            if ramp is not None:
+                # the move is confirmed (above); its shape says drift, not step
+                out.append({"index": lo + ramp[0], "until": lo + ramp[1], "kind": "drift",
+                            "before": before, "after": after, "size": size,
+                            "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
+                continue
+        out.append({"index": j0, "kind": "step" if j1 - j0 >= MIN_NIGHTS else "possible step",
+                    "before": before, "after": after, "size": size,
+                    "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
+    for i, j, kind in segs:
+        if kind == "line":
+            level, slope = sums.fit(i, j, kind)
+            end = level + slope * (j - 1 - i)
+            out.append({"index": i, "until": j - 1, "kind": "drift", "before": level,
+                        "after": end, "size": end / level - 1,
+                        "z": _slope_z(j - i, slope, lr), "nights": [j - i]})
+    out = _join_drifts(sorted(out, key=lambda f: f["index"]),
+                       {i for i, night in enumerate(keep) if night in causes
+                        or night - 1 in causes or night + 1 in causes})
+    for f in out:  # back to nights and to the series' own units
+        f["index"] = keep[f["index"]]
+        if "until" in f:
+            f["until"] = keep[f["until"]]
+        f["before"] *= scale
+        f["after"] *= scale
+    return out
 
-    x = np.asarray(values, dtype=float)
-    x = x / (np.median(x) or 1.0)
-    diffs = np.diff(x)
-    sigma = max(1.4826 * float(np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2),
-                NOISE_FLOOR)
-    algo = rpt.KernelCPD(kernel="linear", min_size=MIN_NIGHTS).fit(x.reshape(-1, 1))
-    ends = algo.predict(pen=3 * sigma ** 2 * math.log(n))
-    return [int(e) for e in ends if e < n]
+
+def _join_drifts(found: list[dict], caused: set[int]) -> list[dict]:
+    """Moves the same way that meet: one drift. Drifts that meet or overlap; a step within
+    ``MIN_DRIFT`` nights of a drift's end or start (the staircase a ramp leaves in flat
+    segments); two such steps with a short level between them. A step at an identity change
+    stays a step."""
+    out: list[dict] = []
+    for f in found:
+        p = out[-1] if out else None
+        if p is not None and {p["kind"], f["kind"]} & {"drift"} and \
+                f["index"] - p.get("until", p["index"]) <= MIN_DRIFT:
+            # a small step the other way at a drift's edge: the ramp's fit overshot
+            drift, other = (p, f) if p["kind"] == "drift" else (f, p)
+            if "step" in other["kind"] and other["index"] not in caused and \
+                    abs(other["size"]) < abs(drift["size"]) / 3:
+                out[-1] = drift
+                continue
+        if p is None or (f["size"] > 0) != (p["size"] > 0) or "step" in f["kind"] \
+                and f["index"] in caused or "step" in p["kind"] and p["index"] in caused:
+            out.append(f)
+            continue
+        p_end = p.get("until", p["index"])
+        near = f["index"] - p_end <= MIN_DRIFT
+        if "drift" in (p["kind"], f["kind"]) and near or \
+                p["kind"] == f["kind"] == "step" and f["index"] - p["index"] < 2 * MIN_NIGHTS:
+            p.update(kind="drift", until=max(p_end, f.get("until", f["index"])),
+                     after=f["after"], size=f["after"] / p["before"] - 1,
+                     z=max(p["z"], f["z"]))
+            continue
+        out.append(f)
+    return out
+
+
+def _confirm(segs: list[tuple[int, int, str]], sums: _Sums,
+             lr: float) -> list[tuple[int, int, str]]:
+    """Drop what the noise explains, one weakest finding at a time, refitting as it goes:
+    a straight segment whose change is small becomes flat; a short segment inside the window
+    (or a single night at its end) joins its neighbours; a break too small joins its two
+    sides."""
+    segs = list(segs)
+    while True:
+        # a line that does not move enough is flat
+        for s, (i, j, kind) in enumerate(segs):
+            if kind == "line":
+                level, slope = sums.fit(i, j, kind)
+                change = abs(slope * (j - 1 - i)) / abs(level or 1)
+                if change < MIN_CHANGE or _slope_z(j - i, slope, lr) < Z:
+                    segs[s] = (i, j, "flat")
+        # transient segments: inside the window shorter than MIN_NIGHTS, or one last night
+        short = [s for s, (i, j, _) in enumerate(segs)
+                 if (j - i < MIN_NIGHTS and 0 < s < len(segs) - 1)
+                 or (s == 0 and len(segs) > 1 and j - i < MIN_NIGHTS)
+                 or (s == len(segs) - 1 and s > 0 and j - i < MIN_TAIL)]
+        if short:
+            segs = _merge_transient(segs, short[0], sums)
+            continue
+        weakest, worst = None, math.inf
+        for s, (a, b) in enumerate(zip(segs, segs[1:])):
+            (i0, i1, k0), (j0, j1, k1) = a, b
+            l0, s0 = sums.fit(i0, i1, k0)
+            l1, _ = sums.fit(j0, j1, k1)
+            before = l0 + s0 * (i1 - 1 - i0)
+            se = math.hypot(_end_se(i1 - i0, k0, lr), _end_se(j1 - j0, k1, lr))
+            z = abs(l1 - before) / se
+            small = abs(l1 / (before or 1) - 1) < MIN_CHANGE
+            score = z if not small else -1.0
+            # beside a straight segment a break without a jump is where a drift starts or
+            # ends: its shape, kept (it is no step, and is not reported as one)
+            if (small or z < Z) and k0 == k1 == "flat" and score < worst:
+                weakest, worst = s, score
+        if weakest is None:
+            return segs
+        a, b = segs[weakest], segs[weakest + 1]
+        segs[weakest:weakest + 2] = [_joined(a[0], b[1], sums, lr)]
+
+
+def _ar_score(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> float:
+    """−2 log-likelihood of the fit with AR(1) noise (its φ fitted to the residuals), plus
+    BIC's log n per parameter (a level, a slope, a break's night): a wandering level is
+    explained by the noise's memory at the price of one parameter, a step by a break."""
+    fit = np.concatenate([sums.fit(i, j, k)[0] + sums.fit(i, j, k)[1] * np.arange(j - i)
+                          for i, j, k in segs])
+    r = x - fit
+    lag = float(r[:-1] @ r[:-1])
+    phi = min(max(float(r[1:] @ r[:-1]) / lag, 0.0), MAX_PHI) if lag > 0 else 0.0
+    u = r[1:] - phi * r[:-1]
+    var = max(float(u @ u) / len(u), (NOISE_FLOOR / 10) ** 2)
+    params = 2 * len(segs) - 1  # a level per segment, a night per break
+    slopes = sum(k == "line" for *_, k in segs)
+    return len(u) * math.log(var) + log_n * (BIC_WEIGHT * params + SLOPE_WEIGHT * slopes)
+
+
+def _quiet(x: np.ndarray, sums: _Sums, log_n: float) -> bool:
+    """Whether no single change could pay for itself: no step at any night and no slope
+    over the whole series beats one flat level in the AR(1) score, even at a fraction of
+    the weight the selection asks. Most series of a history are like that; they skip the
+    search (a year of nights costs a few array operations, not a partition)."""
+    n = len(x)
+    if n < 2 * MIN_DRIFT:
+        return False
+    t = np.arange(n)
+    k = np.arange(1, n)[:, None]  # a step before night k
+    c0 = sums.c[0]
+    before = (c0[1:n] / np.arange(1, n))[:, None]
+    after = ((c0[n] - c0[1:n]) / (n - np.arange(1, n)))[:, None]
+    fits = [np.where(t[None, :] < k, before, after)]
+    level, slope = sums.fit(0, n, "line")
+    fits.append((level + slope * t)[None, :])
+    fits.append(np.full((1, n), c0[n] / n))
+    r = x[None, :] - np.concatenate(fits)
+    lag = np.maximum((r[:, :-1] * r[:, :-1]).sum(1), 1e-300)
+    phi = np.clip((r[:, 1:] * r[:, :-1]).sum(1) / lag, 0.0, MAX_PHI)
+    u = r[:, 1:] - phi[:, None] * r[:, :-1]
+    var = np.maximum((u * u).sum(1) / (n - 1), (NOISE_FLOOR / 10) ** 2)
+    score = (n - 1) * np.log(var)
+    # what one change adds (a break and a level, or a slope), at a share of its price
+    step = score[:-2] + QUIET_WEIGHT * 2 * BIC_WEIGHT * log_n
+    line = score[-2:-1] + QUIET_WEIGHT * SLOPE_WEIGHT * log_n
+    return bool(min(step.min(), line.min()) >= score[-1])
+
+
+def _select(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> list:
+    """Backward elimination by the AR(1) score: drop the break (joining its sides, flat or
+    straight, whichever scores better) or straighten the line whose removal improves the
+    score most, until none does. What the noise's memory explains goes."""
+    segs = list(segs)
+    best = _ar_score(x, segs, sums, log_n)
+    while len(segs) > 1 or segs[0][2] == "line":
+        options = []
+        for s in range(len(segs) - 1):
+            i, j = segs[s][0], segs[s + 1][1]
+            for kind in ("flat", "line") if j - i >= MIN_DRIFT else ("flat",):
+                options.append([*segs[:s], (i, j, kind), *segs[s + 2:]])
+        for s, (i, j, kind) in enumerate(segs):
+            if kind == "line":
+                options.append([*segs[:s], (i, j, "flat"), *segs[s + 1:]])
+        scored = [(_ar_score(x, o, sums, log_n), o) for o in options]
+        score, option = min(scored, key=lambda so: so[0])
+        if score >= best:
+            return segs
+        best, segs = score, option
+    return segs
+
+
+def _joined(i: int, j: int, sums: _Sums, lr: float) -> tuple[int, int, str]:
+    """One segment over [i, j): straight if a line explains it by more than the noise."""
+    if j - i >= MIN_DRIFT:
+        level, slope = sums.fit(i, j, "line")
+        if _slope_z(j - i, slope, lr) >= Z and abs(slope * (j - 1 - i)) >= MIN_CHANGE * abs(
+                level or 1):
+            return (i, j, "line")
+    return (i, j, "flat")
+
+
+def _merge_transient(segs: list, s: int, sums: _Sums) -> list:
+    """Fold transient segment ``s`` into a neighbour: the one whose level is closer (a dip
+    between two equal levels then leaves one break the next pass removes)."""
+    i, j, _ = segs[s]
+    mid = sums.fit(i, j, "flat")[0]
+    if s == 0:
+        side = 1
+    elif s == len(segs) - 1:
+        side = -1
+    else:
+        left = segs[s - 1]
+        right = segs[s + 1]
+        ll = sums.fit(*left)
+        lv = ll[0] + ll[1] * (left[1] - 1 - left[0])
+        rv = sums.fit(*right)[0]
+        side = -1 if abs(lv - mid) <= abs(rv - mid) else 1
+    if side == -1:
+        (a, _, kind), rest = segs[s - 1], segs[s + 1:]
+        return [*segs[:s - 1], (a, j, kind), *rest]
+    (_, b, kind) = segs[s + 1]
+    return [*segs[:s], (i, b, kind), *segs[s + 2:]]
 
 
 def change_points(nights: list[tuple[date, float, dict]], labels) -> list[dict]:
-    """``nights``: (night, median of its reliable runs, identity), in date order.
-    ``labels(a, b)`` words the identity differences between two identities."""
+    """``nights``: (night, level of its reliable runs, identity), in date order.
+    ``labels(a, b)`` words the identity differences between two identities. Each finding:
+    its night (``date``; a drift also ``until``), ``kind`` (step, possible step, drift),
+    levels ``before`` and ``after``, relative ``size``, ``z`` and ``confidence`` (its normal
+    two-sided level), ``note`` and ``changed`` (the identity fields that changed that night;
+    over a drift's span for a drift)."""
     values = [v for _, v, _ in nights]
-    bounds = [0, *segment(values), len(values)]
+    causes = frozenset(i for i in range(1, len(nights)) if labels(nights[i - 1][2], nights[i][2]))
     out = []
-    for i in range(1, len(bounds) - 1):
-        before = values[bounds[i - 1]:bounds[i]]
-        after = values[bounds[i]:bounds[i + 1]]
-        m0, m1 = statistics.median(before), statistics.median(after)
-        if not m0:
-            continue
-        size = m1 / m0 - 1
-        p = mann_whitney(before, after)["p"]
-        if abs(size) < MIN_CHANGE or p is None or p >= ALPHA:
-            continue  # a candidate the confirmation does not carry
-        at, _, ident = nights[bounds[i]]
-        out.append({"date": at.isoformat(), "before": m0, "after": m1, "size": size, "p": p,
-                    "confidence": 1 - p, "nights": [len(before), len(after)],
-                    "changed": labels(nights[bounds[i] - 1][2], ident), "kind": "step"})
-    # three or more moves the same way in a row, none with an identity change: one drift
-    run: list[dict] = []
-    for cp in [*out, None]:
-        if cp is not None and not cp["changed"] and (
-                not run or (cp["size"] > 0) == (run[-1]["size"] > 0)):
-            run.append(cp)
-            continue
-        if len(run) >= 3:
-            for x in run:
-                x["kind"] = "drift"
-        run = [cp] if cp is not None and not cp["changed"] else []
+    for f in analyse(values, causes):
+        at = f["index"]
+        if f["kind"] != "drift":
+            # the cause is the date: an identity change within a night of the break moves it
+            near = [i for i in (at, at - 1, at + 1)
+                    if 0 < i < len(nights) and labels(nights[i - 1][2], nights[i][2])]
+            at = near[0] if near else at
+            changed = labels(nights[at - 1][2], nights[at][2]) if at > 0 else []
+        else:
+            changed = labels(nights[max(at - 1, 0)][2], nights[f["until"]][2])
+        p = math.erfc(f["z"] / math.sqrt(2))
+        cp = {"date": nights[at][0].isoformat(), "kind": f["kind"], "before": f["before"],
+              "after": f["after"], "size": f["size"], "z": round(f["z"], 2), "p": p,
+              "confidence": 1 - p, "changed": changed, "nights": f["nights"],
+              "note": POSSIBLE if f["kind"] == "possible step" else None}
+        if f["kind"] == "drift":
+            cp["until"] = nights[f["until"]][0].isoformat()
+            cp["nights"] = [f["until"] - at + 1]
+            cp["note"] = f"a slow move over {f['until'] - at + 1} nights, to {cp['until']}"
+        out.append(cp)
     return out

@@ -1,7 +1,8 @@
 """Load ramps in the review: throughput against latency per level, goodput, the knee, where
 batched autoregressive serving overtakes speculation, and memory per added stream.
 
-Read from the ``load_level`` events a sweep stored (events 1.5). A level that saturated or
+Read from the ``load_level`` events a sweep stored (events 1.5; 1.6 adds the offered and
+served rates). A level that saturated or
 failed is shown with its reason but never chosen as the knee or as a cap; a level the agent
 flagged unreliable (throttled, on battery, contended) is shown with its reasons and feeds
 nothing: no knee, cap, crossover or rule; a level whose
@@ -17,7 +18,8 @@ from ..store.models import Event
 
 LOAD_NAMES = {"concurrency": "concurrency (streams)", "request_rate": "request rate (req/s)"}
 SHOWN = ("requests", "completed", "errors", "error_examples", "output_tok_s_total",
-         "output_tok_s_per_stream_p50", "requests_per_s", "goodput_rps", "good_requests",
+         "output_tok_s_per_stream_p50", "requests_per_s", "offered_rps", "served_rps",
+         "queue_growth_ms", "goodput_rps", "good_requests",
          "ttft_ms_p95", "itl_ms_p95", "tpot_ms_p50", "e2e_ms_p50", "e2e_ms_p95", "e2e_ms_p99",
          "rss_peak_bytes", "swap_in_bytes", "stop_reason", "error", "slo", "acceptance_rate",
          "unreliable_reasons")

@@ -72,3 +72,29 @@ def agent_notices(store: Store, sweep_ids: list[str]) -> list[dict]:
     return [{"sweep_id": s, "node": n, "variant": p.get("variant"),
              "workload": p.get("workload"), "knob": p.get("knob"), "message": p["message"]}
             for s, n, p in rows]
+
+
+def stream_checks(store: Store, sweep_id: str) -> list[dict]:
+    """What the http engine found wrong in a runtime's streams, as notices: ``usage``
+    counts implausible against the streamed text (not used for rates: the chunks were
+    counted) and streams whose split surrogate pairs were repaired. One per node,
+    variant and workload, with how many generations and the first one's words."""
+    with store.engine.connect() as c:
+        rows = c.execute(select(Event.node, Event.payload).where(
+            Event.sweep_id == sweep_id, Event.type == "generation")
+            .order_by(Event.node, Event.seq)).all()
+    found: dict[tuple, dict] = {}
+    for node, p in rows:
+        for flag, words, what in (
+                ("usage_implausible", "usage_problem",
+                 "usage implausible against the streamed text, not used for rates"),
+                ("stream_repaired", "stream_repair", "stream repaired")):
+            if not p.get(flag):
+                continue
+            key = (node, p.get("variant"), p.get("workload"), flag)
+            f = found.setdefault(key, {"count": 0, "what": what, "first": p.get(words)})
+            f["count"] += 1
+    return [{"sweep_id": sweep_id, "node": node, "variant": variant, "workload": workload,
+             "knob": None, "message": f"{f['what']} in {f['count']} generation(s): "
+                                      f"{f['first']}"}
+            for (node, variant, workload, _), f in found.items()]

@@ -133,10 +133,11 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                          "context_bucket": rs[0].context_bucket or "short",
                          "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows)})
     from .load import load_ramps
-    from .runtimes import agent_notices
+    from .runtimes import agent_notices, stream_checks
 
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
-            "notices": agent_notices(store, [sweep_id]), "soaks": soak_results(store, sweep_id),
+            "notices": agent_notices(store, [sweep_id]) + stream_checks(store, sweep_id),
+            "soaks": soak_results(store, sweep_id),
             "loads": load_ramps(store, [sweep_id]),
             "set_aside": store.quarantined(sweep_id), "failed_generations": failed}
 
