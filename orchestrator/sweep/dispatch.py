@@ -165,7 +165,7 @@ class StderrProgress:
                     f"{(event.get('swap_used_bytes') or 0) / 2**20:.0f} MiB")
         elif kind == "soak_result":
             line = (f"soak {event['status']}: {event['generations']} generations in "
-                    f"{event['duration_s']:.0f}s, peak rss "
+                    f"{event.get('duration_s') or 0:.0f}s, peak rss "
                     f"{(event.get('peak_rss_bytes') or 0) / 2**20:.0f} MiB"
                     + "".join(f"; {r}" for r in event.get("reasons") or []))
         elif kind == "notice" and event.get("adaptive"):
@@ -336,8 +336,11 @@ class NodeRun:
         delay = 0.5
         while True:
             try:
+                refused: list = []  # lines the ledger set aside (a conflict, a forgery)
                 await asyncio.to_thread(self.store.ingest, self.sweep_id, self.host.name, batch,
-                                        raw)
+                                        raw, refused)
+                for r in refused:
+                    self.say(f"set aside a journal line (seq {r.seq}): {r.reason[:160]}")
                 return
             except SQLAlchemyError as e:
                 msg = str(e).splitlines()[0]
