@@ -22,6 +22,9 @@ from sqlalchemy import func, select
 
 from .models import Event, Measurement, QuarantinedEvent
 
+# how the ledger's reasons begin (a line it refuses is an extra line, not one of the job's)
+LEDGER_REASONS = ("conflict:", "already measured:", "not in the job:", "job_finished:")
+
 
 @dataclass(frozen=True)
 class Refused:
@@ -148,11 +151,20 @@ def _finish_problem(c, sweep_id: str, node: str, e: dict, before: list[dict]) ->
         Event.sweep_id == sweep_id, Event.node == node, Event.type == "generation",
         Event.seq < seq)).scalar() or 0
     have = stored + sum(1 for x in before if x["type"] == "generation")
-    damaged = c.execute(select(func.count(func.distinct(QuarantinedEvent.seq))).where(
-        QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
-        QuarantinedEvent.seq < seq, QuarantinedEvent.reason.like("generation: %"))).scalar() or 0
-    if not have <= claimed <= have + damaged:
+    # what the journal before it may also have held: lines set aside as damaged (not by the
+    # ledger: those are extra lines, not the job's), and seqs that never arrived
+    numbered = set(c.execute(select(Event.seq).where(
+        Event.sweep_id == sweep_id, Event.node == node, Event.seq < seq)).scalars())
+    numbered |= {x["seq"] for x in before}
+    damaged = {n for n, why in c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.reason)
+                                         .where(QuarantinedEvent.sweep_id == sweep_id,
+                                                QuarantinedEvent.node == node,
+                                                QuarantinedEvent.seq < seq))
+               if not why.startswith(LEDGER_REASONS)} - numbered
+    holes = (seq - 1) - len(numbered) - len(damaged)
+    if not have <= claimed <= have + len(damaged) + max(holes, 0):
         return (f"job_finished: generations {claimed} disagrees with the journal before it "
                 f"({have} generation(s) stored"
-                + (f", {damaged} set aside" if damaged else "") + ")")
+                + (f", {len(damaged)} line(s) set aside" if damaged else "")
+                + (f", {holes} missing" if holes > 0 else "") + ")")
     return None

@@ -241,10 +241,10 @@ def _check_summary(e: dict) -> str | None:
         d = m.get(metric)
         if type(d) is not dict:
             return f"metrics.{metric} must be an object"
-        for k in keys:
+        for k in keys:  # the store reads each of them: present, a number or null
             v = d.get(k)
-            if v is not None and type(v) is not float and type(v) is not int:
-                return f"metrics.{metric}.{k} must be a number"
+            if k not in d or (v is not None and type(v) is not float and type(v) is not int):
+                return f"metrics.{metric}.{k} must be a number or null"
     return _check_summary_values(e) or _knob_value_problem(e)
 
 
