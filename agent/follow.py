@@ -76,10 +76,9 @@ def follow(journal: Path, from_seq: int, pid: int | None, poll_s: float = 0.05,
                 for line in lines:
                     if not line.strip():
                         continue
-                    seq = _seq(line)
                     # a line the controller cannot read is still sent: it decides, and
                     # keeps it aside with a reason rather than leaving a silent gap
-                    if seq is None or seq > from_seq:
+                    if from_seq <= 0 or (seq := _seq(line)) is None or seq > from_seq:
                         out.write(line + b"\n")
                 out.flush()
                 continue

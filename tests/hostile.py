@@ -224,9 +224,11 @@ def new_sweep(store, node: str, journal_path: Path, agent_dir: Path = ROOT,
 
 
 def follow_journal(store, lines: list[bytes], where: Path, *, transport=None, host=None,
-                   node: str = "n1", agent_dir: Path = ROOT) -> Followed:
+                   node: str = "n1", agent_dir: Path = ROOT,
+                   loop: asyncio.AbstractEventLoop | None = None) -> Followed:
     """Write ``lines`` as a node's journal under ``where`` and follow it once, as
-    ``specfleet sweep`` does; then the node's outcome, as the sweep would report it."""
+    ``specfleet sweep`` does; then the node's outcome, as the sweep would report it.
+    ``loop``: one event loop for many cases (a new one per case costs its threads)."""
     from orchestrator.fleet.inventory import Host
     from orchestrator.sweep.dispatch import NodeRun, StderrProgress, SweepOptions
 
@@ -250,7 +252,10 @@ def follow_journal(store, lines: list[bytes], where: Path, *, transport=None, ho
             await run.follow_once(InProcess(host))
 
     try:
-        asyncio.run(once())
+        if loop is None:
+            asyncio.run(once())
+        else:
+            loop.run_until_complete(once())
     except Exception as e:  # the node's ingestion stopped: what the user would see
         stopped = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
     out = Followed(sid, stopped, text.getvalue().splitlines())

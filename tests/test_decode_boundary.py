@@ -148,7 +148,7 @@ def test_minor_versions_add_optional_fields_only():
     missing = dict(generation(4))
     del missing["config"]
     q = d.decode(json.dumps(missing))
-    assert isinstance(q, Quarantined) and "field 'config' must be object, got null" in q.reason
+    assert isinstance(q, Quarantined) and "field 'config' must be object, got nothing" in q.reason
 
 
 def test_an_environment_event_with_a_malformed_tier_is_set_aside():

@@ -314,6 +314,7 @@ def _json_name(t: type) -> str:
 _FIELDS = {t: tuple((n, ts, True) for n, ts in d.required.items())
            + tuple((n, ts, False) for n, ts in d.optional.items()) for t, d in EVENTS.items()}
 _CONTAINERS = {dict, list}
+_ABSENT = object()  # of no JSON type: a required field that is missing fails its check
 
 
 def _too_deep(event: dict, limit: int) -> bool:
@@ -364,10 +365,10 @@ class Decoder:
         agent of another major schema version."""
         if isinstance(line, bytes):
             line = line.decode("utf-8", "surrogateescape")
-        text = line
+        text = line[:-1] if line.endswith("\n") else line  # kept as the journal holds it
         if len(text) > MAX_LINE_BYTES:
             return Quarantined(None, f"line of {len(text)} characters is longer than "
-                                     f"{MAX_LINE_BYTES} ", text[:200])
+                                     f"{MAX_LINE_BYTES}", text)
         try:
             e = orjson.loads(text)
         except orjson.JSONDecodeError as err:
@@ -407,16 +408,17 @@ class Decoder:
         if (type(ts) is not float and type(ts) is not int) or not math.isfinite(ts):
             return Quarantined(seq, f"ts {ts!r} is not a number", text)
         for name, types, required in fields:
-            v = e.get(name)
-            if type(v) not in types and (required or v is not None):
+            v = e.get(name, _ABSENT)
+            if type(v) not in types and (required or v is not None and v is not _ABSENT):
+                got = "nothing" if v is _ABSENT else _json_name(type(v))
                 return Quarantined(seq, f"{typ}: field {name!r} must be "
                                         f"{'/'.join(_json_name(t) for t in types)}, got "
-                                        f"{_json_name(type(v))}", text)
+                                        f"{got}", text)
         # a flat line cannot be deep: count brackets (C speed) before walking
         if text.count("{") + text.count("[") > MAX_EVENT_DEPTH and _too_deep(e,
                                                                             MAX_EVENT_DEPTH):
             return Quarantined(seq, f"{typ}: nested deeper than {MAX_EVENT_DEPTH} levels",
-                               text[:65536])
+                               text)
         if "\\u0000" in text:
             # model output may hold anything (kept, the NUL replaced below); nothing else
             # may: PostgreSQL's text and JSON columns cannot hold it
