@@ -232,6 +232,7 @@ def follow_journal(store, lines: list[bytes], where: Path, *, transport=None, ho
     from orchestrator.fleet.inventory import Host
     from orchestrator.sweep.dispatch import NodeRun, StderrProgress, SweepOptions
 
+    node = host.name if host is not None else node
     where.mkdir(parents=True, exist_ok=True)
     path = where / f"{uuid.uuid4().hex[:8]}.events.jsonl"
     path.write_bytes(b"".join(x + b"\n" for x in lines))
