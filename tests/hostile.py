@@ -225,7 +225,7 @@ def new_sweep(store, node: str, journal_path: Path, agent_dir: Path = ROOT,
 
 def follow_journal(store, lines: list[bytes], where: Path, *, transport=None, host=None,
                    node: str = "n1", agent_dir: Path = ROOT,
-                   loop: asyncio.AbstractEventLoop | None = None) -> Followed:
+                   loop: asyncio.AbstractEventLoop | None = None, opts=None) -> Followed:
     """Write ``lines`` as a node's journal under ``where`` and follow it once, as
     ``specfleet sweep`` does; then the node's outcome, as the sweep would report it.
     ``loop``: one event loop for many cases (a new one per case costs its threads)."""
@@ -242,7 +242,7 @@ def follow_journal(store, lines: list[bytes], where: Path, *, transport=None, ho
                         python=sys.executable)
     text = io.StringIO()
     shown = StderrProgress(text)  # the lines a user sees, as the CLI prints them
-    run = NodeRun(host, store, sid, "hostile-test", SweepOptions(), shown)
+    run = NodeRun(host, store, sid, "hostile-test", opts or SweepOptions(), shown)
     stopped = None
 
     async def once():

@@ -92,7 +92,9 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
             Measurement.run_index.between(min(gens), max(gens)))).all())
     plan = _Plan(c, sweep_id, node)
     batch: dict[int, str] = {}
-    keep_e, keep_p, refused = [], [], []
+    keep_e: list[dict] = []
+    keep_p: list[str] = []
+    refused: list[Refused] = []
     for e, line in zip(events, payloads, strict=True):
         seq, kind = e["seq"], e["type"]
         why = None

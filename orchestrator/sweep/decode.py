@@ -320,7 +320,7 @@ _ABSENT = object()  # of no JSON type: a required field that is missing fails it
 def _too_deep(event: dict, limit: int) -> bool:
     """Nested deeper than ``limit`` objects/arrays (the event itself is level 1). Iterative:
     a hostile line must not exhaust the stack that reads it."""
-    stack = [(event, 1)]
+    stack: list[tuple[dict | list, int]] = [(event, 1)]
     while stack:
         o, depth = stack.pop()
         values = o.values() if type(o) is dict else o
