@@ -166,3 +166,27 @@ def test_following_goes_on_past_a_forged_end_while_the_agent_runs(tmp_path):
     finally:
         agent.kill()
     assert [json.loads(x)["seq"] for x in out.splitlines()] == [1, 2, 3]
+
+
+def test_the_agent_never_writes_an_event_longer_than_the_boundary_takes(tmp_path):
+    """An event over 16 MiB would be set aside whole: the agent's journal gives up its
+    per-token arrays (named in ``trimmed``) so that the numbers are stored."""
+    from agent.journal import Journal
+    from agent.protocol import MAX_EVENT_BYTES
+    from orchestrator.sweep.decode import Decoder
+
+    gen = {k: v for k, v in REAL[4].items() if k not in ("schema", "seq", "type", "ts",
+                                                         "job_id")}
+    times = list(range(10**7, 10**7 + 2_000_000))  # 2M tokens' timings: ~18 MB of JSON
+    j = Journal(tmp_path / "j.jsonl", echo=None)
+    j.emit("generation", **{**gen, "token_times_us": times})
+    j.emit("generation", **{**gen, "run_index": 1})  # an ordinary one is written as it is
+    j.close()
+    big, small = (tmp_path / "j.jsonl").read_bytes().splitlines()
+    assert len(big) <= MAX_EVENT_BYTES
+    e = Decoder("n1").decode(big)
+    # per-token timings go first, and only as many arrays as it takes
+    assert isinstance(e, dict) and e["trimmed"] == ["token_times_us"]
+    assert e["token_ids"] == gen["token_ids"] and e["decode_tok_s"] == gen["decode_tok_s"]
+    assert json.loads(small) == {**json.loads(small), **gen, "run_index": 1}
+    assert "trimmed" not in json.loads(small)
