@@ -12,7 +12,6 @@ run in this process, for thousands of cases a second).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
 import shlex
@@ -260,9 +259,11 @@ def follow_journal(store, lines: list[bytes], where: Path, *, transport=None, ho
     except Exception as e:  # the node's ingestion stopped: what the user would see
         stopped = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
     out = Followed(sid, stopped, text.getvalue().splitlines())
-    with contextlib.suppress(Exception):
+    try:  # what the sweep reports for the node (it must not fail on what was stored)
         o = run.outcome()
         out.outcome = f"{o.status}" + (f": {o.detail}" if o.detail else "")
+    except Exception as e:
+        out.stopped = out.stopped or f"outcome: {type(e).__name__}: {e}"
     return out
 
 

@@ -190,3 +190,16 @@ def test_the_agent_never_writes_an_event_longer_than_the_boundary_takes(tmp_path
     assert e["token_ids"] == gen["token_ids"] and e["decode_tok_s"] == gen["decode_tok_s"]
     assert json.loads(small) == {**json.loads(small), **gen, "run_index": 1}
     assert "trimmed" not in json.loads(small)
+
+
+def test_lists_the_outcome_joins_into_a_sentence_are_strings():
+    """The node's outcome reads a failed job's reasons as "; ".join(reasons)."""
+    from orchestrator.sweep.decode import Decoder, Quarantined
+
+    end = {"schema": 1, "seq": 9, "type": "job_finished", "ts": 1.0, "status": "soak_failed",
+           "generations": 0}
+    d = Decoder("n1")
+    assert d.decode(json.dumps({**end, "reasons": ["swap grew"]}))["reasons"] == ["swap grew"]
+    q = d.decode(json.dumps({**end, "reasons": [1, {"x": 2}]}))
+    assert isinstance(q, Quarantined) and q.reason == ("job_finished: reasons must be a list "
+                                                       "of strings")

@@ -301,8 +301,24 @@ def _check_load_level(e: dict) -> str | None:
     return None
 
 
-DEEP_CHECKS = {"generation": _check_generation, "config_summary": _check_summary,
-               "environment_checked": _check_environment, "load_level": _check_load_level}
+def _strings(*names: str):
+    """Lists that readers join into a sentence ("; ".join): strings, or the join fails."""
+    def check(e: dict) -> str | None:
+        for name in names:
+            v = e.get(name)
+            if v is not None and any(type(x) is not str for x in v):
+                return f"{name} must be a list of strings"
+        return None
+    return check
+
+
+def _check_summary_and_reasons(e: dict) -> str | None:
+    return _check_summary(e) or _strings("unreliable_reasons")(e)
+
+
+DEEP_CHECKS = {"generation": _check_generation, "config_summary": _check_summary_and_reasons,
+               "environment_checked": _check_environment, "load_level": _check_load_level,
+               "job_finished": _strings("reasons"), "soak_result": _strings("reasons")}
 
 
 def _json_name(t: type) -> str:
