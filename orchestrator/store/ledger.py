@@ -81,9 +81,14 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
           payloads: list[str]) -> tuple[list[dict], list[str], list[Refused]]:
     """The events (and their lines) the store may append, and the refused ones."""
     seqs = [e["seq"] for e in events]
-    stored = dict(c.execute(select(Event.seq, Event.payload).where(
+    # usually none is stored (the follower reads on from the last stored seq): look up the
+    # numbers first, and read back only the events a line collides with
+    hits = set(c.execute(select(Event.seq).where(
         Event.sweep_id == sweep_id, Event.node == node,
-        Event.seq.between(min(seqs), max(seqs)))).all())
+        Event.seq.between(min(seqs), max(seqs)))).scalars()) & set(seqs)
+    stored = dict(c.execute(select(Event.seq, Event.payload).where(
+        Event.sweep_id == sweep_id, Event.node == node, Event.seq.in_(hits))).all()) \
+        if hits else {}
     gens = [e["run_index"] for e in events if e["type"] == "generation"]
     measured: dict[int, int] = {}
     if gens:
