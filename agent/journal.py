@@ -15,6 +15,29 @@ from pathlib import Path
 from typing import IO
 
 from . import SCHEMA
+from .protocol import MAX_EVENT_BYTES
+
+# per-token and per-sample arrays, largest first: what an event too long for the
+# controller's boundary gives up (named in ``trimmed``) so that the rest of it is stored
+BULKY = ("token_times_us", "token_ids", "telemetry", "acceptance_by_position", "from_draft",
+         "output_text")
+
+
+def _bounded(event: dict) -> tuple[dict, str]:
+    """The event without its bulkiest arrays until its line fits MAX_EVENT_BYTES: the
+    controller stores a line that long whole, and sets a longer one aside entirely."""
+    event = dict(event)
+    trimmed: list[str] = []
+    for name in BULKY:
+        if name in event:
+            del event[name]
+            trimmed.append(name)
+            line = json.dumps({**event, "trimmed": trimmed}, separators=(",", ":"),
+                              allow_nan=False) + "\n"
+            if len(line) <= MAX_EVENT_BYTES:
+                return {**event, "trimmed": trimmed}, line
+    raise ValueError(f"a {event.get('type')} event is longer than {MAX_EVENT_BYTES} bytes "
+                     "even without its per-token arrays")
 
 
 def recover(path: Path) -> int:
@@ -49,6 +72,8 @@ class Journal:
         event = {"schema": SCHEMA, "seq": self.seq, "type": type_, "ts": time.time(),
                  "job_id": self.job_id, **fields}
         line = json.dumps(event, separators=(",", ":"), allow_nan=False) + "\n"
+        if len(line) > MAX_EVENT_BYTES:
+            event, line = _bounded(event)
         self._f.write(line)
         self._f.flush()
         os.fsync(self._f.fileno())

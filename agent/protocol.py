@@ -146,36 +146,77 @@ def knob_problem(name: str, value: Any) -> str | None:
 
 NUM = (int, float)
 OPT_NUM = (int, float, type(None))
+OPT_INT = (int, type(None))
 OPT_STR = (str, type(None))
+OPT_LIST = (list, type(None))
+OPT_DICT = (dict, type(None))
+OPT_BOOL = (bool, type(None))
 
-# type → required fields and their JSON types; other fields are optional (minor versions
-# add them). The controller checks these at its one decode boundary.
-EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
-    "job_started": {},
-    "environment_checked": {"versions": (dict,), "fingerprints": (dict,)},
-    "models_loaded": {},
-    "plan": {"total_generations": (int,)},
-    "runtime_ready": {},
-    "notice": {},
-    "generation": {"workload": (str,), "mode": (str,), "config": (dict,),
-                   "num_draft_tokens": (int,), "generated_tokens": (int,),
-                   "decode_tok_s": OPT_NUM, "ttft_ms": OPT_NUM},
-    "generation_failed": {"error": (str,)},
-    "knob_effect": {},
-    "config_summary": {"workload": (str,), "mode": (str,), "config": (dict,),
-                       "num_draft_tokens": (int,), "trials": (int,), "metrics": (dict,),
-                       "unreliable": (bool,)},
-    "acceptance_by_bucket": {"rows": (list,)},
-    "quality": {},
-    "soak_sample": {},
-    "soak_result": {},
-    "job_finished": {"status": (str,)},
-    "background_started": {"pid": (int,), "profile": (dict,)},
-    "load_level": {"workload": (str,), "variant": (str,), "mode": (str,), "load": (str,),
-                   "level": NUM, "status": (str,)},
-    "job_failed": {"error": (str,)},
+
+@dataclass(frozen=True)
+class EventType:
+    """One event type of the stream: the fields every event of it carries (``required``) and
+    the fields it may carry (``optional``; null or absent allowed), each with its JSON types.
+
+    The controller's decode boundary checks exactly this, so every field a reader indexes
+    (``e["message"]``) must be required here, and every optional field a reader formats as a
+    number must be typed here. Fields not named are allowed (minor versions add them)."""
+
+    required: dict[str, tuple[type, ...]] = field(default_factory=dict)
+    optional: dict[str, tuple[type, ...]] = field(default_factory=dict)
+
+
+# The event types of schema 1.x: the one declaration the boundary and readers follow.
+EVENTS: dict[str, EventType] = {
+    "job_started": EventType(optional={"agent_version": OPT_STR, "event_schema": OPT_STR}),
+    "environment_checked": EventType({"versions": (dict,), "fingerprints": (dict,)},
+                                     {"quantization": OPT_DICT}),
+    "models_loaded": EventType(optional={"load_s": OPT_NUM}),
+    "plan": EventType({"total_generations": (int,)},
+                      {"already_done": OPT_INT, "variants": OPT_LIST, "workloads": OPT_LIST}),
+    "runtime_ready": EventType(optional={"runtime": OPT_STR, "variant": OPT_STR}),
+    "notice": EventType({"message": (str,)},
+                        {"workload": OPT_STR, "variant": OPT_STR, "adaptive": OPT_BOOL}),
+    "generation": EventType({"run_index": (int,), "workload": (str,), "mode": (str,),
+                             "config": (dict,), "num_draft_tokens": (int,),
+                             "generated_tokens": (int,), "decode_tok_s": OPT_NUM,
+                             "ttft_ms": OPT_NUM},
+                            {"variant": OPT_STR, "runtime": OPT_STR, "token_ids": OPT_LIST,
+                             "telemetry": OPT_LIST, "models": OPT_DICT}),
+    "generation_failed": EventType({"error": (str,)},
+                                   {"variant": OPT_STR, "workload": OPT_STR, "mode": OPT_STR}),
+    "knob_effect": EventType({"message": (str,)},
+                             {"workload": OPT_STR, "variant": OPT_STR, "knob": OPT_STR}),
+    "config_summary": EventType({"workload": (str,), "mode": (str,), "config": (dict,),
+                                 "num_draft_tokens": (int,), "trials": (int,),
+                                 "metrics": (dict,), "unreliable": (bool,)},
+                                {"values": OPT_DICT, "unreliable_reasons": OPT_LIST,
+                                 "parity": OPT_DICT, "models": OPT_DICT}),
+    "acceptance_by_bucket": EventType({"rows": (list,)}),
+    "quality": EventType({"mode": (str,), "num_draft_tokens": (int,), "tasks": (int,),
+                          "passed": (int,), "pass_rate": NUM}, {"models": OPT_DICT}),
+    "soak_sample": EventType({"index": (int,), "elapsed_s": NUM},
+                             {"decode_tok_s": OPT_NUM, "rss_bytes": OPT_NUM,
+                              "swap_used_bytes": OPT_NUM}),
+    "soak_result": EventType({"status": (str,), "generations": (int,)},
+                             {"workload": OPT_STR, "num_draft_tokens": OPT_INT,
+                              "duration_s": OPT_NUM, "peak_rss_bytes": OPT_NUM,
+                              "swap_in_bytes": OPT_NUM, "reasons": OPT_LIST}),
+    "job_finished": EventType({"status": (str,), "generations": (int,)},
+                              {"failed": OPT_INT, "reasons": OPT_LIST}),
+    "background_started": EventType({"pid": (int,), "profile": (dict,)}),
+    "load_level": EventType({"workload": (str,), "variant": (str,), "mode": (str,),
+                             "load": (str,), "level": NUM, "status": (str,)}),
+    "job_failed": EventType({"error": (str,), "message": (str,)}, {"exit_code": OPT_INT}),
 }
+# type → required fields and their JSON types (what the boundary insists on)
+EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    t: e.required for t, e in EVENTS.items()}
 FINAL_EVENTS = ("job_finished", "job_failed")
+# Bounds of one event line: the controller sets aside a longer or deeper one, and the agent
+# never writes one (a 16 MiB line is ~500k tokens of output with their ids and timings).
+MAX_EVENT_BYTES = 16 << 20
+MAX_EVENT_DEPTH = 32
 
 # Per-generation metrics, units in the names (what `generation` events carry).
 GENERATION_METRICS = (

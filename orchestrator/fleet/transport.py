@@ -20,6 +20,8 @@ from pathlib import Path
 
 import asyncssh
 
+from agent.protocol import MAX_EVENT_BYTES
+
 from ..errors import RemoteError, RemoteTimeoutError, UnreachableError
 from .inventory import Host
 from .known_hosts import HostKeys, read_host_keys
@@ -107,12 +109,12 @@ class LocalTransport:
         # only the shell left Ctrl-C waiting until the agent finished its job
         proc = await asyncio.create_subprocess_shell(
             command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            limit=1 << 24, start_new_session=True)
+            start_new_session=True)
         assert proc.stdout is not None and proc.stderr is not None  # asked for with PIPE
         stderr_task = asyncio.create_task(proc.stderr.read())
         try:
-            async for raw in proc.stdout:
-                yield raw.decode(errors="replace")
+            async for line in split_lines(proc.stdout.read):
+                yield line
             await proc.wait()
             err = (await stderr_task).decode(errors="replace")
         finally:  # closed early: stop the command rather than leave it to the collector
@@ -292,18 +294,45 @@ class SSHTransport:
 
     async def stream_lines(self, command: str) -> AsyncIterator[str]:
         try:
-            async with self.live.create_process(command) as proc:
+            # bytes, split here: asyncssh's readline cuts a line longer than the channel's
+            # window (2 MiB) into pieces, and a 3 MiB event arrived as two unreadable lines
+            async with self.live.create_process(command, encoding=None) as proc:
                 stderr_task = asyncio.create_task(proc.stderr.read())
-                async for line in proc.stdout:
+                async for line in split_lines(proc.stdout.read):
                     yield line
                 await proc.wait(check=False)
-                err = await stderr_task
+                err = _text(await stderr_task)
         except (OSError, asyncssh.Error) as e:
             raise UnreachableError(self.host.name, f"connection lost: {e}") from None
         if proc.exit_status is None:
             raise UnreachableError(self.host.name, f"connection lost during `{command}`")
         if proc.exit_status != 0:
             raise RemoteError(self.host.name, command, proc.exit_status, err)
+
+
+async def split_lines(read, limit: int = MAX_EVENT_BYTES) -> AsyncIterator[str]:
+    """A byte stream's lines, each whole however long, up to ``limit`` bytes: a longer one
+    yields its first ``limit + 1`` bytes (the decode boundary sets it aside by its length)
+    and the rest of it is skipped, so memory stays bounded. Bytes that are not UTF-8 come
+    through escaped (surrogateescape), for the boundary to refuse, never replaced."""
+    buf = b""
+    skipping = False
+    while True:
+        chunk = await read(CHUNK)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        if skipping and lines:
+            lines, skipping = lines[1:], False
+        if len(buf) > limit:
+            if not skipping:
+                lines.append(buf[:limit + 1])
+            buf, skipping = b"", True
+        for line in lines:
+            yield line.decode("utf-8", "surrogateescape") + "\n"
+    if buf and not skipping:
+        yield buf.decode("utf-8", "surrogateescape")
 
 
 async def _pump(local: Path, offset: int, stdin, progress=None,

@@ -69,9 +69,10 @@ def agent_notices(store: Store, sweep_ids: list[str]) -> list[dict]:
         rows = c.execute(select(Event.sweep_id, Event.node, Event.payload).where(
             Event.sweep_id.in_(sweep_ids), Event.type.in_(("knob_effect", "notice")))
             .order_by(Event.node, Event.seq)).all()
+    # the boundary requires a message; an event stored before it did is left out, not fatal
     return [{"sweep_id": s, "node": n, "variant": p.get("variant"),
              "workload": p.get("workload"), "knob": p.get("knob"), "message": p["message"]}
-            for s, n, p in rows]
+            for s, n, p in rows if isinstance(p, dict) and isinstance(p.get("message"), str)]
 
 
 def stream_checks(store: Store, sweep_id: str) -> list[dict]:

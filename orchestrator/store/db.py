@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from agent.protocol import model_roles, role_kind
 
 from ..errors import StoreError
+from .ledger import admit
 from .models import (
     Environment,
     Event,
@@ -209,18 +210,28 @@ class Store:
         return status
 
     def ingest(self, sweep_id: str, node: str, events: list[dict],
-               raw: list[str] | None = None) -> int:
+               raw: list[str] | None = None, refused: list | None = None) -> int:
         """Store events (and their measurements, telemetry, runs) once; returns how many
         events were new. ``raw`` are the journal lines the events were parsed from: stored
-        as they are, they need not be serialised again (ingest is the hot path)."""
+        as they are, they need not be serialised again (ingest is the hot path).
+
+        Append-only (``ledger.admit``): a line that conflicts with what is stored, measures
+        a run again or outside the plan, or ends the job with counts the journal does not
+        hold is set aside with its reason, in the same transaction; the newly set-aside
+        ones are appended to ``refused``."""
         if not events:
             return 0
         payloads = raw or [json.dumps(e, separators=(",", ":")) for e in events]
-        rows = [(sweep_id, node, e["seq"], e["type"], e["ts"], p)
-                for e, p in zip(events, payloads, strict=True)]
-        gens = [e for e in events if e["type"] == "generation"]
         with self.engine.begin() as c:
-            new = self._bulk(c, "events", EVENT_COLUMNS, rows)
+            events, payloads, out = admit(c, sweep_id, node, events, payloads)
+            if out:
+                kept = self._quarantine(c, sweep_id, node, out)
+                if refused is not None:
+                    refused.extend(kept)
+            rows = [(sweep_id, node, e["seq"], e["type"], e["ts"], p)
+                    for e, p in zip(events, payloads, strict=True)]
+            gens = [e for e in events if e["type"] == "generation"]
+            new = self._bulk(c, "events", EVENT_COLUMNS, rows) if rows else 0
             for e in events:
                 if e["type"] == "environment_checked":
                     self._set_identity(c, sweep_id, node, e)
@@ -237,21 +248,27 @@ class Store:
     def quarantine(self, sweep_id: str, node: str, items: list) -> int:
         """Keep lines the decode boundary set aside (``decode.Quarantined``), once each;
         returns how many were new."""
+        with self.engine.begin() as c:
+            return len(self._quarantine(c, sweep_id, node, items))
+
+    def _quarantine(self, c, sweep_id: str, node: str, items: list) -> list:
+        """Insert set-aside lines; returns the ones that were not kept already."""
         import hashlib
 
         now = datetime.now(timezone.utc)
-        rows = []
-        for q in items:
-            digest = hashlib.sha256(q.line.encode("utf-8", "replace")).hexdigest()
-            rows.append({"sweep_id": sweep_id, "node": node, "seq": q.seq, "reason": q.reason,
-                         "line": q.line[:65536].replace("\x00", "\ufffd"),
-                         "line_sha256": digest, "received_at": now})
-        new = 0
-        with self.engine.begin() as c:  # rare: one statement per line, to count what is new
-            for row in rows:
-                new += len(c.execute(self._insert(QuarantinedEvent).values(**row)
-                                     .on_conflict_do_nothing()
-                                     .returning(QuarantinedEvent.id)).all())
+        new = []
+        for q in items:  # rare: one statement per line, to know what is new
+            # a line with bytes that were not UTF-8 arrives with them escaped: kept replaced
+            line = q.line.encode("utf-8", "replace")
+            digest = hashlib.sha256(line).hexdigest()
+            reason = q.reason.encode("utf-8", "replace").decode()
+            row = {"sweep_id": sweep_id, "node": node, "seq": q.seq,
+                   "reason": reason.replace("\x00", "\ufffd"),
+                   "line": line.decode("utf-8", "replace")[:65536].replace("\x00", "\ufffd"),
+                   "line_sha256": digest, "received_at": now}
+            if c.execute(self._insert(QuarantinedEvent).values(**row).on_conflict_do_nothing()
+                         .returning(QuarantinedEvent.id)).all():
+                new.append(q)
         return new
 
     def quarantined_count(self, sweep_id: str, node: str) -> int:

@@ -7,7 +7,8 @@ no NUL). A line that fails is *quarantined* with its reason, never stored as an 
 never allowed to stop the other lines or the other nodes. An agent speaking another major
 version of the event schema is refused as a whole, naming its version.
 
-The checks are derived from the protocol (``agent.protocol.EVENT_FIELDS``) and from the
+The checks are derived from the protocol (``agent.protocol.EVENTS``: per event type its
+required and optional fields with their types; bounded size and nesting) and from the
 store's own column definitions, so a column added to the store is checked without being
 named here. They are plain ``type()`` comparisons: no object is built per event.
 """
@@ -25,9 +26,11 @@ from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text
 from agent.load import LOADS
 from agent.protocol import (
     DRAFT_FREE_METHODS,
-    EVENT_FIELDS,
     EVENT_SCHEMA,
     EVENT_SCHEMA_MAJOR,
+    EVENTS,
+    MAX_EVENT_BYTES,
+    MAX_EVENT_DEPTH,
     MAX_ROLES,
     MODEL_ROLE,
     role_kind,
@@ -36,7 +39,7 @@ from agent.protocol import (
 from ..errors import SpecfleetError
 from ..store.models import Measurement, Run, TelemetrySample
 
-MAX_LINE_BYTES = 16 << 20      # a journal line longer than this is quarantined, not read
+MAX_LINE_BYTES = MAX_EVENT_BYTES  # a journal line longer than this is quarantined, not read
 MAX_INT32 = 2**31 - 1
 MAX_INT64 = 2**63 - 1
 
@@ -238,10 +241,10 @@ def _check_summary(e: dict) -> str | None:
         d = m.get(metric)
         if type(d) is not dict:
             return f"metrics.{metric} must be an object"
-        for k in keys:
+        for k in keys:  # the store reads each of them: present, a number or null
             v = d.get(k)
-            if v is not None and type(v) is not float and type(v) is not int:
-                return f"metrics.{metric}.{k} must be a number"
+            if k not in d or (v is not None and type(v) is not float and type(v) is not int):
+                return f"metrics.{metric}.{k} must be a number or null"
     return _check_summary_values(e) or _knob_value_problem(e)
 
 
@@ -298,13 +301,72 @@ def _check_load_level(e: dict) -> str | None:
     return None
 
 
-DEEP_CHECKS = {"generation": _check_generation, "config_summary": _check_summary,
-               "environment_checked": _check_environment, "load_level": _check_load_level}
+def _strings(*names: str):
+    """Lists that readers join into a sentence ("; ".join): strings, or the join fails."""
+    def check(e: dict) -> str | None:
+        for name in names:
+            v = e.get(name)
+            if v is not None and any(type(x) is not str for x in v):
+                return f"{name} must be a list of strings"
+        return None
+    return check
+
+
+def _check_summary_and_reasons(e: dict) -> str | None:
+    return _check_summary(e) or _strings("unreliable_reasons")(e)
+
+
+DEEP_CHECKS = {"generation": _check_generation, "config_summary": _check_summary_and_reasons,
+               "environment_checked": _check_environment, "load_level": _check_load_level,
+               "job_finished": _strings("reasons"), "soak_result": _strings("reasons")}
 
 
 def _json_name(t: type) -> str:
     return {type(None): "null", dict: "object", list: "array", str: "string",
             bool: "true/false", int: "integer", float: "number"}.get(t, t.__name__)
+
+
+# per type: (name, types, required) for every declared field, in declaration order
+_FIELDS = {t: tuple((n, ts, True) for n, ts in d.required.items())
+           + tuple((n, ts, False) for n, ts in d.optional.items()) for t, d in EVENTS.items()}
+_CONTAINERS = {dict, list}
+_ABSENT = object()  # of no JSON type: a required field that is missing fails its check
+
+
+def _too_deep(event: dict, limit: int) -> bool:
+    """Nested deeper than ``limit`` objects/arrays (the event itself is level 1). Iterative:
+    a hostile line must not exhaust the stack that reads it."""
+    stack: list[tuple[dict | list, int]] = [(event, 1)]
+    while stack:
+        o, depth = stack.pop()
+        values = o.values() if type(o) is dict else o
+        if not _CONTAINERS.intersection(map(type, values)):  # C speed for flat arrays
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((v, depth + 1) for v in values if type(v) is dict or type(v) is list)
+    return False
+
+
+def _nul_at(o: Any, path: str) -> str | None:
+    """Where a NUL character is, in a key or a string value (None if nowhere)."""
+    t = type(o)
+    if t is str:
+        return path if "\x00" in o else None
+    if t is dict:
+        for k, v in o.items():
+            where = f"{path}.{k}" if path else str(k)
+            if "\x00" in k:
+                return f"a key of {path or 'the event'}"
+            found = _nul_at(v, where)
+            if found:
+                return found
+    elif t is list:
+        for i, v in enumerate(o):
+            found = _nul_at(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
 
 
 class Decoder:
@@ -317,19 +379,33 @@ class Decoder:
     def decode(self, line: str | bytes) -> dict | Quarantined:
         """The event, or why the line was set aside. Raises ``ProtocolMismatch`` for an
         agent of another major schema version."""
-        text = line if isinstance(line, str) else line.decode("utf-8", "replace")
+        if isinstance(line, bytes):
+            line = line.decode("utf-8", "surrogateescape")
+        text = line[:-1] if line.endswith("\n") else line  # kept as the journal holds it
         if len(text) > MAX_LINE_BYTES:
             return Quarantined(None, f"line of {len(text)} characters is longer than "
-                                     f"{MAX_LINE_BYTES} ", text[:200])
+                                     f"{MAX_LINE_BYTES}", text)
         try:
             e = orjson.loads(text)
         except orjson.JSONDecodeError as err:
-            return Quarantined(None, f"not JSON ({str(err).split(':')[0]})", text)
+            why = str(err).split(":")[0]
+            if "surrogates not allowed" in str(err):
+                why = "bytes that are not UTF-8"
+            return Quarantined(None, f"not JSON ({why})", text)
         if type(e) is not dict:
             return Quarantined(None, f"an event must be a JSON object, got "
                                      f"{type(e).__name__}", text)
+        seq = e.get("seq")
+        if type(seq) is not int or not 0 < seq <= MAX_INT32:
+            seq = None
         schema = e.get("schema")
         if schema != EVENT_SCHEMA_MAJOR or type(schema) is not int:
+            if type(schema) is not int or e.get("type") != "job_started":
+                # an agent of another schema announces itself with job_started; any other
+                # line is a damaged or forged one, set aside like the rest
+                return Quarantined(seq, f"schema {schema!r} is not this stream's event "
+                                        f"schema (this controller reads "
+                                        f"{EVENT_SCHEMA_MAJOR}.x)", text)
             if type(e.get("agent_version")) is str:
                 self.agent_version = e["agent_version"]
             raise ProtocolMismatch(
@@ -337,21 +413,37 @@ class Decoder:
                 f"event schema {schema!r}; this controller reads {EVENT_SCHEMA_MAJOR}.x "
                 f"(it speaks {EVENT_SCHEMA}): provision the agent that ships with this "
                 "controller, or upgrade the controller")
-        seq = e.get("seq")
-        if type(seq) is not int or not 0 < seq <= MAX_INT32:
-            return Quarantined(None, f"seq {seq!r} is not an integer in 1..{MAX_INT32}", text)
+        if seq is None:
+            return Quarantined(None, f"seq {e.get('seq')!r} is not an integer in "
+                                     f"1..{MAX_INT32}", text)
         typ = e.get("type")
-        fields = EVENT_FIELDS.get(typ) if isinstance(typ, str) else None
+        fields = _FIELDS.get(typ) if isinstance(typ, str) else None
         if fields is None:
             return Quarantined(seq, f"unknown event type {typ!r}", text)
         ts = e.get("ts")
-        if type(ts) is not float and type(ts) is not int:
+        if (type(ts) is not float and type(ts) is not int) or not math.isfinite(ts):
             return Quarantined(seq, f"ts {ts!r} is not a number", text)
-        for name, types in fields.items():
-            if type(e.get(name)) not in types:
+        for name, types, required in fields:
+            v = e.get(name, _ABSENT)
+            if type(v) not in types and (required or v is not None and v is not _ABSENT):
+                got = "nothing" if v is _ABSENT else _json_name(type(v))
                 return Quarantined(seq, f"{typ}: field {name!r} must be "
                                         f"{'/'.join(_json_name(t) for t in types)}, got "
-                                        f"{_json_name(type(e.get(name)))}", text)
+                                        f"{got}", text)
+        # a flat line cannot be deep: count brackets (C speed) before walking
+        if text.count("{") + text.count("[") > MAX_EVENT_DEPTH and _too_deep(e,
+                                                                            MAX_EVENT_DEPTH):
+            return Quarantined(seq, f"{typ}: nested deeper than {MAX_EVENT_DEPTH} levels",
+                               text)
+        if "\\u0000" in text:
+            # model output may hold anything (kept, the NUL replaced below); nothing else
+            # may: PostgreSQL's text and JSON columns cannot hold it
+            out = e.pop("output_text", None)
+            where = _nul_at(e, "")
+            if out is not None:
+                e["output_text"] = out
+            if where:
+                return Quarantined(seq, f"{typ}: {where} holds a NUL character", text)
         deep = DEEP_CHECKS.get(str(typ))
         if deep is not None:
             problem = deep(e)

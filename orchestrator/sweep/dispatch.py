@@ -212,7 +212,7 @@ class StderrProgress:
                     f"{(event.get('swap_used_bytes') or 0) / 2**20:.0f} MiB")
         elif kind == "soak_result":
             line = (f"soak {event['status']}: {event['generations']} generations in "
-                    f"{event['duration_s']:.0f}s, peak rss "
+                    f"{event.get('duration_s') or 0:.0f}s, peak rss "
                     f"{(event.get('peak_rss_bytes') or 0) / 2**20:.0f} MiB"
                     + "".join(f"; {r}" for r in event.get("reasons") or []))
         elif kind == "notice" and event.get("adaptive"):
@@ -419,9 +419,19 @@ class NodeRun:
             return result
 
     async def ingest(self, batch: list[dict], raw: list[str]) -> None:
-        """Store a batch, however long the store is down: never given up, never dropped."""
-        if batch:
-            await self.with_store(self.store.ingest, self.sweep_id, self.host.name, batch, raw)
+        """Store a batch, however long the store is down: never given up, never dropped.
+        Lines the ledger sets aside (a conflict, a forgery) are said, once per attempt that
+        stored them."""
+        if not batch:
+            return
+
+        def store_batch() -> list:
+            refused: list = []  # fresh per attempt: a rolled-back attempt said nothing
+            self.store.ingest(self.sweep_id, self.host.name, batch, raw, refused)
+            return refused
+
+        for r in await self.with_store(store_batch):
+            self.say(f"set aside a journal line (seq {r.seq}): {r.reason[:160]}")
 
     async def stored_whole(self) -> bool:
         """The store holds the node's journal to its final event, with no hole below it."""

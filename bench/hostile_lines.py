@@ -1,0 +1,166 @@
+"""Hostile and damaged journal lines, before and after: stored / set aside / node stopped /
+lost, per kind of line issue 28 names, for two versions of the code side by side.
+
+Each kind (``tests/hostile.KINDS``: a real journal the agent wrote, damaged one way) is
+followed the way ``specfleet sweep`` follows a node: the node-side ``agent follow`` on a
+real sshd node on loopback, streamed over SSH into the controller's ``NodeRun.follow_once``
+(decode boundary, progress lines, ingest pipeline) and into the store (SQLite; the NUL
+kinds into PostgreSQL, where they did harm). Then the node's outcome as the sweep reports
+it, and every reader (weekly review, site, sweep page, compare) over the store.
+
+Columns, per kind: ``bad stored``: events in the store that the agent never wrote (a
+forged or damaged line taken as an event); ``set aside``: lines quarantined with a reason;
+``stopped``: the node's ingestion raised (the sweep would stop following it); ``lost``:
+events of the agent's own journal (the real lines the kind left whole, and the valid 3 MiB
+event) that are not in the store as written; ``sweep says``: the node's outcome;
+``readers``: whether every reader rendered.
+
+    sudo .venv/bin/python bench/hostile_lines.py [--before main] [--after WORKTREE]
+
+``--before`` is a git ref of this repository (exported with ``git archive`` into a temp
+folder; nothing is checked out), ``--after`` a folder (default: this checkout). Needs root
+(sshd nodes) and the PostgreSQL the tests use on 127.0.0.1:5432. A store outage is not
+simulated: the store retry is cut to 5 s so a line the store refuses for good (NUL) shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+def measure(code: Path) -> list[dict]:
+    """Every kind, with the orchestrator and agent of ``code`` (run in a child process)."""
+    sys.path.insert(0, str(HERE))
+    from tests.fleet import start_fleet, stop_fleet
+    from tests.hostile import KINDS, event, follow_journal, journal, render_all
+
+    sys.path.remove(str(HERE))
+    sys.path.insert(0, str(code))  # orchestrator and agent from the code measured
+    from sqlalchemy import create_engine, select, text
+    from sqlalchemy.pool import NullPool
+
+    from orchestrator.errors import SpecfleetError
+    from orchestrator.fleet.transport import connect
+    from orchestrator.store import open_store
+    from orchestrator.store.models import Event
+    from orchestrator.sweep.dispatch import SweepOptions
+
+    assert str(code) in str(sys.modules["orchestrator"].__file__)
+    real = journal()
+    fleet = start_fleet(1, sys.executable)
+    work = Path(tempfile.mkdtemp(prefix="specfleet-hostile-"))
+    work.chmod(0o755)
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    rows = []
+    try:
+        for kind in KINDS:
+            db = None
+            if kind.store == "postgresql":
+                db = f"specfleet_hostile_{uuid.uuid4().hex[:8]}"
+                with admin.connect() as c:
+                    c.execute(text(f'CREATE DATABASE "{db}"'))
+                url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{db}"
+            else:
+                url = f"sqlite:///{work / (uuid.uuid4().hex[:8] + '.db')}"
+            store = open_store(url)
+            lines = kind.make(real)
+            f = follow_journal(store, lines, work / "node", host=fleet.host(0), agent_dir=code,
+                               transport=lambda h: connect(h, fleet.ssh_options()),
+                               opts=SweepOptions(store_retry_timeout_s=5))
+            with store.engine.connect() as c:
+                stored: dict[int, dict] = dict(c.execute(select(Event.seq, Event.payload).where(
+                    Event.sweep_id == f.sweep_id)).all())
+            # the agent's own events: the real lines the kind left whole (renumbered after
+            # a forged end), and a valid event it made
+            sent = set(lines)
+            if kind.name == "forged job_finished":
+                own = [event(x) for x in lines if event(x).get("ts") != 1.0]
+            else:
+                own = [event(x) for x in real if x in sent]
+                own += [event(x) for x in lines if kind.valid and x not in set(real)]
+            lost = len([e for e in own if stored.get(e["seq"]) != e])
+            bad = len([p for p in stored.values() if p not in own])
+            try:
+                render_all(store, f.sweep_id, work / "readers")
+                readers = "ok"
+            except SpecfleetError:  # compare refuses a sweep with no runs: nothing to read
+                readers = "no runs"
+            except Exception as e:  # a reader broke on what was stored
+                readers = f"{type(e).__name__}"
+            rows.append({"kind": kind.name, "bad_stored": bad,
+                         "set_aside": len(store.quarantined(f.sweep_id)),
+                         "stopped": f.stopped, "lost": lost,
+                         "says": f.outcome.split(":")[0] if f.outcome else "?",
+                         "readers": readers})
+            store.engine.dispose()
+            if db:
+                with admin.connect() as c:
+                    c.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
+    finally:
+        stop_fleet(fleet)
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def export(ref: str) -> Path:
+    d = Path(tempfile.mkdtemp(prefix="specfleet-before-"))
+    d.chmod(0o755)
+    archive = subprocess.run(["git", "-C", str(HERE), "archive", ref], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(d)], input=archive, check=True)
+    for p in d.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return d
+
+
+def run_child(code: Path) -> list[dict]:
+    out = subprocess.run([sys.executable, __file__, "--measure", str(code)], check=True,
+                         capture_output=True, text=True, env={**os.environ}).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def cell(r: dict) -> str:
+    stopped = "STOPPED" if r["stopped"] else "-"
+    return (f"{r['bad_stored']:>3} {r['set_aside']:>3} {stopped:>7} {r['lost']:>3} "
+            f"{r['says']:>6} {r['readers']:>8}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--before", default="main", help="a git ref (default: main)")
+    ap.add_argument("--after", type=Path, default=HERE, help="a folder (default: this one)")
+    ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure)))
+        return
+    before_dir = export(args.before)
+    try:
+        before, after = run_child(before_dir), run_child(args.after.resolve())
+    finally:
+        shutil.rmtree(before_dir, ignore_errors=True)
+    head = "bad set stopped lost  says  readers"
+    print(f"{'kind of line':<48} | {'before (' + args.before + ')':<36} | after")
+    print(f"{'':<48} | {head:<36} | {head}")
+    for b, a in zip(before, after, strict=True):
+        print(f"{b['kind']:<48} | {cell(b):<36} | {cell(a)}")
+    print()
+    for label, rows in (("before", before), ("after", after)):
+        for r in rows:
+            if r["stopped"]:
+                print(f"{label}: {r['kind']}: stopped by {r['stopped']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""The store is a ledger of each node's journal: append-only, checked against itself.
+
+The decode boundary judges one line alone; what it cannot see is the journal around it.
+``admit`` judges a decoded batch against what the store already holds for that node:
+
+- a seq already stored (or earlier in the batch) with other content is a *conflict*: the
+  stored event is kept, the new line set aside (the same line again is a harmless re-read);
+- a generation for a run index already measured, or outside the job's plan (its run index,
+  its workload), is set aside: it would replace or add a measurement the job never made;
+- a ``job_finished`` whose ``generations`` disagrees with the journal before it is set aside
+  (a forged or damaged end would end following early and call a sweep ok).
+
+Every refusal is a ``Quarantined`` (seq, reason, line), stored in the same transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+from sqlalchemy import func, select
+
+from .models import Event, Measurement, QuarantinedEvent
+
+# how the ledger's reasons begin (a line it refuses is an extra line, not one of the job's)
+LEDGER_REASONS = ("conflict:", "already measured:", "not in the job:", "job_finished:")
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A decoded line the ledger set aside (the shape of ``decode.Quarantined``)."""
+
+    seq: int | None
+    reason: str
+    line: str
+
+
+def _same(stored: object, line: str) -> bool:
+    try:
+        return stored == orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+
+
+class _Plan:
+    """The job's plan as its first ``plan`` event said it (None until one is seen)."""
+
+    def __init__(self, c, sweep_id: str, node: str):
+        self.c, self.sweep_id, self.node = c, sweep_id, node
+        self._event: dict | None = None
+        self._looked = False
+
+    def event(self) -> dict | None:
+        if not self._looked:
+            self._looked = True
+            self._event = self.c.execute(select(Event.payload).where(
+                Event.sweep_id == self.sweep_id, Event.node == self.node,
+                Event.type == "plan").order_by(Event.seq).limit(1)).scalar()
+        return self._event
+
+    def saw(self, e: dict) -> None:
+        if self.event() is None:
+            self._event = e
+
+    def problem(self, e: dict) -> str | None:
+        plan = self.event()
+        if plan is None:  # a journal from before plans, or one still to come: not judged
+            return None
+        total, i = plan.get("total_generations"), e["run_index"]
+        if type(total) is int and not 0 <= i < total:
+            return (f"not in the job: run_index {i} is outside the plan's {total} "
+                    f"generations (0-{total - 1})")
+        names = [w.get("name") for w in plan.get("workloads") or [] if isinstance(w, dict)]
+        if names and e["workload"] not in names:
+            return (f"not in the job: workload {str(e['workload'])[:60]!r} is not one of the "
+                    f"plan's ({', '.join(map(str, names))})")
+        return None
+
+
+def admit(c, sweep_id: str, node: str, events: list[dict],
+          payloads: list[str]) -> tuple[list[dict], list[str], list[Refused]]:
+    """The events (and their lines) the store may append, and the refused ones."""
+    seqs = [e["seq"] for e in events]
+    # usually none is stored (the follower reads on from the last stored seq): look up the
+    # numbers first, and read back only the events a line collides with
+    hits = set(c.execute(select(Event.seq).where(
+        Event.sweep_id == sweep_id, Event.node == node,
+        Event.seq.between(min(seqs), max(seqs)))).scalars()) & set(seqs)
+    stored = dict(c.execute(select(Event.seq, Event.payload).where(
+        Event.sweep_id == sweep_id, Event.node == node, Event.seq.in_(hits))).all()) \
+        if hits else {}
+    gens = [e["run_index"] for e in events if e["type"] == "generation"]
+    measured: dict[int, int] = {}
+    if gens:
+        measured = dict(c.execute(select(Measurement.run_index, Measurement.seq).where(
+            Measurement.sweep_id == sweep_id, Measurement.node == node,
+            Measurement.run_index.between(min(gens), max(gens)))).all())
+    plan = _Plan(c, sweep_id, node)
+    batch: dict[int, str] = {}
+    keep_e: list[dict] = []
+    keep_p: list[str] = []
+    refused: list[Refused] = []
+    for e, line in zip(events, payloads, strict=True):
+        seq, kind = e["seq"], e["type"]
+        why = None
+        if seq in batch:
+            if batch[seq] == line or _same(orjson.loads(batch[seq]), line):
+                continue  # the same line twice: stored once
+            why = f"conflict: seq {seq} arrived earlier in this read with other content"
+        elif seq in stored:
+            if _same(stored[seq], line):
+                continue  # a re-read of what is stored
+            why = (f"conflict: seq {seq} is stored with other content "
+                   f"({stored[seq].get('type') if isinstance(stored[seq], dict) else '?'}); "
+                   "the stored event is kept")
+        elif kind == "generation":
+            i = e["run_index"]
+            if i in measured:
+                why = (f"already measured: run_index {i} was measured at seq {measured[i]}; "
+                       "the stored measurement is kept")
+            else:
+                why = plan.problem(e)
+        elif kind == "job_finished":
+            why = _finish_problem(c, sweep_id, node, e, keep_e)
+        if why is not None:
+            refused.append(Refused(seq, why, line))
+            continue
+        batch[seq] = line
+        if kind == "generation":
+            measured[e["run_index"]] = seq
+        elif kind == "plan":
+            plan.saw(e)
+        keep_e.append(e)
+        keep_p.append(line)
+    return keep_e, keep_p, refused
+
+
+def _finish_problem(c, sweep_id: str, node: str, e: dict, before: list[dict]) -> str | None:
+    """A job_finished must count what the journal before it holds: its generations (or, for
+    a soak, its soak_result's). Generation lines set aside by the decode boundary were in the
+    journal too, so they may be among those counted."""
+    claimed = e.get("generations")
+    if claimed is None:
+        return None
+    seq = e["seq"]
+    soak = [x for x in before if x["type"] == "soak_result"]
+    if not soak:
+        soak = list(c.execute(select(Event.payload).where(
+            Event.sweep_id == sweep_id, Event.node == node, Event.type == "soak_result",
+            Event.seq < seq).order_by(Event.seq.desc()).limit(1)).scalars())
+    if soak:
+        want = soak[-1].get("generations")
+        if claimed != want:
+            return (f"job_finished: generations {claimed} disagrees with the soak before it "
+                    f"({want})")
+        return None
+    stored = c.execute(select(func.count()).select_from(Event).where(
+        Event.sweep_id == sweep_id, Event.node == node, Event.type == "generation",
+        Event.seq < seq)).scalar() or 0
+    have = stored + sum(1 for x in before if x["type"] == "generation")
+    # what the journal before it may also have held: lines set aside as damaged (not by the
+    # ledger: those are extra lines, not the job's), and seqs that never arrived
+    numbered = set(c.execute(select(Event.seq).where(
+        Event.sweep_id == sweep_id, Event.node == node, Event.seq < seq)).scalars())
+    numbered |= {x["seq"] for x in before}
+    damaged = {n for n, why in c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.reason)
+                                         .where(QuarantinedEvent.sweep_id == sweep_id,
+                                                QuarantinedEvent.node == node,
+                                                QuarantinedEvent.seq < seq))
+               if not why.startswith(LEDGER_REASONS)} - numbered
+    holes = (seq - 1) - len(numbered) - len(damaged)
+    if not have <= claimed <= have + len(damaged) + max(holes, 0):
+        return (f"job_finished: generations {claimed} disagrees with the journal before it "
+                f"({have} generation(s) stored"
+                + (f", {len(damaged)} line(s) set aside" if damaged else "")
+                + (f", {holes} missing" if holes > 0 else "") + ")")
+    return None
