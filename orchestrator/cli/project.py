@@ -75,7 +75,8 @@ def models_quantize(src: Path, out: Path, bits: int, group_size: int, as_json: b
 @click.option("--acceptance", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0,
               show_default=True, help="1.0: identity layers (exact). Below 1: noise in the "
               "added layers, its scale chosen by measuring on the shipped prompts.")
-@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True, help="Seed of the noise.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="Seed of the noise.")
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration record as JSON.")
 def models_calibrate(draft: Path, out: Path, layers: int, acceptance: float, seed: int,
                      as_json: bool):
