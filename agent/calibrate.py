@@ -77,3 +77,63 @@ def step_costs(target, draft, prompt_ids: list[int], widths, reps: int = 25) -> 
     return {"target_ms": _forward_ms(target, caches["target"], one, reps),
             "draft_ms": _forward_ms(draft, caches["draft"], one, reps),
             "verify_ms": verify, "reps": reps, "context_tokens": len(prompt_ids)}
+
+
+def bare_decode_tok_s(model, tokenizer, prompt_ids: list[int], max_tokens: int, draft=None,
+                      k: int = 0, skip: int = 64) -> float | None:
+    """Decode tok/s of a bare mlx-lm loop, computed as the agent computes it."""
+    from mlx_lm import stream_generate
+
+    from .stats import decode_rates
+
+    kw = {"draft_model": draft, "num_draft_tokens": k} if draft is not None else {}
+    times = []
+    t0 = time.perf_counter()
+    for _ in stream_generate(model, tokenizer, prompt_ids, max_tokens=max_tokens, **kw):
+        times.append(time.perf_counter() - t0)
+    return decode_rates(times, skip)[0]
+
+
+def loop_overhead(job, loaded: dict, k: int, reps: int = 5) -> dict:
+    """The agent's measuring loop (telemetry sampler running) against a bare mlx-lm loop in
+    this process, interleaved: median decode tok/s of each at draft width ``k``."""
+    import tempfile
+    from pathlib import Path
+
+    from .journal import Journal
+    from .loop import Loop, Request
+    from .mlxengine import SPECULATIVE, MlxEngine
+    from .telemetry import Sampler
+
+    (target, tok), (draft, _) = loaded["target"], loaded["draft"]
+    w = job.workloads[0]
+    ids = tok.encode(w.prompt)
+    cfg = {**job.base, "num_draft_tokens": k}
+    with Sampler(job.telemetry_interval_s) as sampler, tempfile.TemporaryDirectory() as d:
+        loop = Loop(job, Journal(Path(d) / "j.jsonl"), MlxEngine(job, loaded), sampler)
+        bare_decode_tok_s(target, tok, ids, 16, draft, k)  # warm both paths
+        loop.measure(Request(SPECULATIVE, w.prompt, 16, cfg, 0, prompt_key=w.name))
+        bare, agent = [], []
+        for _ in range(reps):
+            bare.append(bare_decode_tok_s(target, tok, ids, w.max_tokens, draft, k,
+                                          job.decode_skip_tokens))
+            agent.append(loop.measure(Request(SPECULATIVE, w.prompt, w.max_tokens, cfg, 0,
+                                              prompt_key=w.name))["decode_tok_s"])
+    b = statistics.median([x for x in bare if x])
+    a = statistics.median([x for x in agent if x])
+    return {"bare_tok_s": b, "agent_tok_s": a, "ratio": a / b, "num_draft_tokens": k,
+            "reps": reps, "max_tokens": w.max_tokens}
+
+
+def node_costs(job_path, reps: int = 25) -> dict:
+    """What ``python -m agent costs JOB`` prints: the node's step costs for the job's pair
+    and widths, and the agent loop's overhead against a bare mlx-lm loop."""
+    from .checks import load_models
+    from .job import load_job
+
+    job = load_job(job_path)
+    loaded = load_models(job)
+    (target, tok), (draft, _) = loaded["target"], loaded["draft"]
+    widths = [int(k) for k in job.knobs.get("num_draft_tokens") or [4]]
+    costs = step_costs(target, draft, tok.encode(job.workloads[0].prompt), widths, reps)
+    return {"costs": costs, "overhead": loop_overhead(job, loaded, max(widths))}

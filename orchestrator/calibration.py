@@ -128,7 +128,7 @@ def measure_acceptance(target, draft, tokenizer, prompts: list[dict], width: int
             "drafted_tokens": drafted, "accepted_tokens": accepted, "by_prompt": per}
 
 
-def _model(config: dict, weights: dict):
+def build_model(config: dict, weights: dict):
     from mlx_lm.models.llama import Model, ModelArgs
 
     m = Model(ModelArgs.from_dict(config))
@@ -150,7 +150,7 @@ def choose_scale(draft: Path, config: dict, weights: dict, layers: int, want: fl
 
     def trial(scale: float) -> dict:
         c, w = grow(config, weights, layers, scale, seed)
-        m = measure_acceptance(_model(c, w), draft_model, tokenizer, prompts, width,
+        m = measure_acceptance(build_model(c, w), draft_model, tokenizer, prompts, width,
                                max_tokens)
         tried.append({"scale": scale, "acceptance": m["acceptance"]})
         log(f"calibrate: noise scale {scale:.5g} → acceptance {m['acceptance']}")
@@ -252,3 +252,18 @@ def calibration_of(folder: Path, fp: str | None = None) -> dict | None:
     if record.get("fingerprint") != (fp or fingerprint(folder)):
         return None
     return record
+
+
+def ensure_calibration(draft: Path, out: Path, layers: int, log=print) -> Path:
+    """The exact (acceptance 1.0) calibration target of ``draft`` at ``out``, made once and
+    remade when its key changed (this builder's source, the draft's fingerprint, the
+    arguments, mlx and mlx-lm versions): a cache by content."""
+    record = calibration_of(out) if out.is_dir() else None
+    key = calibration_key(fingerprint(draft), layers, 1.0, 0, MEASURE_WIDTH,
+                          MEASURE_MAX_TOKENS)
+    if record is None or record.get("key") != key:
+        shutil.rmtree(out, ignore_errors=True)
+        calibrate(draft, out, layers=layers, log=log)
+        log(f"made the calibration target ({layers} layers grown from {draft}, acceptance "
+            f"1.0 by construction): {out}")
+    return out

@@ -13,7 +13,6 @@ from sqlalchemy import select
 
 from agent.protocol import DEFAULT_SWEEP
 
-from .calibration import MEASURE_MAX_TOKENS, MEASURE_WIDTH
 from .demo_models import build_demo_models
 from .errors import SpecfleetError
 from .fleet.inventory import load_inventory
@@ -81,22 +80,11 @@ def calibration_plan(models: Path, max_tokens: int | None = None) -> str:
 
 
 def build_demo_calibration(models: Path, log=print) -> Path:
-    """The calibration target, made once and remade when its key changed (the builder's
-    source, the draft's fingerprint, the arguments, mlx and mlx-lm versions)."""
-    from agent.fingerprint import fingerprint
+    """The demo's calibration target, cached by content (see ``ensure_calibration``)."""
+    from .calibration import ensure_calibration
 
-    from .calibration import calibrate, calibration_key, calibration_of
-
-    out = models / CALIBRATION_FOLDER
-    record = calibration_of(out) if out.is_dir() else None
-    key = calibration_key(fingerprint(models / "draft"), CALIBRATION_LAYERS, 1.0, 0,
-                          MEASURE_WIDTH, MEASURE_MAX_TOKENS)
-    if record is None or record.get("key") != key:
-        shutil.rmtree(out, ignore_errors=True)
-        calibrate(models / "draft", out, layers=CALIBRATION_LAYERS, log=log)
-        log(f"made the calibration target ({CALIBRATION_LAYERS} layers grown from the "
-            f"demo draft, acceptance 1.0 by construction): {out}")
-    return out
+    return ensure_calibration(models / "draft", models / CALIBRATION_FOLDER,
+                              CALIBRATION_LAYERS, log)
 
 
 def build_demo_tiers(models: Path, log=print) -> None:

@@ -101,10 +101,10 @@ def test_any_unperturbed_growth_keeps_the_drafts_logits_and_is_deterministic(
     cfg, w = grow(config, weights, layers, 0.0, seed)
     _, w2 = grow(config, weights, layers, 0.0, seed)
     assert sorted(w) == sorted(w2) and all(mx.array_equal(w[k], w2[k]).item() for k in w)
-    from orchestrator.calibration import _model
+    from orchestrator.calibration import build_model
 
     x = mx.array(ids)[None]
-    assert mx.array_equal(_model(cfg, w)(x), draft(x)).item()
+    assert mx.array_equal(build_model(cfg, w)(x), draft(x)).item()
     # noise of any positive scale is seeded: the same draws for the same seed
     _, n1 = grow(config, weights, layers, 0.01, seed)
     _, n2 = grow(config, weights, layers, 0.01, seed)
