@@ -302,7 +302,7 @@ def calibrate(draft, workdir, layers, repetitions, max_tokens, db_url, failed_ho
 
     \b
     Example:
-      specfleet calibrate -i lab/inventory/ --repetitions 1 --max-tokens 32
+      specfleet calibrate -i lab/inventory/ --layers 8 --repetitions 1 --max-tokens 32
     """
     from ..demo_models import build_demo_models
     from ..instrument import check_instrument
