@@ -109,3 +109,15 @@ def test_any_series_gets_the_same_decision_provisional_only_below_the_nights_nee
         assert v["text"] == full["text"] + f", provisional: {runs} of {MIN_RUNS} nights"
     else:
         assert v["text"] == full["text"] and "provisional" not in v
+
+
+def test_policy_calibration_without_a_policy_is_refused(tmp_path):
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    r = CliRunner().invoke(main, ["review", "--out", str(tmp_path / "r.html"),
+                                  "--policy-calibration", "--db",
+                                  f"sqlite:///{tmp_path / 's.db'}"])
+    assert r.exit_code == 2 and "--policy-calibration says what goes in the policy: give " \
+        "--policy FILE too" in r.output
