@@ -21,6 +21,7 @@ from .base import (
     report_outcomes,
     ssh_options,
 )
+from .project import named_folder
 
 
 def _sweep_id(ctx, param, value: str | None) -> str | None:
@@ -283,8 +284,8 @@ def _provision(doc: dict | None, asked: bool | None, say) -> bool:
 @click.option("--draft", type=click.Path(file_okay=False, exists=True, path_type=Path),
               default=None, help="Grow the calibration target from this draft (default: the "
                                  "project's demo draft).")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path(".specfleet-calibrate"), show_default=True,
+@click.option("--workdir", type=click.Path(file_okay=False),
+              default=".specfleet-calibrate", show_default=True, callback=named_folder,
               help="Folder for the calibration pair (cached by content) and its plan.")
 @click.option("--layers", type=click.IntRange(min=3), default=16, show_default=True,
               help="Layers of the grown target.")
@@ -298,7 +299,9 @@ def calibrate(draft, workdir, layers, repetitions, max_tokens, db_url, failed_ho
     autoregressive; the speedup at each width within 10% of the one predicted from the
     node's own step costs; the agent's loop against a bare mlx-lm loop. One line per node:
     "instrument ok" or what is off and by how much. Exit 0 if every node is ok, 1 if one
-    is off or failed, 3 if a reading could not be taken (e.g. a contended node).
+    is off or failed, 3 if a reading could not be taken (e.g. a contended node). Nodes run
+    their own Python (specfleet_python) with this controller's mlx and mlx-lm versions
+    (the agent checks the pins); the pair's weights are pushed as a sweep pushes them.
 
     \b
     Example:
