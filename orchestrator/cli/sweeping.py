@@ -21,7 +21,6 @@ from .base import (
     report_outcomes,
     ssh_options,
 )
-from .project import named_folder
 
 
 def _sweep_id(ctx, param, value: str | None) -> str | None:
@@ -279,13 +278,20 @@ def _provision(doc: dict | None, asked: bool | None, say) -> bool:
     return asked
 
 
+def _folder_name(ctx, param, value: str) -> Path:
+    """An empty string is no folder (as a Path it would silently be the current one)."""
+    if not str(value).strip():
+        raise click.BadParameter("give a folder name, e.g. .specfleet-calibrate")
+    return Path(value)
+
+
 @main.command()
 @fleet_options
 @click.option("--draft", type=click.Path(file_okay=False, exists=True, path_type=Path),
               default=None, help="Grow the calibration target from this draft (default: the "
                                  "project's demo draft).")
 @click.option("--workdir", type=click.Path(file_okay=False),
-              default=".specfleet-calibrate", show_default=True, callback=named_folder,
+              default=".specfleet-calibrate", show_default=True, callback=_folder_name,
               help="Folder for the calibration pair (cached by content) and its plan.")
 @click.option("--layers", type=click.IntRange(min=3), default=16, show_default=True,
               help="Layers of the grown target.")
