@@ -37,7 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     fol.add_argument("--pid", type=int, default=None,
                      help="agent pid (default: from JOURNAL.pid); exit when it is gone")
     sub.add_parser("version", help="print agent version and protocol schema as JSON")
+    costs = sub.add_parser("costs", help="the instrument check: step costs of the job's pair "
+                                         "and the loop's overhead, as JSON")
+    costs.add_argument("job", type=Path)
+    costs.add_argument("--reps", type=int, default=25)
     args = p.parse_args(argv)
+    if args.cmd == "costs":
+        from .calibrate import node_costs
+
+        print(json.dumps(node_costs(args.job, args.reps)))
+        return 0
     if args.cmd == "version":
         from .checks import installed_versions
 

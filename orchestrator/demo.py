@@ -50,6 +50,41 @@ def demo_plan(models: Path, max_tokens: int | None = None) -> str:
 
 
 DEMO_TIERS = {"draft-8bit": 8, "draft-4bit": 4}  # made from the demo draft with mlx_lm.convert
+# the calibration target grown from the demo draft: 16 layers win ~2x on a 2-core CPU while
+# a whole draft-and-verify round stays under the 50 ms ITL p95 gate at every width
+CALIBRATION_FOLDER, CALIBRATION_LAYERS = "draft-grown-16", 16
+CALIBRATION_MAX_TOKENS = 64  # its baseline decodes ~5x slower than the trained pair's
+
+
+def calibration_plan(models: Path, max_tokens: int | None = None) -> str:
+    """The demo's known answer: the calibration pair (a target grown from the demo draft
+    with identity layers: acceptance 1.0, a predictable win) on one workload."""
+    pins = [f"{d}=={metadata.version(d)}" for d in ("mlx", "mlx-lm")]
+    return "\n".join([
+        "# The demo's calibration pair: a target grown from the demo draft with identity",
+        "# layers (acceptance 1.0 by construction). An instrument, not a model.",
+        "name: demo-calibration", "environment:",
+        f'  python: "{sys.version_info.major}.{sys.version_info.minor}"',
+        f"  packages: {json.dumps(pins)}", "  platforms: []",
+        "models:", f"  target: {models / CALIBRATION_FOLDER}", f"  draft: {models / 'draft'}",
+        "workloads:", "  use: [code]", "  context: [short]", "  quality: false",
+        f"  max_tokens: {min(max_tokens or CALIBRATION_MAX_TOKENS, CALIBRATION_MAX_TOKENS)}",
+        "sweep:", f"  knobs: {{num_draft_tokens: {DEFAULT_SWEEP['num_draft_tokens']}}}",
+        "  repetitions: 1",
+        "gates:",
+        "  # what a calibration pair checks is decode speed: its speculative first token waits",
+        "  # for a whole draft-and-verify round, which this tiny target's short prefill cannot",
+        "  # hide (+20-60%), so the TTFT gate is declared off here (the review says whose gates",
+        "  # judged it); every other gate is the default",
+        "  ttft_regression_limit: 10.0"]) + "\n"
+
+
+def build_demo_calibration(models: Path, log=print) -> Path:
+    """The demo's calibration target, cached by content (see ``ensure_calibration``)."""
+    from .calibration import ensure_calibration
+
+    return ensure_calibration(models / "draft", models / CALIBRATION_FOLDER,
+                              CALIBRATION_LAYERS, log)
 
 
 def build_demo_tiers(models: Path, log=print) -> None:
@@ -79,10 +114,22 @@ def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print,
     models = workdir / "models"
     build_demo_models(models, log=log)
     build_demo_tiers(models, log=log)
-    plan_path = workdir / "demo-plan.yml"
-    plan_path.write_text(demo_plan(models, max_tokens))
-    doc = load_lock(write_lock(load_plan(plan_path), log))
+    build_demo_calibration(models, log=log)
     store = open_store(f"sqlite:///{workdir / 'specfleet.db'}")
+    # the trained pair (a loss on a CPU), then the calibration pair (a known win)
+    for plan_name, text, page in (("demo-plan.yml", demo_plan(models, max_tokens), "sweep.html"),
+                                  ("demo-calibration.yml", calibration_plan(models, max_tokens),
+                                   "calibration.html")):
+        plan_path = workdir / plan_name
+        plan_path.write_text(text)
+        sweep_id = _sweep(workdir, load_lock(write_lock(load_plan(plan_path), log)), store, log,
+                          announce)
+        render_review(store, workdir / page, sweep_id)
+    return write_review(store, workdir / "review.html")["html"]
+
+
+def _sweep(workdir: Path, doc: dict, store, log, announce) -> str:
+    """Sweep the local node with one lock; keep the sweep's events beside the store."""
     # Keep the demo self-contained: the local node's files live in the workdir.
     hosts = [replace(h, root=str(workdir / "node")) for h in load_inventory(LOCAL_INVENTORY).hosts]
     result = start_sweep(doc, hosts, store, inventory=str(LOCAL_INVENTORY),
@@ -100,8 +147,7 @@ def run_demo(workdir: Path, *, max_tokens: int | None = None, log=print,
         events.write_text("".join(json.dumps(p, separators=(",", ":")) + "\n" for p in rows))
     log(f"sweep {result.sweep_id}: {sum(o.value['events'] for o in result.outcomes)} events "
         f"stored; events written to {events}")
-    render_review(store, workdir / "sweep.html", result.sweep_id)
-    return write_review(store, workdir / "review.html")["html"]
+    return result.sweep_id
 
 
 def declare_store(workdir: Path, folder: Path | None = None) -> Path | None:
@@ -135,5 +181,6 @@ def next_steps(workdir: Path, exe: str = "specfleet", declared: bool = False) ->
     db = "" if declared else f" --db sqlite:///{workdir / 'specfleet.db'}"
     return ["next:",
             f"  this sweep, baseline vs each draft width:  {workdir / 'sweep.html'}",
+            f"  the calibration pair's sweep (a known win): {workdir / 'calibration.html'}",
             f"  the weekly review (one verdict per series): {workdir / 'review.html'}",
             f"  the store from the command line:            {exe} sweeps list{db}"]

@@ -32,8 +32,10 @@ def _commands(group=main, path=()):
 def _cases():
     runner = CliRunner()
     for path, cmd in _commands():
-        if path in (("demo",), ("demo-models", "build"), ("init",)):
-            continue  # their only argument/option is a folder they create: checked below
+        if path in (("demo",), ("demo-models", "build"), ("init",), ("calibrate",)):
+            # their only argument/option is a folder they create, or (calibrate) they check
+            # this machine with no argument at all: checked below
+            continue
         args = ["/nonexistent/arg"] * sum(1 for p in cmd.params
                                           if isinstance(p, click.Argument) and p.required)
         yield " ".join(path), [*path, *args], False
@@ -87,7 +89,11 @@ def test_folder_commands_refuse_what_is_not_a_folder_they_can_write(tmp_path):
                  ["demo", "--workdir", ""],
                  ["demo", "--max-tokens", "0"],
                  ["init", str(tmp_path / "file")],
-                 ["demo-models", "build", str(tmp_path / "file")]):
+                 ["demo-models", "build", str(tmp_path / "file")],
+                 ["calibrate", "--workdir", str(tmp_path / "file")],
+                 ["calibrate", "--workdir", ""], ["calibrate", "--layers", "2"],
+                 ["calibrate", "--draft", "/nonexistent/x"], ["calibrate", "--max-tokens", "0"],
+                 ["calibrate", "--repetitions", "abc"], ["calibrate", "--limit", "a:b:!"]):
         r = CliRunner().invoke(main, argv)
         assert r.exit_code in (1, 2) and "Traceback" not in r.output, (argv, r.output)
         assert "Error" in r.output, (argv, r.output)

@@ -12,3 +12,8 @@ def test_the_demo_example_runs_as_written(tmp_path):
     s.run(example, timeout=900)
     work = s.cwd / ".specfleet-demo"
     assert (work / "review.html").is_file() and (work / "sweep.html").is_file()
+    # the calibration pair beside the trained one: its own page, and marked in the review
+    assert 'id="calibration"' in (work / "calibration.html").read_text()
+    review = (work / "review.html").read_text()
+    assert "draft-grown-16 (calibration) / models/draft" in review
+    assert "calibration pair (an instrument, not a model): " in review

@@ -67,6 +67,38 @@ def models_quantize(src: Path, out: Path, bits: int, group_size: int, as_json: b
                f"{record['tier']} tier of {src} written to {out} ({record['fingerprint']})")
 
 
+@models.command("calibrate")
+@click.argument("draft", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--layers", type=click.IntRange(min=2), default=32, show_default=True,
+              help="Decoder layers of the grown target (the draft's plus added ones).")
+@click.option("--acceptance", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0,
+              show_default=True, help="1.0: identity layers (exact). Below 1: noise in the "
+              "added layers, its scale chosen by measuring on the shipped prompts.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="Seed of the noise.")
+@click.option("--json", "as_json", is_flag=True, help="Print the calibration record as JSON.")
+def models_calibrate(draft: Path, out: Path, layers: int, acceptance: float, seed: int,
+                     as_json: bool):
+    """Grow a calibration target from DRAFT into OUT: the draft's layers plus identity
+    layers (their residual writes are zero), so the pair's acceptance is known (1.0
+    exactly) while the target costs more per step. OUT/specfleet-calibration.json records
+    the draft's fingerprint, the construction and the expected acceptance. An instrument,
+    not a model: its series are marked as calibration everywhere.
+
+    \b
+    Example:
+      specfleet models calibrate lab/models/draft lab/models/calibration --layers 32
+    """
+    from ..calibration import calibrate
+
+    record = calibrate(draft, out, layers=layers, acceptance=acceptance, seed=seed,
+                       log=lambda m: click.echo(m, err=True))
+    click.echo(json.dumps(record, indent=2) if as_json else
+               f"calibration target of {draft} ({layers} layers, expected acceptance "
+               f"{record['expected_acceptance']}) written to {out} ({record['fingerprint']})")
+
+
 def named_folder(ctx, param, value: str | None) -> Path | None:
     """An empty string is no folder (as a Path it would silently be the current one)."""
     if value is None:

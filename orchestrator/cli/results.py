@@ -46,9 +46,12 @@ from .base import (
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Also write the week's verdicts as a runtime policy (JSON: "
                                  "per series speculation on/off, draft width, fallback ladder).")
+@click.option("--policy-calibration", is_flag=True,
+              help="Put calibration pairs' series in the policy too (left out by default: "
+                   "an instrument, not a model).")
 @db_option
 def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
-           notify_timeout, policy_file, db_url):
+           notify_timeout, policy_file, policy_calibration, db_url):
     """The weekly signal → action review: per series the numbers, gates and
     classification, the actions the rules call for with their evidence, regressions with
     the identity change that explains them, stale series, and charts.
@@ -72,6 +75,9 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
     except SpecfleetError as e:
         raise click.BadParameter(str(e).removeprefix("--fail-on: "),
                                  param_hint="--fail-on") from None
+    if policy_calibration and not policy_file:
+        raise click.UsageError("--policy-calibration says what goes in the policy: give "
+                               "--policy FILE too")
     store = open_store(db_url, must_exist=True)
     if sweep_id:
         if fail_on or junit or notify_url or policy_file:
@@ -94,7 +100,8 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
         from ..review.verdict import policy
 
         policy_file.parent.mkdir(parents=True, exist_ok=True)
-        policy_file.write_text(json.dumps(policy(a), indent=2, sort_keys=True) + "\n")
+        policy_file.write_text(json.dumps(policy(a, policy_calibration), indent=2,
+                                          sort_keys=True) + "\n")
         click.echo(f"policy written to {policy_file.resolve()}")
     if junit:
         click.echo(f"junit written to {ci.write_junit(a, junit).resolve()}")

@@ -294,3 +294,64 @@ def _provision(doc: dict | None, asked: bool | None, say) -> bool:
                                "environment.platforms: []); drop --provision, or list the "
                                "platforms to install in the plan")
     return asked
+
+
+def _folder_name(ctx, param, value: str) -> Path:
+    """An empty string is no folder (as a Path it would silently be the current one)."""
+    if not str(value).strip():
+        raise click.BadParameter("give a folder name, e.g. .specfleet-calibrate")
+    return Path(value)
+
+
+@main.command()
+@fleet_options
+@click.option("--draft", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              default=None, help="Grow the calibration target from this draft (default: the "
+                                 "project's demo draft).")
+@click.option("--workdir", type=click.Path(file_okay=False),
+              default=".specfleet-calibrate", show_default=True, callback=_folder_name,
+              help="Folder for the calibration pair (cached by content) and its plan.")
+@click.option("--layers", type=click.IntRange(min=3), default=16, show_default=True,
+              help="Layers of the grown target.")
+@click.option("--repetitions", type=click.IntRange(1, 50), default=3, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(16, 4096), default=64, show_default=True)
+@db_option
+def calibrate(draft, workdir, layers, repetitions, max_tokens, db_url, failed_hosts_file,
+              as_json, **kw):
+    """Check the instrument on each node with a calibration pair (a target grown from the
+    draft with identity layers): acceptance exactly 1.0 and output identical to
+    autoregressive; the speedup at each width within 10% of the one predicted from the
+    node's own step costs; the agent's loop against a bare mlx-lm loop. One line per node:
+    "instrument ok" or what is off and by how much. Exit 0 if every node is ok, 1 if one
+    is off or failed, 3 if a reading could not be taken (e.g. a contended node). Nodes run
+    their own Python (specfleet_python) with this controller's mlx and mlx-lm versions
+    (the agent checks the pins); the pair's weights are pushed as a sweep pushes them.
+
+    \b
+    Example:
+      specfleet calibrate -i lab/inventory/ --layers 8 --repetitions 1 --max-tokens 32
+    """
+    from ..demo_models import build_demo_models
+    from ..instrument import check_instrument
+    from ..store import open_store
+    from ..sweep.dispatch import StderrProgress
+
+    ssh = ssh_options(kw)
+    hosts, inventory_path = hosts_from(kw)
+
+    def say(m: str) -> None:
+        click.echo(m, err=True)
+
+    if draft is None:
+        build_demo_models(workdir / "models", log=say)
+        draft = workdir / "models" / "draft"
+    checks = check_instrument(hosts, open_store(db_url), workdir, draft, layers=layers,
+                              repetitions=repetitions, max_tokens=max_tokens, ssh=ssh,
+                              inventory=inventory_path, progress=StderrProgress(), log=say)
+    if as_json:
+        click.echo(json.dumps([c.__dict__ for c in checks], indent=2, default=str))
+    else:
+        for c in checks:
+            click.echo(c.line)
+    statuses = {c.status for c in checks}
+    sys.exit(1 if statuses & {"off", "failed"} else 3 if "unverified" in statuses else 0)

@@ -136,10 +136,22 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     from .runtimes import agent_notices, stream_checks
 
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
+            "calibration": _calibration(store, sweep),
             "notices": agent_notices(store, [sweep_id]) + stream_checks(store, sweep_id),
             "soaks": soak_results(store, sweep_id),
             "loads": load_ramps(store, [sweep_id]),
             "set_aside": store.quarantined(sweep_id), "failed_generations": failed}
+
+
+def _calibration(store: Store, sweep) -> dict | None:
+    """The calibration record of the sweep's target, when its lock marks one."""
+    from ..store.models import Plan
+
+    with store.engine.connect() as c:
+        lock = c.execute(select(Plan.lock).where(Plan.id == sweep.plan_id)).scalar() \
+            if sweep.plan_id else None
+    target = ((lock or {}).get("models") or {}).get("target") or {}
+    return target.get("calibration") if isinstance(target, dict) else None
 
 
 def _quality_pair(pair: str | None, mode: str) -> str | None:

@@ -2,8 +2,9 @@
 numbers may not transfer.
 
 Precedence (the first that holds is the verdict):
-1. **needs more data** — no reliable baseline this week, no reliable speculative config,
-   or fewer than ``MIN_RUNS`` reliable runs behind the config it would be judged by;
+1. **needs more data** — no reliable baseline this week or no reliable speculative config
+   (with fewer than ``MIN_RUNS`` reliable runs behind the config it is judged by, the
+   decision below is given *provisional* with the count instead);
 2. **production candidate at draft width K** — the fastest config that passes every gate;
 3. **keep autoregressive** — no width is faster than the baseline, or speculation changed
    the output at every width, or acceptance failed (the low-acceptance rule) at every width;
@@ -138,7 +139,18 @@ def _identity(section: dict) -> dict:
 
 
 def decide(section: dict, facts: dict | None = None) -> dict:
-    """The series' one verdict (see the module docstring for the precedence)."""
+    """The series' one verdict (see the module docstring for the precedence); with fewer
+    than ``MIN_RUNS`` reliable runs behind it, marked provisional with the count
+    ("production candidate at draft width 4, provisional: 1 of 3 nights")."""
+    out = _decide(section, facts)
+    if p := out.get("provisional"):
+        out["text"] += f", provisional: {p['nights']} of {p['needed']} nights"
+    if section.get("calibration"):
+        out["text"] = "calibration pair (an instrument, not a model): " + out["text"]
+    return out
+
+
+def _decide(section: dict, facts: dict | None = None) -> dict:
     gates = section["gates"]
     configs = section.get("configs") or []
     fired = [s["rule"] for s in section.get("signals") or []]
@@ -166,11 +178,15 @@ def decide(section: dict, facts: dict | None = None) -> dict:
     fastest = max(spec, key=lambda c: c["speedup"])
     passing = [c for c in spec if c["classification"] == "production candidate"]
     judged = max(passing, key=lambda c: c["speedup"]) if passing else fastest
-    if judged["runs"] - judged["unreliable"] < MIN_RUNS:
-        out.update(text=f"needs more data: {judged['runs'] - judged['unreliable']} reliable "
-                        f"run(s) at {_width(judged)}, {MIN_RUNS} needed",
-                   evidence=_describe(judged, gates), k=judged["k"])
+    have = judged["runs"] - judged["unreliable"]
+    if have <= 0:
+        out.update(text=f"needs more data: no reliable run at {_width(judged)}, {MIN_RUNS} "
+                        "needed", evidence=_describe(judged, gates), k=judged["k"])
         return out
+    if have < MIN_RUNS:
+        # the decision the nights so far point to, marked with its count (the night stays
+        # the unit of evidence), rather than "needs more data" until the third night
+        out["provisional"] = {"nights": have, "needed": MIN_RUNS}
     if passing:
         out.update(decision="production candidate", k=judged["k"],
                    enable={"num_draft_tokens": judged["k"], "config": judged.get("knobs") or {}},
@@ -210,14 +226,16 @@ def decide(section: dict, facts: dict | None = None) -> dict:
 POLICY_SCHEMA = "specfleet-policy/1"
 
 
-def policy(a: dict) -> dict:
+def policy(a: dict, calibration: bool = False) -> dict:
     """The week's verdicts as a runtime policy a gateway can read: per series, speculation
     on or off, the draft width, and the graded-fallback ladder with the thresholds that
     trigger each step. Deterministic (sorted, no timestamps), so week to week it reviews
-    as a diff."""
+    as a diff. Calibration series (an instrument, not a model) only when asked."""
     gates = a["gates"]
     out = []
     for s in sorted(a["series"], key=lambda s: tuple(s["series"].values())):
+        if s.get("calibration") and not calibration:
+            continue
         v = s["verdict"]
         measured = v.get("ladder")  # a lineup measured the lighter tiers: name the one
         # only a config that passed every gate is switched on: this series' candidate, or
@@ -256,5 +274,7 @@ def policy(a: dict) -> dict:
                 "swap_peak_bytes_above": gates["swap_ceiling_bytes"],
                 "ttft_change_above": gates["ttft_regression_limit"]}},
             "because": v["text"], "evidence": v["evidence"],
+            **({"provisional": v["provisional"]} if v.get("provisional") else {}),
+            **({"calibration": True} if s.get("calibration") else {}),
             **({"measured_ladder": measured} if measured else {})})
     return {"schema": POLICY_SCHEMA, "week": a["week"], "series": out}

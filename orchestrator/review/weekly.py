@@ -444,6 +444,23 @@ def plan_gates(store: Store, sweep_ids: list[str]) -> dict[str, tuple[str | None
     return out
 
 
+def calibration_targets(store: Store, sweep_ids: list[str]) -> dict[str, dict]:
+    """Target fingerprints the week's locks mark as calibration targets (grown from a
+    draft: `specfleet models calibrate`), with what their record says."""
+    out: dict[str, dict] = {}
+    with store.engine.connect() as c:
+        for (lock,) in c.execute(select(Plan.lock).join(Sweep, Sweep.plan_id == Plan.id)
+                                 .where(Sweep.id.in_(sweep_ids))):
+            for m in ((lock or {}).get("models") or {}).values():
+                if isinstance(m, dict) and isinstance(m.get("calibration"), dict):
+                    cal = m["calibration"]
+                    out[m["fingerprint"]] = {
+                        "expected_acceptance": cal.get("expected_acceptance"),
+                        "layers": (cal.get("construction") or {}).get("layers"),
+                        "draft_fingerprint": cal.get("draft_fingerprint")}
+    return out
+
+
 def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | None = None,
             now: datetime | None = None, change_points_too: bool = True,
             regressions_too: bool = True) -> dict:
@@ -464,6 +481,7 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
     failed = failed_window_configs(store, sweep_ids, gates["failed_acceptance"],
                                    gates["failed_window_s"], generations)
     declared = plan_gates(store, sweep_ids)
+    calibrations = calibration_targets(store, sweep_ids)
     ramps = load_ramps(store, sweep_ids)
     facts = store.latest_facts()  # what each node is: why its numbers may not transfer
     levels = nightly_levels(store, start - timedelta(days=28), end) if change_points_too \
@@ -484,7 +502,9 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
                               "context_bucket": key[3], "engine": key[4]},
                    "identity": ident, "stale": stale, "mixed_identities": mixed,
                    "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
-                   "regressions": [], "change_points": [], "compared": 0}
+                   "regressions": [], "change_points": [], "compared": 0,
+                   # an instrument's series: marked, never in a policy unless asked
+                   "calibration": calibrations.get(ident.get("target_fingerprint") or "")}
         # the gates the plan behind this series' latest run declared, over the defaults
         plan_name, own = declared.get(latest.sweep_id, (None, {}))
         series_gates = {**gates, **own}

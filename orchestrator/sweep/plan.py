@@ -22,6 +22,7 @@ from typing import Any
 from agent.fingerprint import VERIFY_MAX_AGE_S, manifest, model_files
 from agent.protocol import MAX_ROLES, model_roles
 
+from ..calibration import calibration_of
 from ..errors import ConfigError
 from ..yamlfile import line_of, load_yaml
 
@@ -319,6 +320,8 @@ def build_lock(plan: Plan, log=print) -> dict:
         m["fingerprint"] = "sha256:" + hashlib.sha256(json.dumps(
             m["manifest"], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
         m["tier"] = _tier(Path(m["path"]))
+        if calibration := calibration_of(Path(m["path"]), m["fingerprint"]):
+            m["calibration"] = calibration  # a grown target: its series are marked as such
     w = plan.section("workloads")
     buckets = tuple(w.get("context") or ("short",))
     sources = [str(plan.path.parent / spec) if spec.endswith(".jsonl") else spec

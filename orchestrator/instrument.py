@@ -1,0 +1,197 @@
+"""The instrument check: sweep a calibration pair on each node and judge the instrument there.
+
+A calibration pair has a known answer (``orchestrator/calibration.py``): acceptance exactly
+1.0 and output identical to autoregressive decoding, and a speedup that follows from the
+node's own step costs (``agent/calibrate.py``). Per node:
+
+- exactness: every speculative generation accepted every drafted token and produced the
+  baseline's token ids;
+- speed: the measured speedup at each width (median decode tok/s over the median of the
+  interleaved baselines) within ``TOLERANCE`` of the speedup predicted from that node's
+  draft step, target step and target verification of k+1 tokens;
+- overhead: the agent's measuring loop against a bare mlx-lm loop in the same process.
+
+One line per node: "instrument ok" or what is off and by how much. A reading that could not
+be taken (generations set aside as unreliable, a node that failed) is *unverified*, never ok.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from sqlalchemy import select
+
+from agent.calibrate import predicted_speedup
+from agent.protocol import DEFAULT_SWEEP
+
+from .calibration import ensure_calibration
+from .errors import SpecfleetError
+from .fleet.fanout import run_fan_out
+from .fleet.transport import SSHOptions, q
+from .store import Store
+from .store.models import Event, SweepNode
+from .sweep.dispatch import SweepOptions, start_sweep
+from .sweep.plan import load_lock, load_plan, write_lock
+
+TOLERANCE = 0.10       # measured vs predicted speedup, per width
+OVERHEAD_FLOOR = 0.95  # the agent's loop at least this share of a bare loop's decode rate
+
+
+@dataclass
+class NodeCheck:
+    node: str
+    status: str                  # ok | off | unverified | failed
+    line: str
+    widths: list[dict] = field(default_factory=list)
+    acceptance: float | None = None
+    identical: bool | None = None
+    overhead: dict | None = None
+    costs: dict | None = None
+
+
+def instrument_plan(target: Path, draft: Path, repetitions: int, max_tokens: int) -> str:
+    pins = [f"{d}=={metadata.version(d)}" for d in ("mlx", "mlx-lm")]
+    return "\n".join([
+        "# specfleet calibrate: the instrument check's calibration pair", "name: calibrate",
+        "environment:", f'  python: "{sys.version_info.major}.{sys.version_info.minor}"',
+        f"  packages: {json.dumps(pins)}", "  platforms: []",
+        "models:", f"  target: {target}", f"  draft: {draft}",
+        "workloads:", "  use: [code]", "  context: [short]", "  quality: false",
+        f"  max_tokens: {max_tokens}",
+        "sweep:", f"  knobs: {{num_draft_tokens: {DEFAULT_SWEEP['num_draft_tokens']}}}",
+        f"  repetitions: {repetitions}"]) + "\n"
+
+
+def judge(node: str, generations: list[dict], costs: dict | None,
+          overhead: dict | None) -> NodeCheck:
+    """The node's verdict from its stored generations and its own measured costs."""
+    base = [g for g in generations if g["mode"] == "baseline"]
+    spec = [g for g in generations if g["mode"] == "speculative"]
+    if not base or not spec:
+        return NodeCheck(node, "failed", f"{node}: instrument unverified: no "
+                         f"{'baseline' if not base else 'speculative'} generation stored")
+    drafted = sum(g.get("drafted_tokens") or 0 for g in spec)
+    accepted = sum(g.get("accepted_tokens") or 0 for g in spec)
+    acceptance = accepted / drafted if drafted else None
+    ids = {g["workload"]: g.get("token_ids") for g in base}
+    differ = [g for g in spec if g.get("token_ids") != ids.get(g["workload"])]
+    problems, unverified = [], []
+    if acceptance != 1.0:
+        problems.append(f"acceptance {acceptance if acceptance is None else round(acceptance, 4)}"
+                        f" ≠ 1.0 ({drafted - accepted} of {drafted} drafted tokens rejected)")
+    if differ:
+        problems.append(f"output differs from autoregressive in {len(differ)} of {len(spec)} "
+                        f"generations (first at width {differ[0]['num_draft_tokens']})")
+    shaky = [g for g in generations if g.get("unreliable")]
+    widths: list[dict] = []
+    if shaky:
+        kinds = sorted({r.split(":")[0] for g in shaky for r in g.get("unreliable_reasons")
+                        or ["unknown"]})
+        unverified.append(f"speed unverified: {len(shaky)} of {len(generations)} generations "
+                          f"set aside ({', '.join(kinds)})")
+        overhead = None  # measured on the same busy node: no more trustworthy
+    elif costs is None:
+        unverified.append("speed unverified: the node's step costs could not be measured")
+    else:
+        b = statistics.median(g["decode_tok_s"] for g in base)
+        for k in sorted({g["num_draft_tokens"] for g in spec}):
+            m = statistics.median(g["decode_tok_s"] for g in spec
+                                  if g["num_draft_tokens"] == k) / b
+            p = predicted_speedup(costs, k, acceptance or 0.0)
+            widths.append({"k": k, "measured": m, "predicted": p, "off": m / p - 1})
+        for w in widths:
+            if abs(w["off"]) > TOLERANCE:
+                problems.append(f"width {w['k']} measured {w['measured']:.2f}× vs predicted "
+                                f"{w['predicted']:.2f}× ({w['off']:+.0%})")
+    if overhead is None:
+        unverified.append("loop overhead unverified")
+    elif overhead["ratio"] < OVERHEAD_FLOOR:
+        problems.append(f"the agent's loop decodes at {overhead['ratio']:.2f}× a bare mlx-lm "
+                        f"loop (floor {OVERHEAD_FLOOR})")
+    speeds = ", ".join(f"k={w['k']} {w['measured']:.2f}×/{w['predicted']:.2f}× "
+                       f"({w['off']:+.0%})" for w in widths)
+    loop = f"loop {overhead['ratio']:.2f}× bare" if overhead else ""
+    facts = "; ".join(x for x in (f"measured/predicted {speeds}" if speeds else "", loop) if x)
+    if problems:
+        status, head = "off", "instrument OFF: " + "; ".join(problems + unverified)
+    elif unverified:
+        status, head = "unverified", "instrument unverified: " + "; ".join(unverified) + (
+            " (acceptance 1.0, output identical)" if acceptance == 1.0 else "")
+    else:
+        status, head = "ok", "instrument ok (acceptance 1.0, output identical)"
+    return NodeCheck(node, status, f"{node}: {head}" + (f" — {facts}" if facts else ""),
+                     widths, acceptance, not differ, overhead, costs)
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1e9
+
+
+def node_reading(raw) -> tuple[dict | None, str | None]:
+    """What ``python -m agent costs`` printed, checked (a node's output is input, not
+    truth): positive step costs, verify costs keyed by token count, a loop ratio."""
+    try:
+        c, o = raw["costs"], raw["overhead"]
+        costs = {"target_ms": c["target_ms"], "draft_ms": c["draft_ms"],
+                 "verify_ms": {int(n): v for n, v in c["verify_ms"].items()}}
+        if not all(map(_positive, [costs["target_ms"], costs["draft_ms"],
+                                   *costs["verify_ms"].values(), o["ratio"]])):
+            raise ValueError("a cost or ratio that is not a positive number")
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return None, f"unreadable reply from the node ({type(e).__name__}: {e})"
+    return {"costs": {**c, **costs}, "overhead": o}, None
+
+
+def check_instrument(hosts, store: Store, workdir: Path, draft: Path, *, layers: int = 16,
+                     repetitions: int = 3, max_tokens: int = 64, cost_reps: int = 25,
+                     ssh: SSHOptions | None = None, inventory: str | None = None, progress=None,
+                     log=print) -> list[NodeCheck]:
+    """Sweep the calibration pair of ``draft`` on ``hosts``, measure each node's step costs
+    and loop overhead there, and judge each node."""
+    workdir = workdir.resolve()
+    target = ensure_calibration(draft, workdir / f"calibration-{layers}", layers, log)
+    plan = workdir / "calibrate-plan.yml"
+    plan.write_text(instrument_plan(target, draft.resolve(), repetitions, max_tokens))
+    doc = load_lock(write_lock(load_plan(plan), log))
+    result = start_sweep(doc, hosts, store, inventory=inventory, progress=progress,
+                         opts=SweepOptions(ssh=ssh or SSHOptions(), provision=False))
+    with store.engine.connect() as c:
+        placed = {n.node: n for n in c.execute(
+            select(SweepNode.node, SweepNode.agent_dir, SweepNode.python, SweepNode.job_path)
+            .where(SweepNode.sweep_id == result.sweep_id))}
+        gens: dict[str, list[dict]] = {}
+        for node, payload in c.execute(select(Event.node, Event.payload).where(
+                Event.sweep_id == result.sweep_id, Event.type == "generation")):
+            gens.setdefault(node, []).append(payload)
+    ran = {o.host for o in result.outcomes if o.status == "ok"}
+
+    async def costs(h, t):
+        sn = placed[h.name]
+        r = await t.run(f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent costs "
+                        f"{q(sn.job_path)} --reps {cost_reps}")
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    measured = {o.host: o for o in run_fan_out([h for h in hosts if h.name in ran], costs, ssh)}
+    out = []
+    for h in hosts:
+        o = measured.get(h.name)
+        if h.name not in ran:
+            why = next((x.detail for x in result.outcomes if x.host == h.name), None)
+            out.append(NodeCheck(h.name, "failed", f"{h.name}: instrument unverified: the "
+                                 f"calibration sweep failed here ({why})"))
+            continue
+        value, problem = node_reading(o.value) if o is not None and o.status == "ok" else \
+            (None, o.detail if o is not None else "not measured")
+        check = judge(h.name, gens.get(h.name, []), value and value["costs"],
+                      value and value["overhead"])
+        if problem:
+            check.line += f" (step costs: {problem})"
+        out.append(check)
+    if not out:
+        raise SpecfleetError("no node to check: the inventory and --limit select no host")
+    return out

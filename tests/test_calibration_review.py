@@ -1,0 +1,123 @@
+"""The weekly review with a calibration pair beside a real one (planted nights): marked,
+never pooled, out of the policy unless asked, and provisional with its count of nights."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.review.rules import load_rules
+from orchestrator.review.verdict import MIN_RUNS, decide, policy
+from orchestrator.review.weekly import DEFAULT_GATES, analyse
+from orchestrator.store import open_store
+from orchestrator.store.models import Plan, Sweep
+from tests.history import config_values, night, week_nights
+
+WEEK = "2026-W10"
+MONDAY = datetime(2026, 3, 2, tzinfo=timezone.utc)
+CAL_FP = "sha256:" + "c" * 64
+CAL_LOCK = {"models": {"target": {"fingerprint": CAL_FP, "calibration": {
+    "expected_acceptance": 1.0, "construction": {"layers": 32},
+    "draft_fingerprint": "sha256:" + "d" * 64}}, "draft": {"fingerprint": "sha256:" + "d" * 64}}}
+
+
+def _plant(store, nights: int) -> None:
+    """Per night: the calibration pair (2.4x at width 4, 2.0x at 2, acceptance 1.0) and a
+    real pair that loses at every width (0.7x, 0.6x), each in a sweep of its own (as the demo
+    sweeps them); the calibration sweep's lock marks its target."""
+    with store.engine.begin() as c:
+        c.execute(Plan.__table__.insert().values(id="lock-cal", name="demo-calibration",
+                                                 created_at=MONDAY, plan={}, lock=CAL_LOCK))
+    for at in week_nights(MONDAY, nights):
+        common = dict(node="mac-a", chip="Apple M2", workload="code")
+        sid = night(store, at, pair="grown-32 (calibration) / draft", **common,
+                    identity={"target_fingerprint": CAL_FP},
+                    configs={("baseline", 0): config_values(40.0),
+                             ("speculative", 2): config_values(80.0, acceptance=1.0),
+                             ("speculative", 4): config_values(96.0, acceptance=1.0)})
+        with store.engine.begin() as c:
+            c.execute(Sweep.__table__.update().where(Sweep.id == sid).values(plan_id="lock-cal"))
+        night(store, at + timedelta(minutes=5), pair="target / draft", **common,
+              configs={("baseline", 0): config_values(300.0),
+                       ("speculative", 2): config_values(210.0, acceptance=0.6),
+                       ("speculative", 4): config_values(180.0, acceptance=0.5)})
+
+
+def _review(tmp_path, nights: int) -> dict:
+    store = open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    _plant(store, nights)
+    a = analyse(store, WEEK, load_rules(), now=MONDAY + timedelta(days=6))
+    return {s["series"]["model_pair"]: s for s in a["series"]} | {"_a": a}
+
+
+def test_one_night_gives_each_decision_provisional_with_its_count(tmp_path):
+    by = _review(tmp_path, 1)
+    cal, real = by["grown-32 (calibration) / draft"], by["target / draft"]
+    assert cal["calibration"]["expected_acceptance"] == 1.0 and real["calibration"] is None
+    assert cal["verdict"]["decision"] == "production candidate" and cal["verdict"]["k"] == 4
+    assert cal["verdict"]["text"] == ("calibration pair (an instrument, not a model): "
+                                      "production candidate at draft width 4, provisional: "
+                                      "1 of 3 nights")
+    assert real["verdict"]["text"] == ("keep autoregressive: no draft width is faster than "
+                                       "the baseline, provisional: 1 of 3 nights")
+    # the policy leaves the instrument out unless asked, and says what is provisional
+    p = policy(by["_a"])
+    assert [s["model_pair"] for s in p["series"]] == ["target / draft"]
+    assert p["series"][0]["provisional"] == {"nights": 1, "needed": 3}
+    asked = {s["model_pair"]: s for s in policy(by["_a"], calibration=True)["series"]}
+    c = asked["grown-32 (calibration) / draft"]
+    assert c["calibration"] is True and c["speculation"] is True and c["num_draft_tokens"] == 4
+
+
+def test_three_nights_are_no_longer_provisional(tmp_path):
+    by = _review(tmp_path, 3)
+    v = by["grown-32 (calibration) / draft"]["verdict"]
+    assert v["decision"] == "production candidate" and "provisional" not in v
+    assert v["text"].endswith("production candidate at draft width 4")
+    assert "provisional" not in by["target / draft"]["verdict"]["text"]
+
+
+def _section(runs: int, speedups: dict[int, float]) -> dict:
+    def cfg(mode, k, sp):
+        passed = sp >= 1.16
+        return {"mode": mode, "k": k, "runs": runs, "unreliable": 0, "set_aside": False,
+                "speedup": sp, "exact": True, "classification":
+                "production candidate" if mode == "speculative" and passed else
+                "not a candidate", "gates": {} if mode == "baseline" else
+                {"speedup": {"value": sp, "passed": passed}}}
+    return {"series": {"chip": "Apple M2"}, "identity": {}, "gates": DEFAULT_GATES,
+            "signals": [],
+        "configs": [cfg("baseline", 0, 1.0)] + [cfg("speculative", k, s)
+                                                 for k, s in speedups.items()]}
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs=st.integers(1, 6),
+       speedups=st.dictionaries(st.sampled_from([2, 3, 4, 6]),
+                                st.floats(0.3, 3.0, allow_nan=False), min_size=1))
+def test_any_series_gets_the_same_decision_provisional_only_below_the_nights_needed(
+        runs, speedups):
+    """Whatever the numbers: fewer nights than needed change only the mark (with the
+    count), never the decision or its width."""
+    v = decide(_section(runs, speedups))
+    full = decide(_section(MIN_RUNS, speedups))
+    assert (v["decision"], v["k"]) == (full["decision"], full["k"])
+    assert v["decision"] != "needs more data"
+    if runs < MIN_RUNS:
+        assert v["text"] == full["text"] + f", provisional: {runs} of {MIN_RUNS} nights"
+    else:
+        assert v["text"] == full["text"] and "provisional" not in v
+
+
+def test_policy_calibration_without_a_policy_is_refused(tmp_path):
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    r = CliRunner().invoke(main, ["review", "--out", str(tmp_path / "r.html"),
+                                  "--policy-calibration", "--db",
+                                  f"sqlite:///{tmp_path / 's.db'}"])
+    assert r.exit_code == 2 and "--policy-calibration says what goes in the policy: give " \
+        "--policy FILE too" in r.output
