@@ -55,7 +55,8 @@ def test_ctrl_c_names_the_sweep_and_stop_ends_its_agent_and_frees_the_node(fleet
     r = CliRunner().invoke(main, ["sweep", "--stop", sid, "--limit", node.name, *common])
     assert r.exit_code == 0, r.output
     assert f"{node.name}" in r.output and "stopped: agent (pid" in r.output
-    assert f"`specfleet sweep --resume {sid}` measures what is missing" in r.output
+    assert f"`specfleet sweep --resume {sid} -i {inv} --db {url}` measures what is missing" \
+        in r.output  # the hint runs as written: -i and --db as given
     assert not agent_running(node)
     # nothing it measured is lost: every journaled event is in the store
     assert len(stored_events(url, sid, node.name)) == len(journal(node, sid))

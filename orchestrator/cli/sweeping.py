@@ -77,7 +77,8 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
         hosts, inventory_path = hosts_from(kw)
     store = open_store(db_url, must_exist=doc is None)  # --attach/--resume/--stop: it exists
     provision = _provision(doc, provision, lambda m: click.echo(m, err=True))
-    opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout)
+    opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout,
+                        hint_args=_hint_args(kw_inventory, db_url))
     sweep_id = attach_id or resume_id or stop_id
     with explained_interrupt(db_url, kw_inventory, sweep_id) as started:
         def announce(sid: str) -> None:
@@ -102,7 +103,8 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
         return
     if result.left_out:  # said first: report_outcomes exits when a node was not ok
         click.echo(f"left out, still to finish: {', '.join(result.left_out)} (pick them up "
-                   f"with `specfleet sweep --attach {result.sweep_id}`)", err=True)
+                   f"with `specfleet sweep --attach {result.sweep_id}{opts.hint_args}`)",
+                   err=True)
     report_outcomes(result.outcomes, failed_hosts_file, as_json,
             extra={"sweep_id": result.sweep_id, "status": result.status,
                    "left_out": list(result.left_out)},
@@ -125,17 +127,24 @@ def explained_interrupt(db_url: str | None, inventory: list[Path],
 def interrupted(sweep_id: str | None, db_url: str | None, inventory: list[Path]) -> None:
     """Ctrl-C: the agents go on measuring on their nodes; say so, and how to follow or stop
     them, with the sweep's own id and the options this command was given."""
-    import shlex
 
     if sweep_id is None:
         click.echo("interrupted before a sweep started: nothing runs on the nodes", err=True)
         sys.exit(130)
-    extra = "".join(f" -i {shlex.quote(str(p))}" for p in inventory) + _db_hint(db_url)
+    extra = _hint_args(inventory, db_url)
     click.echo(f"interrupted: sweep {sweep_id} goes on on the nodes (its agents are detached "
                f"and journal everything).\n  follow it again: specfleet sweep --attach "
                f"{sweep_id}{extra}\n  stop it:         specfleet sweep --stop {sweep_id}"
                f"{extra}", err=True)
     sys.exit(130)
+
+
+def _hint_args(inventory: list[Path], db_url: str | None) -> str:
+    """The options a printed `specfleet sweep --attach/--resume/--stop` needs: -i as given
+    and --db (see _db_hint)."""
+    import shlex
+
+    return "".join(f" -i {shlex.quote(str(p))}" for p in inventory) + _db_hint(db_url)
 
 
 def _db_hint(db_url: str | None) -> str:

@@ -61,6 +61,9 @@ class SweepOptions:
     reconnect_timeout_s: float = 120.0
     lease_ttl_s: float = 120.0
     trigger: str = "manual"
+    # what a hint adds to `specfleet sweep --attach/--resume ID` so it runs as written:
+    # the -i and --db this command was given (a password masked)
+    hint_args: str = ""
 
 
 CALIBRATION_MARK = " (calibration)"
@@ -263,6 +266,10 @@ class NodeRun:
 
     def say(self, message: str) -> None:
         self.progress(self.host.name, {"type": "follow", "message": message})
+
+    def again(self, verb: str) -> str:
+        """The command that picks this sweep up again, as the user can paste it."""
+        return f"specfleet sweep --{verb} {self.sweep_id}{self.opts.hint_args}"
 
     # -- leases ------------------------------------------------------------------------
 
@@ -498,7 +505,7 @@ class NodeRun:
                 if time.monotonic() > deadline:
                     raise UnreachableError(
                         self.host.name, f"lost the node ({why}); its agent may still be "
-                        f"running: `specfleet sweep --attach {self.sweep_id}`") from None
+                        f"running: `{self.again('attach')}`") from None
                 self.say(f"link lost ({why[:80]}); reconnecting in {delay:.1f}s")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10)
@@ -549,7 +556,7 @@ class NodeRun:
         self.store.set_sweep_node(self.sweep_id, self.host.name, state="died")
         return Outcome(self.host.name, "failed",
                        f"the agent stopped before finishing (last event: {kind or 'none'}); "
-                       f"run `specfleet sweep --resume {self.sweep_id}` to measure only what "
+                       f"run `{self.again('resume')}` to measure only what "
                        "is missing")
 
     # -- the three ways in -------------------------------------------------------------
@@ -590,7 +597,7 @@ class NodeRun:
                 return Outcome(self.host.name, "stopped",
                                f"stopped: {said}; "
                                f"{self.store.last_seq(self.sweep_id, self.host.name)} events "
-                               f"stored; `specfleet sweep --resume {self.sweep_id}` measures "
+                               f"stored; `{self.again('resume')}` measures "
                                "what is missing")
             else:
                 self.started = True
