@@ -40,13 +40,23 @@ def _pct(x: float) -> str:
     return f"{x:+.1%}"
 
 
-def shown(value: float, limit: float, digits: int = 2, scale: float = 1.0) -> str:
-    """``value`` with enough decimals that it never reads as its limit: a gate missed by
-    1.1599 against 1.16 says "1.1599 < 1.16", not "1.16 < 1.16"."""
-    d = digits
-    while d < 12 and round(value * scale, d) == round(limit * scale, 12):
-        d += 1
-    return f"{value * scale:.{d}f}"
+def _limit(x: float) -> str:
+    """A declared limit as written ("1.16", "8", "1500"), exactly when that rounds."""
+    short = f"{x:g}"
+    return short if float(short) == x else f"{x:.12g}"
+
+
+def shown(value: float, limit: float, op: str, digits: int = 2,
+          scale: float = 1.0) -> tuple[str, str]:
+    """``value`` and ``limit`` (times ``scale``) as text that reads the way the gate
+    compared them (``op``: "<" or ">"): a speedup that missed 1.16 by 0.0001 reads
+    "1.1599 < 1.16", never "1.16 < 1.16"."""
+    v, lim = value * scale, _limit(limit * scale)
+    for d in range(digits, 16):
+        text = f"{v:.{d}f}"
+        if (float(text) < float(lim)) if op == "<" else (float(text) > float(lim)):
+            return text, lim
+    return repr(v), lim
 
 
 def _width(c: dict) -> str:
@@ -57,17 +67,18 @@ def gate_text(name: str, val: Any, gates: dict) -> str:
     """A missed gate as the comparison it made, never reading as its own limit:
     "speedup 1.1599 < 1.16", "TTFT +8.02% > +8%", "peak swap 1600.0 MB > 1500 MB"."""
     if name == "ttft_change":
-        lim = gates["ttft_regression_limit"]
-        return f"TTFT +{shown(val, lim, 1, 100)}% > +{lim * 100:g}%"
+        v, lim = shown(val, gates["ttft_regression_limit"], ">", 1, 100)
+        return f"TTFT +{v}% > +{lim}%"
     if name == "swap_peak_bytes":
-        lim = gates["swap_ceiling_bytes"]
-        return f"peak swap {shown(val, lim, 1, 1e-6)} MB > {lim / 1e6:g} MB"
+        v, lim = shown(val, gates["swap_ceiling_bytes"], ">", 1, 1e-6)
+        return f"peak swap {v} MB > {lim} MB"
     cmp = {"speedup": ("speedup", "<", gates["min_speedup"], ""),
            "acceptance": ("acceptance", "<", gates["acceptance_floor"], ""),
            "itl_p95_ms": ("ITL p95", ">", gates["itl_p95_ceiling_ms"], " ms")}
     if name in cmp:
-        what, op, lim, unit = cmp[name]
-        return f"{what} {shown(val, lim, 1 if unit else 2)}{unit} {op} {lim:g}{unit}"
+        what, op, limit, unit = cmp[name]
+        v, lim = shown(val, limit, op, 1 if unit else 2)
+        return f"{what} {v}{unit} {op} {lim}{unit}"
     return {
         "exact": "output differs from the baseline",
         "streaming_parity": f"{val} streaming parity mismatches",
