@@ -234,6 +234,10 @@ def test_planted_runtimes_stop_as_soon_as_their_answer_is_known(model_pair, tmp_
     gens = [e for e in ev if e["type"] == "generation"]
     for name, stop in stops.items():
         assert stop["repetitions"] < 12
-        assert sum(g["variant"] == name for g in gens) == stop["repetitions"]
+        # a stop counts reliable pairs; a trial flagged contended (its own or its
+        # baseline's) is measured, and no evidence
+        runs = [g for g in gens if g["variant"] == name]
+        assert len(runs) == stop["repetitions"] or len(runs) > stop["repetitions"] and any(
+            g.get("unreliable") for g in gens if g["variant"] in (name, "plain"))
     (done,) = [e for e in ev if e["type"] == "job_finished"]
     assert done["failed"] == 0 and done["adaptive"]["skipped"] == 48 - len(gens) > 0
