@@ -34,6 +34,7 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parents[1]
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -59,7 +60,7 @@ def measure(code: Path) -> list[dict]:
     assert str(code) in str(sys.modules["orchestrator"].__file__)
     real = journal()
     # a store that refuses a line for good is retried as if it were down: 5 s, not 120
-    retry = ({"store_retry_timeout_s": 5.0}
+    retry: dict[str, Any] = ({"store_retry_timeout_s": 5.0}
              if "store_retry_timeout_s" in SweepOptions.__dataclass_fields__ else {})
     fleet = start_fleet(1, sys.executable)
     work = Path(tempfile.mkdtemp(prefix="specfleet-hostile-"))
