@@ -149,6 +149,9 @@ KINDS: list[Kind] = [
     Kind("soak_sample without index", _insert_after(_gen(15), lambda ls: dump({
         "schema": 1, "seq": _next_seq(ls), "type": "soak_sample", "ts": 1.0,
         "elapsed_s": 1.0}))),
+    Kind("job_failed without message", _insert_after(_gen(15), lambda ls: dump({
+        "schema": 1, "seq": _next_seq(ls), "type": "job_failed", "ts": 1.0,
+        "error": "crash"}))),
     Kind("config_summary without metrics.decode_tok_s.p95", _replace(
         lambda ls: seq_of(ls, "config_summary"),
         lambda e: {**e, "metrics": {**e["metrics"], "decode_tok_s": {

@@ -31,6 +31,8 @@ SEEN = {
     "quality without passed": (29, "quality: field 'passed' must be integer, got nothing"),
     "soak_sample without index": (29, "soak_sample: field 'index' must be integer, got "
                                       "nothing"),
+    "job_failed without message": (29, "job_failed: field 'message' must be string, got "
+                                       "nothing"),
     "config_summary without metrics.decode_tok_s.p95": (
         21, "config_summary: metrics.decode_tok_s.p95 must be a number or null"),
     "line without schema": (5, "schema None is not this stream's event schema (this "

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import func, select
+from sqlalchemy import Text, func, select, type_coerce
 
 from .models import Event, Measurement, QuarantinedEvent
 
@@ -35,9 +35,12 @@ class Refused:
     line: str
 
 
-def _same(stored: object, line: str) -> bool:
+def _same(stored: str, line: str) -> bool:
+    """The same event: the same text, or (written apart) the same JSON."""
+    if stored == line:
+        return True
     try:
-        return stored == orjson.loads(line)
+        return orjson.loads(stored) == orjson.loads(line)
     except orjson.JSONDecodeError:
         return False
 
@@ -86,9 +89,10 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
     hits = set(c.execute(select(Event.seq).where(
         Event.sweep_id == sweep_id, Event.node == node,
         Event.seq.between(min(seqs), max(seqs)))).scalars()) & set(seqs)
-    stored = dict(c.execute(select(Event.seq, Event.payload).where(
-        Event.sweep_id == sweep_id, Event.node == node, Event.seq.in_(hits))).all()) \
-        if hits else {}
+    # as text: a re-read line is the stored text exactly, compared without parsing
+    stored: dict[int, str] = dict(c.execute(select(Event.seq, type_coerce(
+        Event.payload, Text)).where(Event.sweep_id == sweep_id, Event.node == node,
+                                    Event.seq.in_(hits))).all()) if hits else {}
     gens = [e["run_index"] for e in events if e["type"] == "generation"]
     measured: dict[int, int] = {}
     if gens:
@@ -104,14 +108,14 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
         seq, kind = e["seq"], e["type"]
         why = None
         if seq in batch:
-            if batch[seq] == line or _same(orjson.loads(batch[seq]), line):
+            if _same(batch[seq], line):
                 continue  # the same line twice: stored once
             why = f"conflict: seq {seq} arrived earlier in this read with other content"
         elif seq in stored:
             if _same(stored[seq], line):
                 continue  # a re-read of what is stored
-            why = (f"conflict: seq {seq} is stored with other content "
-                   f"({stored[seq].get('type') if isinstance(stored[seq], dict) else '?'}); "
+            kind_stored = orjson.loads(stored[seq]).get("type")
+            why = (f"conflict: seq {seq} is stored with other content ({kind_stored}); "
                    "the stored event is kept")
         elif kind == "generation":
             i = e["run_index"]
