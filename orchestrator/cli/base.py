@@ -184,18 +184,22 @@ def ssh_options(kw: dict):
                       connect_timeout=kw.pop("connect_timeout"))
 
 
-def inventory_from(kw: dict):
+def from_settings_file(param: str) -> bool:
+    """Whether this command's ``param`` came from a specfleet.toml (click's default map)."""
     from click.core import ParameterSource
 
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and ctx.get_parameter_source(param) == ParameterSource.DEFAULT_MAP
+
+
+def inventory_from(kw: dict):
     from ..fleet.inventory import load_inventory
 
     paths = list(kw.pop("inventory_path"))
-    ctx = click.get_current_context(silent=True)
     # an inventory a specfleet.toml named may not choose what runs: only -i on the
     # command line (or the built-in default) may set interpreters
-    from_file = ctx is not None and \
-        ctx.get_parameter_source("inventory_path") == ParameterSource.DEFAULT_MAP
-    return (load_inventory(paths, kw.pop("vault_password_file"), choose_python=not from_file),
+    return (load_inventory(paths, kw.pop("vault_password_file"),
+                           choose_python=not from_settings_file("inventory_path")),
             ",".join(map(str, paths)))
 
 
