@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import SpecfleetError
-from ..redact import redact
+from ..redact import redact, redact_argv
 
 DEFAULT_INVENTORY = Path(__file__).resolve().parents[1] / "inventory" / "local.yml"
 
@@ -79,7 +79,7 @@ def _crash(e: Exception) -> str:
             path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
-                f.write(redact(" ".join(sys.argv)) + "\n" + text)
+                f.write(redact_argv(sys.argv) + "\n" + text)
         except OSError:
             fd, name = tempfile.mkstemp(prefix="specfleet-crash-", suffix=".log")
             os.write(fd, text.encode())

@@ -710,9 +710,6 @@ def downgrade_losses(engine: Engine, url: str, revision: str) -> list[str]:
 
 
 def engine_url_for_humans(url: str) -> str:
-    from sqlalchemy.engine import make_url
+    from ..redact import redact_url
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url
+    return redact_url(url)

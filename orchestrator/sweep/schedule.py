@@ -115,6 +115,10 @@ def store_for_schedule(db_url: str | None, secrets: Path, name: str) -> tuple[st
                           "SPECFLEET_DB, or db in specfleet.toml); without one it would write "
                           "to a sqlite file of its own, not the one your manual runs use")
     url = make_url(db_url)
+    if any(k.lower() in ("password", "passwd", "pwd") for k in url.query):
+        raise ConfigError("schedule install: the store URL carries its password as a query "
+                          "parameter, which would be written into the entry; put it in the "
+                          "user:password@ part instead (it then goes to a 0600 PGPASSFILE)")
     env: dict[str, str] = {}
     if url.drivername.startswith("sqlite") and url.database and url.database != ":memory:":
         url = url.set(database=str(Path(url.database).expanduser().resolve()))
