@@ -62,9 +62,13 @@ def check_safe(path: Path) -> None:
     else can replace what you put in it)."""
     uid = os.getuid()
     target = path.resolve()
-    for p in (target, *target.parents):
+    # the link and the folders it sits in count too: a symlink in a folder others can
+    # write can be pointed elsewhere whatever its target's modes
+    here = Path(os.path.abspath(path))
+    chain = [target, *target.parents] + ([here, *here.parents] if here != target else [])
+    for p in dict.fromkeys(chain):
         try:
-            st = p.stat()
+            st = p.lstat() if p.is_symlink() else p.stat()
         except OSError as e:
             raise ConfigError(f"cannot check it ({e.strerror})", str(p)) from None
         what = "it" if p == target else f"its folder {p}"
@@ -73,13 +77,23 @@ def check_safe(path: Path) -> None:
                 f"refused: {what} is owned by uid {st.st_uid}, not by you or root, so "
                 f"another user could have chosen your store and nodes. Fix: chown "
                 f"{os.getuid()} {p}, or set SPECFLEET_CONFIG=none to ignore it", str(target))
-        sticky_root = p.is_dir() and st.st_mode & stat.S_ISVTX and st.st_uid == 0
-        if st.st_mode & 0o022 and not sticky_root:
+        sticky_root = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_uid == 0
+        if st.st_mode & 0o022 and not sticky_root and not stat.S_ISLNK(st.st_mode):
             raise ConfigError(
                 f"refused: {what} is writable by group or others "
                 f"(mode {stat.S_IMODE(st.st_mode):04o}), so another user could have chosen "
                 f"your store and nodes. Fix: chmod go-w {p}, or set SPECFLEET_CONFIG=none "
                 "to ignore it", str(target))
+
+
+def check_tree_safe(path: Path) -> None:
+    """check_safe for an inventory the settings file names: the path and, for a folder,
+    every file and folder inside it (group_vars/, host_vars/)."""
+    check_safe(path)
+    if path.is_dir():
+        for folder, dirs, files in os.walk(path):
+            for name in (*dirs, *files):
+                check_safe(Path(folder) / name)
 
 
 def load(path: Path) -> ProjectConfig:
@@ -101,8 +115,11 @@ def load(path: Path) -> ProjectConfig:
     db = data.get("db")
     if db and db.startswith("sqlite:///") and not db.startswith("sqlite:////"):
         db = f"sqlite:///{base / db[len('sqlite:///'):]}"  # relative to this file
-    return ProjectConfig(path=path, db=db,
-                         inventory=tuple(base / p for p in data.get("inventory", [])))
+    inventory = tuple(base / p for p in data.get("inventory", []))
+    for inv in inventory:  # what the file names is as trusted as the file, or refused
+        if inv.exists():
+            check_tree_safe(inv)
+    return ProjectConfig(path=path, db=db, inventory=inventory)
 
 
 def defaults(cfg: ProjectConfig, group) -> dict:

@@ -113,3 +113,53 @@ def test_an_inventory_named_by_the_file_cannot_choose_an_interpreter(tmp_path, m
                         "-i", str(project / "inv.yml"), "--json"],
                        capture_output=True, text=True, cwd=project)
     assert r.returncode == 0 and str(evil) in r.stdout, r.stderr
+
+
+def test_an_inventory_named_by_the_file_cannot_choose_where_code_comes_from(tmp_path,
+                                                                          monkeypatch,
+                                                                          model_pair):
+    """The audit's attack: specfleet_root (in group_vars) pointed at a folder holding a
+    ready-made agent, which the sweep then ran; specfleet_base_python ran at provision.
+    Neither may come from an inventory a settings file named, nor may the schedule turn
+    such an inventory into a trusted -i."""
+    project = _project(tmp_path, monkeypatch,
+                       'db = "sqlite:///runs.db"\ninventory = ["inv/"]\n')
+    (project / "inv" / "group_vars").mkdir(parents=True)
+    (project / "inv" / "hosts.yml").write_text(
+        "all:\n  hosts:\n    local:\n      ansible_connection: local\n")
+    for key in ("specfleet_root", "specfleet_base_python", "specfleet_machine_lock"):
+        (project / "inv" / "group_vars" / "all.yml").write_text(f"{key}: /tmp/elsewhere\n")
+        r = CliRunner().invoke(main, ["inventory", "list"])
+        assert r.exit_code == 1, r.output
+        assert f"{project / 'inv' / 'group_vars' / 'all.yml'}:1" in r.output
+        assert f"{key} is refused in an inventory named by specfleet.toml" in r.output
+    (project / "inv" / "group_vars" / "all.yml").write_text("specfleet_python: /tmp/evil\n")
+    from tests.locks import make_lock
+
+    (tmp_path / "plans").mkdir()
+    lock = make_lock(tmp_path / "plans", model_pair)
+    r = CliRunner().invoke(main, ["schedule", "install", str(lock), "--dest",
+                                  str(tmp_path / "sched"), "--db", "sqlite:///x.db"])
+    assert r.exit_code == 1 and not (tmp_path / "sched").exists(), r.output
+    assert "specfleet_python is refused in an inventory named by specfleet.toml" in r.output
+
+
+def test_what_the_file_names_must_be_as_safe_as_the_file(tmp_path, monkeypatch):
+    project = _project(tmp_path, monkeypatch,
+                       'db = "sqlite:///runs.db"\ninventory = ["inv/"]\n')
+    (project / "inv" / "group_vars").mkdir(parents=True)
+    (project / "inv" / "hosts.yml").write_text("all:\n  hosts:\n    a:\n")
+    os.chmod(project / "inv" / "group_vars", 0o777)
+    r = CliRunner().invoke(main, ["inventory", "list"])
+    assert r.exit_code == 1 and "writable by group or others" in r.output, r.output
+    assert str(project / "inv" / "group_vars") in r.output
+    os.chmod(project / "inv" / "group_vars", 0o755)
+    assert CliRunner().invoke(main, ["inventory", "list"]).exit_code == 0
+    # a symlink to a safe file, sitting in a folder anyone can write (not sticky)
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    (open_dir / "specfleet.toml").symlink_to(project / "specfleet.toml")
+    monkeypatch.chdir(open_dir)
+    r = CliRunner().invoke(main, ["sweeps", "list"])
+    assert r.exit_code == 1 and f"its folder {open_dir}" in r.output, r.output

@@ -101,3 +101,28 @@ def test_redact_masks_only_the_password():
     for same in ("sqlite:///a.db", "postgresql://u@h/d", "http://127.0.0.1:8080/v1",
                  "user@host:22"):
         assert redact(same) == same
+
+
+def test_odd_passwords_and_query_passwords_are_masked(tmp_path, pg_url, monkeypatch):
+    """The audit's leaks: a password holding a space or quotes (masked only up to the
+    space), a libpq ?password= parameter, a webhook's user:password."""
+    from orchestrator.redact import redact_argv, redact_url
+
+    for pw in ("PL ANTED", "PL'AN\"TED", "p@ss:w#rd"):
+        url = pg_url.replace("postgres@", f"postgres:{pw}@")
+        assert pw not in redact_url(url) and redact_url(url).count("***") == 1
+        assert pw not in redact_argv(["specfleet", "sweep", "--db", url])
+    q = pg_url.replace("127.0.0.1:5432", "127.0.0.1:1") + "?password=PLANTEDQ"
+    r = CliRunner().invoke(main, ["sweeps", "list", "--db", q])
+    assert r.exit_code == 1 and "PLANTEDQ" not in r.output and "password=***" in r.output
+    home = tmp_path / "h"
+    monkeypatch.setenv("SPECFLEET_HOME", str(home))
+    from orchestrator.store import open_store
+
+    open_store(f"sqlite:///{tmp_path / 'empty.db'}").record_failed_start(
+        "planted", "planted", trigger="manual")  # a week with one (failed) sweep to review
+    r = CliRunner().invoke(main, ["review", "--db", f"sqlite:///{tmp_path / 'empty.db'}",
+                                  "--out", str(tmp_path / "r.html"), "--notify-timeout", "3",
+                                  "--notify", "http://bot:HOOKSECRET@127.0.0.1:1/hook"])
+    assert "could not notify http://bot:***@127.0.0.1:1/hook" in r.output, r.output
+    assert "HOOKSECRET" not in r.output

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 
 from click.testing import CliRunner
@@ -149,3 +150,59 @@ def test_stop_signals_only_this_sweeps_agent_and_is_recorded_as_stopped(model_pa
     finally:
         p.kill()
         bystander.kill()
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _lookalike(job: str, journal: str) -> tuple[subprocess.Popen, int]:
+    """A process group led by a process whose command line names JOB and JOURNAL as an
+    agent's does, with a second member (as a runtime the agent started)."""
+    leader = subprocess.Popen(
+        ["setsid", "sh", "-c", f'sleep 600 & exec {sys.executable} -c "import time; '
+         f'time.sleep(600)" -m agent run "$0" --journal "$1" --lock x', job, journal])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        kids = subprocess.run(["pgrep", "-g", str(leader.pid)], capture_output=True,
+                              text=True).stdout.split()
+        if len(kids) >= 2:
+            return leader, len(kids)
+        time.sleep(0.1)
+    raise AssertionError("the look-alike group did not start")
+
+
+def test_the_stop_script_signals_only_an_agent_at_least_as_old_as_its_job(tmp_path):
+    """The script as the node's /bin/sh (dash here) runs it: a PID whose process started
+    after the agent's job_started is refused, as is one naming another journal; a real one
+    under a path with glob characters ends with its whole process group."""
+    from orchestrator.sweep.dispatch import stop_script
+
+    job = str(tmp_path / "b[1]*" / "jobs" / "s1.json")
+    journal = str(tmp_path / "b[1]*" / "jobs" / "s1.events.jsonl")
+    leader, members = _lookalike(job, journal)
+    try:
+        assert members == 2
+        time.sleep(1.2)
+        run = lambda script: subprocess.run(["/bin/sh", "-c", script], capture_output=True,  # noqa: E731
+                                            text=True, timeout=30).stdout.strip()
+        # the agent said it started two seconds ago: this process is older, but a
+        # job_started in the past hour before it was born means a recycled PID
+        assert run(stop_script(leader.pid, job, journal, time.time() - 3600)).startswith(
+            "too-young")
+        assert run(stop_script(leader.pid, job, journal + "x", time.time())).startswith(
+            "not-ours")
+        assert leader.poll() is None
+        assert run(stop_script(leader.pid, job, journal, time.time())) == "stopped"
+        leader.wait(10)
+        time.sleep(0.5)
+        left = [p for p in subprocess.run(["pgrep", "-g", str(leader.pid)],
+                                          capture_output=True, text=True).stdout.split()
+                if _state(int(p)) not in ("Z", None)]  # an unreaped zombie has ended
+        assert left == [], "the agent's process group outlived --stop"
+    finally:
+        subprocess.run(["pkill", "-KILL", "-g", str(leader.pid)], capture_output=True)

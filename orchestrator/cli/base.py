@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import SpecfleetError
-from ..redact import redact
+from ..redact import redact, redact_argv
 
 DEFAULT_INVENTORY = Path(__file__).resolve().parents[1] / "inventory" / "local.yml"
 
@@ -79,7 +79,7 @@ def _crash(e: Exception) -> str:
             path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
-                f.write(redact(" ".join(sys.argv)) + "\n" + text)
+                f.write(redact_argv(sys.argv) + "\n" + text)
         except OSError:
             fd, name = tempfile.mkstemp(prefix="specfleet-crash-", suffix=".log")
             os.write(fd, text.encode())
@@ -184,18 +184,22 @@ def ssh_options(kw: dict):
                       connect_timeout=kw.pop("connect_timeout"))
 
 
-def inventory_from(kw: dict):
+def from_settings_file(param: str) -> bool:
+    """Whether this command's ``param`` came from a specfleet.toml (click's default map)."""
     from click.core import ParameterSource
 
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and ctx.get_parameter_source(param) == ParameterSource.DEFAULT_MAP
+
+
+def inventory_from(kw: dict):
     from ..fleet.inventory import load_inventory
 
     paths = list(kw.pop("inventory_path"))
-    ctx = click.get_current_context(silent=True)
     # an inventory a specfleet.toml named may not choose what runs: only -i on the
     # command line (or the built-in default) may set interpreters
-    from_file = ctx is not None and \
-        ctx.get_parameter_source("inventory_path") == ParameterSource.DEFAULT_MAP
-    return (load_inventory(paths, kw.pop("vault_password_file"), choose_python=not from_file),
+    return (load_inventory(paths, kw.pop("vault_password_file"),
+                           choose_python=not from_settings_file("inventory_path")),
             ",".join(map(str, paths)))
 
 

@@ -10,6 +10,7 @@ import click
 from .base import (
     Finite,
     db_option,
+    from_settings_file,
     main,
 )
 
@@ -151,7 +152,8 @@ def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_pa
     options, notes = nightly_options(doc, lock_path, list(inventory_path), limit=limit,
                                      vault_password_file=vault_password_file,
                                      provision=provision, known_hosts=known_hosts,
-                                     ssh_config=ssh_config, connect_timeout=connect_timeout)
+                                     ssh_config=ssh_config, connect_timeout=connect_timeout,
+                                     choose_python=not from_settings_file("inventory_path"))
     for n in notes:
         click.echo(n, err=True)
     secrets = dest if dest is not None else SECRETS

@@ -107,8 +107,11 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
         click.echo(f"junit written to {ci.write_junit(a, junit).resolve()}")
     if notify_url:
         why = ci.notify(notify_url, a, found, causes or ci.CAUSES, deadline_s=notify_timeout)
-        click.echo(f"notified {notify_url}" if why is None else
-                   f"warning: could not notify {notify_url}: {why}", err=why is not None)
+        from ..redact import redact, redact_url
+
+        shown = redact_url(notify_url)  # a webhook's user:password is a secret too
+        click.echo(f"notified {shown}" if why is None else
+                   f"warning: could not notify {shown}: {redact(why)}", err=why is not None)
     failing = ci.summary_lines(found, causes)
     for line in failing:
         click.echo(line, err=True)

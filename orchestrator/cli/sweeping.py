@@ -153,12 +153,12 @@ def _db_hint(db_url: str | None) -> str:
     import os
     import shlex
 
-    from ..redact import has_password, redact
+    from ..redact import has_password, redact_url
 
     if not db_url or os.environ.get("SPECFLEET_DB") == db_url:
         return ""
     if has_password(db_url):
-        return f" --db {shlex.quote(redact(db_url))}  (put your password back for ***)"
+        return f" --db {shlex.quote(redact_url(db_url))}  (put your password back for ***)"
     return f" --db {shlex.quote(db_url)}"
 
 

@@ -282,8 +282,12 @@ def load_inventory(paths, vault_password_file: str | Path | None = None, *,
                   choose_python)
 
 
-# host variables that name a program to run (as the controller's user, for a local node)
-INTERPRETER_VARS = ("specfleet_python", "ansible_python_interpreter")
+# host variables that decide what runs, or where the code and files it runs come from
+# (an agent folder under the root is reused as it is, a lock file is truncated): only an
+# inventory named on the command line may set them
+INTERPRETER_VARS = ("specfleet_python", "ansible_python_interpreter", "specfleet_base_python",
+                    "specfleet_root", "specfleet_weights_root", "specfleet_become_user",
+                    "specfleet_machine_lock")
 
 
 def _depths(groups: dict) -> dict[str, int]:
@@ -398,8 +402,9 @@ def _host(name: str, hvars: dict, origin: dict, groups: tuple[str, ...],
     for key in INTERPRETER_VARS:
         if key in hvars and not choose_python:
             raise err(f"{key} is refused in an inventory named by specfleet.toml: a settings "
-                      "file found by walking up folders must not choose what runs. Name this "
-                      "inventory with -i on the command line instead", key)
+                      "file found by walking up folders must not choose what runs or where "
+                      "its code comes from. Name this inventory with -i on the command line "
+                      "instead", key)
 
     for key in hvars:
         if key.startswith("specfleet_") and key not in SPECFLEET_VARS:

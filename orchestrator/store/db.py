@@ -126,6 +126,14 @@ class Store:
                 Event.sweep_id == sweep_id, Event.node == node).order_by(Event.seq.desc())
                 .limit(1)).scalar()
 
+    def agent_started_at(self, sweep_id: str, node: str) -> float | None:
+        """When the node's agent said it started (its last job_started: a --resume starts
+        a new process), in the node's clock; None before it did."""
+        with self.engine.connect() as c:
+            return c.execute(select(Event.ts).where(
+                Event.sweep_id == sweep_id, Event.node == node, Event.type == "job_started")
+                .order_by(Event.seq.desc()).limit(1)).scalar()
+
     def set_sweep_node(self, sweep_id: str, node: str, **fields) -> None:
         now = datetime.now(timezone.utc)
         with self.engine.begin() as c:
@@ -710,9 +718,6 @@ def downgrade_losses(engine: Engine, url: str, revision: str) -> list[str]:
 
 
 def engine_url_for_humans(url: str) -> str:
-    from sqlalchemy.engine import make_url
+    from ..redact import redact_url
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url
+    return redact_url(url)

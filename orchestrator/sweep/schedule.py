@@ -115,6 +115,10 @@ def store_for_schedule(db_url: str | None, secrets: Path, name: str) -> tuple[st
                           "SPECFLEET_DB, or db in specfleet.toml); without one it would write "
                           "to a sqlite file of its own, not the one your manual runs use")
     url = make_url(db_url)
+    if any(k.lower() in ("password", "passwd", "pwd") for k in url.query):
+        raise ConfigError("schedule install: the store URL carries its password as a query "
+                          "parameter, which would be written into the entry; put it in the "
+                          "user:password@ part instead (it then goes to a 0600 PGPASSFILE)")
     env: dict[str, str] = {}
     if url.drivername.startswith("sqlite") and url.database and url.database != ":memory:":
         url = url.set(database=str(Path(url.database).expanduser().resolve()))
@@ -195,7 +199,8 @@ def _user() -> str:
 def nightly_options(doc: dict, lock_path: Path, inventory: list[Path], *, limit: str | None,
                     vault_password_file: Path | None = None, provision: bool | None,
                     known_hosts: Path | None, ssh_config: Path | None,
-                    connect_timeout: float | None) -> tuple[tuple[str, ...], list[str]]:
+                    connect_timeout: float | None,
+                    choose_python: bool = True) -> tuple[tuple[str, ...], list[str]]:
     """The ``specfleet nightly`` options an entry carries, checked now rather than at 2 am:
     the inventory and pattern select hosts, and a lock without environments is swept with
     ``--no-provision``. Returns (options, notes for the user)."""
@@ -218,7 +223,10 @@ def nightly_options(doc: dict, lock_path: Path, inventory: list[Path], *, limit:
         opts += ["--limit", limit]
     pattern = limit if limit is not None else doc["nodes"].get("limit")
     if inventory:
-        hosts = load_inventory(inventory, vault_password_file).select(pattern)
+        # an inventory a specfleet.toml named stays as restricted in the entry: written as
+        # -i there, it would otherwise be trusted to choose interpreters at 2 am
+        hosts = load_inventory(inventory, vault_password_file,
+                               choose_python=choose_python).select(pattern)
         hosts = with_labels(hosts, doc["nodes"].get("labels") or [],
                             f"{lock_path}: nodes.labels")
         notes.append(f"the nightly sweeps {len(hosts)} host(s): "
