@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.protocol import EVENT_SCHEMA
 from orchestrator.sweep.jobspec import build_job
 from tests.blas import openblas
 
@@ -43,7 +44,7 @@ def test_events_are_versioned_sequenced_and_echoed(sweep_events):
     types = [e["type"] for e in events]
     assert types[:4] == ["job_started", "environment_checked", "models_loaded", "plan"]
     assert events[1]["quantization"] == {"target": "unquantised", "draft": "unquantised"}
-    assert events[0]["event_schema"] == "1.5"
+    assert events[0]["event_schema"] == EVENT_SCHEMA
     assert types[-1] == "job_finished"
     assert {e["job_id"] for e in events} == {events[0]["job_id"]}
     plan = events[3]

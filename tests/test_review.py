@@ -108,8 +108,12 @@ def test_review_numbers_match_the_store(reviewed_store):
 
 
 def test_review_of_an_empty_store_says_what_to_do(tmp_path):
-    result = CliRunner().invoke(main, ["review", "--db", f"sqlite:///{tmp_path / 'e.db'}",
-                                       "--out", str(tmp_path / "r.html")])
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    result = CliRunner().invoke(main, ["review", "--db", url, "--out", str(tmp_path / "r.html")])
+    assert result.exit_code == 1  # no file there: no store, and none is made
+    assert f"no store at {tmp_path / 'e.db'}: nothing has been stored there" in result.output
+    open_store(url)  # a store that exists but holds nothing
+    result = CliRunner().invoke(main, ["review", "--db", url, "--out", str(tmp_path / "r.html")])
     assert result.exit_code == 1
     assert "Error: the store holds no sweeps yet; run `specfleet sweep` first" in result.output
 
