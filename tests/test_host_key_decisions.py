@@ -102,3 +102,50 @@ def test_accept_new_decides_as_openssh(fleet, keys, tmp_path):
         assert "marked @revoked in" in said_by[name], said_by[name]
     assert "possible man-in-the-middle" in said_by["negated pattern excludes the node"]
     assert sum(want.values()) >= 4 and sum(not v for v in want.values()) >= 4  # both kinds
+
+
+def test_a_node_reached_by_an_ssh_config_alias_is_known_by_its_real_name(fleet, keys,
+                                                                          tmp_path):
+    """The audit's case: ssh_config names the node `aliasnode` (HostName, Port); its key
+    is in known_hosts under the real address. A changed key there is refused by ssh, so by
+    specfleet too; a key listed only under the alias does not make the node known."""
+    node = fleet.nodes[0]
+    key = next(line.split(None, 1)[1].strip() for line in fleet.known_hosts.read_text()
+               .splitlines() if line.startswith(f"[{node.address}]:{node.port} "))
+    other = _pub(keys / "other.pub")
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Host aliasnode\n  HostName {node.address}\n  Port {node.port}\n")
+    real = f"[{node.address}]:{node.port}"
+    cases = {"changed key under the real name": f"{real} {other}\n",
+             "right key under the real name": f"{real} {key}\n",
+             "right key under the alias only": f"[aliasnode]:{node.port} {key}\n"}
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(f"all:\n  hosts:\n    n:\n      ansible_host: aliasnode\n"
+                   f"      ansible_user: {node.user}\n"
+                   f"      ansible_ssh_private_key_file: {fleet.client_key}\n")
+    for name, text in cases.items():
+        a, b = tmp_path / "ssh_known", tmp_path / "sf_known"
+        a.write_text(text)
+        b.write_text(text)
+        ssh = subprocess.run(["ssh", "-F", str(cfg), "-o", "BatchMode=yes", "-o",
+                              "StrictHostKeyChecking=accept-new", "-o", "CheckHostIP=no",
+                              "-o", f"UserKnownHostsFile={a}", "-o",
+                              "GlobalKnownHostsFile=/dev/null", "-i", str(fleet.client_key),
+                              "-l", node.user, "aliasnode", "true"],
+                             capture_output=True, text=True, timeout=30).returncode == 0
+        r = CliRunner().invoke(main, ["fleet", "facts", "-i", str(inv), "--known-hosts",
+                                      str(b), "--accept-new-host-keys", "--ssh-config",
+                                      str(cfg), "--failed-hosts-file", str(tmp_path / "retry"),
+                                      "--db", f"sqlite:///{tmp_path / 's.db'}"])
+        assert (r.exit_code == 0) == ssh, (name, ssh, r.output)
+        if r.exit_code == 0 and text.count(key) == 0 or name.endswith("alias only"):
+            # recorded as ssh records it: under the real name
+            assert b.read_text().count(f"{real} {key.split()[0]}") == 1, b.read_text()
+
+
+def test_hashed_names_match_as_openssh_hashes_them():
+    """OpenSSH lowercases a name before hashing it: LocalHost finds [localhost]'s entry."""
+    from orchestrator.fleet.known_hosts import names_match
+
+    assert names_match(_hashed("[localhost]:2222"), "[LocalHost]:2222")
+    assert not names_match(_hashed("[localhost]:2222"), "[localhost]:2223")

@@ -41,6 +41,35 @@ def lookup_name(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
 
+def resolved_name(address: str, port: int | None, ssh_config: str | None = None) -> str:
+    """The name OpenSSH looks a node up by in known_hosts: after ssh_config's HostName,
+    Port and HostKeyAlias (as ``ssh -G`` resolves them), lowercased. A node reached as
+    an alias is known by its real name: a changed key there is a changed key, never new.
+    Without an ssh client here, the inventory's address and port."""
+    import shutil
+    import subprocess
+
+    ssh = shutil.which("ssh")
+    if ssh:
+        cmd = [ssh, "-G", *(["-F", ssh_config] if ssh_config else []),
+               *(["-p", str(port)] if port else []), "--", address]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            r = None
+        if r is not None and r.returncode == 0:
+            cfg = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
+            alias = cfg.get("hostkeyalias", "none")
+            if alias != "none":
+                return alias.lower()
+            try:
+                resolved_port = int(cfg.get("port", port or 22))
+            except ValueError:
+                resolved_port = port or 22
+            return lookup_name(cfg.get("hostname", address).lower(), resolved_port)
+    return lookup_name(address.lower(), port or 22)
+
+
 def _pattern(p: str) -> re.Pattern:
     return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c)
                               for c in p.lower()) + r"\Z", re.S)
@@ -52,7 +81,8 @@ def names_match(names: str, name: str) -> bool:
         try:
             _, _, salt, digest = names.split("|", 3)
             want = base64.b64decode(digest)
-            got = hmac.new(base64.b64decode(salt), name.encode(), hashlib.sha1).digest()
+            # OpenSSH hashes the lowercased name
+            got = hmac.new(base64.b64decode(salt), name.lower().encode(), hashlib.sha1).digest()
         except (ValueError, TypeError):
             return False
         return hmac.compare_digest(want, got)
@@ -66,10 +96,9 @@ def names_match(names: str, name: str) -> bool:
     return matched
 
 
-def host_keys(text: str, address: str, port: int) -> HostKeys:
-    """The keys ``text`` (a known_hosts file) holds for ``address:port``; lines that do
-    not parse are skipped, as OpenSSH skips them."""
-    name = lookup_name(address, port)
+def host_keys(text: str, name: str) -> HostKeys:
+    """The keys ``text`` (a known_hosts file) holds for ``name`` (``resolved_name``);
+    lines that do not parse are skipped, as OpenSSH skips them."""
     out = HostKeys()
     for line in text.splitlines():
         fields = line.split()
@@ -89,9 +118,9 @@ def host_keys(text: str, address: str, port: int) -> HostKeys:
     return out
 
 
-def read_host_keys(path: str, address: str, port: int) -> HostKeys:
+def read_host_keys(path: str, name: str) -> HostKeys:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            return host_keys(f.read(), address, port)
+            return host_keys(f.read(), name)
     except FileNotFoundError:
         return HostKeys()

@@ -24,7 +24,7 @@ from agent.protocol import MAX_EVENT_BYTES
 
 from ..errors import RemoteError, RemoteTimeoutError, UnreachableError
 from .inventory import Host
-from .known_hosts import HostKeys, read_host_keys
+from .known_hosts import HostKeys, read_host_keys, resolved_name
 
 CHUNK = 1 << 20
 # The default key exchange costs ~80 ms of CPU per connection on small machines.
@@ -145,12 +145,11 @@ class SSHTransport:
                     f"add this node's with `ssh-keyscan -p {h.port or 22} {h.address} >> "
                     f"{o.known_hosts_path}` (check it), or pass --accept-new-host-keys"))
             self.conn = await self._connect(None)
-            peer = self.conn.get_extra_info("peername")
-            _append_known_host(o.known_hosts_path, h.address, peer[1] if peer else h.port or 22,
+            _append_known_host(o.known_hosts_path, self._known_name(),
                                self.conn.get_server_host_key())
             return self
         port = h.port or 22
-        keys = read_host_keys(o.known_hosts_path, h.address, port)
+        keys = read_host_keys(o.known_hosts_path, self._known_name())
         try:
             self.conn = await self._connect(keys)
         except asyncssh.HostKeyNotVerifiable as e:
@@ -173,10 +172,12 @@ class SSHTransport:
                     f"the host key is marked @revoked in {o.known_hosts_path} — refusing "
                     "(--accept-new-host-keys never trusts a revoked key); the node needs a "
                     "new host key")) from None
-            peer = self.conn.get_extra_info("peername")
-            _append_known_host(o.known_hosts_path, h.address, peer[1] if peer else port,
-                               presented)
+            _append_known_host(o.known_hosts_path, self._known_name(), presented)
         return self
+
+    def _known_name(self) -> str:
+        """The name this node has in known_hosts, as OpenSSH resolves it."""
+        return resolved_name(self.host.address, self.host.port, self.options.ssh_config)
 
     @property
     def live(self) -> asyncssh.SSHClientConnection:
@@ -385,9 +386,9 @@ def _port22_hint(path: str, address: str, port: int) -> str:
     return ""
 
 
-def _append_known_host(path: str, address: str, port: int, key) -> None:
-    """Record a first-seen host key (``--accept-new-host-keys``)."""
-    name = address if port == 22 else f"[{address}]:{port}"
+def _append_known_host(path: str, name: str, key) -> None:
+    """Record a first-seen host key (``--accept-new-host-keys``) under the name OpenSSH
+    would look it up by."""
     line = f"{name} {key.export_public_key().decode().strip()}\n"
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "a") as f:
