@@ -7,6 +7,7 @@ gate edges) and by bench/review_scale.py (a year of nightly sweeps for 100 nodes
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import uuid
@@ -112,9 +113,14 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
                               unreliable=unreliable, exact=exact,
                               parity=(parity or {}).get(key), lineup=lineup))
     for k, rate in (quality or {}).items():
-        lines.append({"type": "quality", "num_draft_tokens": k, "pass_rate": rate})
+        lines.append({"type": "quality", "mode": "baseline" if k == 0 else "speculative",
+                      "num_draft_tokens": k, "tasks": 100, "passed": round(rate * 100),
+                      "pass_rate": rate})
     ingest_lines(store, sid, node, lines, ts)
     return sid
+
+
+_RUN_INDEX = itertools.count()
 
 
 def generation(mode: str, k: int, knobs=(), *, workload: str = "code",
@@ -123,7 +129,9 @@ def generation(mode: str, k: int, knobs=(), *, workload: str = "code",
     given: acceptance_rate, acceptance_by_position …), for ``ingest_lines``."""
     return {"type": "generation", "workload": workload, "context_bucket": bucket,
             "mode": mode, "num_draft_tokens": k, "config": event_config(mode, k, knobs),
-            "generated_tokens": 32, "decode_tok_s": 100.0, "ttft_ms": 50.0, "run_index": 0,
+            "generated_tokens": 32, "decode_tok_s": 100.0, "ttft_ms": 50.0,
+            # each generation its own run: the ledger sets a run measured twice aside
+            "run_index": next(_RUN_INDEX),
             "repetition": 0, "prompt_sha256": "p" * 64, "output_text": "", "unreliable": False,
             **({"models": dict(zip(("target", "draft"), lineup.split("+")))} if lineup
                else {}), **fields}
@@ -142,7 +150,10 @@ def ingest_lines(store: Store, sweep_id: str, node: str, events: list[dict],
         if isinstance(got, Quarantined):
             raise AssertionError(f"planted line refused by the decode boundary: {got.reason}")
         kept.append((got, line))
-    store.ingest(sweep_id, node, [e for e, _ in kept], [x for _, x in kept])
+    refused: list = []
+    store.ingest(sweep_id, node, [e for e, _ in kept], [x for _, x in kept], refused)
+    if refused:  # the ledger's own checks (a run measured twice, a conflict) count too
+        raise AssertionError(f"planted line set aside by the ledger: {refused[0].reason}")
 
 
 def new_sweep(store: Store, at: datetime) -> str:

@@ -129,7 +129,7 @@ def _sweep(pair: Path, tmp_path: Path, extra: str = SHARED_MACHINE, **kw):
     doc = load_lock(write_lock(load_plan(plan), lambda m: None))
     store = open_store(f"sqlite:///{tmp_path / 'cal.db'}")
     hosts = [replace(h, root=str(tmp_path / "node"))
-             for h in load_inventory(ROOT / "inventory" / "local.yml").hosts]
+             for h in load_inventory(ROOT / "orchestrator" / "inventory" / "local.yml").hosts]
     result = start_sweep(doc, hosts, store, opts=SweepOptions(provision=False))
     assert result.status == "ok", result.outcomes
     return doc, store

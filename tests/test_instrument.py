@@ -113,7 +113,7 @@ def test_calibrate_checks_this_machine_with_one_line(tmp_path, monkeypatch):
     an exit status that says what the line says."""
     monkeypatch.setenv("HOME", str(tmp_path))
     r = CliRunner().invoke(main, [
-        "calibrate", "-i", str(ROOT / "inventory" / "local.yml"), "--workdir",
+        "calibrate", "-i", str(ROOT / "orchestrator" / "inventory" / "local.yml"), "--workdir",
         str(tmp_path / "w"), "--layers", "4", "--repetitions", "1", "--max-tokens", "24",
         "--db", f"sqlite:///{tmp_path / 's.db'}", "--json"])
     assert r.exit_code in (0, 1, 3), r.output
