@@ -119,7 +119,9 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
                    "the stored event is kept")
         elif kind == "generation":
             i = e["run_index"]
-            if i in measured:
+            # a measurement made from this very seq is this event read again (its event row
+            # was lost, its measurement kept): the hole is filled, nothing is replaced
+            if i in measured and measured[i] != seq:
                 why = (f"already measured: run_index {i} was measured at seq {measured[i]}; "
                        "the stored measurement is kept")
             else:
