@@ -2,6 +2,7 @@
 `--attach`, and `sweeps verify` comparing the two line by line."""
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -159,6 +160,12 @@ def test_verify_names_the_deleted_lines_and_attach_reads_them_again(swept, fleet
     assert "seq 3: the store holds other content than journal line 3" in said.output
     assert f"sweep {sid}: incomplete on node1 (incomplete: 4 missing, 0 conflict(s)), " \
            "node2 (incomplete: 0 missing, 1 conflict(s))" in said.output
+    # the conflict is not sent to an --attach that cannot mend it: what it is, what to do
+    flat = " ".join(said.output.split())
+    assert f"`specfleet sweep --attach {sid}` reads what is missing again" in flat
+    assert f"on node2 the store differs from the node's journal at seq 3; the journal " \
+           f"({journal_path(fleet.nodes[1], sid)}) is the record, and --attach keeps what " \
+           "is stored, so it cannot mend this: restore the store from a backup" in flat
 
     # the store alone sees the holes below its last event: never listed as ok
     listed = CliRunner().invoke(main, ["sweeps", "list", "--db", db, "--json"])
@@ -240,3 +247,128 @@ def test_the_node_side_digest_hashes_each_line_as_the_store_keeps_it(tmp_path_fa
         want.append((seq if type(seq) is int else None, line_sha256(text)))
     assert got == want
     assert partial == bool(tail)
+
+
+def test_a_stored_interpreter_or_agent_folder_is_never_run(swept, fleet):
+    """Whoever can write the store must not choose what runs on a node: a python or agent
+    folder in sweep_nodes that the inventory would not choose is refused, naming the node
+    and both values, and the planted script never runs (F2)."""
+    import os
+    import shutil
+    import tempfile
+
+    from orchestrator.store.models import SweepNode
+
+    sid, db, common = swept
+    store = open_store(db)
+    d = Path(tempfile.mkdtemp(prefix="specfleet-f2-"))
+    os.chmod(d, 0o777)  # the node users run the script and would write the marker here
+    marker, evil = d / "marker", d / "evil.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {marker}\nexec python3 \"$@\"\n")
+    os.chmod(evil, 0o755)
+    with store.engine.connect() as c:
+        before = {r.node: (r.python, r.agent_dir) for r in c.execute(
+            select(SweepNode.node, SweepNode.python, SweepNode.agent_dir)
+            .where(SweepNode.sweep_id == sid))}
+    try:
+        with store.engine.begin() as c:
+            c.execute(update(SweepNode).where(SweepNode.sweep_id == sid,
+                                              SweepNode.node == "node1")
+                      .values(python=str(evil)))
+            c.execute(update(SweepNode).where(SweepNode.sweep_id == sid,
+                                              SweepNode.node == "node2")
+                      .values(agent_dir=str(d)))
+        said = CliRunner().invoke(main, ["sweeps", "verify", sid, *common])
+        assert said.exit_code == 1
+        assert f"node1: refusing to run anything for sweep {sid}: its Python is " \
+               f"'{evil}' in the store but the inventory would use '{fleet.python}'" \
+            in said.output, said.output
+        assert "unverified" in said.output
+        r = CliRunner().invoke(main, ["sweep", "--attach", sid, *common])
+        assert r.exit_code != 0
+        assert f"its Python is '{evil}' in the store" in r.output, r.output
+        assert f"node2: refusing to run anything for sweep {sid}: its agent folder is " \
+               f"'{d}' in the store" in r.output, r.output
+        assert not marker.exists()
+    finally:
+        with store.engine.begin() as c:
+            for node, (py, ad) in before.items():
+                c.execute(update(SweepNode).where(SweepNode.sweep_id == sid,
+                                                  SweepNode.node == node)
+                          .values(python=py, agent_dir=ad))
+        shutil.rmtree(d)
+    code, out = _verify(common, sid)  # the inventory's own choice still runs
+    assert code == 0 and out["complete"] is True, out
+
+
+def test_lines_after_the_end_are_set_aside_and_edited_measurements_derived_again(swept,
+                                                                                fleet):
+    """F8: lines appended to a journal after its job_finished (a forged generation at
+    55555 tok/s, a notice, a second job_finished) are each set aside with their seq and
+    reason by --attach, and verify is then complete; a measurement edited in the store is a
+    conflict verify names, and --attach derives it again from its stored event."""
+    from orchestrator.store.models import Measurement, QuarantinedEvent
+
+    sid, db, common = swept
+    node = fleet.nodes[0]
+    path = journal_path(node, sid)
+    events = journal(node, sid)
+    end = events[-1]
+    assert end["type"] == "job_finished"
+    n = end["seq"]
+    gen = next(e for e in events if e["type"] == "generation")
+    forged = [{**gen, "seq": n + 1, "run_index": 2, "decode_tok_s": 55555.0},
+              {"schema": 1, "seq": n + 2, "type": "notice", "ts": end["ts"] + 1,
+               "message": "appended later"},
+              {**end, "seq": n + 3, "ts": end["ts"] + 2}]
+    with path.open("a") as f:
+        f.writelines(json.dumps(e, separators=(",", ":")) + "\n" for e in forged)
+
+    code, out = _verify(common, sid)
+    by = {x["node"]: x for x in out["nodes"]}
+    assert code == 1 and by["node1"]["holes"] == [[n + 1, n + 3]]
+
+    r = CliRunner().invoke(main, ["sweep", "--attach", sid, *common])
+    assert r.exit_code == 0, r.output
+    for e in forged[1:]:
+        assert f"set aside a journal line (seq {e['seq']}): after the job's end: seq " \
+               f"{e['seq']} follows its job_finished at seq {n}" in r.output, r.output
+    store = open_store(db)
+    with store.engine.connect() as c:
+        aside = dict(c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.reason).where(
+            QuarantinedEvent.sweep_id == sid, QuarantinedEvent.node == "node1",
+            QuarantinedEvent.seq > n)).all())
+        assert sorted(aside) == [n + 1, n + 2, n + 3], aside
+        assert not c.execute(select(Event.seq).where(
+            Event.sweep_id == sid, Event.node == "node1", Event.seq > n)).all()
+        assert c.execute(select(Measurement.decode_tok_s).where(
+            Measurement.sweep_id == sid, Measurement.decode_tok_s == 55555.0)).all() == []
+    code, out = _verify(common, sid)
+    assert code == 0 and out["complete"] is True, out
+    again = CliRunner().invoke(main, ["sweep", "--attach", sid, *common])  # nothing new
+    assert again.exit_code == 0 and "set aside a journal line" not in again.output
+
+    # a derived row edited in the store: verify names it, --attach derives it again
+    node2 = [e for e in journal(fleet.nodes[1], sid) if e["type"] == "generation"][0]
+    with store.engine.begin() as c:
+        c.execute(update(Measurement).where(
+            Measurement.sweep_id == sid, Measurement.node == "node2",
+            Measurement.run_index == node2["run_index"]).values(decode_tok_s=99999.0))
+    said = CliRunner().invoke(main, ["sweeps", "verify", sid, *common])
+    flat = " ".join(said.output.split())
+    assert said.exit_code == 1
+    assert f"conflict: seq {node2['seq']}: the measurement of run_index " \
+           f"{node2['run_index']} differs from its stored event (decode_tok_s 99999.0 " \
+           f"stored, {node2['decode_tok_s']!r} in the event)" in flat, flat
+    assert f"`specfleet sweep --attach {sid}` derives the differing measurements again" in flat
+    assert "reads what is missing" not in flat and "cannot mend" not in flat
+    r = CliRunner().invoke(main, ["sweep", "--attach", sid, *common])
+    assert r.exit_code == 0, r.output
+    assert f"1 measurement(s) differed from their stored events and were derived again " \
+           f"from them (seq {node2['seq']})" in " ".join(r.output.split()), r.output
+    with store.engine.connect() as c:
+        assert c.execute(select(Measurement.decode_tok_s).where(
+            Measurement.sweep_id == sid, Measurement.node == "node2",
+            Measurement.run_index == node2["run_index"])).scalar_one() == node2["decode_tok_s"]
+    code, out = _verify(common, sid)
+    assert code == 0 and out["complete"] is True, out
