@@ -19,7 +19,7 @@ from orchestrator.store.coverage import (
     missing_by_node,
     seq_ranges,
 )
-from orchestrator.store.models import Event
+from orchestrator.store.models import Event, QuarantinedEvent
 from orchestrator.sweep.decode import Quarantined
 from orchestrator.sweep.verify import compare
 from tests.controller import journal, journal_path
@@ -99,6 +99,44 @@ def test_listing_counts_agree_with_coverage(tmp_path_factory, stored, aside):
     want = len(_brute_holes(stored | aside, max(stored)))
     assert cov.missing == want
     assert missing_by_node(store, ["s1"]) == ({"s1": {"n1": want}} if want else {})
+
+
+_END: dict = {}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(before=st.integers(0, 6), after=st.lists(st.sampled_from(["notice", "job_finished"]),
+                                                max_size=4),
+       cuts=st.sets(st.integers(1, 12), max_size=3))
+def test_nothing_after_the_stored_end_is_stored(tmp_path_factory, before, after, cuts):
+    """A journal ending in job_finished, then lines appended after it, read in any batches:
+    everything up to the end is stored, every line after it set aside with its seq and the
+    reason "after the job's end" (a real SQLite store)."""
+    import uuid
+
+    if "store" not in _END:  # one store for every example (opening one migrates it)
+        _END["store"] = open_store(f"sqlite:///{tmp_path_factory.mktemp('end') / 's.db'}")
+    store, sid = _END["store"], uuid.uuid4().hex[:12]
+    store.create_sweep(sid, JOB, None)
+    end = before + 1
+    lines = [{"schema": 1, "seq": n, "type": "notice", "ts": 1.0, "message": "x"}
+             for n in range(1, end)]
+    lines.append({"schema": 1, "seq": end, "type": "job_finished", "ts": 2.0, "status": "ok",
+                  "generations": 0})
+    lines += [{"schema": 1, "seq": end + i, "type": kind, "ts": 3.0, "message": "late",
+               "status": "ok", "generations": 0} for i, kind in enumerate(after, 1)]
+    edges = [0, *sorted(c for c in cuts if c < len(lines)), len(lines)]
+    for a, b in zip(edges, edges[1:]):
+        if b > a:
+            store.ingest(sid, "n1", lines[a:b])
+    with store.engine.connect() as c:
+        stored = sorted(c.execute(select(Event.seq).where(Event.sweep_id == sid)).scalars())
+        aside = dict(c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.reason).where(
+            QuarantinedEvent.sweep_id == sid)).all())
+    assert stored == list(range(1, end + 1))
+    assert sorted(aside) == list(range(end + 1, end + len(after) + 1))
+    assert all(why == f"after the job's end: seq {n} follows its job_finished at seq {end}"
+               for n, why in aside.items())
 
 
 # -- a real sweep, holes planted in its store ------------------------------------------
