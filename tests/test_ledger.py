@@ -410,3 +410,51 @@ def test_lines_after_the_end_are_set_aside_and_edited_measurements_derived_again
             Measurement.run_index == node2["run_index"])).scalar_one() == node2["decode_tok_s"]
     code, out = _verify(common, sid)
     assert code == 0 and out["complete"] is True, out
+
+
+_DERIVED: dict = {}
+COLUMNS = ("decode_tok_s", "ttft_ms", "generated_tokens", "itl_p95_ms", "workload")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_verify_names_exactly_the_edited_measurements_and_attach_derives_them_again(
+        tmp_path_factory, data):
+    """A recorded journal stored as the follower stores it; any measurement rows edited in
+    any columns: the check names exactly those seqs, and deriving again restores every row
+    to what its event says (the answer is the event, known without the code)."""
+    from orchestrator.store.derived import measurement_mismatches, rederive_measurements
+    from orchestrator.store.models import Measurement
+    from orchestrator.sweep.decode import Decoder
+    from tests.journals import lines as recorded
+
+    if "store" not in _DERIVED:
+        store = open_store(f"sqlite:///{tmp_path_factory.mktemp('derived') / 's.db'}")
+        store.create_sweep("d1", JOB, None)
+        raw = recorded()
+        decoder = Decoder("n1")
+        events = [decoder.decode(x) for x in raw]
+        store.ingest("d1", "n1", events, raw)
+        _DERIVED.update(store=store, gens={e["seq"]: e for e in events
+                                           if e["type"] == "generation"})
+    store, gens = _DERIVED["store"], _DERIVED["gens"]
+    assert measurement_mismatches(store, "d1", "n1") == []
+    edits = data.draw(st.dictionaries(st.sampled_from(sorted(gens)),
+                                      st.sets(st.sampled_from(COLUMNS), min_size=1),
+                                      max_size=4))
+    with store.engine.begin() as c:
+        for seq, cols in edits.items():
+            c.execute(update(Measurement).where(Measurement.sweep_id == "d1",
+                                                Measurement.seq == seq).values(**{
+                col: "edited" if col == "workload" else 99999 for col in cols}))
+    got = measurement_mismatches(store, "d1", "n1")
+    assert [m["seq"] for m in got] == sorted(edits)
+    assert rederive_measurements(store, "d1", "n1") == sorted(edits)
+    assert measurement_mismatches(store, "d1", "n1") == []
+    with store.engine.connect() as c:
+        for seq in edits:
+            row = c.execute(select(Measurement.decode_tok_s, Measurement.ttft_ms,
+                                   Measurement.workload).where(
+                Measurement.sweep_id == "d1", Measurement.seq == seq)).one()
+            e = gens[seq]
+            assert tuple(row) == (e["decode_tok_s"], e["ttft_ms"], e["workload"])
