@@ -54,13 +54,18 @@ def test_migrations_match_models(any_url):
 def test_ingest_twice_stores_once(any_url):
     store = open_store(any_url)
     store.create_sweep("s1", JOB, None)
-    assert store.ingest("s1", "node1", _events()) == 4
-    assert store.ingest("s1", "node1", _events()) == 0
     # an overlapping batch (a reconnecting reader) adds only what is new
+    assert store.ingest("s1", "node1", _events()[:2]) == 2
+    assert store.ingest("s1", "node1", _events()) == 2
+    assert store.ingest("s1", "node1", _events()) == 0
+    # a line after the job's end is set aside with its reason, never stored
+    refused: list = []
     more = _events()[2:] + [{"schema": 1, "seq": 5, "type": "note", "ts": 1005.0}]
-    assert store.ingest("s1", "node1", more) == 1
+    assert store.ingest("s1", "node1", more, refused=refused) == 0
+    assert [(r.seq, r.reason) for r in refused] == [
+        (5, "after the job's end: seq 5 follows its job_finished at seq 4")]
     with store.engine.connect() as c:
-        assert c.scalar(select(func.count()).select_from(Event)) == 5
+        assert c.scalar(select(func.count()).select_from(Event)) == 4
         assert c.scalar(select(func.count()).select_from(Measurement)) == 2
         payload = c.scalar(select(Event.payload).where(Event.seq == 3))
     assert payload == json.loads(json.dumps(_generation(3, 1)))
