@@ -13,7 +13,7 @@ from sqlalchemy import table as sa_table
 
 from orchestrator.errors import StoreError
 from orchestrator.store import open_store
-from orchestrator.store.db import _measurement_row, alembic_config, downgrade, upgrade
+from orchestrator.store.db import alembic_config, downgrade, measurement_row, upgrade
 from orchestrator.store.models import Base, Event, Measurement
 
 HEAD = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
@@ -137,7 +137,7 @@ def test_upgrade_from_0001_keeps_stored_runs(any_url):
     with store.engine.begin() as c:  # rows written by the spine's schema
         c.execute(spine_sweeps.insert().values(
             id="old", created_at=datetime.now(timezone.utc), status="ok", job=JOB))
-        row = {k: v for k, v in _measurement_row("old", "n1", _generation(2, 0)).items()
+        row = {k: v for k, v in measurement_row("old", "n1", _generation(2, 0)).items()
                if k in spine_columns}
         c.execute(spine_runs.insert().values(**row))
     upgrade(store.engine, any_url)

@@ -1,6 +1,6 @@
 """The derived tables against the events they came from.
 
-A generation event's measurement row is derived from it at ingest (``db._measurement_row``).
+A generation event's measurement row is derived from it at ingest (``db.measurement_row``).
 A row edited afterwards (``update measurements set decode_tok_s = …``) would be shown by
 `runs show` and fed to every chart while the events still verify; so `sweeps verify`
 derives each row again from its stored event and calls a difference a conflict, and
@@ -26,9 +26,9 @@ def _same(a: object, b: object) -> bool:
 
 
 def _derived(sweep_id: str, node: str, payload: dict) -> dict:
-    from .db import _measurement_row  # the one derivation ingest uses
+    from .db import measurement_row  # the one derivation ingest uses
 
-    row = _measurement_row(sweep_id, node, payload)
+    row = measurement_row(sweep_id, node, payload)
     if isinstance(row.get("unreliable_reasons"), str):  # pre-serialised for the bulk insert
         import json
 
