@@ -110,6 +110,20 @@ def _disk(rate_mb_s: float, folder: str, stop: threading.Event) -> None:
         stop.wait(max(0.0, 1.0 - (time.monotonic() - t)))
 
 
+WORKER_FAILED = 3  # exit status: a load thread failed (its scratch folder gone, disk full)
+
+
+def _load_thread(target, *args) -> threading.Thread:
+    """A load thread whose failure ends the co-tenant: a process that lives on without its
+    load would be judged a busy node (``shortfall`` sees only exits, memory and CPU)."""
+    def body():
+        try:
+            target(*args)
+        except BaseException:
+            os._exit(WORKER_FAILED)  # the CPU workers follow: they watch this process
+    return threading.Thread(target=body, daemon=True)
+
+
 def run(profile: dict, parent: int, deadline: float) -> None:
     _watch(parent, deadline)
     me = os.getpid()
@@ -133,8 +147,7 @@ def run(profile: dict, parent: int, deadline: float) -> None:
     halt = threading.Event()
     with tempfile.TemporaryDirectory(prefix="specfleet-cotenant-") as scratch:
         if profile.get("disk_mb_s"):
-            threading.Thread(target=_disk, args=(float(profile["disk_mb_s"]), scratch, halt),
-                             daemon=True).start()
+            _load_thread(_disk, float(profile["disk_mb_s"]), scratch, halt).start()
         while not _orphaned(parent, deadline):
             for i in range(0, len(held), PAGE):  # touch every page: resident, not swapped
                 held[i] = (held[i] + 1) & 0xFF
@@ -201,8 +214,9 @@ class CoTenant:
             return []
         code = self.proc.poll()
         if code is not None:
-            return self._say(f"co-tenant load ended (exit status {code}): this run measured "
-                             "an idle node, not the declared load")
+            why = ": a load thread failed" if code == WORKER_FAILED else ""
+            return self._say(f"co-tenant load ended (exit status {code}{why}): this run "
+                             "measured an idle node, not the declared load")
         usage = _group_usage(self.proc.pid)
         if usage is None:
             return self._say("co-tenant load unverified: its memory and CPU cannot be read "

@@ -32,6 +32,7 @@ from agent.protocol import DEFAULT_SWEEP
 from .calibration import ensure_calibration
 from .errors import SpecfleetError
 from .fleet.fanout import run_fan_out
+from .fleet.node_paths import check_placement, expand_root
 from .fleet.transport import SSHOptions, q
 from .store import Store
 from .store.models import Event, SweepNode
@@ -162,7 +163,8 @@ def check_instrument(hosts, store: Store, workdir: Path, draft: Path, *, layers:
                          opts=SweepOptions(ssh=ssh or SSHOptions(), provision=False))
     with store.engine.connect() as c:
         placed = {n.node: n for n in c.execute(
-            select(SweepNode.node, SweepNode.agent_dir, SweepNode.python, SweepNode.job_path)
+            select(SweepNode.node, SweepNode.agent_dir, SweepNode.python, SweepNode.job_path,
+                   SweepNode.root, SweepNode.journal_path)
             .where(SweepNode.sweep_id == result.sweep_id))}
         gens: dict[str, list[dict]] = {}
         for node, payload in c.execute(select(Event.node, Event.payload).where(
@@ -172,6 +174,7 @@ def check_instrument(hosts, store: Store, workdir: Path, draft: Path, *, layers:
 
     async def costs(h, t):
         sn = placed[h.name]
+        check_placement(h, expand_root(h.root, await t.home()), sn, result.sweep_id)
         r = await t.run(f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent costs "
                         f"{q(sn.job_path)} --reps {cost_reps}")
         return json.loads(r.stdout.strip().splitlines()[-1])

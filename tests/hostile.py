@@ -18,7 +18,7 @@ import shlex
 import sys
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tests.journals import DATA
@@ -190,6 +190,9 @@ class InProcess:
     def __init__(self, host):
         self.host = host
 
+    async def home(self) -> str:
+        return str(Path.home())
+
     async def stream_lines(self, command: str):
         from agent.follow import follow
         from orchestrator.fleet.transport import split_lines
@@ -217,12 +220,28 @@ class Followed:
 
 
 def new_sweep(store, node: str, journal_path: Path, agent_dir: Path = ROOT,
-              python: str = sys.executable) -> str:
-    sid = uuid.uuid4().hex[:12]
+              python: str = sys.executable, sid: str | None = None,
+              root: Path | None = None) -> str:
+    sid = sid or uuid.uuid4().hex[:12]
     store.create_sweep(sid, JOB, None)
     store.set_sweep_node(sid, node, state="running", journal_path=str(journal_path),
-                         agent_dir=str(agent_dir), python=python, pid=0)
+                         agent_dir=str(agent_dir), python=python, pid=0,
+                         root=None if root is None else str(root))
     return sid
+
+
+def placed(root: Path, sid: str, agent_dir: Path) -> tuple[Path, Path]:
+    """A node root laid out as a sweep's launch lays it out (ROOT/jobs/<sweep>.events.jsonl,
+    ROOT/agents/<agent id>, here a link to ``agent_dir``): the controller runs nothing the
+    inventory would not choose. Returns (journal path, agent folder)."""
+    from orchestrator.fleet.provision import agent_artefact
+
+    (root / "jobs").mkdir(parents=True, exist_ok=True)
+    (root / "agents").mkdir(exist_ok=True)
+    folder = root / "agents" / agent_artefact()[0]
+    if not folder.exists():
+        folder.symlink_to(agent_dir)
+    return root / "jobs" / f"{sid}.events.jsonl", folder
 
 
 def follow_journal(store, lines: list[bytes], where: Path, *, transport=None, host=None,
@@ -236,12 +255,14 @@ def follow_journal(store, lines: list[bytes], where: Path, *, transport=None, ho
 
     node = host.name if host is not None else node
     where.mkdir(parents=True, exist_ok=True)
-    path = where / f"{uuid.uuid4().hex[:8]}.events.jsonl"
+    sid = uuid.uuid4().hex[:12]
+    path, folder = placed(where, sid, agent_dir)
     path.write_bytes(b"".join(x + b"\n" for x in lines))
     path.chmod(0o644)
-    sid = new_sweep(store, node, path, agent_dir)
-    host = host or Host(name=node, address="localhost", connection="local",
-                        python=sys.executable)
+    host = replace(host, root=str(where)) if host is not None else Host(
+        name=node, address="localhost", connection="local", python=sys.executable,
+        root=str(where))
+    new_sweep(store, node, path, folder, host.python, sid, where)
     text = io.StringIO()
     shown = StderrProgress(text)  # the lines a user sees, as the CLI prints them
     run = NodeRun(host, store, sid, "hostile-test", opts or SweepOptions(), shown)

@@ -172,3 +172,29 @@ def test_a_load_that_cannot_start_sets_every_run_aside(model_pair, tmp_path):
                    for x in r.unreliable_reasons) for r in rows), rows
     assert any(x.startswith("co-tenant load ended") for x in rows[-1].unreliable_reasons)
     assert sum(m.startswith("co-tenant load ended") for m in notices) == 1, notices
+
+
+def test_a_disk_load_that_fails_ends_the_cotenant(tmp_path, monkeypatch):
+    """F7: the disk load's thread dies (its scratch folder removed under it) while the
+    co-tenant would live on: the co-tenant ends, and shortfall says so, so the runs after it
+    are not stored as reliable busy runs."""
+    import shutil
+
+    from agent.cotenant import CoTenant
+    from agent.journal import Journal
+
+    scratch_root = tmp_path / "tmp"
+    scratch_root.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch_root))  # where the co-tenant's scratch goes
+    with CoTenant({"disk_mb_s": 1}, Journal(tmp_path / "j.jsonl", echo=None)) as ct:
+        wait_for(lambda: any(scratch_root.glob("specfleet-cotenant-*/io.bin")), 20,
+                 "the disk load's scratch file")
+        assert ct.shortfall() == []  # running as declared
+        for d in scratch_root.glob("specfleet-cotenant-*"):
+            shutil.rmtree(d)
+        wait_for(lambda: ct.shortfall() != [], 10, "the co-tenant to end")
+        assert ct.shortfall() == ["co-tenant load ended (exit status 3: a load thread "
+                                  "failed): this run measured an idle node, not the "
+                                  "declared load"]
+    lines = (tmp_path / "j.jsonl").read_text()
+    assert "a load thread failed" in lines  # the journal says it once, as a notice

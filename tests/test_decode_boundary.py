@@ -72,11 +72,17 @@ def plant(journal: Path) -> None:
 
 def follow(url: str, journal: Path) -> tuple:
     store = open_store(url)
+    from tests.hostile import placed
+
     sid = uuid.uuid4().hex[:12]
     store.create_sweep(sid, {"models": {"target": {}, "draft": {}}}, None)
-    host = Host(name="n1", address="localhost", connection="local", python=sys.executable)
-    store.set_sweep_node(sid, "n1", state="running", journal_path=str(journal),
-                         agent_dir=str(ROOT), python=sys.executable, pid=0)
+    root = journal.parent / "root"  # laid out as a launch lays it out: nothing else runs
+    path, folder = placed(root, sid, ROOT)
+    path.write_bytes(journal.read_bytes())
+    host = Host(name="n1", address="localhost", connection="local", python=sys.executable,
+                root=str(root))
+    store.set_sweep_node(sid, "n1", state="running", journal_path=str(path),
+                         agent_dir=str(folder), python=sys.executable, pid=0, root=str(root))
     said: list[str] = []
     run = NodeRun(host, store, sid, "test-holder", SweepOptions(),
                   lambda node, e: said.append(e.get("message", "")))
@@ -129,7 +135,8 @@ def test_a_line_that_never_arrived_is_named_by_its_seq(tmp_path, sqlite_url):
     out = run.outcome()
     assert out.status == "failed"
     assert out.detail == (f"2 journal line(s) never reached the store: seq 3-4; the node's "
-                          f"journal {journal} holds what it wrote")
+                          f"journal {tmp_path}/root/jobs/{sid}.events.jsonl holds what it "
+                          "wrote")
 
 
 def test_another_major_schema_is_refused_with_the_agent_version(tmp_path, sqlite_url):

@@ -2,6 +2,7 @@
 `--attach`, and `sweeps verify` comparing the two line by line."""
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -18,7 +19,7 @@ from orchestrator.store.coverage import (
     missing_by_node,
     seq_ranges,
 )
-from orchestrator.store.models import Event
+from orchestrator.store.models import Event, QuarantinedEvent
 from orchestrator.sweep.decode import Quarantined
 from orchestrator.sweep.verify import compare
 from tests.controller import journal, journal_path
@@ -100,6 +101,44 @@ def test_listing_counts_agree_with_coverage(tmp_path_factory, stored, aside):
     assert missing_by_node(store, ["s1"]) == ({"s1": {"n1": want}} if want else {})
 
 
+_END: dict = {}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(before=st.integers(0, 6), after=st.lists(st.sampled_from(["notice", "job_finished"]),
+                                                max_size=4),
+       cuts=st.sets(st.integers(1, 12), max_size=3))
+def test_nothing_after_the_stored_end_is_stored(tmp_path_factory, before, after, cuts):
+    """A journal ending in job_finished, then lines appended after it, read in any batches:
+    everything up to the end is stored, every line after it set aside with its seq and the
+    reason "after the job's end" (a real SQLite store)."""
+    import uuid
+
+    if "store" not in _END:  # one store for every example (opening one migrates it)
+        _END["store"] = open_store(f"sqlite:///{tmp_path_factory.mktemp('end') / 's.db'}")
+    store, sid = _END["store"], uuid.uuid4().hex[:12]
+    store.create_sweep(sid, JOB, None)
+    end = before + 1
+    lines = [{"schema": 1, "seq": n, "type": "notice", "ts": 1.0, "message": "x"}
+             for n in range(1, end)]
+    lines.append({"schema": 1, "seq": end, "type": "job_finished", "ts": 2.0, "status": "ok",
+                  "generations": 0})
+    lines += [{"schema": 1, "seq": end + i, "type": kind, "ts": 3.0, "message": "late",
+               "status": "ok", "generations": 0} for i, kind in enumerate(after, 1)]
+    edges = [0, *sorted(c for c in cuts if c < len(lines)), len(lines)]
+    for a, b in zip(edges, edges[1:]):
+        if b > a:
+            store.ingest(sid, "n1", lines[a:b])
+    with store.engine.connect() as c:
+        stored = sorted(c.execute(select(Event.seq).where(Event.sweep_id == sid)).scalars())
+        aside = dict(c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.reason).where(
+            QuarantinedEvent.sweep_id == sid)).all())
+    assert stored == list(range(1, end + 1))
+    assert sorted(aside) == list(range(end + 1, end + len(after) + 1))
+    assert all(why == f"after the job's end: seq {n} follows its job_finished at seq {end}"
+               for n, why in aside.items())
+
+
 # -- a real sweep, holes planted in its store ------------------------------------------
 
 
@@ -159,6 +198,12 @@ def test_verify_names_the_deleted_lines_and_attach_reads_them_again(swept, fleet
     assert "seq 3: the store holds other content than journal line 3" in said.output
     assert f"sweep {sid}: incomplete on node1 (incomplete: 4 missing, 0 conflict(s)), " \
            "node2 (incomplete: 0 missing, 1 conflict(s))" in said.output
+    # the conflict is not sent to an --attach that cannot mend it: what it is, what to do
+    flat = " ".join(said.output.split())
+    assert f"`specfleet sweep --attach {sid}` reads what is missing again" in flat
+    assert f"on node2 the store differs from the node's journal at seq 3; the journal " \
+           f"({journal_path(fleet.nodes[1], sid)}) is the record, and --attach keeps what " \
+           "is stored, so it cannot mend this: restore the store from a backup" in flat
 
     # the store alone sees the holes below its last event: never listed as ok
     listed = CliRunner().invoke(main, ["sweeps", "list", "--db", db, "--json"])
@@ -240,3 +285,176 @@ def test_the_node_side_digest_hashes_each_line_as_the_store_keeps_it(tmp_path_fa
         want.append((seq if type(seq) is int else None, line_sha256(text)))
     assert got == want
     assert partial == bool(tail)
+
+
+def test_a_stored_interpreter_or_agent_folder_is_never_run(swept, fleet):
+    """Whoever can write the store must not choose what runs on a node: a python or agent
+    folder in sweep_nodes that the inventory would not choose is refused, naming the node
+    and both values, and the planted script never runs (F2)."""
+    import os
+    import shutil
+    import tempfile
+
+    from orchestrator.store.models import SweepNode
+
+    sid, db, common = swept
+    store = open_store(db)
+    d = Path(tempfile.mkdtemp(prefix="specfleet-f2-"))
+    os.chmod(d, 0o777)  # the node users run the script and would write the marker here
+    marker, evil = d / "marker", d / "evil.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {marker}\nexec python3 \"$@\"\n")
+    os.chmod(evil, 0o755)
+    with store.engine.connect() as c:
+        before = {r.node: (r.python, r.agent_dir) for r in c.execute(
+            select(SweepNode.node, SweepNode.python, SweepNode.agent_dir)
+            .where(SweepNode.sweep_id == sid))}
+    try:
+        with store.engine.begin() as c:
+            c.execute(update(SweepNode).where(SweepNode.sweep_id == sid,
+                                              SweepNode.node == "node1")
+                      .values(python=str(evil)))
+            c.execute(update(SweepNode).where(SweepNode.sweep_id == sid,
+                                              SweepNode.node == "node2")
+                      .values(agent_dir=str(d)))
+        said = CliRunner().invoke(main, ["sweeps", "verify", sid, *common])
+        assert said.exit_code == 1
+        assert f"node1: refusing to run anything for sweep {sid}: its Python is " \
+               f"'{evil}' in the store but the inventory would use '{fleet.python}'" \
+            in said.output, said.output
+        assert "unverified" in said.output
+        r = CliRunner().invoke(main, ["sweep", "--attach", sid, *common])
+        assert r.exit_code != 0
+        assert f"its Python is '{evil}' in the store" in r.output, r.output
+        assert f"node2: refusing to run anything for sweep {sid}: its agent folder is " \
+               f"'{d}' in the store" in r.output, r.output
+        assert not marker.exists()
+    finally:
+        with store.engine.begin() as c:
+            for node, (py, ad) in before.items():
+                c.execute(update(SweepNode).where(SweepNode.sweep_id == sid,
+                                                  SweepNode.node == node)
+                          .values(python=py, agent_dir=ad))
+        shutil.rmtree(d)
+    code, out = _verify(common, sid)  # the inventory's own choice still runs
+    assert code == 0 and out["complete"] is True, out
+
+
+def test_lines_after_the_end_are_set_aside_and_edited_measurements_derived_again(swept,
+                                                                                fleet):
+    """F8: lines appended to a journal after its job_finished (a forged generation at
+    55555 tok/s, a notice, a second job_finished) are each set aside with their seq and
+    reason by --attach, and verify is then complete; a measurement edited in the store is a
+    conflict verify names, and --attach derives it again from its stored event."""
+    from orchestrator.store.models import Measurement, QuarantinedEvent
+
+    sid, db, common = swept
+    node = fleet.nodes[0]
+    path = journal_path(node, sid)
+    events = journal(node, sid)
+    end = events[-1]
+    assert end["type"] == "job_finished"
+    n = end["seq"]
+    gen = next(e for e in events if e["type"] == "generation")
+    forged = [{**gen, "seq": n + 1, "run_index": 2, "decode_tok_s": 55555.0},
+              {"schema": 1, "seq": n + 2, "type": "notice", "ts": end["ts"] + 1,
+               "message": "appended later"},
+              {**end, "seq": n + 3, "ts": end["ts"] + 2}]
+    with path.open("a") as f:
+        f.writelines(json.dumps(e, separators=(",", ":")) + "\n" for e in forged)
+
+    code, out = _verify(common, sid)
+    by = {x["node"]: x for x in out["nodes"]}
+    assert code == 1 and by["node1"]["holes"] == [[n + 1, n + 3]]
+
+    r = CliRunner().invoke(main, ["sweep", "--attach", sid, *common])
+    assert r.exit_code == 0, r.output
+    for e in forged[1:]:
+        assert f"set aside a journal line (seq {e['seq']}): after the job's end: seq " \
+               f"{e['seq']} follows its job_finished at seq {n}" in r.output, r.output
+    store = open_store(db)
+    with store.engine.connect() as c:
+        aside = dict(c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.reason).where(
+            QuarantinedEvent.sweep_id == sid, QuarantinedEvent.node == "node1",
+            QuarantinedEvent.seq > n)).all())
+        assert sorted(aside) == [n + 1, n + 2, n + 3], aside
+        assert not c.execute(select(Event.seq).where(
+            Event.sweep_id == sid, Event.node == "node1", Event.seq > n)).all()
+        assert c.execute(select(Measurement.decode_tok_s).where(
+            Measurement.sweep_id == sid, Measurement.decode_tok_s == 55555.0)).all() == []
+    code, out = _verify(common, sid)
+    assert code == 0 and out["complete"] is True, out
+    again = CliRunner().invoke(main, ["sweep", "--attach", sid, *common])  # nothing new
+    assert again.exit_code == 0 and "set aside a journal line" not in again.output
+
+    # a derived row edited in the store: verify names it, --attach derives it again
+    node2 = [e for e in journal(fleet.nodes[1], sid) if e["type"] == "generation"][0]
+    with store.engine.begin() as c:
+        c.execute(update(Measurement).where(
+            Measurement.sweep_id == sid, Measurement.node == "node2",
+            Measurement.run_index == node2["run_index"]).values(decode_tok_s=99999.0))
+    said = CliRunner().invoke(main, ["sweeps", "verify", sid, *common])
+    flat = " ".join(said.output.split())
+    assert said.exit_code == 1
+    assert f"conflict: seq {node2['seq']}: the measurement of run_index " \
+           f"{node2['run_index']} differs from its stored event (decode_tok_s 99999.0 " \
+           f"stored, {node2['decode_tok_s']!r} in the event)" in flat, flat
+    assert f"`specfleet sweep --attach {sid}` derives the differing measurements again" in flat
+    assert "reads what is missing" not in flat and "cannot mend" not in flat
+    r = CliRunner().invoke(main, ["sweep", "--attach", sid, *common])
+    assert r.exit_code == 0, r.output
+    assert f"1 measurement(s) differed from their stored events and were derived again " \
+           f"from them (seq {node2['seq']})" in " ".join(r.output.split()), r.output
+    with store.engine.connect() as c:
+        assert c.execute(select(Measurement.decode_tok_s).where(
+            Measurement.sweep_id == sid, Measurement.node == "node2",
+            Measurement.run_index == node2["run_index"])).scalar_one() == node2["decode_tok_s"]
+    code, out = _verify(common, sid)
+    assert code == 0 and out["complete"] is True, out
+
+
+_DERIVED: dict = {}
+COLUMNS = ("decode_tok_s", "ttft_ms", "generated_tokens", "itl_p95_ms", "workload")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_verify_names_exactly_the_edited_measurements_and_attach_derives_them_again(
+        tmp_path_factory, data):
+    """A recorded journal stored as the follower stores it; any measurement rows edited in
+    any columns: the check names exactly those seqs, and deriving again restores every row
+    to what its event says (the answer is the event, known without the code)."""
+    from orchestrator.store.derived import measurement_mismatches, rederive_measurements
+    from orchestrator.store.models import Measurement
+    from orchestrator.sweep.decode import Decoder
+    from tests.journals import lines as recorded
+
+    if "store" not in _DERIVED:
+        store = open_store(f"sqlite:///{tmp_path_factory.mktemp('derived') / 's.db'}")
+        store.create_sweep("d1", JOB, None)
+        raw = recorded()
+        decoder = Decoder("n1")
+        events = [decoder.decode(x) for x in raw]
+        store.ingest("d1", "n1", events, raw)
+        _DERIVED.update(store=store, gens={e["seq"]: e for e in events
+                                           if e["type"] == "generation"})
+    store, gens = _DERIVED["store"], _DERIVED["gens"]
+    assert measurement_mismatches(store, "d1", "n1") == []
+    edits = data.draw(st.dictionaries(st.sampled_from(sorted(gens)),
+                                      st.sets(st.sampled_from(COLUMNS), min_size=1),
+                                      max_size=4))
+    with store.engine.begin() as c:
+        for seq, cols in edits.items():
+            c.execute(update(Measurement).where(Measurement.sweep_id == "d1",
+                                                Measurement.seq == seq).values(**{
+                col: "edited" if col == "workload" else 99999 for col in cols}))
+    got = measurement_mismatches(store, "d1", "n1")
+    assert [m["seq"] for m in got] == sorted(edits)
+    assert rederive_measurements(store, "d1", "n1") == sorted(edits)
+    assert measurement_mismatches(store, "d1", "n1") == []
+    with store.engine.connect() as c:
+        for seq in edits:
+            row = c.execute(select(Measurement.decode_tok_s, Measurement.ttft_ms,
+                                   Measurement.workload).where(
+                Measurement.sweep_id == "d1", Measurement.seq == seq)).one()
+            e = gens[seq]
+            assert tuple(row) == (e["decode_tok_s"], e["ttft_ms"], e["workload"])

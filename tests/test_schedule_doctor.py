@@ -78,6 +78,13 @@ def test_doctor_schedule_adds_the_controllers_night_row(tmp_path, monkeypatch):
     r = CliRunner().invoke(main, ["doctor", "-i", str(inv), "--schedule", "--json"])
     import json
 
-    rows = json.loads(r.output)["nodes"]
-    assert rows[0]["node"] == "schedule (this controller, at night)"
-    assert [c["name"] for c in rows[0]["checks"]][0] == "tty-free"
+    out = json.loads(r.output)
+    assert out["schedule"]["section"] == "schedule (this controller, at night)"
+    assert [c["name"] for c in out["schedule"]["checks"]][0] == "tty-free"
+    # F10: the schedule section is not a node: one host is one node
+    assert [n["node"] for n in out["nodes"]] == ["local"]
+    said = CliRunner().invoke(main, ["doctor", "-i", str(inv), "--schedule"])
+    assert "schedule (this controller, at night)" in said.output
+    assert "1 node(s): " in said.output and "2 node(s)" not in said.output, said.output
+    assert ("schedule: ready for a nightly" in said.output) == (out["schedule"]["failing"]
+                                                                is False)

@@ -13,7 +13,7 @@ from sqlalchemy import table as sa_table
 
 from orchestrator.errors import StoreError
 from orchestrator.store import open_store
-from orchestrator.store.db import _measurement_row, alembic_config, downgrade, upgrade
+from orchestrator.store.db import alembic_config, downgrade, measurement_row, upgrade
 from orchestrator.store.models import Base, Event, Measurement
 
 HEAD = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
@@ -54,13 +54,18 @@ def test_migrations_match_models(any_url):
 def test_ingest_twice_stores_once(any_url):
     store = open_store(any_url)
     store.create_sweep("s1", JOB, None)
-    assert store.ingest("s1", "node1", _events()) == 4
-    assert store.ingest("s1", "node1", _events()) == 0
     # an overlapping batch (a reconnecting reader) adds only what is new
+    assert store.ingest("s1", "node1", _events()[:2]) == 2
+    assert store.ingest("s1", "node1", _events()) == 2
+    assert store.ingest("s1", "node1", _events()) == 0
+    # a line after the job's end is set aside with its reason, never stored
+    refused: list = []
     more = _events()[2:] + [{"schema": 1, "seq": 5, "type": "note", "ts": 1005.0}]
-    assert store.ingest("s1", "node1", more) == 1
+    assert store.ingest("s1", "node1", more, refused=refused) == 0
+    assert [(r.seq, r.reason) for r in refused] == [
+        (5, "after the job's end: seq 5 follows its job_finished at seq 4")]
     with store.engine.connect() as c:
-        assert c.scalar(select(func.count()).select_from(Event)) == 5
+        assert c.scalar(select(func.count()).select_from(Event)) == 4
         assert c.scalar(select(func.count()).select_from(Measurement)) == 2
         payload = c.scalar(select(Event.payload).where(Event.seq == 3))
     assert payload == json.loads(json.dumps(_generation(3, 1)))
@@ -132,7 +137,7 @@ def test_upgrade_from_0001_keeps_stored_runs(any_url):
     with store.engine.begin() as c:  # rows written by the spine's schema
         c.execute(spine_sweeps.insert().values(
             id="old", created_at=datetime.now(timezone.utc), status="ok", job=JOB))
-        row = {k: v for k, v in _measurement_row("old", "n1", _generation(2, 0)).items()
+        row = {k: v for k, v in measurement_row("old", "n1", _generation(2, 0)).items()
                if k in spine_columns}
         c.execute(spine_runs.insert().values(**row))
     upgrade(store.engine, any_url)

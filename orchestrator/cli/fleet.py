@@ -134,7 +134,8 @@ def doctor(lock_path, failed_hosts_file, as_json, for_schedule=False, **kw):
     hosts, _ = hosts_of_plan(doc, lock_path, kw) if doc is not None else hosts_from(kw)
     outcomes = run_fan_out(hosts, probe, ssh)
     rows = report(hosts, outcomes, doc)
-    if for_schedule:  # the controller's side of a nightly: one row of its own
+    night = None  # the controller's side of a nightly: a section of its own, not a node
+    if for_schedule:
         from dataclasses import asdict
 
         from ..fleet.schedule_checks import schedule_checks
@@ -142,26 +143,32 @@ def doctor(lock_path, failed_hosts_file, as_json, for_schedule=False, **kw):
 
         paths = [Path.cwd()] + ([lock_path] if lock_path else []) + list(
             kw.get("inventory_path") or [])
-        rows.insert(0, {"node": "schedule (this controller, at night)", "checks": [
-            asdict(c) for c in schedule_checks(hosts, paths, default_kind())]})
+        night = {"section": "schedule (this controller, at night)", "checks": [
+            asdict(c) for c in schedule_checks(hosts, paths, default_kind())]}
     failing = [r["node"] for r in rows if any(c["status"] == "FAIL" for c in r["checks"])]
+    night_fails = night is not None and any(c["status"] == "FAIL" for c in night["checks"])
     if as_json:
-        click.echo(json.dumps({"nodes": rows, "failing": failing}, indent=2))
+        click.echo(json.dumps({"nodes": rows, "failing": failing, **(
+            {"schedule": {**night, "failing": night_fails}} if night else {})}, indent=2))
     else:
         from ..fleet.doctor import Check
 
-        for r in rows:
+        for r in ([{"node": night["section"], "checks": night["checks"]}] if night else []) \
+                + rows:
             click.echo(r["node"])
             for c in r["checks"]:
                 click.echo(Check(**c).line())
         click.echo(f"{len(rows)} node(s): " + (f"{len(failing)} would fail a sweep "
                                                 f"({', '.join(failing)})" if failing
                                                 else "ready for a sweep"))
+        if night:
+            click.echo("schedule: " + ("a check FAILs: a scheduled nightly would fail"
+                                       if night_fails else "ready for a nightly"))
     written = write_retry_file([replace(o, status="failed") if o.host in failing and
                                 o.status == "ok" else o for o in outcomes], failed_hosts_file)
     if written and not as_json:
         click.echo(f"check those again with --limit @{written}")
-    if failing:
+    if failing or night_fails:
         sys.exit(1)
 
 

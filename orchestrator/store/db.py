@@ -463,7 +463,8 @@ def _measurement_tuple(sweep_id: str, node: str, e: dict) -> tuple:
             e["config"]["temperature"], result_pair(e), *values)
 
 
-def _measurement_row(sweep_id: str, node: str, e: dict) -> dict:
+def measurement_row(sweep_id: str, node: str, e: dict) -> dict:
+    """A generation event's measurement row, as ingest derives it (and verify again)."""
     return dict(zip(MEASUREMENT_TABLE_COLUMNS, _measurement_tuple(sweep_id, node, e)))
 
 

@@ -7,6 +7,7 @@ The decode boundary judges one line alone; what it cannot see is the journal aro
   stored event is kept, the new line set aside (the same line again is a harmless re-read);
 - a generation for a run index already measured, or outside the job's plan (its run index,
   its workload), is set aside: it would replace or add a measurement the job never made;
+- a line after the stored ``job_finished`` (the agent writes nothing after it) is set aside;
 - a ``job_finished`` whose ``generations`` disagrees with the journal before it is set aside
   (a forged or damaged end would end following early and call a sweep ok).
 
@@ -23,7 +24,8 @@ from sqlalchemy import Text, func, select, type_coerce
 from .models import Event, Measurement, QuarantinedEvent
 
 # how the ledger's reasons begin (a line it refuses is an extra line, not one of the job's)
-LEDGER_REASONS = ("conflict:", "already measured:", "not in the job:", "job_finished:")
+LEDGER_REASONS = ("conflict:", "already measured:", "not in the job:", "job_finished:",
+                  "after the job's end:")
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,8 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
             Measurement.sweep_id == sweep_id, Measurement.node == node,
             Measurement.run_index.between(min(gens), max(gens)))).all())
     plan = _Plan(c, sweep_id, node)
+    end = c.execute(select(func.min(Event.seq)).where(
+        Event.sweep_id == sweep_id, Event.node == node, Event.type == "job_finished")).scalar()
     batch: dict[int, str] = {}
     keep_e: list[dict] = []
     keep_p: list[str] = []
@@ -117,6 +121,8 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
             kind_stored = orjson.loads(stored[seq]).get("type")
             why = (f"conflict: seq {seq} is stored with other content ({kind_stored}); "
                    "the stored event is kept")
+        elif end is not None and seq > end:
+            why = f"after the job's end: seq {seq} follows its job_finished at seq {end}"
         elif kind == "generation":
             i = e["run_index"]
             # a measurement made from this very seq is this event read again (its event row
@@ -136,6 +142,8 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
             measured[e["run_index"]] = seq
         elif kind == "plan":
             plan.saw(e)
+        elif kind == "job_finished" and (end is None or seq < end):
+            end = seq
         keep_e.append(e)
         keep_p.append(line)
     return keep_e, keep_p, refused

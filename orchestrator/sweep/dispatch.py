@@ -33,11 +33,12 @@ from ..errors import RemoteError, SpecfleetError, StoreError, UnreachableError
 from ..fleet.blobs import CONTROLLER_CACHE, push_model
 from ..fleet.fanout import Outcome, run_fan_out
 from ..fleet.inventory import Host
-from ..fleet.node_paths import expand_root
+from ..fleet.node_paths import check_placement, expand_root
 from ..fleet.transport import SSHOptions, connect, q
 from ..store import Store
-from ..store.coverage import coverage, ranges_text
+from ..store.coverage import coverage, ranges_text, seq_ranges
 from ..store.db import result_pair
+from ..store.derived import rederive_measurements
 from .decode import Decoder, Quarantined
 from .pipeline import IngestPipeline
 
@@ -272,6 +273,7 @@ class NodeRun:
         self.opts, self.progress = opts, progress
         self.started = False  # once an agent runs, its lease outlives this controller
         self.stopped = False  # --stop ended its agent: the node is free again
+        self._home: str | None = None  # the node's $HOME, asked once
         self.decoder = Decoder(host.name)
 
     async def set_aside(self, q: Quarantined) -> None:
@@ -373,7 +375,7 @@ class NodeRun:
         await self.start_agent(t, resume=False)
 
     async def start_agent(self, t, resume: bool) -> None:
-        sn = self._row()
+        sn = await self._placed(t)
         cmd = (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent run {q(sn.job_path)} "
                f"--journal {q(sn.journal_path)} --lock {q(sn.root + '/agent.lock')} "
                f"--cache-dir {q(sn.root + '/cache')} --detach" + (" --resume" if resume else "")
@@ -388,7 +390,7 @@ class NodeRun:
     async def stop_agent(self, t) -> str:
         """End the agent: SIGTERM to its process group (a runtime it started is in it),
         SIGKILL after 10 s. The locks it held are flocks: they go with the process."""
-        sn = self._row()
+        sn = await self._placed(t)
         pid = int(sn.pid or 0)
         if not pid:
             return "no agent was started"
@@ -410,6 +412,15 @@ class NodeRun:
         return {"gone": f"agent (pid {pid}) had already ended",
                 "stopped": f"agent (pid {pid}) stopped",
                 "killed": f"agent (pid {pid}) killed after 10 s"}.get(said, res.stdout)
+
+    async def _placed(self, t):
+        """The node's row, its placement checked against the inventory before anything
+        named in it runs on the node (the store does not choose what runs)."""
+        sn = await self.with_store(self._row)
+        if self._home is None:
+            self._home = await t.home()
+        check_placement(self.host, expand_root(self.host.root, self._home), sn, self.sweep_id)
+        return sn
 
     def _row(self):
         rows = [r for r in self.store.sweep_nodes(self.sweep_id) if r.node == self.host.name]
@@ -478,15 +489,17 @@ class NodeRun:
         return not cov.holes and (last or {}).get("type") in FINAL_EVENTS
 
     async def follow_once(self, t) -> None:
-        sn = await self.with_store(self._row)
+        sn = await self._placed(t)
         # from the last seq up to which everything is stored, not the highest stored one:
         # a hole below it (a batch lost, rows deleted) is read again from the journal
         cov = await self.with_store(coverage, self.store, self.sweep_id, self.host.name)
         if cov.holes:
             self.say(f"reading {cov.missing} journal line(s) the store lacks again from the "
                      f"node (seq {ranges_text(cov.holes)})")
+        # a finished agent's pid may be another process's by now: read to the end and stop
+        pid = 0 if sn.state == "finished" else sn.pid or 0
         cmd = (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent follow "
-               f"{q(sn.journal_path)} --from-seq {cov.through} --pid {sn.pid or 0}")
+               f"{q(sn.journal_path)} --from-seq {cov.through} --pid {pid}")
         pipeline = IngestPipeline(self.ingest)
         try:
             # aclosing: a follower left early (an agent refused mid-stream) is closed now,
@@ -595,7 +608,7 @@ class NodeRun:
                 await self.launch(t, doc, job)
             elif mode == "resume":
                 self.started = True
-                sn = self._row()
+                sn = await self._placed(t)
                 if sn.state == "finished" and await self.stored_whole():
                     return self.outcome()
                 # the agent's own test: a killed agent can linger as a zombie that
@@ -626,10 +639,17 @@ class NodeRun:
                                "what is missing")
             else:
                 self.started = True
-                # a finished node is read again when the store lacks part of its journal
-                if self._row().state == "finished" and await self.stored_whole():
-                    return self.outcome()
+                # a finished node's journal is read again past what is stored, even when
+                # the store holds its end: lines after it (appended later, forged) are set
+                # aside with their reason, never left unread while the sweep says ok
             await self.follow(t)
+            if mode == "attach":
+                fixed = await self.with_store(rederive_measurements, self.store,
+                                              self.sweep_id, self.host.name)
+                if fixed:
+                    self.say(f"{len(fixed)} measurement(s) differed from their stored events "
+                             f"and were derived again from them (seq "
+                             f"{ranges_text(seq_ranges(fixed))})")
             return await self.with_store(self.outcome)
         finally:
             keeper.cancel()

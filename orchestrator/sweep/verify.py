@@ -18,9 +18,11 @@ from dataclasses import asdict, dataclass, field
 from ..errors import RemoteError, SpecfleetError
 from ..fleet.fanout import run_fan_out
 from ..fleet.inventory import Host
+from ..fleet.node_paths import check_placement, expand_root
 from ..fleet.transport import SSHOptions, q
 from ..store import Store
 from ..store.coverage import ranges_text, seq_ranges, set_aside_lines, stored_line_hashes
+from ..store.derived import measurement_mismatches
 
 # Runs on the node with the agent's Python (standard library only). One output line per
 # journal line, "SEQ SHA256" ("-" for a line with no readable seq), then "end LINES PARTIAL";
@@ -65,6 +67,7 @@ class NodeLedger:
     store_sha256: str | None = None    # over the stored events; equal when complete
     partial_line: bool = False
     detail: str | None = None
+    journal_path: str | None = None
 
     @property
     def missing(self) -> int:
@@ -106,8 +109,28 @@ class VerifyReport:
         said = ", ".join(f"{n.node} ({n.status}: {n.missing} missing, "
                          f"{len(n.conflicts)} conflict(s))" if n.status == "incomplete"
                          else f"{n.node} (unverified)" for n in bad)
-        return (f"sweep {self.sweep_id}: incomplete on {said}; `specfleet sweep --attach "
-                f"{self.sweep_id}` reads what is missing again from the journals")
+        attach = f"`specfleet sweep --attach {self.sweep_id}`"
+        # each fix said only where it works: --attach reads holes again and derives the
+        # measurements again, but keeps a stored event that differs from its journal line
+        hints = []
+        if any(n.holes or n.status == "unverified" for n in bad):
+            hints.append(f"{attach} reads what is missing again from the journals")
+        if any(c.get("kind") == "derived" for n in bad for c in n.conflicts):
+            hints.append(f"{attach} derives the differing measurements again from their "
+                         "stored events")
+        for n in bad:
+            seqs = sorted({c["seq"] for c in n.conflicts
+                           if c.get("kind") != "derived" and c["seq"] is not None})
+            if any(c.get("kind") != "derived" for c in n.conflicts):
+                at = f" at seq {ranges_text(seq_ranges(seqs))}" if seqs else ""
+                hints.append(
+                    f"on {n.node} the store differs from the node's journal{at}; the journal "
+                    f"({n.journal_path or 'on the node'}) is the record, and --attach keeps "
+                    "what is stored, so it cannot mend this: restore the store from a "
+                    "backup, or delete those events of the node from the store and "
+                    f"{attach} reads them again from the journal")
+        return f"sweep {self.sweep_id}: incomplete on {said}" + "".join(
+            f"; {h}" for h in hints)
 
 
 def _digest(journal: list[tuple[int, str]], seqs: list[int]) -> str:
@@ -201,6 +224,8 @@ def verify_sweep(store: Store, sweep_id: str, hosts: list[Host],
             journal: list[JournalLine] = []
             partial = False
         else:
+            # what runs on the node is the inventory's choice, never the store's
+            check_placement(h, expand_root(h.root, await t.home()), sn, sweep_id)
             r = await t.run(f"{q(sn.python)} -c {q(DIGEST_SCRIPT)} {q(sn.journal_path)}",
                             check=False)
             if r.exit_status != 0:
@@ -213,6 +238,12 @@ def verify_sweep(store: Store, sweep_id: str, hosts: list[Host],
                 raise RemoteError(h.name, "journal digest", r.exit_status, str(e)) from None
         out = compare(h.name, journal, stored, aside_seqs, aside_hashes)
         out.partial_line = partial
+        out.journal_path = sn.journal_path
+        # the derived rows too: a measurement must be what its stored event says
+        derived = await asyncio.to_thread(measurement_mismatches, store, sweep_id, h.name)
+        if derived:
+            out.conflicts += [{**m, "kind": "derived"} for m in derived]
+            out.status = "incomplete"
         if sn.state not in ("finished", "failed", "stopped", "died") and \
                 out.status != "complete":
             out.detail = f"the node's agent is {sn.state}: lines may still be on their way"

@@ -1,0 +1,95 @@
+"""The derived tables against the events they came from.
+
+A generation event's measurement row is derived from it at ingest (``db.measurement_row``).
+A row edited afterwards (``update measurements set decode_tok_s = …``) would be shown by
+`runs show` and fed to every chart while the events still verify; so `sweeps verify`
+derives each row again from its stored event and calls a difference a conflict, and
+`sweep --attach` writes the derived values back (the event is the record).
+"""
+
+from __future__ import annotations
+
+import math
+
+from sqlalchemy import insert, select, update
+
+from .models import Event, Measurement
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return False
+    return a == b
+
+
+def _derived(sweep_id: str, node: str, payload: dict) -> dict:
+    from .db import measurement_row  # the one derivation ingest uses
+
+    row = measurement_row(sweep_id, node, payload)
+    if isinstance(row.get("unreliable_reasons"), str):  # pre-serialised for the bulk insert
+        import json
+
+        row["unreliable_reasons"] = json.loads(row["unreliable_reasons"])
+    return row
+
+
+def measurement_mismatches(store, sweep_id: str, node: str) -> list[dict]:
+    """Each stored generation event whose measurement row is missing or differs from the
+    row derived from the event again: {seq, run_index, problem}."""
+    out: list[dict] = []
+    with store.engine.connect() as c:
+        events = {seq: p for seq, p in c.execute(select(Event.seq, Event.payload).where(
+            Event.sweep_id == sweep_id, Event.node == node, Event.type == "generation"))}
+        rows = {m["seq"]: m for m in c.execute(select(Measurement.__table__).where(
+            Measurement.sweep_id == sweep_id, Measurement.node == node)).mappings()}
+    for seq in sorted(events):
+        try:
+            want = _derived(sweep_id, node, events[seq])
+        except (KeyError, TypeError):  # a payload the boundary would not have let in
+            out.append({"seq": seq, "line": None, "problem": f"seq {seq}: the stored "
+                        "generation event cannot be read as a measurement"})
+            continue
+        have = rows.get(seq)
+        if have is None:
+            out.append({"seq": seq, "line": None, "problem": f"seq {seq}: the stored "
+                        "generation event has no measurement row"})
+            continue
+        wrong = [k for k, v in want.items() if not _same(have[k], v)]
+        if wrong:
+            k = wrong[0]
+            out.append({"seq": seq, "line": None, "problem": (
+                f"seq {seq}: the measurement of run_index {want['run_index']} differs from "
+                f"its stored event ({k} {have[k]!r} stored, {want[k]!r} in the event"
+                + (f"; {len(wrong) - 1} more column(s)" if len(wrong) > 1 else "") + ")")})
+    return out
+
+
+def rederive_measurements(store, sweep_id: str, node: str) -> list[int]:
+    """Write each mismatched measurement again from its stored event; the seqs rewritten."""
+    bad = [m["seq"] for m in measurement_mismatches(store, sweep_id, node)]
+    if not bad:
+        return []
+    with store.engine.begin() as c:
+        events = dict(c.execute(select(Event.seq, Event.payload).where(
+            Event.sweep_id == sweep_id, Event.node == node, Event.seq.in_(bad))).all())
+        fixed = []
+        for seq in bad:
+            try:
+                row = _derived(sweep_id, node, events[seq])
+            except (KeyError, TypeError):
+                continue
+            # in place (its id stays): the row of this seq, else the run's
+            done = c.execute(update(Measurement).where(
+                Measurement.sweep_id == sweep_id, Measurement.node == node,
+                Measurement.seq == seq).values(**row)).rowcount
+            if not done:
+                done = c.execute(update(Measurement).where(
+                    Measurement.sweep_id == sweep_id, Measurement.node == node,
+                    Measurement.run_index == row["run_index"]).values(**row)).rowcount
+            if not done:
+                c.execute(insert(Measurement).values(**row))
+            fixed.append(seq)
+    return fixed
