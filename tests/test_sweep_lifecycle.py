@@ -141,7 +141,7 @@ def test_attach_can_leave_a_node_out_and_the_sweep_waits_for_it(fleet, model_pai
     assert out["status"] == "running" and out["left_out"] == ["node2"]
     assert [o["host"] for o in out["outcomes"]] == ["node1"]
     assert f"left out, still to finish: node2 (pick them up with `specfleet sweep --attach " \
-           f"{sid}`)" in text
+           f"{sid} -i {inv} --db {sqlite_url}`)" in text  # as given: it runs as written
     assert stored_events(sqlite_url, sid, "node1") == journal(fleet.nodes[0], sid)
     # then all of them: node1 is already done, node2 is followed to its end
     rest = specfleet("sweep", "--attach", sid, *args, "--json", log=tmp_path / "rest.log")
