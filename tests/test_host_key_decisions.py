@@ -53,6 +53,11 @@ def _cases(addr: str, port: int, key: str, other: str, ca: str) -> dict[str, str
             f"# note\nthis is not a key line\n{me} {key}\n",
         "the right key under a second name on the same line": f"mac-x,{me} {key}\n",
         "another host's changed key only": f"[{addr}]:{port + 1} {other}\n",
+        # OpenSSH reads a marker up to the line's first space: with tabs only, no marker
+        "a tab-separated revocation, then the right key":
+            f"@revoked\t{me}\t{key}\n{me} {key}\n",
+        "a tab-separated revocation with no space at all":
+            f"@revoked\t{me}\t{key.replace(' ', chr(9))}\n{me} {key}\n",
     }
 
 

@@ -101,10 +101,16 @@ def host_keys(text: str, name: str) -> HostKeys:
     lines that do not parse are skipped, as OpenSSH skips them."""
     out = HostKeys()
     for line in text.splitlines():
+        line = line.lstrip(" \t")
+        marker = None
+        if line.startswith("@"):
+            # OpenSSH's marker ends at the line's first space (a tab only when there is
+            # none): "@revoked<TAB>host<TAB>key" is no marker, and the line is skipped
+            end = line.find(" ") if " " in line else line.find("\t")
+            marker, line = (line[:end], line[end + 1:]) if end > 0 else (line, "")
         fields = line.split()
         if not fields or fields[0].startswith("#"):
             continue
-        marker = fields.pop(0) if fields[0].startswith("@") else None
         if marker not in (None, "@revoked", "@cert-authority") or len(fields) < 3:
             continue
         if not names_match(fields[0], name):
