@@ -13,7 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.telemetry.sampler import READINGS, summarise_window, unreliable_reasons
+from agent.telemetry.sampler import (
+    DARWIN_ONLY,
+    READINGS,
+    summarise_window,
+    unreliable_reasons,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = """
@@ -80,7 +85,24 @@ def test_known_answers_for_planted_windows():
     # ... but a runtime it started whose CPU it could not read is
     ours = {**full, "own_cpu_s": None}
     assert summarise_window([ours, ours])["readings_unavailable"] == ["contention"]
-    assert summarise_window([])["readings_unavailable"] == list(READINGS)
+    assert summarise_window([])["readings_unavailable"] == [
+        r for r in READINGS if r not in ("low power mode", "memory pressure")]
+
+
+def test_on_a_mac_low_power_mode_and_memory_pressure_must_be_read(monkeypatch):
+    """macOS always reports both (pmset -g, kern.memorystatus_vm_pressure_level): a window
+    without one is unverified there, naming it; on Linux, which often has neither, it is not
+    judged."""
+    mac = {"cpu_total_s": 1.0, "cpu_busy_s": 0.1, "own_cpu_s": 0.1, "rss_bytes": 1,
+           "swap_in_bytes_total": 0, "thermal_throttled": False, "power_source": "ac"}
+    assert summarise_window([mac, mac])["readings_unavailable"] == []  # Linux: not judged
+    monkeypatch.setattr(sys, "platform", "darwin")
+    t = summarise_window([mac, mac])
+    assert t["readings_unavailable"] == ["low power mode", "memory pressure"]
+    assert [r.split(" (")[0] for r in unreliable_reasons(t)] == [
+        "unverified: low power mode", "unverified: memory pressure"]
+    read = {**mac, "low_power_mode": False, "memory_pressure": "normal"}
+    assert summarise_window([read, read])["readings_unavailable"] == []
 
 
 KEYS = ["cpu_total_s", "rss_bytes", "swap_in_bytes_total", "swap_used_bytes",
@@ -93,7 +115,9 @@ def test_a_reading_is_unavailable_exactly_when_no_sample_carries_it(samples):
     samples = [{**s, "own_cpu_s": 1.0} for s in samples]
     t = summarise_window(samples)
     for name, (keys, _) in READINGS.items():
-        carried = any(k in s for s in samples for k in keys)
+        # on Linux the Mac-only readings are not judged (this runs on Linux)
+        carried = any(k in s for s in samples for k in keys) or (
+            name in DARWIN_ONLY and sys.platform != "darwin")
         assert (name in t["readings_unavailable"]) == (not carried), name
         assert any(r.startswith(f"unverified: {name} (") for r in unreliable_reasons(t)) \
             == (not carried)

@@ -153,16 +153,25 @@ READINGS = {
                 "Intel Macs"),
     "power": (("power_source",), "no power source: pmset -g batt on macOS, "
               "/sys/class/power_supply on Linux"),
+    # macOS always has these (pmset -g, sysctl kern.memorystatus_vm_pressure_level): there a
+    # window without them is unverified; Linux machines often lack both (no power profiles
+    # daemon, no PSI), so there they are not judged, as a VM's missing thermal interface
+    "low power mode": (("low_power_mode",), "no Low Power Mode state: pmset -g on macOS"),
+    "memory pressure": (("memory_pressure",), "no memory pressure: sysctl "
+                        "kern.memorystatus_vm_pressure_level on macOS"),
 }
+DARWIN_ONLY = ("low power mode", "memory pressure")
 
 
 def readings_unavailable(samples: list[dict]) -> list[str]:
     """The readings no sample in the window could take (a missing reading is never clean).
     Contention is not judged, by design, for a runtime the agent cannot count."""
     if not samples:
-        return list(READINGS)
+        return [r for r in READINGS if r not in DARWIN_ONLY or sys.platform == "darwin"]
     out = []
     for name, (keys, _) in READINGS.items():
+        if name in DARWIN_ONLY and sys.platform != "darwin":
+            continue
         if any(s.get(k) is not None for s in samples for k in keys):
             continue
         if name == "contention" and any(s.get("cpu_unaccounted") for s in samples):
