@@ -32,6 +32,7 @@ HELD_S = 5.0        # a parent stopped this long ends the load
 MEMORY_SHORT = 0.9  # resident memory below this share of memory_mb: the load fell short
 CPU_SHORT = 0.5     # CPU below this share of cpu_workers cores: the load fell short
 CPU_WINDOW_S = 1.0  # the shortest window a CPU share is judged over (tick granularity)
+READY_S = 20.0      # how long a job waits for its load to hold its memory before measuring
 
 
 def _orphaned(parent: int, deadline: float) -> bool:
@@ -258,9 +259,23 @@ class CoTenant:
             [sys.executable, os.path.abspath(__file__), json.dumps(self.profile),
              str(os.getpid()), str(deadline)], start_new_session=True,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._wait_ready()
         self.journal.emit("background_started", pid=self.proc.pid, profile=self.profile,
                           deadline=round(deadline, 3))
         return self
+
+    def _wait_ready(self, timeout_s: float = READY_S) -> None:
+        """Measure only once the declared memory is resident (the load touches its pages
+        in its first second): the first runs were otherwise measured beside part of it. A
+        load that never gets there is not waited for longer: its runs say it fell short."""
+        assert self.proc is not None
+        want = int(self.profile.get("memory_mb", 0)) << 20
+        end = time.monotonic() + timeout_s
+        while want and time.monotonic() < end and self.proc.poll() is None:
+            usage = _group_usage(self.proc.pid)
+            if usage is None or usage[0] >= MEMORY_SHORT * want:
+                return
+            time.sleep(0.1)
 
     def __exit__(self, *exc):
         if self.proc is None:

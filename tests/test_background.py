@@ -34,6 +34,31 @@ def _cotenants(user: str | None = None) -> list[str]:
     return subprocess.run(args, capture_output=True, text=True).stdout.split()
 
 
+def _busy_sweep(fleet, model_pair, tmp_path, *, disk=False, **plan):
+    """A sweep with a co-tenant load on the fleet's first node, started as users start one,
+    once its load and CPU worker run; returns (process, inventory, store url, log)."""
+    node = fleet.nodes[0]
+    path = tmp_path / "plan.yml"
+    path.write_text(plan_text(model_pair, **plan, extra=LOOSE + "\nbackground:\n  memory_mb:"
+                              " 64\n  cpu_workers: 1" + ("\n  disk_mb_s: 2" if disk else "")))
+    lock = write_lock(load_plan(path), lambda m: None)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    log = tmp_path / "c.log"
+    p = specfleet("sweep", str(lock), "--limit", node.name, "-i", str(inv), "--known-hosts",
+                  str(fleet.known_hosts), "--db", url, log=log)
+    try:
+        sweep_id_from(log)
+        wait_for(lambda: len(_cotenants(node.user)) >= 2, timeout=60,
+                 what="the co-tenant and its CPU worker")
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+    return p, inv, url, log
+
+
 def test_a_bad_profile_is_refused_at_lock_with_its_line(model_pair, tmp_path):
     plan = tmp_path / "plan.yml"
     plan.write_text(plan_text(model_pair, extra=LOOSE + "\nbackground:\n  memory_mb: -1"))
@@ -76,21 +101,9 @@ def test_busy_runs_are_their_own_series_compared_with_idle_and_the_load_ends(mod
 def test_the_load_is_gone_after_kill_9_of_the_agent_on_an_sshd_node(fleet, model_pair,
                                                                     tmp_path):
     node = fleet.nodes[0]
-    plan = tmp_path / "plan.yml"
-    plan.write_text(plan_text(model_pair, widths=(2, 3), max_tokens=96, repetitions=6,
-                              extra=LOOSE + "\nbackground:\n  memory_mb: 64\n  cpu_workers: 1"
-                                            "\n  disk_mb_s: 2"))
-    lock = write_lock(load_plan(plan), lambda m: None)
-    inv = tmp_path / "hosts.yml"
-    inv.write_text(fleet.inventory_yaml())
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    log = tmp_path / "c.log"
-    p = specfleet("sweep", str(lock), "--limit", node.name, "-i", str(inv), "--known-hosts",
-                  str(fleet.known_hosts), "--db", url, log=log)
+    p, inv, _, _ = _busy_sweep(fleet, model_pair, tmp_path, widths=(2, 3), max_tokens=96,
+                               repetitions=6, disk=True)
     try:
-        sweep_id_from(log)
-        wait_for(lambda: len(_cotenants(node.user)) >= 2, timeout=60,
-                 what="the co-tenant and its CPU worker")
         kill_agent(node)  # kill -9: no cleanup code runs in the agent
         deadline = time.monotonic() + 5
         while _cotenants(node.user) and time.monotonic() < deadline:
@@ -112,20 +125,9 @@ def test_a_held_agent_ends_its_load_and_later_runs_are_not_labelled_busy(fleet, 
     from tests.controller import signal_agents
 
     node = fleet.nodes[0]
-    plan = tmp_path / "plan.yml"
-    plan.write_text(plan_text(model_pair, widths=(2,), max_tokens=24, repetitions=4,
-                              extra=LOOSE + "\nbackground:\n  memory_mb: 64\n  cpu_workers: 1"))
-    lock = write_lock(load_plan(plan), lambda m: None)
-    inv = tmp_path / "hosts.yml"
-    inv.write_text(fleet.inventory_yaml())
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    log = tmp_path / "c.log"
-    p = specfleet("sweep", str(lock), "--limit", node.name, "-i", str(inv), "--known-hosts",
-                  str(fleet.known_hosts), "--db", url, log=log)
+    p, _, url, log = _busy_sweep(fleet, model_pair, tmp_path, widths=(2,), max_tokens=24,
+                                 repetitions=4)
     try:
-        sweep_id_from(log)
-        wait_for(lambda: len(_cotenants(node.user)) >= 2, timeout=60,
-                 what="the co-tenant and its CPU worker")
         signal_agents(node, signal.SIGSTOP)
         held = time.monotonic()
         while _cotenants(node.user) and time.monotonic() - held < 15:
