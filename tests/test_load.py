@@ -235,7 +235,10 @@ def test_real_mlx_lm_server_under_concurrency_and_a_request_rate(model_pair, tmp
         (rate,) = levels(ev, name, "request_rate").values()
         assert rate["completed"] == 8 and rate["goodput_rps"] is not None
     plain, spec = levels(ev, "plain"), levels(ev, "draft-3")
-    assert sorted(plain) == [1, 2, 4]
+    # the plain server may stop at 2 streams: it admits new requests between 0.5 s decode
+    # waves, so the last requests of a level can wait a wave longer for their first token,
+    # which the queue-growth rule (vLLM-style saturation, issue 27) calls saturated; the
+    # asserts above hold that a ramp ends only at a saturated level
 
     def grows(ramp, metric):  # the ramp's last level over one stream's
         return ramp[max(ramp)][metric] / ramp[1][metric]
