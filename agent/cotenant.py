@@ -165,11 +165,16 @@ def _group_usage(pgid: int) -> tuple[int, float] | None:
     except ImportError:
         psutil = None
     if psutil is not None:
+        # the load's leader and the workers it forked (its group): not a scan of every
+        # process on the machine, which this runs around each generation
         rss, cpu = 0, 0.0
-        for p in psutil.process_iter(["pid"]):
+        try:
+            leader = psutil.Process(pgid)
+            procs = [leader, *leader.children(recursive=True)]
+        except psutil.Error:
+            return 0, 0.0
+        for p in procs:
             try:
-                if os.getpgid(p.pid) != pgid:
-                    continue
                 rss += p.memory_info().rss
                 t = p.cpu_times()
                 cpu += t.user + t.system

@@ -60,40 +60,46 @@ def check_safe(path: Path) -> None:
     ``~/.ssh/config``: it and every folder above it must be owned by you or root and not
     writable by group or others (a root-owned sticky folder such as /tmp is fine: nobody
     else can replace what you put in it)."""
-    uid = os.getuid()
     target = path.resolve()
     # the link and the folders it sits in count too: a symlink in a folder others can
     # write can be pointed elsewhere whatever its target's modes
     here = Path(os.path.abspath(path))
     chain = [target, *target.parents] + ([here, *here.parents] if here != target else [])
     for p in dict.fromkeys(chain):
-        try:
-            st = p.lstat() if p.is_symlink() else p.stat()
-        except OSError as e:
-            raise ConfigError(f"cannot check it ({e.strerror})", str(p)) from None
-        what = "it" if p == target else f"its folder {p}"
-        if st.st_uid not in (uid, 0):
-            raise ConfigError(
-                f"refused: {what} is owned by uid {st.st_uid}, not by you or root, so "
-                f"another user could have chosen your store and nodes. Fix: chown "
-                f"{os.getuid()} {p}, or set SPECFLEET_CONFIG=none to ignore it", str(target))
-        sticky_root = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_uid == 0
-        if st.st_mode & 0o022 and not sticky_root and not stat.S_ISLNK(st.st_mode):
-            raise ConfigError(
-                f"refused: {what} is writable by group or others "
-                f"(mode {stat.S_IMODE(st.st_mode):04o}), so another user could have chosen "
-                f"your store and nodes. Fix: chmod go-w {p}, or set SPECFLEET_CONFIG=none "
-                "to ignore it", str(target))
+        _check_one(p, target)
+
+
+def _check_one(p: Path, target: Path) -> None:
+    """One path of ``target``'s chain: owned by you or root, not group/other-writable."""
+    try:
+        st = p.lstat() if p.is_symlink() else p.stat()
+    except OSError as e:
+        raise ConfigError(f"cannot check it ({e.strerror})", str(p)) from None
+    what = "it" if p == target else f"its folder {p}" if stat.S_ISDIR(st.st_mode) else str(p)
+    if st.st_uid not in (os.getuid(), 0):
+        raise ConfigError(
+            f"refused: {what} is owned by uid {st.st_uid}, not by you or root, so "
+            f"another user could have chosen your store and nodes. Fix: chown "
+            f"{os.getuid()} {p}, or set SPECFLEET_CONFIG=none to ignore it", str(target))
+    sticky_root = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_uid == 0
+    if st.st_mode & 0o022 and not sticky_root and not stat.S_ISLNK(st.st_mode):
+        raise ConfigError(
+            f"refused: {what} is writable by group or others "
+            f"(mode {stat.S_IMODE(st.st_mode):04o}), so another user could have chosen "
+            f"your store and nodes. Fix: chmod go-w {p}, or set SPECFLEET_CONFIG=none "
+            "to ignore it", str(target))
 
 
 def check_tree_safe(path: Path) -> None:
     """check_safe for an inventory the settings file names: the path and, for a folder,
     every file and folder inside it (group_vars/, host_vars/)."""
-    check_safe(path)
+    check_safe(path)  # the path and every folder above it, once
     if path.is_dir():
         for folder, dirs, files in os.walk(path):
             for name in (*dirs, *files):
-                check_safe(Path(folder) / name)
+                entry = Path(folder) / name
+                # inside the tree only the entry itself is new; a link leads elsewhere
+                check_safe(entry) if entry.is_symlink() else _check_one(entry, path.resolve())
 
 
 def load(path: Path) -> ProjectConfig:

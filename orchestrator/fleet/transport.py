@@ -149,7 +149,8 @@ class SSHTransport:
                                self.conn.get_server_host_key())
             return self
         port = h.port or 22
-        keys = read_host_keys(o.known_hosts_path, self._known_name())
+        name = self._known_name()  # `ssh -G` once per connection
+        keys = read_host_keys(o.known_hosts_path, name)
         try:
             self.conn = await self._connect(keys)
         except asyncssh.HostKeyNotVerifiable as e:
@@ -172,7 +173,7 @@ class SSHTransport:
                     f"the host key is marked @revoked in {o.known_hosts_path} — refusing "
                     "(--accept-new-host-keys never trusts a revoked key); the node needs a "
                     "new host key")) from None
-            _append_known_host(o.known_hosts_path, self._known_name(), presented)
+            _append_known_host(o.known_hosts_path, name, presented)
         return self
 
     def _known_name(self) -> str:
