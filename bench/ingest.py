@@ -50,7 +50,7 @@ def sample_events(n: int) -> list[dict]:
     from agent.generation import generate_once
     from agent.protocol import SAMPLING_DEFAULTS
 
-    m, tok = load(str(ROOT / "tests/data/demo-models/target"))
+    m, tok = load(str(ROOT / "orchestrator/demo_models/pair/target"))
     cfg = {**SAMPLING_DEFAULTS, "num_draft_tokens": 0}
     g = generate_once(m, tok, tok.encode("def f(x):"), cfg, 64)
     base = {"schema": 1, "type": "generation", "job_id": "bench", "workload": "code",

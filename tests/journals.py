@@ -27,7 +27,7 @@ def lines(path: Path = SMALL) -> list[str]:
 def record(out: Path = SMALL) -> None:
     from orchestrator.sweep.jobspec import build_job
 
-    job = build_job(ROOT / "tests" / "data" / "demo-models", ["code", "memo"], max_tokens=16,
+    job = build_job(ROOT / "orchestrator" / "demo_models" / "pair", ["code", "memo"], max_tokens=16,
                     draft_widths=[2, 3], repetitions=2)
     job["job_id"] = "recorded"
     with tempfile.TemporaryDirectory() as d:

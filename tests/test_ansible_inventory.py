@@ -75,7 +75,7 @@ def test_vault_without_a_password_names_the_variable(monkeypatch):
                                           r"vault-encrypted and no vault password was given"):
         load_inventory(DATA / "mixed")
     bad = DATA.parent / "inventories" / "lab" / "hosts.ini"  # any file: a wrong password
-    wrong = Path(__file__).parent / "data" / "demo-models" / "BUILD.json"
+    wrong = Path(__file__).parents[1] / "orchestrator" / "demo_models" / "pair" / "BUILD.json"
     with pytest.raises(ConfigError, match=r"does not decrypt it \(HMAC mismatch\)"):
         load_inventory(DATA / "mixed", wrong)
     r = CliRunner().invoke(main, ["inventory", "list", "-i", str(DATA / "mixed")])

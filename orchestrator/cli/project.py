@@ -24,7 +24,7 @@ def demo_models():
 def demo_models_build(out: Path, retrain: bool, as_json: bool):
     """Write OUT/target and OUT/draft (HF/MLX layout, shared tokenizer).
 
-    Reuses the pair committed under tests/data/demo-models when its build key (hash of
+    Reuses the pair committed under orchestrator/demo_models/pair when its build key (hash of
     trainer, corpus, arguments and mlx version) matches; otherwise trains (minutes).
 
     \b

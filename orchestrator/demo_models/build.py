@@ -1,13 +1,15 @@
 """Build the demo pair, reusing the committed result when the build key matches.
 
 The build key is the sha256 of (trainer source, corpus, trainer arguments, mlx
-version). ``tests/data/demo-models/`` holds one trained pair plus ``BUILD.json``
+version). ``orchestrator/demo_models/pair/`` (package data: an installed wheel reuses it
+too) holds one trained pair plus ``BUILD.json``
 naming its key and every file's sha256; a matching key means copying those files
 (verified) instead of training for several minutes.
 """
 
 from __future__ import annotations
 
+import ctypes.util
 import hashlib
 import json
 import os
@@ -23,7 +25,7 @@ from .corpus import corpus_documents, corpus_sha256
 from .train import DEFAULT_ARGS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-COMMITTED = PROJECT_ROOT / "tests" / "data" / "demo-models"
+COMMITTED = Path(__file__).resolve().parent / "pair"
 FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
 
@@ -60,7 +62,9 @@ def openblas_env() -> dict[str, str]:
         return env
     for base in map(Path, sys.path):
         lib = base / "cmeel.prefix" / "lib" / "libopenblas.so.0"
-        if lib.exists():
+        # the wheel's OpenBLAS links libgfortran, a system package (scripts/system-deps): a
+        # preload that cannot load would stop every process it is given to
+        if lib.exists() and ctypes.util.find_library("gfortran"):
             env["LD_PRELOAD"] = str(lib)
             env.setdefault("OPENBLAS_NUM_THREADS", "2")
             break
