@@ -48,6 +48,7 @@ def lineup_variants(lineup: tuple[tuple[str, str], ...]) -> tuple[Variant, ...]:
 
 class MlxEngine:
     name = "mlx-lm"
+    variants_are_configs = False
     holds_all_variants = True  # every model in memory: speculation is a per-call argument
     field_knobs: dict = {}
 
@@ -73,6 +74,20 @@ class MlxEngine:
                            "memory_bandwidth_gbs": self.bandwidth_gbs}
         if len(job.lineup) > 1:  # what each model weighs: the lineup's memory story
             self.roof["model_bytes"] = {role: model_bytes(m) for role, (m, _) in loaded.items()}
+
+    @classmethod
+    def start(cls, job: Job, journal) -> MlxEngine:
+        """Load every model of the job once and say how long it took."""
+        import time
+
+        from .checks import load_models
+
+        t = time.perf_counter()
+        loaded = load_models(job)
+        load_s = time.perf_counter() - t
+        engine = cls(job, loaded)
+        journal.emit("models_loaded", load_s=round(load_s, 3), **engine.roof)
+        return engine
 
     def _pair(self, variant: Variant) -> tuple[str, str | None]:
         return variant.models or (self.lineup[0][0], self.lineup[0][1]
