@@ -38,7 +38,7 @@ class _Cache(list):
         super().__init__(*a)
         self.parts: list[list] = []
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         out = super().__getitem__(i)
         if isinstance(i, slice):
             self.parts.append(out)
@@ -106,7 +106,7 @@ def generate_trace(model, tokenizer, prompt_ids: list[int], cfg: dict, max_token
     prompt_tps = None
     t0 = time.perf_counter_ns()
     for r in stream_generate(model, tokenizer, prompt_ids, max_tokens=max_tokens,
-                             draft_model=draft_model, **kwargs):  # type: ignore[arg-type]
+                             draft_model=draft_model, **kwargs):
         times.append((time.perf_counter_ns() - t0) / 1e9)
         tokens.append(int(r.token))
         from_draft.append(bool(r.from_draft))

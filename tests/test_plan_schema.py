@@ -210,8 +210,9 @@ def test_every_knob_reaches_each_engine_that_honours_it_and_is_refused_by_the_ot
     sampler, logits, gen, max_kv = mlx_arguments(
         {"num_draft_tokens": 3, knob: value}, speculative=knob == "num_draft_tokens")
     assert {**sampler, **logits, **gen, "max_kv_size": max_kv}[arg] == value
-    mutate = (lambda t: t.replace("knobs: {num_draft_tokens: [2, 3]}",
-                                  f"knobs: {{{knob}: [{value}]}}"))
+    def mutate(t: str) -> str:
+        return t.replace("knobs: {num_draft_tokens: [2, 3]}", f"knobs: {{{knob}: [{value}]}}")
+
     if knob in mlx.autoregressive_only:  # every config of a sweep is paired with speculation
         with pytest.raises(ConfigError, match=rf"honours {knob} in autoregressive generation "
                                               r"only") as e:

@@ -197,6 +197,7 @@ class ConfigStats:
     itl_p99: float | None
     peak_memory: float | None
     swap_peak: float | None
+    kv_cache: float | None  # bytes the KV caches held (kv_bits, max_kv_size …)
     swap_in_nights: int
     exact: bool | None
     unreliable: int
@@ -251,6 +252,7 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         if ttft and base_ttft else None,
         itl_p95=median(_vals(runs, "itl_p95_ms")), itl_p99=median(_vals(runs, "itl_p99_ms")),
         peak_memory=median(_vals(runs, "peak_mlx_memory_bytes")),
+        kv_cache=median(_vals(runs, "kv_cache_bytes")),
         swap_peak=max(swap) if swap else None, swap_in_nights=swap_in_nights,
         exact=None if any(e is None for e in exact_flags) else all(exact_flags),
         unreliable=sum(1 for r in runs if r.shaky), unreliable_reasons=reasons,

@@ -87,7 +87,8 @@ def job_template(workloads: list[dict], *, base: dict | None = None,
                  knobs: dict | None = None, repetitions: int = 1, warmup_tokens: int = 16,
                  seed: int = 0, pins: dict | None = None, quality: bool = False) -> dict:
     """The part of a job that ad-hoc sweeps and plan locks share; callers add the rest."""
-    job = {"schema": SCHEMA, "workloads": workloads, "base": normal_config({**DEFAULT_BASE, **(base or {})}),
+    job = {"schema": SCHEMA, "workloads": workloads,
+           "base": normal_config({**DEFAULT_BASE, **(base or {})}),
            "knobs": dict(DEFAULT_SWEEP) if knobs is None else knobs,
            "repetitions": repetitions,
            "warmup_tokens": warmup_tokens, "decode_skip_tokens": 64, "seed": seed,
