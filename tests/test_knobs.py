@@ -114,3 +114,69 @@ def test_a_knob_at_its_default_keeps_the_config_key():
     # the draft width is not shared with the baseline; every other knob is
     assert baseline_key({**cfg, "num_draft_tokens": 5}) == baseline_key(cfg)
     assert baseline_key({**cfg, "kv_bits": 4}) != baseline_key(cfg)
+
+
+def test_a_kv_bits_sweep_shows_memory_speed_and_exactness_per_setting(model_pair, tmp_path):
+    """A plan sweeping kv_bits [4, 8] on the demo pair: each setting is its own row on the
+    sweep page and its own config in the weekly review, KV memory 4 < 8 < unquantised,
+    and each speculative run's exactness is judged against the baseline of its own KV
+    settings (a quantised cache changes greedy output, so any other baseline would show)."""
+    import json
+
+    from sqlalchemy import select
+
+    from agent.protocol import baseline_key
+    from orchestrator.review.rules import load_rules
+    from orchestrator.review.sweep_page import review_data
+    from orchestrator.review.weekly import analyse
+    from orchestrator.store.models import Event
+    from tests.locks import plan_text
+    from tests.test_review import sweep_locally
+
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, widths=(3,), max_tokens=48,
+                              extra="  contention_threshold: 1.0").replace(
+        "knobs: {num_draft_tokens: [3]}",
+        "knobs: {num_draft_tokens: [3], kv_bits: [4, 8]}\n  base: {quantized_kv_start: 0}"))
+    store, result = sweep_locally(plan, tmp_path)
+    (section,) = review_data(store, result.sweep_id)["sections"]
+    rows = {r.label: r for r in section["rows"]}
+    assert list(rows) == ["baseline (autoregressive)", "baseline, kv_bits=4",
+                          "baseline, kv_bits=8", "speculative, draft width 3",
+                          "speculative, kv_bits=4 (draft width 3)",
+                          "speculative, kv_bits=8 (draft width 3)"]
+    for mode, head in (("baseline", "baseline, kv_bits={}"),
+                       ("speculative", "speculative, kv_bits={} (draft width 3)")):
+        plain = rows["baseline (autoregressive)" if mode == "baseline"
+                     else "speculative, draft width 3"]
+        four, eight = rows[head.format(4)], rows[head.format(8)]
+        assert four.kv_cache_mb < eight.kv_cache_mb < plain.kv_cache_mb
+        assert all(r.decode_tok_s and r.ttft_ms for r in (four, eight, plain))
+    with store.engine.connect() as c:
+        gens = [json.loads(p) if isinstance(p, str) else p for p in c.execute(
+            select(Event.payload).where(Event.sweep_id == result.sweep_id,
+                                        Event.type == "generation")).scalars()]
+    bases = {(g["workload"], g["repetition"], baseline_key(g["config"])): g["token_ids"]
+             for g in gens if g["mode"] == "baseline"}
+    assert len(set(map(tuple, bases.values()))) > 1  # the KV settings change greedy output
+    spec = [g for g in gens if g["mode"] == "speculative"]
+    assert {g["config"].get("kv_bits") for g in spec} == {None, 4, 8}
+    for g in spec:
+        ref = bases[(g["workload"], g["repetition"], baseline_key(g["config"]))]
+        assert g["exact_match"] is (g["token_ids"] == ref)
+    for label in ("speculative, kv_bits=4 (draft width 3)",
+                  "speculative, kv_bits=8 (draft width 3)"):
+        exact = [g["exact_match"] for g in spec if g["knob"] == "kv_bits"
+                 and f"kv_bits={g['knob_value']} " in label]
+        assert rows[label].exactness == ("identical" if all(exact) else rows[label].exactness)
+        assert rows[label].exactness.startswith("identical" if all(exact) else "diverged")
+    weekly = analyse(store, None, load_rules())
+    (series,) = weekly["series"]
+    configs = {c["label"]: c for c in series["configs"]}
+    start = " · quantized_kv_start 0"  # the plan's base, away from its default: shown too
+    assert set(configs) == {f"{head}{bits}{start}" for head in ("baseline", "speculative k=3")
+                            for bits in ("", " · kv_bits 4", " · kv_bits 8")}
+    for head in ("baseline", "speculative k=3"):
+        assert configs[f"{head} · kv_bits 4{start}"]["kv_cache"] < \
+            configs[f"{head} · kv_bits 8{start}"]["kv_cache"] < configs[head + start]["kv_cache"]
+
