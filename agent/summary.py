@@ -9,6 +9,7 @@ import statistics
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from .engines import DEFAULT_ENGINE
 from .protocol import baseline_key
 from .stats import cv, percentile
 
@@ -154,7 +155,7 @@ def emit_summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
                                                   [_sampled_ids(g) for g in gs], seed=job.seed)
         journal.emit("config_summary", workload=workload, context_bucket=gs[0]["context_bucket"],
                      prompt_sha256=gs[0].get("prompt_sha256"),
-                     engine=gs[0].get("runtime") or "mlx-lm", mode=mode,
+                     engine=gs[0].get("runtime") or DEFAULT_ENGINE, mode=mode,
                      knob=None if mode == "baseline" else gs[0]["knob"],
                      knob_value=None if mode == "baseline" else gs[0]["knob_value"],
                      num_draft_tokens=gs[0]["num_draft_tokens"], config=cfg, **s,

@@ -180,3 +180,61 @@ def test_a_kv_bits_sweep_shows_memory_speed_and_exactness_per_setting(model_pair
         assert configs[f"{head} · kv_bits 4{start}"]["kv_cache"] < \
             configs[f"{head} · kv_bits 8{start}"]["kv_cache"] < configs[head + start]["kv_cache"]
 
+
+
+def _value(knob):
+    """Hypothesis values a knob accepts: its default, and the planted one."""
+    from hypothesis import strategies as st
+
+    return st.sampled_from([KNOBS[knob].default, EFFECT[knob][1]])
+
+
+def test_config_identity_properties():
+    """For any config of registry values: normalising is idempotent, leaves a keyed knob in
+    and an unkeyed one at its default out; the baseline key ignores only the draft width,
+    so two configs differing in any other knob never share a baseline."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from agent.protocol import baseline_key, normal_config
+
+    configs = st.fixed_dictionaries({k: _value(k) for k in KNOBS})
+
+    @settings(max_examples=200, deadline=None)
+    @given(configs, configs)
+    def check(a, b):
+        na = normal_config(a)
+        assert normal_config(na) == na
+        assert all(k in na for k, kn in KNOBS.items() if kn.keyed)
+        assert all(k not in na for k, kn in KNOBS.items()
+                   if not kn.keyed and a[k] == kn.default)
+        same = all(a[k] == b[k] for k in KNOBS if k != "num_draft_tokens")
+        assert (baseline_key(a) == baseline_key(b)) is same
+
+    check()
+
+
+def test_an_unknown_metric_in_any_rule_is_refused(tmp_path):
+    """Any name outside METRICS in a rule's condition stops the load, at the rule's line."""
+    import keyword
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from orchestrator.errors import ConfigError
+    from orchestrator.review.rules import METRICS, load_rules
+
+    names = st.from_regex(r"[a-z][a-z_]{0,20}", fullmatch=True).filter(
+        lambda n: n not in METRICS and not keyword.iskeyword(n)
+        and not keyword.issoftkeyword(n))
+
+    @settings(max_examples=50, deadline=None)
+    @given(names)
+    def check(name):
+        f = tmp_path / "r.yml"
+        f.write_text(f"- id: r\n  when: {name} > 1\n  action: x\n")
+        with pytest.raises(ConfigError, match=rf"r.yml:2: rule r: when names unknown metric "
+                                              rf"'{name}'"):
+            load_rules(f)
+
+    check()

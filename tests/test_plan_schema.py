@@ -178,15 +178,6 @@ def test_the_model_folders_are_the_fingerprints(model_pair, tmp_path):
     assert doc["models"]["draft"]["fingerprint"] != base["models"]["draft"]["fingerprint"]
 
 
-# a value away from each knob's default, valid for it
-EXAMPLE = {"num_draft_tokens": 5, "temperature": 0.5, "top_k": 7, "top_p": 0.5, "min_p": 0.2,
-           "xtc_probability": 0.3, "xtc_threshold": 0.2, "min_tokens_to_keep": 2,
-           "repetition_penalty": 1.3, "repetition_context_size": 40, "presence_penalty": 0.5,
-           "presence_context_size": 40, "frequency_penalty": 0.5, "frequency_context_size": 40,
-           "kv_bits": 4, "kv_group_size": 32, "quantized_kv_start": 0, "max_kv_size": 256,
-           "prefill_step_size": 64}
-
-
 @pytest.mark.parametrize("knob", sorted(KNOBS))
 def test_every_knob_reaches_each_engine_that_honours_it_and_is_refused_by_the_others(
         knob, model_pair, tmp_path):
@@ -199,7 +190,9 @@ def test_every_knob_reaches_each_engine_that_honours_it_and_is_refused_by_the_ot
     from agent.generation import mlx_arguments
     from agent.httpruntime import _body
 
-    value = EXAMPLE[knob]
+    from tests.test_knobs import EFFECT
+
+    value = EFFECT[knob][1]  # a value away from its default, valid for it
     assert KNOBS[knob].check(value) and value != KNOBS[knob].default
     mlx, http = ENGINES["mlx-lm"], ENGINES["http"]
     # mlx-lm takes it under the registry's name, in the function the agent hands it to

@@ -14,6 +14,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from agent.engines import DEFAULT_ENGINE
 from agent.protocol import DRAFT_FREE_METHODS, baseline_key
 from agent.stats import median
 
@@ -133,7 +134,7 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         engine = engines.get((node, workload))
         sections.append({"node": node, "workload": workload[0], "rows": rows,
                          "pair": pair_names.get(pair) if pair else None,
-                         "engine": engine or "mlx-lm",
+                         "engine": engine or DEFAULT_ENGINE,
                          "has_parity": any(r.streaming_parity for r in rows),
                          "context_bucket": rs[0].context_bucket or "short",
                          "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows)})

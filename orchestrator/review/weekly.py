@@ -17,6 +17,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from sqlalchemy import select
 
+from agent.engines import DEFAULT_ENGINE
 from agent.stats import cv, median, percentile
 
 from ..errors import ConfigError
@@ -150,7 +151,7 @@ def load_runs(store: Store, start: datetime, end: datetime,
         # a runtime is part of the series: MLX and llama.cpp side by side, never pooled
         # a busy node (a background profile) is a series of its own, beside the idle one
         series = (r.chip or r.node, pair, r.workload, r.context_bucket or "short",
-                  (r.engine or "mlx-lm") + (f" · {r.background}" if r.background else ""))
+                  (r.engine or DEFAULT_ENGINE) + (f" · {r.background}" if r.background else ""))
         ident = {k: getattr(r, k) for k in IDENTITY}
         summary = (r.summary or {}) if values else {"values": {
             "decode_tok_s": [r.decode_tok_s_median], "acceptance_rate": [r.acceptance_median]}}
