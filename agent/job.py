@@ -271,6 +271,10 @@ def _load(raw: dict, engine: dict, path: Path) -> dict:
     if load is None:
         return {}
     problem = check_load(load, engine_for(engine).name)
+    if not problem and engine_for(engine).in_process and \
+            (raw.get("base") or {}).get("kv_bits") is not None:
+        problem = ("load: mlx-lm's BatchGenerator cannot quantise the KV cache: a load ramp "
+                   "runs the base config, so leave kv_bits out of base (sweep it instead)")
     names = [w.get("name") for w in raw.get("workloads") or [] if isinstance(w, dict)]
     if not problem and load.get("workload") is not None and load["workload"] not in names:
         problem = f"load.workload: {load['workload']!r} is not one of the job's workloads " \

@@ -238,3 +238,20 @@ def test_an_unknown_metric_in_any_rule_is_refused(tmp_path):
             load_rules(f)
 
     check()
+
+
+def test_a_batched_load_ramp_refuses_a_quantised_kv_cache(tmp_path):
+    """A ramp in process runs the base config through mlx-lm's BatchGenerator, which has no
+    kv_bits: refused when the job is read, not silently run unquantised."""
+    from agent.errors import JobFileError
+    from agent.job import parse_job
+
+    job = {"schema": 1, "job_id": "j", "models": {"target": {"path": "t"},
+                                                  "draft": {"path": "d"}},
+           "workloads": [{"name": "w", "prompt": "p", "max_tokens": 4}],
+           "base": {"kv_bits": 4},
+           "load": {"concurrency": [1, 2], "variants": ["autoregressive"]}}
+    with pytest.raises(JobFileError, match="BatchGenerator cannot quantise the KV cache"):
+        parse_job(job, tmp_path / "job.json")
+    job["base"] = {"repetition_penalty": 1.2}  # a batch takes logits processors: fine
+    assert parse_job(job, tmp_path / "job.json").base["repetition_penalty"] == 1.2
