@@ -255,3 +255,19 @@ def test_a_batched_load_ramp_refuses_a_quantised_kv_cache(tmp_path):
         parse_job(job, tmp_path / "job.json")
     job["base"] = {"repetition_penalty": 1.2}  # a batch takes logits processors: fine
     assert parse_job(job, tmp_path / "job.json").base["repetition_penalty"] == 1.2
+
+
+def test_engines_are_told_apart_only_through_the_registry():
+    """No module compares an engine's name: what differs between engines is declared in
+    agent/engines.py (knobs honoured, in process or not, variants as configs)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    pattern = re.compile(  # a stored column filtered by a user's value (Run.engine) is fine
+        r"(?<!Run\.)\bengine(?:\.name|_name|_type)?\s*[!=]="
+        r"""|[!=]=\s*["'](?:http|mlx-lm)["']|["'](?:http|mlx-lm)["']\s+if\s""")
+    found = [f"{p.relative_to(root)}:{i}" for folder in ("agent", "orchestrator")
+             for p in (root / folder).rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert found == []
