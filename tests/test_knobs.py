@@ -271,3 +271,28 @@ def test_engines_are_told_apart_only_through_the_registry():
              for p in (root / folder).rglob("*.py")
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert found == []
+
+
+@pytest.mark.parametrize("extra, message, line_of", [
+    ("engine:\n  type: vllm-x\n  variants: []\n",
+     r"engine.type: 'vllm-x' is not one of 'http'", "  type: vllm-x"),
+    ("  base: {kv_bits: 4}\nengine:\n  type: http\n  variants:\n    - {name: a, base_url: "
+     "'http://127.0.0.1:1'}\n", r"sweep.base.kv_bits: the http engine cannot honour kv_bits "
+     r"\(.*\); a runtime sets it at start-up", "  base: {kv_bits: 4}"),
+    ("  base: {max_kv_size: 512}\n", r"sweep.base.max_kv_size: the mlx-lm engine honours "
+     r"max_kv_size in autoregressive generation only", "  base: {max_kv_size: 512}"),
+])
+def test_plan_lock_refuses_what_the_engine_cannot_honour_with_file_and_line(
+        model_pair, tmp_path, extra, message, line_of):
+    from orchestrator.errors import ConfigError
+    from orchestrator.sweep.plan import load_plan
+    from tests.locks import plan_text
+
+    plan = tmp_path / "plan.yml"
+    # an http engine sweeps no draft width (each variant fixes its own)
+    text = plan_text(model_pair, widths=None if "http" in extra else (2,), extra=extra)
+    plan.write_text(text)
+    line = text.splitlines().index(line_of) + 1
+    with pytest.raises(ConfigError, match=message) as e:
+        load_plan(plan)
+    assert (e.value.path, e.value.line) == (str(plan), line)
