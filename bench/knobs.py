@@ -40,8 +40,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     args = ap.parse_args()
     models = ROOT / "tests" / "data" / "demo-models"
-    target, tok = load(str(models / "target"))
-    draft, _ = load(str(models / "draft"))
+    target, tok = load(str(models / "target"))[:2]
+    draft = load(str(models / "draft"))[0]
     ids = tok.encode("def fibonacci(n):\n    return n\n" * args.prompt_repeat)
     base = {**SAMPLING_DEFAULTS, "num_draft_tokens": 3}
     seen: dict[tuple[str, bool], list[dict]] = {}

@@ -189,7 +189,6 @@ def test_every_knob_reaches_each_engine_that_honours_it_and_is_refused_by_the_ot
     from agent.engines import ENGINES
     from agent.generation import mlx_arguments
     from agent.httpruntime import _body
-
     from tests.test_knobs import EFFECT
 
     value = EFFECT[knob][1]  # a value away from its default, valid for it
