@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from . import httpengine as h
+from .engines import ENGINES
 from .job import Job, Workload
 from .journal import Journal
 from .load import Reply
@@ -96,9 +97,9 @@ def _body(api: str, prompt: str, max_tokens: int, cfg: dict, fields: dict,
     # temperature always; other sampling knobs only when set away from their default
     # (runtimes differ in what they accept, and the default is what they do anyway)
     body = {"max_tokens": max_tokens, **{
-        knob.engines["http"]: cfg[name] for name, knob in KNOBS.items()
-        if "http" in knob.engines and name in cfg
-        and (name == "temperature" or cfg[name] != knob.default)}, **fields}
+        field: cfg[name] for name, field in ENGINES["http"].knobs.items()
+        if name in cfg and (name == "temperature" or cfg[name] != KNOBS[name].default)},
+        **fields}
     if api == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
         body["stream_options"] = {"include_usage": True}
@@ -111,6 +112,11 @@ def _body(api: str, prompt: str, max_tokens: int, cfg: dict, fields: dict,
 
 class HttpEngine:
     name = "http"
+    variants_are_configs = True  # each variant is a runtime set up its own way
+
+    @classmethod
+    def start(cls, job: Job, journal: Journal) -> HttpEngine:
+        return cls(job, journal)
 
     def __init__(self, job: Job, journal: Journal):
         eng = self.eng = job.engine

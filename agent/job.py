@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import SCHEMA, protocol
+from .engines import engine_for
 from .errors import JobFileError
 from .fingerprint import VERIFY_MAX_AGE_S
 
@@ -188,14 +189,19 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
     base = {**SAMPLING_DEFAULTS, "num_draft_tokens": protocol.KNOBS["num_draft_tokens"].default,
             **raw.get("base", {})}
     baseline = raw.get("baseline", {})
-    engine_name = "http" if raw.get("engine") else "mlx-lm"
+    try:
+        spec = engine_for(raw.get("engine"))
+    except ValueError as e:
+        raise _fail(path, str(e)) from None
     # an http job sweeps no draft width by default: each variant fixes its own
-    knobs = raw.get("knobs", protocol.DEFAULT_SWEEP if engine_name == "mlx-lm" else {})
+    knobs = raw.get("knobs", protocol.DEFAULT_SWEEP if spec.sweeps_draft_width else {})
     for where, d in (("base", base), ("baseline", baseline)):
         for k, v in d.items():
             if k not in KNOBS:
                 raise _fail(path, f"{where}: unknown setting {k!r}; known: {', '.join(KNOBS)}")
             check_knob(k, v, path, where)
+            if v != protocol.KNOB_DEFAULTS[k] and (why := spec.refusal(k)):
+                raise _fail(path, f"{where}.{k}: {why}")
     for k, values in knobs.items():
         if k not in KNOBS:
             raise _fail(path, f"knobs: unknown knob {k!r}; known: {', '.join(KNOBS)}")
@@ -203,8 +209,9 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
             raise _fail(path, f"knobs.{k}: expected a non-empty list")
         for v in values:
             check_knob(k, v, path, f"knobs.{k}")
-        if engine_name not in protocol.KNOBS[k].engines:
-            raise _fail(path, f"knobs.{k}: the {engine_name} engine cannot honour {k}")
+        if why := spec.refusal(k):
+            raise _fail(path, f"knobs.{k}: {why}")
+    base, baseline = protocol.normal_config(base), protocol.normal_config(baseline)
     mode = raw.get("mode", "sweep")
     if mode not in ("sweep", "soak"):
         raise _fail(path, f"mode: {mode!r} is not one of sweep, soak")
@@ -263,7 +270,11 @@ def _load(raw: dict, engine: dict, path: Path) -> dict:
     load = raw.get("load")
     if load is None:
         return {}
-    problem = check_load(load, engine.get("type", "mlx-lm") if engine else "mlx-lm")
+    problem = check_load(load, engine_for(engine).name)
+    if not problem and engine_for(engine).in_process and \
+            (raw.get("base") or {}).get("kv_bits") is not None:
+        problem = ("load: mlx-lm's BatchGenerator cannot quantise the KV cache: a load ramp "
+                   "runs the base config, so leave kv_bits out of base (sweep it instead)")
     names = [w.get("name") for w in raw.get("workloads") or [] if isinstance(w, dict)]
     if not problem and load.get("workload") is not None and load["workload"] not in names:
         problem = f"load.workload: {load['workload']!r} is not one of the job's workloads " \
@@ -364,9 +375,6 @@ def _engine(raw: dict, path: Path) -> dict:
     eng = raw.get("engine") or {}
     if not eng:
         return {}
-    if eng.get("type") != "http":
-        raise _fail(path, f"engine.type: {eng.get('type')!r} is not 'http' (or leave engine out "
-                          "for in-process mlx-lm)")
     if eng.get("api", "completions") not in ("completions", "chat"):
         raise _fail(path, "engine.api: completions or chat")
     variants = eng.get("variants")

@@ -325,7 +325,9 @@ def check_load(load, engine_type: str) -> str | None:
     if names is not None and (not isinstance(names, list) or not names or not all(
             isinstance(x, str) and x for x in names)):
         return f"load.variants: a list of variant names, got {names!r}"
-    if engine_type != "http":
+    from .engines import engine_named
+
+    if engine_named(engine_type).in_process:
         # mlx-lm 0.32.2's BatchGenerator takes no draft model, so a batch cannot speculate;
         # running the speculative side single-stream would answer another question
         if names is None or not all(x.startswith("autoregressive") for x in names):

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from .adaptive import resolved, settle
 from .job import Job, Workload
 from .journal import Journal
-from .protocol import EXIT_CODES, KNOBS, SAMPLING_DEFAULTS
+from .protocol import EXIT_CODES, KNOBS, baseline_key, normal_config
 from .summary import emit_summaries, exactness
 from .telemetry.sampler import SAMPLE_KEYS
 from .trace import Trace, metrics
@@ -80,7 +80,8 @@ class Slot:
 
 
 class Engine(Protocol):
-    name: str                        # "mlx-lm" or "http"
+    name: str                        # its name in the registry (agent/engines.py)
+    variants_are_configs: bool       # each variant fixes its own setup (http runtimes)
     variants: tuple[Variant, ...]    # the reference (baseline) first, when there is one
     holds_all_variants: bool         # may switch variant between any two generations
     field_knobs: dict                # request fields swept like knobs (http runtimes)
@@ -138,7 +139,7 @@ def candidates(job: Job, engine: Engine) -> list[tuple[str | None, Any, dict, di
             if knob in engine.field_knobs:
                 cfg, fields = dict(job.base), {knob: v}
             else:
-                cfg, fields = {**job.base, knob: v}, {}
+                cfg, fields = normal_config({**job.base, knob: v}), {}
             key = json.dumps([cfg, fields], sort_keys=True, default=str)
             if key not in seen:
                 seen.add(key)
@@ -150,7 +151,7 @@ def config_for(job: Job, v: Variant, cfg: dict) -> dict:
     """A knob setting as a variant runs it: a baseline with speculation off (and the job's
     baseline overrides), a variant that fixes its draft width with that width."""
     if not v.speculative:
-        return {**cfg, **job.baseline, "num_draft_tokens": 0}
+        return normal_config({**cfg, **job.baseline, "num_draft_tokens": 0})
     if v.num_draft_tokens is not None:
         return {**cfg, "num_draft_tokens": v.num_draft_tokens}
     return dict(cfg)
@@ -176,7 +177,7 @@ def build_plan(job: Job, engine: Engine) -> list[Slot]:
                     for var in pair:
                         c = config_for(job, var, cfg)
                         k, kv = (knob, value) if knob else (
-                            ("variant", var.name) if engine.name == "http"
+                            ("variant", var.name) if engine.variants_are_configs
                             else ("num_draft_tokens", cfg["num_draft_tokens"]))
                         plan.append(Slot(w, var, k, kv, c, fields, rep,
                                          reference.name if reference else None, v or var))
@@ -235,7 +236,7 @@ class Adaptive:
     def _group(self, s: Slot) -> tuple:
         # an http runtime's variants compete with each other; in process, each pair's
         # widths among themselves (a lineup has one knee per pair)
-        return (s.workload.name, None if self.engine.name == "http"
+        return (s.workload.name, None if self.engine.variants_are_configs
                 else (s.partner or s.variant).name)
 
     def skip(self, s: Slot) -> bool:
@@ -370,7 +371,7 @@ class Loop:
             if adapt is not None and adapt.skip(slot):
                 continue
             # outputs are compared with the same target's baseline (a lineup has several)
-            key = (slot.reference, w.name, *(cfg.get(k) for k in SAMPLING_DEFAULTS))
+            key = (slot.reference, w.name, baseline_key(cfg))
             reference = slot.reference
             if i in done:  # resumed: its numbers are in the journal already
                 g = done[i]
@@ -425,7 +426,8 @@ class Loop:
         """A sampling knob swept over sampled output must change it; identical output at
         every setting means the engine ignored it (e.g. a runtime dropping temperature)."""
         for (variant, workload, knob), by_value in outputs.items():
-            if knob not in KNOBS or not KNOBS[knob].sampling or len(by_value) < 2:
+            if knob not in KNOBS or KNOBS[knob].kind not in ("sampler", "logits") \
+                    or len(by_value) < 2:
                 continue
             runs = [r for rs in by_value.values() for r in rs]
             if not any(cfg.get("temperature", 0) > 0 for cfg, _ in runs):

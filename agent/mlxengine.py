@@ -48,6 +48,7 @@ def lineup_variants(lineup: tuple[tuple[str, str], ...]) -> tuple[Variant, ...]:
 
 class MlxEngine:
     name = "mlx-lm"
+    variants_are_configs = False
     holds_all_variants = True  # every model in memory: speculation is a per-call argument
     field_knobs: dict = {}
 
@@ -73,6 +74,20 @@ class MlxEngine:
                            "memory_bandwidth_gbs": self.bandwidth_gbs}
         if len(job.lineup) > 1:  # what each model weighs: the lineup's memory story
             self.roof["model_bytes"] = {role: model_bytes(m) for role, (m, _) in loaded.items()}
+
+    @classmethod
+    def start(cls, job: Job, journal) -> MlxEngine:
+        """Load every model of the job once and say how long it took."""
+        import time
+
+        from .checks import load_models
+
+        t = time.perf_counter()
+        loaded = load_models(job)
+        load_s = time.perf_counter() - t
+        engine = cls(job, loaded)
+        journal.emit("models_loaded", load_s=round(load_s, 3), **engine.roof)
+        return engine
 
     def _pair(self, variant: Variant) -> tuple[str, str | None]:
         return variant.models or (self.lineup[0][0], self.lineup[0][1]
@@ -123,8 +138,9 @@ class MlxEngine:
         import time
 
         from mlx_lm.generate import BatchGenerator
-        from mlx_lm.sample_utils import make_sampler
+        from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
+        from .generation import mlx_arguments
         from .load import Outcome
 
         if variant.speculative:
@@ -132,12 +148,21 @@ class MlxEngine:
         t, _ = self._pair(variant)
         model, tokenizer = self.loaded[t]
         ids = self.prompts[t].get(w.name) or tokenizer.encode(w.prompt)
-        temp = float(config.get("temperature") or 0.0)
+        # every knob a batch can take reaches it; a quantised KV cache cannot be batched
+        # by mlx-lm 0.32.2, so such a level fails saying so instead of ignoring it
+        sampler_args, logits_args, gen_args, max_kv = mlx_arguments(config, speculative=False)
+        if gen_args.get("kv_bits") is not None:
+            raise EngineUnavailable("mlx-lm's BatchGenerator cannot quantise the KV cache "
+                                    "(kv_bits)")
         gen = BatchGenerator(model, max_tokens=w.max_tokens,
                              stop_tokens=[[e] for e in tokenizer.eos_token_ids],
-                             sampler=make_sampler(temp) if temp > 0 else None,
+                             sampler=make_sampler(**sampler_args),
+                             logits_processors=make_logits_processors(**logits_args)
+                             if logits_args else None,
                              completion_batch_size=concurrency,
-                             prefill_batch_size=min(concurrency, 8))
+                             prefill_batch_size=min(concurrency, 8), max_kv_size=max_kv,
+                             **({"prefill_step_size": gen_args["prefill_step_size"]}
+                                if "prefill_step_size" in gen_args else {}))
         t0 = time.perf_counter()
         live: dict[int, Outcome] = {}
         out: list[Outcome] = []

@@ -87,6 +87,8 @@ EXIT_CODES: dict[str, int] = {
 }
 
 # -- knobs --------------------------------------------------------------------------------
+# Which engine honours a knob, and under what name, is the engine's own declaration
+# (``agent/engines.py``); this registry says what a knob is and what values it takes.
 
 
 def _int_at_least(lo: int) -> Callable[[Any], bool]:
@@ -97,39 +99,105 @@ def _number(ok: Callable[[float], bool]) -> Callable[[Any], bool]:
     return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and ok(v)
 
 
+def _one_of(*allowed: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v in allowed
+
+
+def _or_null(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+# What a knob acts on: the draft width, the sampler, a logits processor, the KV cache, or
+# the prompt's prefill. A sampling or logits knob changes sampled output; a cache knob may
+# change any output (quantised attention), so exactness is judged per cache setting.
+KINDS = ("draft", "sampler", "logits", "cache", "prefill")
+
+
 @dataclass(frozen=True)
 class Knob:
-    """One setting a sweep can vary. ``engines`` maps an engine to the name it takes the
-    value under (a sampler argument for mlx-lm, a request field for http runtimes); an
-    engine missing from it cannot honour the knob and a plan sweeping it there is refused."""
+    """One setting a sweep can vary. Every knob but the draft width is shared by a
+    speculative run and its baseline: a run is compared with the baseline of its own
+    settings. ``keyed``: part of every config even at its default (the first six knobs,
+    so stored configs keep their keys); the others appear in a config only when set away
+    from their default, which is the engine's own default."""
 
     name: str
     default: Any
     check: Callable[[Any], bool]
     rule: str                      # what a valid value is, in words
-    engines: dict[str, str] = field(default_factory=dict)
-    sampling: bool = True          # part of the sampler (baseline runs share it)
+    kind: str = "sampler"
     unit: str = ""
+    keyed: bool = False
+
+    @property
+    def sampling(self) -> bool:
+        """Shared by a speculative run and its baseline (everything but the draft width)."""
+        return self.kind != "draft"
 
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
-    Knob("num_draft_tokens", 3, _int_at_least(1), "an integer ≥ 1",
-         {"mlx-lm": "num_draft_tokens"}, sampling=False, unit="tokens"),
-    Knob("temperature", 0.0, _number(lambda v: v >= 0), "a number ≥ 0",
-         {"mlx-lm": "temp", "http": "temperature"}),
-    Knob("top_k", 0, _int_at_least(0), "an integer ≥ 0 (0 = off)",
-         {"mlx-lm": "top_k", "http": "top_k"}),
-    Knob("top_p", 1.0, _number(lambda v: 0 < v <= 1), "a number in (0, 1]",
-         {"mlx-lm": "top_p", "http": "top_p"}),
-    Knob("min_p", 0.0, _number(lambda v: 0 <= v < 1), "a number in [0, 1)",
-         {"mlx-lm": "min_p", "http": "min_p"}),
+    Knob("num_draft_tokens", 3, _int_at_least(1), "an integer ≥ 1", "draft", "tokens", True),
+    Knob("temperature", 0.0, _number(lambda v: v >= 0), "a number ≥ 0", keyed=True),
+    Knob("top_k", 0, _int_at_least(0), "an integer ≥ 0 (0 = off)", keyed=True),
+    Knob("top_p", 1.0, _number(lambda v: 0 < v <= 1), "a number in (0, 1]", keyed=True),
+    Knob("min_p", 0.0, _number(lambda v: 0 <= v < 1), "a number in [0, 1)", keyed=True),
     # XTC ("exclude top choices"): mlx-lm's sampler and llama-server both take it
     Knob("xtc_probability", 0.0, _number(lambda v: 0 <= v <= 1), "a number in [0, 1]",
-         {"mlx-lm": "xtc_probability", "http": "xtc_probability"}),
+         keyed=True),
+    Knob("xtc_threshold", 0.1, _number(lambda v: 0 <= v <= 0.5), "a number in [0, 0.5]"),
+    Knob("min_tokens_to_keep", 1, _int_at_least(1), "an integer ≥ 1 (min_p keeps at least "
+         "this many tokens)", unit="tokens"),
+    # logits processors (mlx-lm's make_logits_processors); null or 0: off
+    Knob("repetition_penalty", None, _or_null(_number(lambda v: v > 0)),
+         "null (off) or a number > 0 (1 = no penalty)", "logits"),
+    Knob("repetition_context_size", 20, _int_at_least(1), "an integer ≥ 1", "logits",
+         "tokens"),
+    Knob("presence_penalty", None, _or_null(_number(lambda v: True)), "null (off) or a number",
+         "logits"),
+    Knob("presence_context_size", 20, _int_at_least(1), "an integer ≥ 1", "logits", "tokens"),
+    Knob("frequency_penalty", None, _or_null(_number(lambda v: True)),
+         "null (off) or a number", "logits"),
+    Knob("frequency_context_size", 20, _int_at_least(1), "an integer ≥ 1", "logits", "tokens"),
+    # the KV cache: quantised once it holds quantized_kv_start tokens (mlx-lm's default 5000)
+    Knob("kv_bits", None, _or_null(_one_of(2, 3, 4, 5, 6, 8)),
+         "null (unquantised) or one of 2, 3, 4, 5, 6, 8", "cache", "bits"),
+    Knob("kv_group_size", 64, _one_of(32, 64, 128), "one of 32, 64, 128", "cache"),
+    Knob("quantized_kv_start", 5000, _int_at_least(0), "an integer ≥ 0", "cache", "tokens"),
+    # a rotating cache of this many positions; autoregressive generation only (see engines)
+    Knob("max_kv_size", None, _or_null(_int_at_least(8)), "null (unbounded) or an integer ≥ 8",
+         "cache", "tokens"),
+    # null: mlx-lm's own step (2048 autoregressive, 512 speculative in 0.32.2)
+    Knob("prefill_step_size", None, _or_null(_int_at_least(1)),
+         "null (mlx-lm's default) or an integer ≥ 1", "prefill", "tokens"),
 )}
-SAMPLING_DEFAULTS: dict[str, Any] = {k.name: k.default for k in KNOBS.values() if k.sampling}
+assert all(k.kind in KINDS for k in KNOBS.values())
+KNOB_DEFAULTS: dict[str, Any] = {k.name: k.default for k in KNOBS.values()}
+# the settings every config carries (the keyed ones but the draft width)
+SAMPLING_DEFAULTS: dict[str, Any] = {k.name: k.default for k in KNOBS.values()
+                                     if k.sampling and k.keyed}
 DEFAULT_SWEEP: dict[str, list] = {"num_draft_tokens": [2, 3, 4, 6]}
-ENGINES = ("mlx-lm", "http")
+
+
+def normal_config(config: dict) -> dict:
+    """A config as it is keyed: an unkeyed knob at its default is left out (it is the
+    engine's default either way), so a config's identity never depends on how it was
+    spelled and the stored keys of configs without the newer knobs stay as they were."""
+    return {k: v for k, v in config.items()
+            if not (k in KNOBS and not KNOBS[k].keyed and v == KNOBS[k].default)}
+
+
+def setting(config: dict, name: str) -> Any:
+    """A knob's value in a config, its default when the config leaves it out."""
+    return config.get(name, KNOB_DEFAULTS[name])
+
+
+def baseline_key(config: dict) -> str:
+    """What a run shares with its baseline: every setting but the draft width (an http
+    variant names itself elsewhere). Exactness and speedup compare within one key."""
+    import json
+
+    return json.dumps({k: v for k, v in normal_config(config).items()
+                       if k in KNOBS and KNOBS[k].sampling}, sort_keys=True)
 
 
 def knob_problem(name: str, value: Any) -> str | None:
@@ -223,7 +291,7 @@ GENERATION_METRICS = (
     "ttft_ms", "prefill_ms", "prefill_tok_s", "decode_tok_s", "decode_tok_s_mean",
     "itl_p50_ms", "itl_p95_ms", "itl_p99_ms", "generated_tokens", "drafted_tokens",
     "accepted_tokens", "acceptance_rate", "verify_rounds", "mean_accepted_len",
-    "peak_mlx_memory_bytes", "rss_peak_bytes", "swap_used_before_bytes",
+    "peak_mlx_memory_bytes", "kv_cache_bytes", "rss_peak_bytes", "swap_used_before_bytes",
     "swap_used_after_bytes", "swap_in_bytes", "bytes_per_token", "bandwidth_utilisation",
 )
 # What the agent itself needs on a node, pinned: every node lock gets these (plan lock) and

@@ -10,11 +10,11 @@ import os
 import platform
 import socket
 import sys
-import time
 from pathlib import Path
 
 from . import AGENT_VERSION
-from .checks import check_environment, load_models
+from .checks import check_environment
+from .engines import engine_for
 from .job import Job
 from .journal import Journal
 from .loop import Engine, Loop, Variant
@@ -49,19 +49,9 @@ def run_job(job: Job, journal: Journal, *, cache_file: Path, resume: bool = Fals
                  pid=os.getpid(), platform=sys.platform, machine=platform.machine(),
                  python=platform.python_version(), seed=job.seed, mode=job.mode, resume=resume)
     journal.emit("environment_checked", **check_environment(job, cache_file))
-    engine: Engine
-    if job.engine:  # a runtime behind an HTTP API serves the pair; nothing to load here
-        from .httpruntime import HttpEngine
-
-        engine = HttpEngine(job, journal)
-    else:
-        from .mlxengine import MlxEngine
-
-        t = time.perf_counter()
-        loaded = load_models(job)
-        load_s = time.perf_counter() - t
-        engine = mlx = MlxEngine(job, loaded)
-        journal.emit("models_loaded", load_s=round(load_s, 3), **mlx.roof)
+    # the registry starts the job's engine: in process it loads the models (and says so),
+    # over http a runtime serves them
+    engine: Engine = engine_for(job.engine).start(job, journal)
     try:
         with Sampler(job.telemetry_interval_s) as sampler, \
                 _background(job, journal) as cotenant:

@@ -9,6 +9,8 @@ import statistics
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from .engines import DEFAULT_ENGINE
+from .protocol import baseline_key
 from .stats import cv, percentile
 
 if TYPE_CHECKING:
@@ -16,10 +18,11 @@ if TYPE_CHECKING:
     from .journal import Journal
 
 VALUE_METRICS = ("decode_tok_s", "acceptance_rate", "ttft_ms", "itl_p95_ms", "itl_p99_ms",
-                 "itl_p50_ms", "peak_mlx_memory_bytes", "swap_used_after_bytes", "swap_in_bytes",
-                 "prompt_tokens", "generated_tokens")
+                 "itl_p50_ms", "peak_mlx_memory_bytes", "kv_cache_bytes", "swap_used_after_bytes",
+                 "swap_in_bytes", "prompt_tokens", "generated_tokens")
 SUMMARY_METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate",
-                   "peak_mlx_memory_bytes", "bandwidth_utilisation")
+                   "peak_mlx_memory_bytes", "kv_cache_bytes", "prefill_ms",
+                   "bandwidth_utilisation")
 
 
 def describe(values: list[float | None]) -> dict:
@@ -118,8 +121,7 @@ def _config_key(workload: str, mode: str, cfg: dict, g: dict) -> tuple:
 def _sampling_only(cfg: dict) -> str:
     """A config without what tells speculation apart (draft width, http variant): the key a
     speculative config shares with its baseline."""
-    return json.dumps({k: v for k, v in cfg.items() if k not in ("num_draft_tokens", "variant")},
-                      sort_keys=True)
+    return baseline_key(cfg)
 
 
 def _sampled_ids(g: dict) -> list:
@@ -153,7 +155,7 @@ def emit_summaries(job: Job, journal: Journal, gens: list[dict]) -> None:
                                                   [_sampled_ids(g) for g in gs], seed=job.seed)
         journal.emit("config_summary", workload=workload, context_bucket=gs[0]["context_bucket"],
                      prompt_sha256=gs[0].get("prompt_sha256"),
-                     engine=gs[0].get("runtime") or "mlx-lm", mode=mode,
+                     engine=gs[0].get("runtime") or DEFAULT_ENGINE, mode=mode,
                      knob=None if mode == "baseline" else gs[0]["knob"],
                      knob_value=None if mode == "baseline" else gs[0]["knob_value"],
                      num_draft_tokens=gs[0]["num_draft_tokens"], config=cfg, **s,

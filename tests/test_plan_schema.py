@@ -183,32 +183,51 @@ def test_every_knob_reaches_each_engine_that_honours_it_and_is_refused_by_the_ot
         knob, model_pair, tmp_path):
     import inspect
 
-    from mlx_lm.sample_utils import make_sampler
+    from mlx_lm.generate import generate_step, speculative_generate_step
+    from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
+    from agent.engines import ENGINES
+    from agent.generation import mlx_arguments
     from agent.httpruntime import _body
+    from tests.test_knobs import EFFECT
 
-    k = KNOBS[knob]
-    value = {"num_draft_tokens": 5, "temperature": 0.5, "top_k": 7, "top_p": 0.5,
-             "min_p": 0.2, "xtc_probability": 0.3}[knob]
-    doc = lock(model_pair, tmp_path, lambda t: t.replace(
-        "knobs: {num_draft_tokens: [2, 3]}", f"knobs: {{{knob}: [{value}]}}"))
-    assert any(s.config[knob] == value and s.knob == knob for s in slots(doc))
-    if "mlx-lm" in k.engines and k.sampling:  # the sampler takes it under its own name
-        assert k.engines["mlx-lm"] in inspect.signature(make_sampler).parameters
+    value = EFFECT[knob][1]  # a value away from its default, valid for it
+    assert KNOBS[knob].check(value) and value != KNOBS[knob].default
+    mlx, http = ENGINES["mlx-lm"], ENGINES["http"]
+    # mlx-lm takes it under the registry's name, in the function the agent hands it to
+    arg = mlx.knobs[knob]
+    taken = {p for f in (make_sampler, make_logits_processors, generate_step,
+                         speculative_generate_step) for p in inspect.signature(f).parameters}
+    assert arg in taken
+    sampler, logits, gen, max_kv = mlx_arguments(
+        {"num_draft_tokens": 3, knob: value}, speculative=knob == "num_draft_tokens")
+    assert {**sampler, **logits, **gen, "max_kv_size": max_kv}[arg] == value
+    def mutate(t: str) -> str:
+        return t.replace("knobs: {num_draft_tokens: [2, 3]}", f"knobs: {{{knob}: [{value}]}}")
+
+    if knob in mlx.autoregressive_only:  # every config of a sweep is paired with speculation
+        with pytest.raises(ConfigError, match=rf"honours {knob} in autoregressive generation "
+                                              r"only") as e:
+            lock(model_pair, tmp_path, mutate)
+        assert e.value.line is not None
+    else:
+        doc = lock(model_pair, tmp_path, mutate)
+        assert any(s.config[knob] == value and s.knob == knob for s in slots(doc))
     engine = ("engine:\n  type: http\n  variants:\n    - {name: plain, base_url: "
               "'http://127.0.0.1:1'}\n    - {name: d, speculative: true, base_url: "
               "'http://127.0.0.1:2'}\n")
     plan = tmp_path / "http.yml"
     plan.write_text(plan_text(model_pair, widths=None, extra=engine).replace(
         "knobs: {temperature: [0.0]}", f"knobs: {{{knob}: [{value}]}}"))
-    if "http" in k.engines:
+    if knob in http.knobs:
         job = json.loads(write_lock(load_plan(plan), lambda m: None).read_text())["job"]
         assert job["knobs"] == {knob: [value]}
         cfg = {**job.get("base", {}), knob: value}
-        assert _body("completions", "p", 4, cfg, {})[k.engines["http"]] == value
+        assert _body("completions", "p", 4, cfg, {})[http.knobs[knob]] == value
     else:
-        with pytest.raises(ConfigError, match=rf"the http engine cannot honour {knob}"):
+        with pytest.raises(ConfigError, match=rf"the http engine cannot honour {knob}") as e:
             load_plan(plan)
+        assert e.value.line is not None and str(plan) in str(e.value)
 
 
 def test_plan_gates_change_the_review(tmp_path):

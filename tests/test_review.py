@@ -89,10 +89,12 @@ def test_review_table_in_headless_chromium(reviewed_store):
         base, k2 = t["rows"][0], t["rows"][1]
         assert base[3] == "1.00×" and k2[3].endswith("×")
         assert float(k2[4]) > 0  # acceptance
-        assert k2[8] == "identical"
+        # KV cache MB: the drafting row holds the draft's cache too
+        assert 0 < float(base[8]) < float(k2[8])
+        assert k2[9] == "identical"
         # the frozen task set ran per config; the tiny pair fails it the same way everywhere
-        assert base[9] == k2[9] == "0%"
-        assert t["rows"][2][10] == "0/1"  # no unreliable trials on this machine
+        assert base[10] == k2[10] == "0%"
+        assert t["rows"][2][11] == "0/1"  # no unreliable trials on this machine
     assert parser.scripts == 0 and parser.imgs == 0  # model output stayed text
     assert "pwned" not in dump_dom(out).split("<title>")[1].split("</title>")[0]
 

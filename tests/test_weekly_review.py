@@ -164,6 +164,33 @@ def test_bad_rules_file_names_file_and_line(tmp_path):
         load_rules(bad)
 
 
+@pytest.mark.parametrize("rule, line, where", [
+    ("- id: typo\n  when: best_acceptence < 0.42\n  action: no\n", 2, "when"),
+    ("- id: typo\n  when: best_speedup < 1\n  action: no\n  evidence: [best_kk]\n", 4,
+     "evidence"),
+    ("- id: typo\n  when: best_speedup < 1\n  action: cap at {load_capp}\n", 3, "action"),
+])
+def test_a_rule_naming_an_unknown_metric_is_refused_with_its_line(tmp_path, rule, line, where):
+    """A misspelt metric used to leave its rule silently never firing."""
+    bad = tmp_path / "rules.yml"
+    bad.write_text("- id: fine\n  when: best_speedup < 1.0\n  action: ok\n" + "\n".join(
+        f"{x}" for x in rule.splitlines()) + "\n")
+    with pytest.raises(ConfigError, match=rf"rules.yml:{line + 3}: rule typo: {where} names "
+                                          r"unknown metric '\w+'; known: best_k, "):
+        load_rules(bad)
+
+
+def test_every_metric_the_review_computes_is_one_a_rule_may_name(analysis):
+    """The registry rules are checked against is the set the review fills in."""
+    from orchestrator.review.rules import METRICS
+
+    _, a = analysis
+    seen = {k for s in a["series"] for k in s.get("metrics") or {}}
+    assert seen and seen <= set(METRICS)
+    # the shipped rules name only registered metrics (they load), and fire on the planted week
+    assert any(s.get("signals") for s in a["series"])
+
+
 def test_the_rank_test_can_confirm_at_the_documented_minimum_even_with_a_tie():
     """7 runs a side is the documented minimum: fully separated samples must reach
     p < 0.002 whether or not a value repeats (the normal approximation gave 0.00214 with

@@ -9,6 +9,8 @@ import matplotlib
 matplotlib.use("svg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from agent.engines import DEFAULT_ENGINE
+
 # text.parse_math off: a name a user wrote ("$HOME bench", "cost $5-$10") is text, never
 # mathtext (a lone or odd '$' made matplotlib raise and the whole review fail)
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
@@ -47,7 +49,7 @@ def to_svg(fig) -> str:
 def label(s: dict) -> str:
     x = s["series"]
     return (f"{x['chip']} · {x['model_pair']} · {x['workload']} · {x['context_bucket']}"
-            + (f" · {x['engine']}" if x.get("engine", "mlx-lm") != "mlx-lm" else ""))
+            + (f" · {x['engine']}" if x.get("engine", DEFAULT_ENGINE) != DEFAULT_ENGINE else ""))
 
 
 def acceptance_over_time(sections: list[dict], floor: float = 0.55) -> str | None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
+from agent.engines import DEFAULT_ENGINE
 from agent.stats import median
 
 from ..errors import ConfigError
@@ -92,7 +93,7 @@ def select_side(store: Store, selector: str) -> Side:
 
 def _key(r) -> tuple:
     # the config as the ingest keyed it (every knob), in its runtime and background
-    return (r.workload, r.context_bucket or "short", r.engine or "mlx-lm", r.background or "",
+    return (r.workload, r.context_bucket or "short", r.engine or DEFAULT_ENGINE, r.background or "",
             r.mode, r.num_draft_tokens, r.config_key)
 
 

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeVar
 
-from agent.protocol import KNOBS, SAMPLING_DEFAULTS
+from agent.protocol import KNOB_DEFAULTS, KNOBS
 
 from ..errors import SpecfleetError
 
@@ -65,9 +65,9 @@ def knob_suffix(config: dict | None) -> str:
     """" · temperature 0.7" for each setting away from its default (none: "")."""
     parts = []
     for name, v in sorted((config or {}).items()):
-        if name in NOT_SAMPLING or (name in SAMPLING_DEFAULTS and v == SAMPLING_DEFAULTS[name]):
+        if name in NOT_SAMPLING or (name in KNOB_DEFAULTS and v == KNOB_DEFAULTS[name]):
             continue
-        parts.append(f"{name} {v:g}" if isinstance(v, float) else f"{name} {v}")
+        parts.append(f"{name} {v:g}" if isinstance(v, float) else f"{name} {v}")  # null: off
     return "".join(f" · {p}" for p in parts)
 
 

@@ -16,6 +16,8 @@ from datetime import date, datetime, timezone
 
 from sqlalchemy import String, case, func, select
 
+from agent.engines import DEFAULT_ENGINE
+
 from ..store import Store
 from ..store.models import Run, Sweep
 from .configs import ConfigId
@@ -32,7 +34,7 @@ def series_columns() -> tuple:
                          func.substr(Run.target_fingerprint, 8, 12, type_=String) + "/"
                          + func.substr(Run.draft_fingerprint, 8, 12, type_=String))
     # a busy node's runs (a background profile) are a series of their own
-    engine = func.coalesce(Run.engine, "mlx-lm") + func.coalesce(" · " + Run.background, "")
+    engine = func.coalesce(Run.engine, DEFAULT_ENGINE) + func.coalesce(" · " + Run.background, "")
     return (func.coalesce(Run.chip, Run.node), pair, Run.workload,
             func.coalesce(Run.context_bucket, "short"), engine)
 

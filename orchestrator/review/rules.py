@@ -15,6 +15,30 @@ OPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: 
        ast.Eq: operator.eq, ast.NotEq: operator.ne}
 
 
+# The series metrics a rule may name (the weekly review computes these, units in names): a
+# rule naming another is refused at load with its line, since it would never fire.
+METRICS: dict[str, str] = {
+    "best_k": "draft width of the fastest reliable speculative config",
+    "best_config": "the fastest config's key", "best_label": "the fastest config's label",
+    "best_speedup": "its median speedup over the baseline of its settings",
+    "best_acceptance": "its median acceptance rate",
+    "acceptance_at_4": "median acceptance at draft width 4 (the best config's settings)",
+    "widest_k": "widest draft width measured with the best config's settings",
+    "swap_peak_bytes": "peak swap used by any reliable config",
+    "swap_in_nights": "nights with swap-ins (most of any reliable config)",
+    "mem_increase": "peak memory of the best config over its baseline's, minus 1",
+    "decode_share": "share of a baseline generation's time spent decoding",
+    "itl_spike": "the best config's ITL p99 over the baseline's ITL p95",
+    "acceptance_cv": "coefficient of variation of the best config's acceptance",
+    "candidates": "configs that pass every gate",
+    "load_mem_growth": "runtime peak memory, last clean load level over the first, minus 1",
+    "load_swap_levels": "load levels with swap-ins",
+    "load_cap": "the last load level before saturation, errors, swap or a missed SLO",
+    "load_saturated_at": "the first saturated load level",
+    "busy_itl_p99_ratio": "ITL p99 beside a background profile over idle",
+}
+
+
 @dataclass(frozen=True)
 class Rule:
     id: str
@@ -31,6 +55,24 @@ def _check(node: ast.AST, where: str, path: Path, line: int | None) -> None:
         if not isinstance(n, allowed):
             raise ConfigError(f"rule {where}: only comparisons, and/or/not, names and numbers "
                               f"are allowed (found {type(n).__name__})", str(path), line)
+
+
+def _known_metrics(r: dict, tree: ast.Expression, path: Path) -> None:
+    """Every metric a rule names (in when, evidence, an action's braces) is one the review
+    computes: a misspelt one would leave the rule silently never firing."""
+    import re
+
+    evidence = r.get("evidence") or []
+    if not isinstance(evidence, list):
+        raise ConfigError(f"rule {r['id']}: evidence must be a list of metric names",
+                          str(path), line_of(r, "evidence"))
+    named = [("when", n.id) for n in ast.walk(tree) if isinstance(n, ast.Name)]
+    named += [("evidence", str(m)) for m in evidence]
+    named += [("action", m) for m in re.findall(r"\{(\w+)\}", str(r["action"]))]
+    for key, name in named:
+        if name not in METRICS:
+            raise ConfigError(f"rule {r['id']}: {key} names unknown metric {name!r}; known: "
+                              f"{', '.join(METRICS)}", str(path), line_of(r, key))
 
 
 def load_rules(path: Path = DEFAULT_RULES) -> list[Rule]:
@@ -52,6 +94,7 @@ def load_rules(path: Path = DEFAULT_RULES) -> list[Rule]:
             raise ConfigError(f"rule {r['id']}: cannot parse when: {e.msg}", str(path),
                               line_of(r, "when")) from None
         _check(tree, r["id"], path, line_of(r, "when"))
+        _known_metrics(r, tree, path)
         rules.append(Rule(r["id"], str(r["when"]), str(r["action"]),
                           tuple(r.get("evidence") or ()), tree))
     return rules

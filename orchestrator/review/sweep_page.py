@@ -6,6 +6,7 @@ measured in the same sweep, on the same node and prompt, with the same sampling.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from agent.protocol import DRAFT_FREE_METHODS
+from agent.engines import DEFAULT_ENGINE
+from agent.protocol import DRAFT_FREE_METHODS, baseline_key
 from agent.stats import median
 
 from ..errors import SpecfleetError
@@ -45,6 +47,7 @@ class Row:
     knob: str | None = None               # the knob this row's setting came from
     knob_value: str | None = None
     set_aside: str | None = None          # why no conclusion is drawn from this row
+    kv_cache_mb: float | None = None      # the KV caches at the end (median of its summary)
 
 
 def _exactness(runs: list[Measurement]) -> str:
@@ -84,15 +87,17 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         pair_names = {p: n for p, n in c.execute(select(Run.pair, Run.model_pair).where(
             Run.sweep_id == sweep_id, Run.pair.is_not(None)).distinct())}
         summaries = c.execute(select(Run.node, Run.workload, Run.mode, Run.knob,
-                                     Run.knob_value, Run.engine, Run.summary, Run.pair)
-                              .where(Run.sweep_id == sweep_id))
+                                     Run.knob_value, Run.engine, Run.summary, Run.pair,
+                                     Run.config)
+                              .where(Run.sweep_id == sweep_id)).all()
+        kv_mb = _kv_cache_mb(summaries)
         # http runtimes: which one, and streamed vs non-streamed output per config
         merged: dict[tuple, dict] = {}
         engines: dict[tuple, str] = {}
         # configs whose repetitions the agent flagged (a CV over the threshold): their rows
         # are shown but never concluded from; a flagged baseline voids its section's speedups
         flagged: dict[tuple, list[str]] = {}
-        for n, w0, m, kn, kv, e, x, pr in summaries:
+        for n, w0, m, kn, kv, e, x, pr, _ in summaries:
             w = (w0, pr)
             engines.setdefault((n, w), e)
             if x.get("unreliable_reasons"):
@@ -123,12 +128,13 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         rows = [replace(r, task_pass_rate=quality.get((node, _quality_pair(pair, r.mode),
                                                        r.num_draft_tokens)),
                         streaming_parity=parity.get((node, workload, r.mode) + (
-                            (None, None) if r.mode == "baseline" else (r.knob, r.knob_value))))
+                            (None, None) if r.mode == "baseline" else (r.knob, r.knob_value))),
+                        kv_cache_mb=kv_mb(node, workload, r))
                 for r in rows]
         engine = engines.get((node, workload))
         sections.append({"node": node, "workload": workload[0], "rows": rows,
                          "pair": pair_names.get(pair) if pair else None,
-                         "engine": engine or "mlx-lm",
+                         "engine": engine or DEFAULT_ENGINE,
                          "has_parity": any(r.streaming_parity for r in rows),
                          "context_bucket": rs[0].context_bucket or "short",
                          "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows)})
@@ -141,6 +147,32 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
             "soaks": soak_results(store, sweep_id),
             "loads": load_ramps(store, [sweep_id]),
             "set_aside": store.quarantined(sweep_id), "failed_generations": failed}
+
+
+def _kv_cache_mb(summaries) -> Callable[[str, tuple, Row], float | None]:
+    """A row's KV cache memory (MB, median of its config's generations), found through the
+    config summaries: a candidate's by its knob and value, a baseline row's as the baseline
+    of its candidates' settings (``baseline_key``: every knob but the draft width)."""
+    spec: dict[tuple, dict] = {}
+    base: dict[tuple, float | None] = {}
+    for n, w0, m, kn, kv, _, x, pr, cfg in summaries:
+        mb = ((x.get("metrics") or {}).get("kv_cache_bytes") or {}).get("median")
+        mb = mb / 1e6 if isinstance(mb, (int, float)) else None
+        if m == "baseline":
+            base[(n, (w0, pr), baseline_key(cfg or {}))] = mb
+        else:
+            spec[(n, (w0, pr), kn, kv)] = {"config": cfg or {}, "mb": mb}
+
+    def find(node: str, workload: tuple, r: Row) -> float | None:
+        if r.mode == "speculative":
+            return (spec.get((node, workload, r.knob, r.knob_value)) or {}).get("mb")
+        for (n, w, kn, kv), c in spec.items():  # the candidates this baseline is paired with
+            if (n, w) == (node, workload) and (
+                    (kn, kv) == (r.knob, r.knob_value) if r.knob
+                    else kn in SPECULATION_SETTINGS or kn is None):
+                return base.get((node, workload, baseline_key(c["config"])))
+        return None
+    return find
 
 
 def _calibration(store: Store, sweep) -> dict | None:

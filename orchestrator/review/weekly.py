@@ -17,6 +17,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from sqlalchemy import select
 
+from agent.engines import DEFAULT_ENGINE
 from agent.stats import cv, median, percentile
 
 from ..errors import ConfigError
@@ -150,7 +151,7 @@ def load_runs(store: Store, start: datetime, end: datetime,
         # a runtime is part of the series: MLX and llama.cpp side by side, never pooled
         # a busy node (a background profile) is a series of its own, beside the idle one
         series = (r.chip or r.node, pair, r.workload, r.context_bucket or "short",
-                  (r.engine or "mlx-lm") + (f" · {r.background}" if r.background else ""))
+                  (r.engine or DEFAULT_ENGINE) + (f" · {r.background}" if r.background else ""))
         ident = {k: getattr(r, k) for k in IDENTITY}
         summary = (r.summary or {}) if values else {"values": {
             "decode_tok_s": [r.decode_tok_s_median], "acceptance_rate": [r.acceptance_median]}}
@@ -197,6 +198,7 @@ class ConfigStats:
     itl_p99: float | None
     peak_memory: float | None
     swap_peak: float | None
+    kv_cache: float | None  # bytes the KV caches held (kv_bits, max_kv_size …)
     swap_in_nights: int
     exact: bool | None
     unreliable: int
@@ -251,6 +253,7 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         if ttft and base_ttft else None,
         itl_p95=median(_vals(runs, "itl_p95_ms")), itl_p99=median(_vals(runs, "itl_p99_ms")),
         peak_memory=median(_vals(runs, "peak_mlx_memory_bytes")),
+        kv_cache=median(_vals(runs, "kv_cache_bytes")),
         swap_peak=max(swap) if swap else None, swap_in_nights=swap_in_nights,
         exact=None if any(e is None for e in exact_flags) else all(exact_flags),
         unreliable=sum(1 for r in runs if r.shaky), unreliable_reasons=reasons,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agent import SCHEMA
 from agent.fingerprint import fingerprint
-from agent.protocol import DEFAULT_SWEEP, KNOBS
+from agent.protocol import DEFAULT_SWEEP, KNOBS, normal_config
 
 from ..errors import ConfigError
 
@@ -17,7 +17,8 @@ PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 TASKS = Path(__file__).resolve().parents[1] / "tasks" / "quality.jsonl"
 DEFAULT_WORKLOADS = ("code", "memo", "translation")
 BUCKETS = ("short", "medium", "long")
-DEFAULT_BASE = {name: knob.default for name, knob in KNOBS.items()}
+# every config carries the keyed knobs; the others only when set away from their default
+DEFAULT_BASE = {name: knob.default for name, knob in KNOBS.items() if knob.keyed}
 
 
 def _read_jsonl(path: Path, required: set[str]) -> list[dict]:
@@ -86,7 +87,8 @@ def job_template(workloads: list[dict], *, base: dict | None = None,
                  knobs: dict | None = None, repetitions: int = 1, warmup_tokens: int = 16,
                  seed: int = 0, pins: dict | None = None, quality: bool = False) -> dict:
     """The part of a job that ad-hoc sweeps and plan locks share; callers add the rest."""
-    job = {"schema": SCHEMA, "workloads": workloads, "base": {**DEFAULT_BASE, **(base or {})},
+    job = {"schema": SCHEMA, "workloads": workloads,
+           "base": normal_config({**DEFAULT_BASE, **(base or {})}),
            "knobs": dict(DEFAULT_SWEEP) if knobs is None else knobs,
            "repetitions": repetitions,
            "warmup_tokens": warmup_tokens, "decode_skip_tokens": 64, "seed": seed,

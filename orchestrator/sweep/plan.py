@@ -221,29 +221,34 @@ def _check_vocabularies(target: Path, draft: Path, path: Path, data: dict) -> No
 
 def _check_knobs(data: dict, path: Path) -> None:
     """Every knob a plan sets (sweep.knobs, sweep.base, sweep.baseline) is one the registry
-    knows, with valid values, and one the plan's engine can honour."""
-    from agent.protocol import KNOBS, knob_problem
+    knows, with valid values, and one the plan's engine can honour as the sweep runs it
+    (``agent.engines``: each engine declares the knobs it honours)."""
+    from agent.engines import engine_for
+    from agent.protocol import KNOB_DEFAULTS, knob_problem
 
     sweep = data.get("sweep") or {}
-    engine = "http" if data.get("engine") else "mlx-lm"
+    try:
+        engine = engine_for(data.get("engine"))
+    except ValueError as e:
+        raise ConfigError(str(e), str(path), line_of(data.get("engine") or data, "type")
+                          if isinstance(data.get("engine"), dict) else line_of(data, "engine")
+                          ) from None
     for section in ("knobs", "base", "baseline"):
         block = sweep.get(section) or {}
         for k, raw in block.items():
             where, line = f"sweep.{section}.{k}", line_of(block, k)
             if section == "knobs" and not isinstance(raw, list):
                 raise ConfigError(f"{where}: expected a list of values", str(path), line)
-            for v in raw if section == "knobs" else [raw]:
+            values = raw if section == "knobs" else [raw]
+            for v in values:
                 problem = knob_problem(k, v)
                 if problem:
                     raise ConfigError(f"{where}: {problem}", str(path), line)
-            if engine not in KNOBS[k].engines:
-                honoured = ", ".join(n for n, kn in KNOBS.items() if engine in kn.engines)
-                raise ConfigError(f"{where}: the {engine} engine cannot honour {k} (it "
-                                  f"honours {honoured})" + (
-                                      "; a variant's draft width is fixed by its server "
-                                      "command: declare one variant per width with "
-                                      "num_draft_tokens" if k == "num_draft_tokens" else ""),
-                                  str(path), line)
+            # a setting left at its default asks nothing of the engine
+            why = engine.refusal(k) if section == "knobs" or any(
+                v != KNOB_DEFAULTS[k] for v in values) else None
+            if why:
+                raise ConfigError(f"{where}: {why}", str(path), line)
 
 
 # -- platforms a lock resolves wheels for ------------------------------------------
