@@ -98,7 +98,7 @@ def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_a
     assert 'id="chart-speedup_vs_width"' in dom
     # the adaptive sweep's stops (a width known slower than the best, or the best settled,
     # before the 6th repetition): each one the agent journaled is on the page, marked
-    stopped = {k for k in CALIBRATION_WIDTHS for pair in ("target+draft", "target+draft-2")
+    stopped = {(pair, k) for k in CALIBRATION_WIDTHS for pair in ("target+draft", "target+draft-2")
                if sum(r.num_draft_tokens == k and r.pair == pair for r in rows) < 6}
     assert len(notices) >= len(stopped)
     item = "(?:(?!</li>).)*"  # within one list item
