@@ -138,3 +138,29 @@ def test_policy_calibration_without_a_policy_is_refused(tmp_path):
                                   f"sqlite:///{tmp_path / 's.db'}"])
     assert r.exit_code == 2 and "--policy-calibration says what goes in the policy: give " \
         "--policy FILE too" in r.output
+
+
+def test_a_calibration_series_without_a_decision_is_shown_off_in_the_policy_line(tmp_path):
+    """A calibration night with no baseline (as on a contended demo: every run set aside)
+    decides "needs more data"; the review still renders, and says the policy would keep
+    speculation off for it (no provisional count: there is no decision to qualify)."""
+    from orchestrator.review.report import calibration_policy, write_review
+
+    store = open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    with store.engine.begin() as c:
+        c.execute(Plan.__table__.insert().values(id="lock-cal", name="demo-calibration",
+                                                 created_at=MONDAY, plan={}, lock=CAL_LOCK))
+    sid = night(store, MONDAY + timedelta(hours=1), node="mac-a", chip="Apple M2",
+                workload="code", pair="grown-32 (calibration) / draft",
+                identity={"target_fingerprint": CAL_FP},
+                configs={("speculative", 4): config_values(96.0, acceptance=1.0)})
+    with store.engine.begin() as c:
+        c.execute(Sweep.__table__.update().where(Sweep.id == sid).values(plan_id="lock-cal"))
+    a = analyse(store, WEEK, load_rules(), now=MONDAY + timedelta(days=6))
+    (p,) = calibration_policy(a)
+    assert p["decision"] == "needs more data" and p["speculation"] is False
+    assert "provisional" not in p
+    html = write_review(store, tmp_path / "review.html", week=WEEK,
+                        now=MONDAY + timedelta(days=6), formats=("html",))["html"]
+    assert ('<span data-series="grown-32 (calibration) / draft">grown-32 (calibration) / '
+            "draft · code: speculation <b>off</b></span>.") in html.read_text()
