@@ -7,8 +7,9 @@ sides are measured in alternating rounds (``agent.calibrate.speed_rounds``, the 
 `specfleet calibrate` judges with): each round times the step costs, then per width a bare
 mlx-lm autoregressive and speculative loop back to back. The table prints, per width, the
 medians of predicted and measured speedup over the rounds, the median of the per-round
-ratio measured/predicted, and its spread (lower–upper quartile); the instrument check's
-tolerance is ±10% on that ratio.
+ratio measured/predicted, its spread (lower–upper quartile), and the instrument check's
+verdict on them: ok within ±10%, off beyond, unverified where the quartiles span more than
+±10% (noise the check cannot resolve).
 
     .venv/bin/python bench/calibration.py [--layers 16 32] [--rounds 7] [--max-tokens 64]
 """
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent.calibrate import bare_decode_tok_s, speed_rounds, step_costs  # noqa: E402
 from orchestrator.calibration import calibrate  # noqa: E402
 from orchestrator.demo_models import build_demo_models  # noqa: E402
-from orchestrator.instrument import TOLERANCE  # noqa: E402
+from orchestrator.instrument import MIN_ROUNDS, TOLERANCE  # noqa: E402
 
 PROMPT = 'def heappush(heap, item):\n    """Push item onto heap, maintaining the heap invariant."""'
 
@@ -52,7 +53,7 @@ def one(d: Path, layers: int, widths: list[int], rounds: int, max_tokens: int,
           f"then AR and speculative at each width, {max_tokens} tokens) in "
           f"{time.perf_counter() - t0:.0f} s")
     print(f"{'width':>6}{'predicted':>11}{'measured':>10}{'measured/predicted':>20}"
-          f"{'spread (quartiles)':>21}{'rounds':>8}  within ±{TOLERANCE:.0%}")
+          f"{'spread (quartiles)':>21}{'rounds':>8}  verdict (±{TOLERANCE:.0%})")
     for k, r in rows.items():
         if not r["rounds"]:
             print(f"{k:>6}  no round could be timed")
@@ -60,7 +61,17 @@ def one(d: Path, layers: int, widths: list[int], rounds: int, max_tokens: int,
         lo, hi = r["spread"]
         print(f"{k:>6}{r['predicted']:>10.2f}×{r['measured']:>9.2f}×{r['ratio']:>19.3f}"
               f"{lo:>13.3f} – {hi:.3f}{r['rounds']:>8}  "
-              f"{'yes' if abs(r['ratio'] - 1) <= TOLERANCE else 'no'}")
+              f"{verdict(r)}")
+
+
+def verdict(r: dict) -> str:
+    """What `specfleet calibrate` would say of this width (orchestrator/instrument.py)."""
+    lo, hi = r["spread"]
+    if r["rounds"] < MIN_ROUNDS:
+        return "unverified (too few rounds)"
+    if hi - lo > 2 * TOLERANCE:
+        return "unverified (too noisy)"
+    return "ok" if abs(r["ratio"] - 1) <= TOLERANCE else "off"
 
 
 def main() -> None:
