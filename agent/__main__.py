@@ -41,11 +41,13 @@ def main(argv: list[str] | None = None) -> int:
                                          "and the loop's overhead, as JSON")
     costs.add_argument("job", type=Path)
     costs.add_argument("--reps", type=int, default=25)
+    costs.add_argument("--rounds", type=int, default=5,
+                       help="alternating rounds of step costs and measured speedup")
     args = p.parse_args(argv)
     if args.cmd == "costs":
         from .calibrate import node_costs
 
-        print(json.dumps(node_costs(args.job, args.reps)))
+        print(json.dumps(node_costs(args.job, args.reps, args.rounds)))
         return 0
     if args.cmd == "version":
         from .checks import installed_versions

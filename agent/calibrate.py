@@ -79,6 +79,39 @@ def step_costs(target, draft, prompt_ids: list[int], widths, reps: int = 25) -> 
             "verify_ms": verify, "reps": reps, "context_tokens": len(prompt_ids)}
 
 
+def speed_rounds(costs_of, measure, widths, rounds: int) -> dict:
+    """Predicted and measured speedup per width, robust to a noisy machine: ``rounds``
+    alternating rounds, each measuring the step costs (``costs_of()``: the predicted
+    speedups of that round) and then, per width, autoregressive and speculative decode
+    (``measure(k)`` tok/s, k=0 autoregressive) back to back, so what loads the machine in
+    one round hits both sides of that round's ratio. Per width: the medians of predicted
+    and measured speedup, the median of the per-round ratio measured/predicted, and its
+    spread (lower and upper quartile of those ratios)."""
+    per: dict[int, dict[str, list[float]]] = {
+        k: {"predicted": [], "measured": [], "ratio": []} for k in widths}
+    for _ in range(rounds):
+        costs = costs_of()
+        for k in widths:
+            ar, sp = measure(0), measure(k)
+            if not ar or not sp:
+                continue  # too short to time: no sample this round
+            p, m = predicted_speedup(costs, k), sp / ar
+            for name, x in (("predicted", p), ("measured", m), ("ratio", m / p)):
+                per[k][name].append(x)
+    return {k: summarise_rounds(v) for k, v in per.items()}
+
+
+def summarise_rounds(v: dict[str, list[float]]) -> dict:
+    """Medians of one width's rounds, and the quartiles of its measured/predicted ratio."""
+    r = v["ratio"]
+    if not r:
+        return {"rounds": 0}
+    q = statistics.quantiles(r, n=4, method="inclusive") if len(r) > 1 else [r[0]] * 3
+    return {"rounds": len(r), "predicted": statistics.median(v["predicted"]),
+            "measured": statistics.median(v["measured"]), "ratio": statistics.median(r),
+            "spread": [q[0], q[2]]}
+
+
 def bare_decode_tok_s(model, tokenizer, prompt_ids: list[int], max_tokens: int, draft=None,
                       k: int = 0, skip: int = 64) -> float | None:
     """Decode tok/s of a bare mlx-lm loop, computed as the agent computes it."""
@@ -125,9 +158,37 @@ def loop_overhead(job, loaded: dict, k: int, reps: int = 5) -> dict:
             "reps": reps, "max_tokens": w.max_tokens}
 
 
-def node_costs(job_path, reps: int = 25) -> dict:
+def agent_speed_rounds(job, loaded: dict, widths, rounds: int, cost_reps: int) -> dict:
+    """``speed_rounds`` with the agent's own measuring loop as the measured side (the
+    instrument under check), the step costs timed in mlx between its rounds."""
+    import tempfile
+    from pathlib import Path
+
+    from .journal import Journal
+    from .loop import Loop, Request
+    from .mlxengine import BASELINE, SPECULATIVE, MlxEngine
+    from .telemetry import Sampler
+
+    (target, tok), (draft, _) = loaded["target"], loaded["draft"]
+    w = job.workloads[0]
+    ids = tok.encode(w.prompt)
+    with Sampler(job.telemetry_interval_s) as sampler, tempfile.TemporaryDirectory() as d:
+        loop = Loop(job, Journal(Path(d) / "j.jsonl"), MlxEngine(job, loaded), sampler)
+
+        def measure(k: int) -> float | None:
+            req = Request(SPECULATIVE if k else BASELINE, w.prompt, w.max_tokens,
+                          {**job.base, "num_draft_tokens": k}, 0, prompt_key=w.name)
+            return loop.measure(req)["decode_tok_s"]
+
+        measure(0), measure(max(widths))  # warm both paths
+        return speed_rounds(lambda: step_costs(target, draft, ids, widths, cost_reps),
+                            measure, widths, rounds)
+
+
+def node_costs(job_path, reps: int = 25, rounds: int = 5) -> dict:
     """What ``python -m agent costs JOB`` prints: the node's step costs for the job's pair
-    and widths, and the agent loop's overhead against a bare mlx-lm loop."""
+    and widths, predicted vs measured speedup per width in alternating rounds, and the
+    agent loop's overhead against a bare mlx-lm loop."""
     from .checks import load_models
     from .job import load_job
 
@@ -136,4 +197,6 @@ def node_costs(job_path, reps: int = 25) -> dict:
     (target, tok), (draft, _) = loaded["target"], loaded["draft"]
     widths = [int(k) for k in job.knobs.get("num_draft_tokens") or [4]]
     costs = step_costs(target, draft, tok.encode(job.workloads[0].prompt), widths, reps)
-    return {"costs": costs, "overhead": loop_overhead(job, loaded, max(widths))}
+    speed = agent_speed_rounds(job, loaded, widths, rounds, max(5, reps // 3))
+    return {"costs": costs, "speed": speed,
+            "overhead": loop_overhead(job, loaded, max(widths))}

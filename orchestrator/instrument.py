@@ -6,9 +6,13 @@ node's own step costs (``agent/calibrate.py``). Per node:
 
 - exactness: every speculative generation accepted every drafted token and produced the
   baseline's token ids;
-- speed: the measured speedup at each width (median decode tok/s over the median of the
-  interleaved baselines) within ``TOLERANCE`` of the speedup predicted from that node's
-  draft step, target step and target verification of k+1 tokens;
+- speed: the measured speedup at each width within ``TOLERANCE`` of the speedup predicted
+  from that node's draft step, target step and target verification of k+1 tokens. On a
+  noisy machine costs timed at one moment and speeds measured at another disagree by the
+  noise, so the node measures both in alternating rounds (step costs, then the agent's
+  loop autoregressive and speculative back to back at each width) and the check judges
+  the median of the per-round ratio measured/predicted, with its quartiles as the spread
+  (a spread wider than the tolerance either side is unverified, not ok or off);
 - overhead: the agent's measuring loop against a bare mlx-lm loop in the same process.
 
 One line per node: "instrument ok" or what is off and by how much. A reading that could not
@@ -40,6 +44,7 @@ from .sweep.dispatch import SweepOptions, start_sweep
 from .sweep.plan import load_lock, load_plan, write_lock
 
 TOLERANCE = 0.10       # measured vs predicted speedup, per width
+MIN_ROUNDS = 3         # fewer rounds give no spread to judge the noise by
 OVERHEAD_FLOOR = 0.95  # the agent's loop at least this share of a bare loop's decode rate
 
 
@@ -69,8 +74,10 @@ def instrument_plan(target: Path, draft: Path, repetitions: int, max_tokens: int
 
 
 def judge(node: str, generations: list[dict], costs: dict | None,
-          overhead: dict | None) -> NodeCheck:
-    """The node's verdict from its stored generations and its own measured costs."""
+          overhead: dict | None, speed: dict | None = None) -> NodeCheck:
+    """The node's verdict from its stored generations and its own measured costs; with
+    ``speed`` (the node's alternating rounds, ``agent.calibrate.speed_rounds``) the speed
+    verdict is that robust reading's, else the sweep's medians against ``costs``."""
     base = [g for g in generations if g["mode"] == "baseline"]
     spec = [g for g in generations if g["mode"] == "speculative"]
     if not base or not spec:
@@ -81,7 +88,8 @@ def judge(node: str, generations: list[dict], costs: dict | None,
     acceptance = accepted / drafted if drafted else None
     ids = {g["workload"]: g.get("token_ids") for g in base}
     differ = [g for g in spec if g.get("token_ids") != ids.get(g["workload"])]
-    problems, unverified = [], []
+    problems: list[str] = []
+    unverified: list[str] = []
     if acceptance != 1.0:
         problems.append(f"acceptance {acceptance if acceptance is None else round(acceptance, 4)}"
                         f" ≠ 1.0 ({drafted - accepted} of {drafted} drafted tokens rejected)")
@@ -90,7 +98,11 @@ def judge(node: str, generations: list[dict], costs: dict | None,
                         f"generations (first at width {differ[0]['num_draft_tokens']})")
     shaky = [g for g in generations if g.get("unreliable")]
     widths: list[dict] = []
-    if shaky:
+    if speed is not None:
+        widths = _robust_widths(speed, acceptance, problems, unverified)
+        if shaky:  # the loop's overhead was read once, beside the same load
+            overhead = None
+    elif shaky:
         kinds = sorted({r.split(":")[0] for g in shaky for r in g.get("unreliable_reasons")
                         or ["unknown"]})
         unverified.append(f"speed unverified: {len(shaky)} of {len(generations)} generations "
@@ -115,7 +127,9 @@ def judge(node: str, generations: list[dict], costs: dict | None,
         problems.append(f"the agent's loop decodes at {overhead['ratio']:.2f}× a bare mlx-lm "
                         f"loop (floor {OVERHEAD_FLOOR})")
     speeds = ", ".join(f"k={w['k']} {w['measured']:.2f}×/{w['predicted']:.2f}× "
-                       f"({w['off']:+.0%})" for w in widths)
+                       f"({w['off']:+.0%}" + (f", spread {w['spread'][0] - 1:+.0%} to "
+                                              f"{w['spread'][1] - 1:+.0%}" if "spread" in w
+                                              else "") + ")" for w in widths)
     loop = f"loop {overhead['ratio']:.2f}× bare" if overhead else ""
     facts = "; ".join(x for x in (f"measured/predicted {speeds}" if speeds else "", loop) if x)
     if problems:
@@ -127,6 +141,39 @@ def judge(node: str, generations: list[dict], costs: dict | None,
         status, head = "ok", "instrument ok (acceptance 1.0, output identical)"
     return NodeCheck(node, status, f"{node}: {head}" + (f" — {facts}" if facts else ""),
                      widths, acceptance, not differ, overhead, costs)
+
+
+def _robust_widths(speed: dict, acceptance: float | None, problems: list[str],
+                   unverified: list[str]) -> list[dict]:
+    """Judge each width on the median of its per-round ratio measured/predicted: off beyond
+    ``TOLERANCE``; unverified where no round was timed, where the pair did not accept every
+    token (the rounds predict at acceptance 1.0), where fewer than ``MIN_ROUNDS`` were
+    timed, or where the quartiles of the ratio span more than the tolerance either side
+    (noise the check cannot resolve)."""
+    widths = []
+    for k in sorted(speed):
+        r = speed[k]
+        if not r.get("rounds"):
+            unverified.append(f"speed unverified at width {k}: no round could be timed")
+            continue
+        w = {"k": k, "measured": r["measured"], "predicted": r["predicted"],
+             "off": r["ratio"] - 1, "spread": r["spread"], "rounds": r["rounds"]}
+        widths.append(w)
+        lo, hi = r["spread"]
+        if r["rounds"] < MIN_ROUNDS:
+            unverified.append(f"speed unverified at width {k}: {r['rounds']} round(s) timed, "
+                              f"fewer than the {MIN_ROUNDS} that show the spread")
+        elif hi - lo > 2 * TOLERANCE:
+            unverified.append(f"speed unverified at width {k}: measured/predicted spread "
+                              f"{lo:.2f}–{hi:.2f} over {r['rounds']} rounds (too noisy)")
+        elif abs(w["off"]) > TOLERANCE:
+            problems.append(f"width {k} measured {w['measured']:.2f}× vs predicted "
+                            f"{w['predicted']:.2f}× ({w['off']:+.0%}, median of "
+                            f"{r['rounds']} rounds)")
+    if acceptance != 1.0 and widths:
+        unverified.append("speed unverified: predicted at acceptance 1.0, which the sweep "
+                          "did not measure")
+    return widths
 
 
 def _positive(x) -> bool:
@@ -143,13 +190,29 @@ def node_reading(raw) -> tuple[dict | None, str | None]:
         if not all(map(_positive, [costs["target_ms"], costs["draft_ms"],
                                    *costs["verify_ms"].values(), o["ratio"]])):
             raise ValueError("a cost or ratio that is not a positive number")
+        speed = {int(k): _rounds(r) for k, r in raw.get("speed", {}).items()}
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         return None, f"unreadable reply from the node ({type(e).__name__}: {e})"
-    return {"costs": {**c, **costs}, "overhead": o}, None
+    return {"costs": {**c, **costs}, "overhead": o, "speed": speed or None}, None
+
+
+def _rounds(r: dict) -> dict:
+    """One width's rounds from a node's reply, checked: a count, and if any were timed,
+    positive medians and a spread of two positive ratios, lower first."""
+    n = r["rounds"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"a round count that is not a count: {n!r}")
+    if n == 0:
+        return {"rounds": 0}
+    lo, hi = r["spread"]
+    if not all(map(_positive, [r["predicted"], r["measured"], r["ratio"], lo, hi])) or lo > hi:
+        raise ValueError("a speed reading that is not positive numbers, lower quartile first")
+    return {k: r[k] for k in ("rounds", "predicted", "measured", "ratio", "spread")}
 
 
 def check_instrument(hosts, store: Store, workdir: Path, draft: Path, *, layers: int = 16,
                      repetitions: int = 3, max_tokens: int = 64, cost_reps: int = 25,
+                     rounds: int = 5,
                      ssh: SSHOptions | None = None, inventory: str | None = None, progress=None,
                      log=print) -> list[NodeCheck]:
     """Sweep the calibration pair of ``draft`` on ``hosts``, measure each node's step costs
@@ -176,7 +239,7 @@ def check_instrument(hosts, store: Store, workdir: Path, draft: Path, *, layers:
         sn = placed[h.name]
         check_placement(h, expand_root(h.root, await t.home()), sn, result.sweep_id)
         r = await t.run(f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent costs "
-                        f"{q(sn.job_path)} --reps {cost_reps}")
+                        f"{q(sn.job_path)} --reps {cost_reps} --rounds {rounds}")
         return json.loads(r.stdout.strip().splitlines()[-1])
 
     measured = {o.host: o for o in run_fan_out([h for h in hosts if h.name in ran], costs, ssh)}
@@ -191,7 +254,7 @@ def check_instrument(hosts, store: Store, workdir: Path, draft: Path, *, layers:
         value, problem = node_reading(o.value) if o is not None and o.status == "ok" else \
             (None, o.detail if o is not None else "not measured")
         check = judge(h.name, gens.get(h.name, []), value and value["costs"],
-                      value and value["overhead"])
+                      value and value["overhead"], value and value["speed"])
         if problem:
             check.line += f" (step costs: {problem})"
         out.append(check)

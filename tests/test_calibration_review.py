@@ -12,7 +12,7 @@ from orchestrator.review.rules import load_rules
 from orchestrator.review.verdict import MIN_RUNS, decide, policy
 from orchestrator.review.weekly import DEFAULT_GATES, analyse
 from orchestrator.store import open_store
-from orchestrator.store.models import Plan, Sweep
+from orchestrator.store.models import Event, Plan, Sweep
 from tests.history import config_values, night, week_nights
 
 WEEK = "2026-W10"
@@ -39,10 +39,19 @@ def _plant(store, nights: int) -> None:
                              ("speculative", 4): config_values(96.0, acceptance=1.0)})
         with store.engine.begin() as c:
             c.execute(Sweep.__table__.update().where(Sweep.id == sid).values(plan_id="lock-cal"))
-        night(store, at + timedelta(minutes=5), pair="target / draft", **common,
+            c.execute(Event.__table__.insert().values(
+                sweep_id=sid, node="mac-a", seq=10_000, type="notice", ts=0.0, payload={
+                    "message": "adaptive: num_draft_tokens=2 stops repeating: slower than "
+                    "the best", "variant": "speculative", "workload": "code",
+                    "adaptive": True}))
+        real = night(store, at + timedelta(minutes=5), pair="target / draft", **common,
               configs={("baseline", 0): config_values(300.0),
                        ("speculative", 2): config_values(210.0, acceptance=0.6),
                        ("speculative", 4): config_values(180.0, acceptance=0.5)})
+        with store.engine.begin() as c:
+            c.execute(Event.__table__.insert().values(
+                sweep_id=real, node="mac-a", seq=10_000, type="notice", ts=0.0,
+                payload={"message": "a real pair's notice", "workload": "code"}))
 
 
 def _review(tmp_path, nights: int) -> dict:
@@ -62,6 +71,10 @@ def test_one_night_gives_each_decision_provisional_with_its_count(tmp_path):
                                       "1 of 3 nights")
     assert real["verdict"]["text"] == ("keep autoregressive: no draft width is faster than "
                                        "the baseline, provisional: 1 of 3 nights")
+    # the calibration sweep's notices (its adaptive stops) are marked; the real pair's not
+    marks = {n["message"]: n["calibration"] for n in by["_a"]["notices"]}
+    assert marks == {"adaptive: num_draft_tokens=2 stops repeating: slower than the best":
+                     True, "a real pair's notice": False}
     # the policy leaves the instrument out unless asked, and says what is provisional
     p = policy(by["_a"])
     assert [s["model_pair"] for s in p["series"]] == ["target / draft"]
@@ -69,6 +82,10 @@ def test_one_night_gives_each_decision_provisional_with_its_count(tmp_path):
     asked = {s["model_pair"]: s for s in policy(by["_a"], calibration=True)["series"]}
     c = asked["grown-32 (calibration) / draft"]
     assert c["calibration"] is True and c["speculation"] is True and c["num_draft_tokens"] == 4
+    # what the review page says the policy would do if asked: that series only
+    from orchestrator.review.report import calibration_policy
+
+    assert calibration_policy(by["_a"]) == [c]
 
 
 def test_three_nights_are_no_longer_provisional(tmp_path):
@@ -121,3 +138,29 @@ def test_policy_calibration_without_a_policy_is_refused(tmp_path):
                                   f"sqlite:///{tmp_path / 's.db'}"])
     assert r.exit_code == 2 and "--policy-calibration says what goes in the policy: give " \
         "--policy FILE too" in r.output
+
+
+def test_a_calibration_series_without_a_decision_is_shown_off_in_the_policy_line(tmp_path):
+    """A calibration night with no baseline (as on a contended demo: every run set aside)
+    decides "needs more data"; the review still renders, and says the policy would keep
+    speculation off for it (no provisional count: there is no decision to qualify)."""
+    from orchestrator.review.report import calibration_policy, write_review
+
+    store = open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    with store.engine.begin() as c:
+        c.execute(Plan.__table__.insert().values(id="lock-cal", name="demo-calibration",
+                                                 created_at=MONDAY, plan={}, lock=CAL_LOCK))
+    sid = night(store, MONDAY + timedelta(hours=1), node="mac-a", chip="Apple M2",
+                workload="code", pair="grown-32 (calibration) / draft",
+                identity={"target_fingerprint": CAL_FP},
+                configs={("speculative", 4): config_values(96.0, acceptance=1.0)})
+    with store.engine.begin() as c:
+        c.execute(Sweep.__table__.update().where(Sweep.id == sid).values(plan_id="lock-cal"))
+    a = analyse(store, WEEK, load_rules(), now=MONDAY + timedelta(days=6))
+    (p,) = calibration_policy(a)
+    assert p["decision"] == "needs more data" and p["speculation"] is False
+    assert "provisional" not in p
+    html = write_review(store, tmp_path / "review.html", week=WEEK,
+                        now=MONDAY + timedelta(days=6), formats=("html",))["html"]
+    assert ('<span data-series="grown-32 (calibration) / draft">grown-32 (calibration) / '
+            "draft · code: speculation <b>off</b></span>.") in html.read_text()

@@ -324,13 +324,18 @@ def _folder_name(ctx, param, value: str) -> Path:
               help="Layers of the grown target.")
 @click.option("--repetitions", type=click.IntRange(1, 50), default=3, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(16, 4096), default=64, show_default=True)
+@click.option("--rounds", type=click.IntRange(1, 50), default=5, show_default=True,
+              help="Alternating rounds per node of step costs and measured speedup (the "
+                   "speed verdict is the median of their ratios).")
 @db_option
-def calibrate(draft, workdir, layers, repetitions, max_tokens, db_url, failed_hosts_file,
-              as_json, **kw):
+def calibrate(draft, workdir, layers, repetitions, max_tokens, rounds, db_url,
+              failed_hosts_file, as_json, **kw):
     """Check the instrument on each node with a calibration pair (a target grown from the
     draft with identity layers): acceptance exactly 1.0 and output identical to
     autoregressive; the speedup at each width within 10% of the one predicted from the
-    node's own step costs; the agent's loop against a bare mlx-lm loop. One line per node:
+    node's own step costs (both measured in alternating rounds on the node, judged on the
+    median ratio; a spread too wide to judge is unverified); the agent's loop against a
+    bare mlx-lm loop. One line per node:
     "instrument ok" or what is off and by how much. Exit 0 if every node is ok, 1 if one
     is off or failed, 3 if a reading could not be taken (e.g. a contended node). Nodes run
     their own Python (specfleet_python) with this controller's mlx and mlx-lm versions
@@ -355,8 +360,8 @@ def calibrate(draft, workdir, layers, repetitions, max_tokens, db_url, failed_ho
         build_demo_models(workdir / "models", log=say)
         draft = workdir / "models" / "draft"
     checks = check_instrument(hosts, open_store(db_url), workdir, draft, layers=layers,
-                              repetitions=repetitions, max_tokens=max_tokens, ssh=ssh,
-                              inventory=inventory_path, progress=StderrProgress(), log=say)
+                              repetitions=repetitions, max_tokens=max_tokens, rounds=rounds,
+                              ssh=ssh, inventory=inventory_path, progress=StderrProgress(), log=say)
     if as_json:
         click.echo(json.dumps([c.__dict__ for c in checks], indent=2, default=str))
     else:

@@ -84,6 +84,14 @@ def review_analysis(store: Store, *, week: str | None = None,
     return a
 
 
+def calibration_policy(a: dict) -> list[dict]:
+    """What the policy would say for the week's calibration series if asked
+    (``--policy-calibration``): they are never in it otherwise, so the page says it."""
+    from .verdict import policy
+
+    return [p for p in policy(a, calibration=True)["series"] if p.get("calibration")]
+
+
 def write_review(store: Store, out: Path, *, week: str | None = None,
                  formats: tuple[str, ...] = FORMATS, rules_file: Path = DEFAULT_RULES,
                  gates: dict | None = None, now: datetime | None = None,
@@ -104,7 +112,7 @@ def write_review(store: Store, out: Path, *, week: str | None = None,
         if fmt == "html":
             text = environment(True).get_template("weekly.html.j2").render(
                 a=a, charts=all_charts(a["series"], a["gates"]), generated=generated,
-                repro=a["repro"])
+                repro=a["repro"], calibration_policy=calibration_policy(a))
         elif fmt == "md":
             text = environment(False).get_template("weekly.md.j2").render(a=a)
         elif fmt == "json":  # with OpenTelemetry GenAI names per config, for dashboards

@@ -464,6 +464,17 @@ def calibration_targets(store: Store, sweep_ids: list[str]) -> dict[str, dict]:
     return out
 
 
+def calibration_sweeps(store: Store, sweep_ids: list[str]) -> set[str]:
+    """The week's sweeps whose lock swept a calibration target (their notices, e.g. the
+    adaptive sweep's stops, are marked as the instrument's)."""
+    with store.engine.connect() as c:
+        return {sid for sid, lock in c.execute(
+            select(Sweep.id, Plan.lock).join(Plan, Sweep.plan_id == Plan.id)
+            .where(Sweep.id.in_(sweep_ids)))
+            if any(isinstance(m, dict) and isinstance(m.get("calibration"), dict)
+                   for m in ((lock or {}).get("models") or {}).values())}
+
+
 def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | None = None,
             now: datetime | None = None, change_points_too: bool = True,
             regressions_too: bool = True) -> dict:
@@ -532,11 +543,13 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
     run_of = {(r.sweep_id, r.node, r.series[2], r.series[3], r.pair, canonical(r.config)): r
               for r in this_week}
     _positions(out, generations, run_of)
+    cal_sweeps = calibration_sweeps(store, sweep_ids)
     return {"week": label, "start": start.isoformat(), "end": end.isoformat(), "gates": gates,
             "series": out, "side_by_side": side_by_side(out), "sweeps": sweep_ids,
             "ladders": found, "busy_vs_idle": busy,
             "loads": ramps,
-            "notices": agent_notices(store, sweep_ids),
+            "notices": [{**n, "calibration": n["sweep_id"] in cal_sweeps}
+                        for n in agent_notices(store, sweep_ids)],
             "failures": (failures := failed_sweeps(store, start, end)),
             "counts": {"failed_sweeps": len(failures), "series": len(out),
                        "runs_this_week": len(this_week), "set_aside_runs": set_aside_runs,
