@@ -220,7 +220,7 @@ MAX_EVENT_DEPTH = 32
 
 # Per-generation metrics, units in the names (what `generation` events carry).
 GENERATION_METRICS = (
-    "ttft_ms", "prefill_ms", "prefill_tok_s", "decode_tok_s", "decode_tok_s_mean",
+    "ttft_ms", "e2e_ms", "prefill_ms", "prefill_tok_s", "decode_tok_s", "decode_tok_s_mean",
     "itl_p50_ms", "itl_p95_ms", "itl_p99_ms", "generated_tokens", "drafted_tokens",
     "accepted_tokens", "acceptance_rate", "verify_rounds", "mean_accepted_len",
     "peak_mlx_memory_bytes", "rss_peak_bytes", "swap_used_before_bytes",

@@ -44,6 +44,8 @@ def metrics(t: Trace, *, speculative: bool, num_draft_tokens: int, max_tokens: i
         "generated_tokens": len(t.token_times),
         "finish_reason": t.finish_reason,
         "ttft_ms": round(times[0] * 1e3, 3) if times else None,
+        # request to last output: the E2E latency TPOT = (E2E - TTFT) / (tokens - 1) needs
+        "e2e_ms": round(times[-1] * 1e3, 3) if times else None,
         "decode_tok_s": round(rate, 2) if rate else None,
         "decode_tok_s_mean": round(mean_rate, 2) if mean_rate else None,
         "decode_skipped_tokens": skipped,
