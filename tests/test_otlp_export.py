@@ -322,3 +322,38 @@ def test_acceptance_length_counts_the_bonus_token(accepted, rounds):
 def test_metrics_url_is_idempotent(host, port, path):
     url = metrics_url(f"http://{host}:{port}{path}")
     assert url.endswith("/v1/metrics") and metrics_url(url) == url
+
+
+def test_real_sweep_and_nightly_with_otlp(fleet, model_pair, tmp_path, sqlite_url):
+    """A real sweep (sshd node, mlx-lm on the CPU) with --otlp: its every request arrives and
+    equals the store; a nightly whose endpoint is down warns, and its result and exit status
+    are those of the sweep."""
+    from tests.locks import make_lock
+
+    lock = make_lock(tmp_path, model_pair, widths=(2,), repetitions=1, max_tokens=24)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(fleet.inventory_yaml())
+    common = ["-i", str(inv), "--known-hosts", str(fleet.known_hosts), "--db", sqlite_url,
+              "--no-provision", "--limit", "node1"]
+    with Receiver() as r:
+        out = CliRunner().invoke(main, ["sweep", str(lock), *common, "--otlp", r.url])
+        assert out.exit_code == 0, out.output
+    store = open_store(sqlite_url)
+    sid = store.latest_sweep_id()
+    assert f"of sweep {sid} as {len(r.points)} data points to {r.url}/v1/metrics" in out.output
+    check_against_store(store, r.points, sid)
+    assert {p.resource["host.name"] for p in r.points} == {"node1"}
+    with Session(store.engine) as c:
+        gens = c.execute(select(func.count()).select_from(Measurement)).scalar()
+    assert sum(p.count for p in r.points
+               if p.metric == "gen_ai.server.time_to_first_token") == gens > 0
+
+    port = _closed_port()
+    out = CliRunner().invoke(main, ["nightly", str(lock), *common, "--otlp",
+                                    f"http://127.0.0.1:{port}"])
+    assert out.exit_code == 0, out.output
+    assert f"warning: OTLP export to http://127.0.0.1:{port}/v1/metrics failed: " \
+        "[Errno 111] Connection refused" in out.output
+    assert ": ok (1/1 nodes ok)" in out.output
+    night_id = store.latest_sweep_id()
+    assert night_id != sid and store.sweep(night_id).status == "ok"
