@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 VALUE_METRICS = ("decode_tok_s", "acceptance_rate", "ttft_ms", "itl_p95_ms", "itl_p99_ms",
                  "itl_p50_ms", "peak_mlx_memory_bytes", "swap_used_after_bytes", "swap_in_bytes",
-                 "prompt_tokens", "generated_tokens")
+                 "prompt_tokens", "generated_tokens", "e2e_ms")
 SUMMARY_METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate",
                    "peak_mlx_memory_bytes", "bandwidth_utilisation")
 

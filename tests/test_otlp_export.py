@@ -357,3 +357,32 @@ def test_real_sweep_and_nightly_with_otlp(fleet, model_pair, tmp_path, sqlite_ur
     assert ": ok (1/1 nodes ok)" in out.output
     night_id = store.latest_sweep_id()
     assert night_id != sid and store.sweep(night_id).status == "ok"
+
+
+def test_review_json_otel_block_names_the_target_the_endpoint_and_per_request_tpot(tmp_path):
+    """The review's JSON `otel` block: the target's name (not two paths), `chat` for a
+    runtime's chat endpoint, and TPOT as the median of (E2E − TTFT)/(tokens − 1): 31 tokens,
+    TTFT 50 ms, E2E 350 ms → 0.01 s (1/decode rate would give 1/150 s)."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    store = open_store(url)
+    at = datetime(2026, 5, 12, 2, tzinfo=timezone.utc)  # ISO week 2026-W20
+    night(store, at, node="mac-01", chip="Apple M2 Max", pair="gemma / gemma-draft",
+          workload="chatty", engine="vllm (chat)",
+          configs={("baseline", 0): config_values(100.0, ttft=50.0, e2e=350.0, tokens=31,
+                                                  jitter=0),
+                   ("speculative", 3): config_values(150.0, ttft=50.0, e2e=250.0, tokens=31,
+                                                     acceptance=0.8, jitter=0)})
+    out = CliRunner().invoke(main, ["review", "--week", "2026-W20", "--db", url, "--out",
+                                    str(tmp_path / "out"), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads((tmp_path / "out" / "review-2026-W20.json").read_text())
+    (series,) = data["series"]
+    base, spec = series["configs"]
+    for c in (base, spec):
+        assert c["otel"]["gen_ai.request.model"] == "gemma"
+        assert c["otel"]["gen_ai.operation.name"] == "chat"
+        assert c["otel"]["gen_ai.provider.name"] == "vllm"
+    assert base["otel"]["medians"]["gen_ai.server.time_per_output_token"] == pytest.approx(0.01)
+    assert spec["otel"]["medians"]["gen_ai.server.time_per_output_token"] == pytest.approx(
+        0.2 / 30)
+    assert spec["otel"]["medians"]["specfleet.speculative.speedup"] == pytest.approx(1.5)

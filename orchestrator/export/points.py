@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ..review import otel
 from ..review.configs import config_label, sampling_key
 from ..store.db import Store, result_pair
 from ..store.models import Event, Measurement, Run, Sweep, SweepNode
@@ -61,22 +62,17 @@ class Selection:
 def operation_name(payload: dict) -> str:
     """``chat`` for a runtime reached on /v1/chat/completions, else ``text_completion``
     (/v1/completions, or mlx-lm in process on the prompt's token ids)."""
-    return "chat" if str(payload.get("runtime") or "").endswith(" (chat)") else \
-        "text_completion"
+    return otel.operation_name(payload.get("runtime"))
 
 
 def provider_name(payload: dict, run_engine: str | None) -> str:
     """What served the request: ``mlx-lm`` in process, or the http runtime's name."""
-    if payload.get("engine") == "http" or payload.get("runtime"):
-        return str(payload.get("runtime") or run_engine or "http").removesuffix(" (chat)")
-    return run_engine or "mlx-lm"
+    return otel.provider_name(payload.get("runtime") or run_engine)
 
 
 def target_name(model_pair: str | None, fingerprint: str | None) -> str:
     """The target's name ("gemma" of "gemma / gemma-draft"); its fingerprint if unnamed."""
-    if model_pair:
-        return model_pair.split(" / ")[0]
-    return fingerprint or "unknown"
+    return otel.target_name(model_pair) or fingerprint or "unknown"
 
 
 def e2e_s(payload: dict) -> float | None:
