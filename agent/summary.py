@@ -19,7 +19,10 @@ VALUE_METRICS = ("decode_tok_s", "acceptance_rate", "ttft_ms", "itl_p95_ms", "it
                  "itl_p50_ms", "peak_mlx_memory_bytes", "swap_used_after_bytes", "swap_in_bytes",
                  "prompt_tokens", "generated_tokens", "e2e_ms")
 SUMMARY_METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate",
-                   "peak_mlx_memory_bytes", "bandwidth_utilisation")
+                   "peak_mlx_memory_bytes", "bandwidth_utilisation",
+                   # acceptance length two ways: accepted drafts per verify round (ours), and
+                   # vLLM's / AIPerf's, which counts the target's bonus token (ours + 1)
+                   "mean_accepted_len", "mean_acceptance_length_vllm")
 
 
 def describe(values: list[float | None]) -> dict:
