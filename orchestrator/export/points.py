@@ -75,17 +75,6 @@ def target_name(model_pair: str | None, fingerprint: str | None) -> str:
     return otel.target_name(model_pair) or fingerprint or "unknown"
 
 
-def e2e_s(payload: dict) -> float | None:
-    """Request duration in s: the agent's ``e2e_ms``, or the last token's arrival time in
-    journals written before it reported one; None when neither was kept."""
-    if isinstance(payload.get("e2e_ms"), int | float):
-        return payload["e2e_ms"] / 1e3
-    times = payload.get("token_times_us")
-    if isinstance(times, list) and times and isinstance(times[-1], int | float):
-        return times[-1] / 1e6
-    return None
-
-
 def tpot_s(e2e: float | None, ttft: float | None, tokens: int) -> float | None:
     """(E2E − TTFT) / (tokens − 1); None below two tokens or without both times."""
     if e2e is None or ttft is None or tokens < 2:
@@ -162,7 +151,7 @@ def _sweep_points(store: Store, sid: str) -> list[Point]:
         base = _request_attributes(sid, m, payload, run, ident)
         res = _resource(m.node, run, ident)
         ttft = None if m.ttft_ms is None else m.ttft_ms / 1e3
-        e2e = e2e_s(payload)
+        e2e = None if m.e2e_ms is None else m.e2e_ms / 1e3  # see db.e2e_ms
         values = {TTFT: ttft, DURATION: e2e, TPOT: tpot_s(e2e, ttft, m.generated_tokens)}
         if m.mode == "speculative":
             values[ACCEPTANCE] = m.acceptance_rate
