@@ -347,6 +347,19 @@ def test_real_sweep_and_nightly_with_otlp(fleet, model_pair, tmp_path, sqlite_ur
         gens = c.execute(select(func.count()).select_from(Measurement)).scalar()
     assert sum(p.count for p in r.points
                if p.metric == "gen_ai.server.time_to_first_token") == gens > 0
+    # the agent's own fields: E2E, and vLLM's acceptance length beside ours (+1: the bonus)
+    with Session(store.engine) as c:
+        spec = [p for p in c.execute(select(Event.payload).where(
+            Event.sweep_id == sid, Event.type == "generation")).scalars()
+            if p["mode"] == "speculative"]
+        run_id = c.execute(select(Run.id).where(Run.sweep_id == sid,
+                                                Run.mode == "speculative")).scalar()
+    assert spec and all(p["e2e_ms"] >= p["ttft_ms"] > 0 for p in spec)
+    assert all(p["mean_acceptance_length_vllm"] == pytest.approx(
+        p["mean_accepted_len"] + 1, abs=2e-4) for p in spec)
+    shown = CliRunner().invoke(main, ["runs", "show", str(run_id), "--db", sqlite_url])
+    assert "mean_accepted_len" in shown.output and "mean_acceptance_length_vllm" in \
+        shown.output
 
     port = _closed_port()
     out = CliRunner().invoke(main, ["nightly", str(lock), *common, "--otlp",
