@@ -11,6 +11,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import func, select, text
 
 from orchestrator.store import open_store
@@ -128,3 +130,13 @@ def test_an_edited_timestamp_is_a_conflict_verify_names(sqlite_url):
             measured_at=AT + timedelta(days=1)))
     (bad,) = measurement_mismatches(store, sid, "mac-b")
     assert "measured_at" in bad["problem"]
+
+
+@given(st.floats(0, 4e9, allow_nan=False))
+def test_measured_at_is_the_events_time_to_the_microsecond(ts):
+    from datetime import datetime
+
+    from orchestrator.store.db import measured_at
+
+    t = datetime.fromisoformat(measured_at(ts))
+    assert t.utcoffset() == timedelta(0) and abs(t.timestamp() - ts) <= 1e-6 * max(1, ts / 1e9)

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -399,3 +399,26 @@ def test_review_json_otel_block_names_the_target_the_endpoint_and_per_request_tp
     assert spec["otel"]["medians"]["gen_ai.server.time_per_output_token"] == pytest.approx(
         0.2 / 30)
     assert spec["otel"]["medians"]["specfleet.speculative.speedup"] == pytest.approx(1.5)
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.floats(1.0, 5000.0), st.floats(0.0, 60_000.0),
+                          st.integers(1, 4096), st.booleans()), min_size=1, max_size=12))
+def test_any_stored_requests_arrive_equal_to_the_store(tmp_path_factory, requests):
+    """For any requests (TTFT, time after it, tokens, set aside or not): every point the
+    receiver decodes equals the store, and each request is counted once."""
+    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('h') / 's.db'}")
+    sid = new_sweep(store, AT)
+    night(store, AT, node="mac-a", chip="Apple M2", pair="gemma / gemma-draft",
+          workload="code", sweep_id=sid, configs={("baseline", 0): config_values(
+              100.0, jitter=0)})
+    ingest_lines(store, sid, "mac-a", [
+        generation("baseline", 0, ttft_ms=ttft, e2e_ms=ttft + extra, generated_tokens=n,
+                   unreliable=aside, unreliable_reasons=["contended"] if aside else [])
+        for ttft, extra, n, aside in requests], AT.timestamp())
+    with Receiver() as r:
+        export(store, Selection(sweep_ids=[sid]), r.url)
+    check_against_store(store, r.points, sid)
+    assert sum(p.count for p in r.points if p.metric == "gen_ai.server.request.duration") \
+        == len(requests)
