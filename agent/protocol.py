@@ -288,9 +288,10 @@ MAX_EVENT_DEPTH = 32
 
 # Per-generation metrics, units in the names (what `generation` events carry).
 GENERATION_METRICS = (
-    "ttft_ms", "prefill_ms", "prefill_tok_s", "decode_tok_s", "decode_tok_s_mean",
+    "ttft_ms", "e2e_ms", "prefill_ms", "prefill_tok_s", "decode_tok_s", "decode_tok_s_mean",
     "itl_p50_ms", "itl_p95_ms", "itl_p99_ms", "generated_tokens", "drafted_tokens",
     "accepted_tokens", "acceptance_rate", "verify_rounds", "mean_accepted_len",
+    "mean_acceptance_length_vllm",
     "peak_mlx_memory_bytes", "kv_cache_bytes", "rss_peak_bytes", "swap_used_before_bytes",
     "swap_used_after_bytes", "swap_in_bytes", "bytes_per_token", "bandwidth_utilisation",
 )

@@ -96,5 +96,7 @@ def acceptance_summary(from_draft: list[bool], k: int, max_tokens: int) -> dict:
         "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
         "verify_rounds": len(rounds),
         "mean_accepted_len": round(accepted / len(rounds), 4) if rounds else None,
+        # vLLM's and AIPerf's mean acceptance length: the target's bonus token counted too
+        "mean_acceptance_length_vllm": round(1 + accepted / len(rounds), 4) if rounds else None,
         "acceptance_by_position": by_pos,
     }

@@ -19,10 +19,13 @@ if TYPE_CHECKING:
 
 VALUE_METRICS = ("decode_tok_s", "acceptance_rate", "ttft_ms", "itl_p95_ms", "itl_p99_ms",
                  "itl_p50_ms", "peak_mlx_memory_bytes", "kv_cache_bytes", "swap_used_after_bytes",
-                 "swap_in_bytes", "prompt_tokens", "generated_tokens")
+                 "swap_in_bytes", "prompt_tokens", "generated_tokens", "e2e_ms")
 SUMMARY_METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate",
                    "peak_mlx_memory_bytes", "kv_cache_bytes", "prefill_ms",
-                   "bandwidth_utilisation")
+                   "bandwidth_utilisation",
+                   # acceptance length two ways: accepted drafts per verify round (ours), and
+                   # vLLM's / AIPerf's, which counts the target's bonus token (ours + 1)
+                   "mean_accepted_len", "mean_acceptance_length_vllm")
 
 
 def describe(values: list[float | None]) -> dict:

@@ -44,6 +44,8 @@ def metrics(t: Trace, *, speculative: bool, num_draft_tokens: int, max_tokens: i
         "generated_tokens": len(t.token_times),
         "finish_reason": t.finish_reason,
         "ttft_ms": round(times[0] * 1e3, 3) if times else None,
+        # request to last output: the E2E latency TPOT = (E2E - TTFT) / (tokens - 1) needs
+        "e2e_ms": round(times[-1] * 1e3, 3) if times else None,
         "decode_tok_s": round(rate, 2) if rate else None,
         "decode_tok_s_mean": round(mean_rate, 2) if mean_rate else None,
         "decode_skipped_tokens": skipped,
@@ -59,7 +61,8 @@ def metrics(t: Trace, *, speculative: bool, num_draft_tokens: int, max_tokens: i
         m["from_draft"] = "".join("1" if f else "0" for f in t.from_draft)
     elif t.from_draft is not None:  # known to be autoregressive: nothing drafted
         m.update({"drafted_tokens": 0, "accepted_tokens": 0, "acceptance_rate": None,
-                  "mean_accepted_len": None, "acceptance_by_position": []})
+                  "mean_accepted_len": None, "mean_acceptance_length_vllm": None,
+                  "acceptance_by_position": []})
     else:  # a runtime's own totals where it reports them; never invented
         m.update({"drafted_tokens": t.drafted, "accepted_tokens": t.accepted,
                   "acceptance_rate": (t.accepted / t.drafted) if t.drafted and

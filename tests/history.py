@@ -27,7 +27,7 @@ BASE_IDENTITY = {"env_id": "env-a", "mlx_version": "0.32.4", "mlx_lm_version": "
 
 def config_values(decode: float, reps: int = 3, *, acceptance=None, ttft=50.0, itl_p95=20.0,
                   itl_p99=30.0, mem=1.0e9, swap=0, swap_in=0, tokens=256, jitter=0.01,
-                  rng=random) -> dict:
+                  rng=random, e2e=None) -> dict:
     def j(v):
         return None if v is None else v * (1 + rng.uniform(-jitter, jitter))
     return {"decode_tok_s": [j(decode) for _ in range(reps)],
@@ -36,7 +36,7 @@ def config_values(decode: float, reps: int = 3, *, acceptance=None, ttft=50.0, i
             "itl_p99_ms": [j(itl_p99)] * reps, "itl_p50_ms": [itl_p95 / 4] * reps,
             "peak_mlx_memory_bytes": [mem] * reps, "swap_used_after_bytes": [swap] * reps,
             "swap_in_bytes": [swap_in] * reps, "generated_tokens": [tokens] * reps,
-            "prompt_tokens": [32] * reps}
+            "prompt_tokens": [32] * reps, "e2e_ms": [j(e2e) for _ in range(reps)]}
 
 
 def C(mode: str, k: int, **knobs) -> tuple:

@@ -154,6 +154,8 @@ NOT_RUN_HERE = {
     "provision": "installs pinned wheels on nodes: tests/test_provision.py runs it where a "
                  "lock with platforms and provisioned nodes exist",
     "demo": "the whole demo (three drafts): tests/test_demo_example.py",
+    "export otlp": "needs an OTLP collector: tests/test_otlp_export.py runs the example "
+                   "against a real receiver on the published OTLP messages",
 }
 
 

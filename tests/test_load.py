@@ -158,7 +158,7 @@ def test_the_load_generator_alone():
     ({"concurrency": [2, 1]}, "http", "load.concurrency: list the levels once each, rising"),
     ({"concurrency": [0]}, "http", "load.concurrency: a list of integers from 1 to 256"),
     ({"request_rate": [2], "arrivals": "bursty"}, "http", "load.arrivals: one of poisson"),
-    ({"concurrency": [1], "slo": {"ttft": 5}}, "http", "load.slo: a mapping of ttft_ms"),
+    ({"concurrency": [1], "slo": {"ttfb": 5}}, "http", "load.slo: a mapping of ttft_ms"),
     ({"requests": 4}, "http", "load: set concurrency (streams) or request_rate"),
     ({"concurency": [1]}, "http", "load: unknown key(s) concurency"),
 ])

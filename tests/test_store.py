@@ -20,7 +20,8 @@ HEAD = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head
 NEW_IN_0002 = {"context_bucket", "itl_p99_ms", "swap_in_bytes", "bandwidth_utilisation",
                "unreliable", "unreliable_reasons",
                "first_divergence_unit",  # 0008
-               "pair"}  # 0011; 0001 had none of them
+               "pair",  # 0011
+               "measured_at", "e2e_ms"}  # 0013; 0001 had none of them
 
 JOB = {"schema": 1, "models": {"target": {"fingerprint": "sha256:t"},
                                "draft": {"fingerprint": "sha256:d"}}}

@@ -3,7 +3,7 @@
 One module per area; importing them registers their commands on ``main``.
 """
 
-from . import fleet, planning, project, results, sweeping  # noqa: F401  (registers commands)
+from . import exporting, fleet, planning, project, results, sweeping  # noqa: F401  (registers commands)
 from .base import main
 
 __all__ = ["main"]

@@ -21,6 +21,7 @@ from .base import (
     report_outcomes,
     ssh_options,
 )
+from .exporting import export_after_sweep
 
 
 def _sweep_id(ctx, param, value: str | None) -> str | None:
@@ -47,9 +48,13 @@ def _sweep_id(ctx, param, value: str | None) -> str | None:
 @click.option("--reconnect-timeout", type=Finite(min=0), default=120.0,
               show_default=True,
               help="Seconds to keep reconnecting to a node whose link dropped.")
+@click.option("--otlp", "otlp_url", default=None, metavar="URL",
+              help="Afterwards, export the sweep's results to this OTLP/HTTP endpoint (as "
+                   "`specfleet export otlp`); a failure is a warning, the sweep's result "
+                   "stands.")
 @db_option
-def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout, db_url,
-          failed_hosts_file, as_json, **kw):
+def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout, otlp_url,
+          db_url, failed_hosts_file, as_json, **kw):
     """Run the sweep a LOCK describes on each node (LOCK = PLAN.lock.json).
 
     Agents run detached on the nodes and journal every event; the controller follows the
@@ -101,6 +106,7 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
                                        f"{', '.join(left)} (see above)")
         click.echo(f"sweep {result.sweep_id}: stopped; its nodes are free", err=True)
         return
+    export_after_sweep(db_url, result.sweep_id, otlp_url)  # before: report_outcomes may exit
     if result.left_out:  # said first: report_outcomes exits when a node was not ok
         click.echo(f"left out, still to finish: {', '.join(result.left_out)} (pick them up "
                    f"with `specfleet sweep --attach {result.sweep_id}{opts.hint_args}`)",
@@ -181,8 +187,12 @@ def _record_failed_nightly(db_url: str | None, lock_path: Path, reason: str) -> 
 @click.argument("lock_path", metavar="LOCK", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--provision/--no-provision", default=None,
               help="As for `sweep`: on unless the lock manages no environments.")
+@click.option("--otlp", "otlp_url", default=None, metavar="URL",
+              help="Afterwards, export the sweep's results to this OTLP/HTTP endpoint (as "
+                   "`specfleet export otlp`); a failure is a warning, the sweep's result "
+                   "stands.")
 @db_option
-def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
+def nightly(lock_path, provision, otlp_url, db_url, failed_hosts_file, as_json, **kw):
     """The scheduled sweep: refuses to start while a previous nightly of the same plan
     runs, records trigger=nightly, prints one summary line, exits 1 if any node failed.
 
@@ -209,6 +219,7 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
         result = start_sweep(doc, hosts, open_store(db_url), inventory=inventory_path,
                              opts=SweepOptions(ssh=ssh, provision=provision, trigger="nightly"),
                              progress=StderrProgress(), announce=started.append)
+    export_after_sweep(db_url, result.sweep_id, otlp_url)
     bad = [o for o in result.outcomes if o.status != "ok"]
     ok = len(result.outcomes) - len(bad)
     line = (f"nightly {doc['name']} sweep {result.sweep_id}: {result.status} "

@@ -21,6 +21,7 @@ SHOWN = ("requests", "completed", "errors", "error_examples", "output_tok_s_tota
          "output_tok_s_per_stream_p50", "requests_per_s", "offered_rps", "served_rps",
          "queue_growth_ms", "goodput_rps", "good_requests",
          "ttft_ms_p95", "itl_ms_p95", "tpot_ms_p50", "e2e_ms_p50", "e2e_ms_p95", "e2e_ms_p99",
+         "e2el_ms_p50", "e2el_ms_p99",  # vLLM's E2EL: from the actual send, no client queueing
          "rss_peak_bytes", "swap_in_bytes", "stop_reason", "error", "slo", "acceptance_rate",
          "unreliable_reasons")
 

@@ -1,11 +1,11 @@
-"""OpenTelemetry GenAI semantic-convention names for what the review exports, so a
-dashboard that reads OTel GenAI metrics can put speculative and autoregressive runs side
-by side. OTel's names are used where one exists (in OTel's units: seconds); what OTel has
-no name for (draft width, acceptance, speedup) is namespaced ``specfleet.*``.
+"""OpenTelemetry GenAI semantic-convention names on the review's JSON export and webhook, so a
+dashboard that reads OTel GenAI data can put speculative and autoregressive runs side by
+side. Attributes use OTel's names; what OTel has no name for (draft width, acceptance,
+speedup) is namespaced ``specfleet.*``.
 
-Names from the GenAI semantic conventions (development status): ``gen_ai.provider.name``,
-``gen_ai.request.model``, ``gen_ai.operation.name``, ``gen_ai.server.time_to_first_token``
-and ``gen_ai.server.time_per_output_token`` (histograms, in s).
+The JSON holds one number per config, not a histogram: the values sit under ``medians``
+(each the median over the config's requests, in OTel's units: seconds), keyed by the metric
+they summarise. The histograms themselves go out with ``specfleet export otlp``.
 """
 
 from __future__ import annotations
@@ -15,22 +15,29 @@ def _s(ms: float | None) -> float | None:
     return None if ms is None else ms / 1000.0
 
 
+def operation_name(engine: str | None) -> str:
+    """``chat`` for a runtime reached on its chat endpoint, else ``text_completion``."""
+    return "chat" if str(engine or "").endswith(" (chat)") else "text_completion"
+
+
+def provider_name(engine: str | None) -> str:
+    return str(engine or "mlx-lm").removesuffix(" (chat)")
+
+
+def target_name(model_pair: str | None) -> str | None:
+    """The target's name: the first of "target / draft"."""
+    return model_pair.split(" / ")[0] if model_pair else None
+
+
 def config_attributes(series: dict, config: dict) -> dict:
-    """One config of a series, as OTel GenAI attributes and metric values."""
-    decode = config.get("decode_p50")
+    """One config of a series, as OTel GenAI attributes and its medians."""
     speculative = config["mode"] == "speculative"
     return {
-        "gen_ai.provider.name": series["engine"],
-        "gen_ai.request.model": series["model_pair"],
-        "gen_ai.operation.name": "text_completion",
-        "gen_ai.server.time_to_first_token": _s(config.get("ttft_p50")),
-        "gen_ai.server.time_per_output_token": (1.0 / decode) if decode else None,
+        "gen_ai.provider.name": provider_name(series.get("engine")),
+        "gen_ai.request.model": target_name(series.get("model_pair")),
+        "gen_ai.operation.name": operation_name(series.get("engine")),
         "specfleet.speculative": speculative,
         "specfleet.speculative.num_draft_tokens": config["k"] if speculative else 0,
-        "specfleet.speculative.acceptance_rate": config.get("acceptance_p50"),
-        "specfleet.speedup": config.get("speedup"),
-        "specfleet.decode.tokens_per_second": decode,
-        "specfleet.inter_token_latency.p95": _s(config.get("itl_p95")),
         "specfleet.node.chip": series["chip"],
         "specfleet.workload": series["workload"],
         "specfleet.context_bucket": series["context_bucket"],
@@ -39,6 +46,16 @@ def config_attributes(series: dict, config: dict) -> dict:
         # every run of the config unreliable: its numbers are shown, never concluded from
         "specfleet.set_aside": bool(config.get("set_aside")),
         "specfleet.config": config.get("label") or None,
+        "medians": {
+            "gen_ai.server.time_to_first_token": _s(config.get("ttft_p50")),
+            # per request (E2E − TTFT)/(tokens − 1), as the conventions define it; None
+            # for runs stored before the agent reported E2E
+            "gen_ai.server.time_per_output_token": _s(config.get("tpot_p50")),
+            "specfleet.speculative.acceptance_rate": config.get("acceptance_p50"),
+            "specfleet.speculative.speedup": config.get("speedup"),
+            "specfleet.decode.tokens_per_second": config.get("decode_p50"),
+            "specfleet.inter_token_latency.p95": _s(config.get("itl_p95")),
+        },
     }
 
 

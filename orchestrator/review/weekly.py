@@ -216,6 +216,20 @@ class ConfigStats:
     knobs: dict = field(default_factory=dict)
     sampling: str = ""                  # the sampling settings it shares with its baseline
     knob_text: str = ""                 # " · temperature 0.7": settings away from defaults
+    tpot_p50: float | None = None       # ms: median over requests of (E2E − TTFT)/(tokens − 1)
+
+
+def _tpots(runs: list[RunRow]) -> list[float]:
+    """Each request's time per output token in ms, (E2E − TTFT) / (tokens − 1), where its
+    run kept E2E (journals from before the agent reported it have none: left out)."""
+    out = []
+    for r in runs:
+        v = r.summary.get("values") or {}
+        for e2e, ttft, n in zip(v.get("e2e_ms") or [], v.get("ttft_ms") or [],
+                                v.get("generated_tokens") or []):
+            if e2e is not None and ttft is not None and n is not None and n >= 2:
+                out.append((e2e - ttft) / (n - 1))
+    return out
 
 
 def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> ConfigStats:
@@ -259,7 +273,8 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         unreliable=sum(1 for r in runs if r.shaky), unreliable_reasons=reasons,
         task_pass_rate=median(rates) if rates else None, trials=len(dec),
         config_id=first.cid.key, label=config_label(first.mode, first.k, first.config),
-        knobs=first.config, sampling=first.sampling, knob_text=knob_suffix(first.config))
+        knobs=first.config, sampling=first.sampling, knob_text=knob_suffix(first.config),
+        tpot_p50=median(_tpots(runs)))
 
 
 # Gates compare measured medians with declared limits: a value exactly at its limit passes

@@ -448,7 +448,7 @@ class Store:
 
 EVENT_COLUMNS = ("sweep_id", "node", "seq", "type", "ts", "payload")
 MEASUREMENT_TABLE_COLUMNS = ("sweep_id", "node", "seq", "knob_value", "temperature", "pair",
-                             *MEASUREMENT_COLUMNS)
+                             "measured_at", "e2e_ms", *MEASUREMENT_COLUMNS)
 
 
 _REASONS_AT = MEASUREMENT_COLUMNS.index("unreliable_reasons")
@@ -460,12 +460,33 @@ def _measurement_tuple(sweep_id: str, node: str, e: dict) -> tuple:
         values[_REASONS_AT] = json.dumps(values[_REASONS_AT])
     kv = e.get("knob_value")
     return (sweep_id, node, e["seq"], None if kv is None else str(kv),
-            e["config"]["temperature"], result_pair(e), *values)
+            e["config"]["temperature"], result_pair(e), measured_at(e["ts"]), e2e_ms(e),
+            *values)
+
+
+def measured_at(ts: float) -> str:
+    """An event's time as text both drivers store as timestamptz / SQLAlchemy's SQLite
+    DateTime (UTC, microseconds): the bulk insert bypasses SQLAlchemy's own conversion."""
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(sep=" ", timespec="microseconds")
+
+
+def e2e_ms(e: dict) -> float | None:
+    """The request's end-to-end time: the agent's ``e2e_ms``, or for journals written
+    before it reported one, its last token's arrival (``token_times_us``)."""
+    v = e.get("e2e_ms")
+    if isinstance(v, int | float):
+        return float(v)
+    times = e.get("token_times_us")
+    if isinstance(times, list) and times and isinstance(times[-1], int | float):
+        return times[-1] / 1e3
+    return None
 
 
 def measurement_row(sweep_id: str, node: str, e: dict) -> dict:
     """A generation event's measurement row, as ingest derives it (and verify again)."""
-    return dict(zip(MEASUREMENT_TABLE_COLUMNS, _measurement_tuple(sweep_id, node, e)))
+    row = dict(zip(MEASUREMENT_TABLE_COLUMNS, _measurement_tuple(sweep_id, node, e)))
+    row["measured_at"] = datetime.fromisoformat(row["measured_at"])
+    return row
 
 
 def _pair_identity(e: dict, identity: dict) -> dict:

@@ -152,6 +152,10 @@ class Measurement(Base):
     unreliable_reasons: Mapped[list | None] = mapped_column(JSON)
     # added in 0008: token, or character (an http runtime without a tokenizer)
     first_divergence_unit: Mapped[str | None] = mapped_column(String(16))
+    # added in 0013: when it was measured (its event's time) and its end-to-end time, so a
+    # dashboard charts measurements over time and TPOT = (e2e − TTFT) / (tokens − 1)
+    measured_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    e2e_ms: Mapped[float | None] = mapped_column(Float)
 
 
 class NodeFacts(Base):

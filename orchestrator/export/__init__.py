@@ -1,0 +1,1 @@
+"""Exports of the store to where teams already look (OTLP)."""

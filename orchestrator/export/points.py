@@ -1,0 +1,227 @@
+"""What an OTLP export sends, read from the store: one record per measured request and one
+per config (width, speedup), each with the GenAI semantic-convention attributes and the
+resource (node, chip, OS build, environment) it was measured on.
+
+Definitions (see docs/metrics.md):
+- request duration (E2E) = the last output's arrival after the request was sent;
+- time per output token = (E2E − TTFT) / (output tokens − 1), as the GenAI conventions and
+  vLLM define TPOT; a request of fewer than two tokens has none;
+- speedup = a speculative config's median decode tok/s over the median of the baseline of
+  its own sampling settings, in the same sweep, node, workload and pair.
+
+A set-aside number (an unreliable generation, or a config whose baseline or own runs were
+all unreliable) carries ``specfleet.set_aside`` with the reason; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..review import otel
+from ..review.configs import config_label, sampling_key
+from ..store.db import Store, result_pair
+from ..store.models import Event, Measurement, Run, Sweep, SweepNode
+
+# GenAI semantic-convention metric names (development status), in seconds
+TTFT = "gen_ai.server.time_to_first_token"
+TPOT = "gen_ai.server.time_per_output_token"
+DURATION = "gen_ai.server.request.duration"
+# what the conventions have no name for
+ACCEPTANCE = "specfleet.speculative.acceptance_rate"
+ACCEPTANCE_LEN = "specfleet.speculative.acceptance_length"
+WIDTH = "specfleet.speculative.num_draft_tokens"
+SPEEDUP = "specfleet.speculative.speedup"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One value of one metric, with its data-point attributes and its resource."""
+
+    metric: str
+    value: float
+    attributes: dict[str, Any]
+    resource: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Selection:
+    """Which sweeps to export: ids, and/or those created in [since, until)."""
+
+    sweep_ids: list[str] = field(default_factory=list)
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def operation_name(payload: dict) -> str:
+    """``chat`` for a runtime reached on /v1/chat/completions, else ``text_completion``
+    (/v1/completions, or mlx-lm in process on the prompt's token ids)."""
+    return otel.operation_name(payload.get("runtime"))
+
+
+def provider_name(payload: dict, run_engine: str | None) -> str:
+    """What served the request: ``mlx-lm`` in process, or the http runtime's name."""
+    return otel.provider_name(payload.get("runtime") or run_engine)
+
+
+def target_name(model_pair: str | None, fingerprint: str | None) -> str:
+    """The target's name ("gemma" of "gemma / gemma-draft"); its fingerprint if unnamed."""
+    return otel.target_name(model_pair) or fingerprint or "unknown"
+
+
+def tpot_s(e2e: float | None, ttft: float | None, tokens: int) -> float | None:
+    """(E2E − TTFT) / (tokens − 1); None below two tokens or without both times."""
+    if e2e is None or ttft is None or tokens < 2:
+        return None
+    return (e2e - ttft) / (tokens - 1)
+
+
+def acceptance_length(accepted: int | None, rounds: int | None) -> float | None:
+    """vLLM's mean acceptance length: 1 + accepted draft tokens per verify round (the
+    target's bonus token counted)."""
+    if accepted is None or not rounds:
+        return None
+    return 1.0 + accepted / rounds
+
+
+def _resource(node: str, run: Run | None, ident: dict) -> tuple[tuple[str, str], ...]:
+    def get(k: str) -> Any:
+        return getattr(run, k, None) or ident.get(k)
+
+    attrs = {"service.name": "specfleet", "host.name": node, "specfleet.node": node,
+             "specfleet.node.chip": get("chip"), "os.build_id": get("os_build"),
+             "specfleet.environment.id": get("env_id"),
+             "specfleet.mlx.version": get("mlx_version"),
+             "specfleet.mlx_lm.version": get("mlx_lm_version")}
+    return tuple(sorted((k, str(v)) for k, v in attrs.items() if v is not None))
+
+
+def _key(payload: dict) -> str:
+    pair = result_pair(payload)
+    return ((f"{pair} " if pair else "") + json.dumps(payload["config"], sort_keys=True))[:255]
+
+
+def _sweeps(store: Store, sel: Selection) -> list[str]:
+    q = select(Sweep.id)
+    if sel.sweep_ids:
+        q = q.where(Sweep.id.in_(sel.sweep_ids))
+    if sel.since is not None:
+        q = q.where(Sweep.created_at >= sel.since)
+    if sel.until is not None:
+        q = q.where(Sweep.created_at < sel.until)
+    with store.engine.connect() as c:
+        return [str(x) for x in c.execute(q.order_by(Sweep.created_at)).scalars()]
+
+
+def _set_aside(unreliable: bool | None, reasons: Iterable[str] | None) -> str | None:
+    if not unreliable:
+        return None
+    return "unreliable: " + ("; ".join(str(r) for r in reasons or []) or "no reason given")
+
+
+def read_points(store: Store, sel: Selection) -> tuple[list[str], list[Point]]:
+    """The selected sweeps and every point they export, request ones first."""
+    ids = _sweeps(store, sel)
+    points: list[Point] = []
+    for sid in ids:
+        points += _sweep_points(store, sid)
+    return ids, points
+
+
+def _sweep_points(store: Store, sid: str) -> list[Point]:
+    with Session(store.engine) as c:
+        runs = list(c.execute(select(Run).where(Run.sweep_id == sid)).scalars())
+        idents = {n: i or {} for n, i in c.execute(
+            select(SweepNode.node, SweepNode.identity).where(SweepNode.sweep_id == sid))}
+        rows = c.execute(select(Measurement, Event.payload).join(
+            Event, (Event.sweep_id == Measurement.sweep_id) & (Event.node == Measurement.node)
+            & (Event.seq == Measurement.seq)).where(Measurement.sweep_id == sid)
+            .order_by(Measurement.node, Measurement.run_index)).all()
+    by_key = {(r.node, r.workload, r.mode, r.config_key): r for r in runs}
+    out: list[Point] = []
+    for m, payload in rows:
+        run = by_key.get((m.node, m.workload, m.mode, _key(payload)))
+        ident = idents.get(m.node, {})
+        base = _request_attributes(sid, m, payload, run, ident)
+        res = _resource(m.node, run, ident)
+        ttft = None if m.ttft_ms is None else m.ttft_ms / 1e3
+        e2e = None if m.e2e_ms is None else m.e2e_ms / 1e3  # see db.e2e_ms
+        values = {TTFT: ttft, DURATION: e2e, TPOT: tpot_s(e2e, ttft, m.generated_tokens)}
+        if m.mode == "speculative":
+            values[ACCEPTANCE] = m.acceptance_rate
+            values[ACCEPTANCE_LEN] = acceptance_length(m.accepted_tokens,
+                                                       payload.get("verify_rounds"))
+        out += [Point(k, float(v), base, res) for k, v in values.items() if v is not None]
+    out += _config_points(sid, runs, idents)
+    return out
+
+
+def _common(sid: str, run: Run | None, payload: dict, ident: dict, workload: str, mode: str,
+            k: int, config: dict | None, context_bucket: str | None) -> dict[str, Any]:
+    engine = run.engine if run else None
+    attrs: dict[str, Any] = {
+        "gen_ai.operation.name": operation_name(payload),
+        "gen_ai.provider.name": provider_name(payload, engine),
+        "gen_ai.request.model": target_name(
+            (run.model_pair if run else None) or ident.get("model_pair"),
+            (run.target_fingerprint if run else None) or ident.get("target_fingerprint")),
+        "specfleet.sweep.id": sid, "specfleet.workload": workload,
+        "specfleet.speculative": mode == "speculative",
+        WIDTH: k if mode == "speculative" else 0,
+        "specfleet.config": config_label(mode, k, config)}
+    for name, v in (("specfleet.context_bucket", context_bucket),
+                    ("specfleet.pair", result_pair(payload)),
+                    ("specfleet.background", run.background if run else None)):
+        if v is not None:
+            attrs[name] = v
+    return attrs
+
+
+def _request_attributes(sid: str, m: Measurement, payload: dict, run: Run | None,
+                        ident: dict) -> dict[str, Any]:
+    attrs = _common(sid, run, payload, ident, m.workload, m.mode, m.num_draft_tokens,
+                    payload.get("config"), m.context_bucket)
+    why = _set_aside(m.unreliable, m.unreliable_reasons)
+    if why is None and run is not None and run.unreliable:
+        why = "unreliable: every trial of its config"
+    if why is not None:
+        attrs["specfleet.set_aside"] = why
+    return attrs
+
+
+def _config_points(sid: str, runs: list[Run], idents: dict) -> list[Point]:
+    """Per speculative config: its draft width, and its speedup over its own baseline."""
+    def group(r: Run) -> tuple:
+        return (r.node, r.workload, r.context_bucket, r.background,
+                (r.pair or "").split("+")[0], r.engine, sampling_key(r.config))
+
+    bases = {group(r): r for r in runs if r.mode == "baseline"}
+    out = []
+    for r in runs:
+        if r.mode != "speculative":
+            continue
+        ident = idents.get(r.node, {})
+        payload = {"config": r.config, "models": (r.summary or {}).get("models"),
+                   "method": (r.summary or {}).get("method")}
+        if r.engine and r.engine != "mlx-lm":
+            payload.update(engine="http", runtime=r.engine)
+        attrs = _common(sid, r, payload, ident, r.workload, r.mode, r.num_draft_tokens,
+                        r.config, r.context_bucket)
+        res = _resource(r.node, r, ident)
+        base = bases.get(group(r))
+        why = ("unreliable: every trial of this config" if r.unreliable else
+               "no baseline of its sampling settings" if base is None else
+               "unreliable: every trial of its baseline" if base.unreliable else None)
+        if why:
+            attrs = {**attrs, "specfleet.set_aside": why}
+        out.append(Point(WIDTH, float(r.num_draft_tokens), attrs, res))
+        if base is not None and base.decode_tok_s_median and r.decode_tok_s_median:
+            out.append(Point(SPEEDUP, r.decode_tok_s_median / base.decode_tok_s_median,
+                             attrs, res))
+    return out
