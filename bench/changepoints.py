@@ -23,12 +23,14 @@ from orchestrator.review.changepoints import analyse  # noqa: E402
 from tests.history import planted_nightly, score_change_points  # noqa: E402
 
 KINDS = ("step", "drift", "dip", "none")
+PHIS = (0.7, 0.9)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--per-kind", type=int, default=50, help="series of each kind")
     ap.add_argument("--nights", type=int, default=35)
+    ap.add_argument("--ar", type=int, default=60, help="series of each AR(1) group")
     ap.add_argument("--show", type=int, default=5, help="print this many misses")
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -42,9 +44,20 @@ def main() -> None:
             series.append((analyse(values), truth))
         s = score_change_points(series)
         rows += series
-        print(f"  {kind:<6} found {s['found']:>3} of {s['events']:>3}, false {s['false']:>3}")
+        print(f"  {kind:<10} found {s['found']:>3} of {s['events']:>3}, false {s['false']:>3}")
+    for phi in PHIS:
+        for kind in ("none", "step", "drift"):
+            series = [(analyse(v), t) for v, t in (planted_nightly(seed, kind, args.nights, phi)
+                                                   for seed in range(args.ar))]
+            s = score_change_points(series)
+            rows += series if kind == "none" else []
+            print(f"  {kind + f' φ{phi}':<10} found {s['found']:>3} of {s['events']:>3}, "
+                  f"false {s['false']:>3}" + (
+                      f", {sum(bool(f) for f, _ in series)} of {args.ar} series with one"
+                      if kind == "none" else " (shown apart)"))
     s = score_change_points(rows)
-    print(f"  all: precision {s['precision']:.3f}, recall {s['recall']:.3f} "
+    print(f"  all (the four kinds and the AR(1) no-change series): precision "
+          f"{s['precision']:.3f}, recall {s['recall']:.3f} "
           f"({len(rows)} series, {time.perf_counter() - t0:.1f} s)")
     for truth, found in s["wrong"][:args.show]:
         print("  miss:", truth, [(f["kind"], f["index"], round(f["size"], 3)) for f in found])

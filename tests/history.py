@@ -236,16 +236,19 @@ def adaptive_grid(widths: list[int], reps: int, spec: dict, sample) -> tuple[int
 
 # -- planted nightly series for change points ---------------------------------------------
 
-def planted_nightly(seed: int, kind: str, n: int = 35) -> tuple[list[float], dict]:
-    """One series of ``n`` nightly levels around 100 with AR(1) noise (φ 0-0.5, σ 1-2%) and
+def planted_nightly(seed: int, kind: str, n: int = 35,
+                    phi: float | None = None) -> tuple[list[float], dict]:
+    """One series of ``n`` nightly levels around 100 with AR(1) noise (φ 0-0.5, or ``phi``;
+    σ 1-2%, the noise's own spread whatever its memory) and
     one planted event: ``step`` (10-25% either way, anywhere from night 4 to 2 nights before
     the end), ``drift`` (10-30% over 12 nights or more, anywhere), ``dip`` (two nights
     10-30% off, inside the window, then back) or ``none``. Returns the values and the truth
     (``kind``, ``at``: the step's night or the drift's first, ``until``: a drift's last)."""
     import math
 
-    rng = random.Random(f"changepoint:{kind}:{seed}:{n}")
-    phi, sigma = rng.uniform(0.0, 0.5), rng.uniform(0.01, 0.02)
+    rng = random.Random(f"changepoint:{kind}:{seed}:{n}" + ("" if phi is None else f":{phi}"))
+    drawn, sigma = rng.uniform(0.0, 0.5), rng.uniform(0.01, 0.02)
+    phi = drawn if phi is None else phi
     e, noise = rng.gauss(0, sigma), []
     for _ in range(n):
         noise.append(e)

@@ -23,7 +23,11 @@ they hold: the first pass assumes no memory (σ from the spread of one-night dif
 which a step or a drift barely moves), each later one uses what the last fit left over.
 Last, every break and slope must pay for itself in a likelihood with AR(1) noise (each
 model's own φ, BIC's log n per parameter, weighted): a level that wanders by the noise's
-memory is explained by it, not by a step. ``bench/changepoints.py`` scores it against
+memory is explained by it, not by a step; what remains is confirmed once more against the
+noise it leaves. Standard errors use the exact variance of a least-squares mean, end or
+slope under AR(1) correlation (not the long-run rule, which overstates a short segment's
+by up to 10× at φ 0.9), so φ up to 0.9 is believed: strongly remembering noise (φ 0.7-0.9)
+wanders without being called a step. ``bench/changepoints.py`` scores it against
 planted series.
 """
 
@@ -35,16 +39,19 @@ from datetime import date
 
 import numpy as np
 
+from .arnoise import Noise, end_se, slope_z
+
 MIN_NIGHTS = 4       # a level held fewer nights than this inside the window is transient
 MIN_TAIL = 2         # nights at the window's end that can show a possible step
 MIN_DRIFT = 6        # the shortest straight segment
 MIN_CHANGE = 0.03    # a level change smaller than 3% is not reported
 Z = 4.0  # standard errors (long-run) a step or a drift must clear
 BIC_WEIGHT = 2.5     # times BIC's log n per level or break in the AR(1) score
-SLOPE_WEIGHT = 1.0   # … and per slope
+SLOPE_WEIGHT = 3.0   # … and per slope (a slow wander of strongly remembering noise fits one)
 QUIET_WEIGHT = 0.25   # … the share of it a first look asks of one change, to skip the search
 NOISE_FLOOR = 0.005  # relative night-to-night noise assumed at least this (planted data is exact)
-MAX_PHI = 0.7
+MAX_PHI = 0.7        # the most memory a first look (differences) and the scores assume
+SE_MAX_PHI = 0.9     # … and the standard errors (exact AR(1) variance: short runs keep power)
 POSSIBLE = "confirm on the next nights"
 
 
@@ -74,7 +81,7 @@ def residual_noise(x: np.ndarray, segs: list, sums: _Sums) -> tuple[float, float
     n, p = len(x), sum(2 if k == "line" else 1 for *_, k in segs)
     var = float(r @ r) / max(n - p, 1)
     r1 = float(r[1:] @ r[:-1]) / float(r @ r) if float(r @ r) > 0 else 0.0
-    phi = min(max(r1 + (1 + 3 * max(r1, 0.0)) / n + p / n, 0.0), MAX_PHI)
+    phi = min(max(r1 + (1 + 3 * max(r1, 0.0)) / n + p / n, 0.0), SE_MAX_PHI)
     return max(math.sqrt(var), NOISE_FLOOR), phi
 
 
@@ -146,17 +153,6 @@ def partition(sums: _Sums, n: int, pen_flat: float,
     return segs[::-1]
 
 
-def _end_se(m: int, kind: str, lr: float) -> float:
-    """Standard error of a segment's fitted level at one end (flat: its mean)."""
-    if kind == "flat" or m < 3:
-        return lr / math.sqrt(m)
-    return lr * math.sqrt(4 * m - 2) / math.sqrt(m * (m + 1))  # a line's value at an end
-
-
-def _slope_z(m: int, slope: float, lr: float) -> float:
-    return abs(slope) * math.sqrt(m * (m * m - 1) / 12) / lr
-
-
 def transients(x: np.ndarray, sigma: float) -> list[int]:
     """Nights of one- or two-night dips and spikes inside the window: runs that stand out
     from the nights on both sides (four each) while those agree with each other. Never the
@@ -181,7 +177,7 @@ def transients(x: np.ndarray, sigma: float) -> list[int]:
     return sorted(out)
 
 
-def _ramp_or_step(y: np.ndarray, at: int, lr: float, pen: float) -> tuple[int, int] | None:
+def _ramp_or_step(y: np.ndarray, at: int, pen: float) -> tuple[int, int] | None:
     """Whether a confirmed step at ``at`` in ``y`` (the two levels around it) is better
     explained by a ramp (level, straight move over ``MIN_DRIFT`` nights or more, level):
     the ramp's first and last index, or None (a step)."""
@@ -221,18 +217,22 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
         return []
     # the noise's memory from the residuals of the fit, refitted until it holds: starting
     # from none (every wander a change), each pass finds less of the noise a change
-    lr, seen = sigma, set()
+    nz, seen = Noise(sigma), set()
     for _ in range(6):
+        lr = nz.lr
         segs = _confirm(partition(sums, len(x), 2 * lr ** 2 * log_n, 4 * lr ** 2 * log_n),
-                        sums, lr)
-        sigma, phi = residual_noise(x, segs, sums)
-        used, lr = lr, sigma * math.sqrt((1 + phi) / (1 - phi))  # how a mean scatters
-        if tuple(segs) in seen or segs == [(0, len(x), "flat")] and lr >= used:
+                        sums, nz)
+        nz = Noise(*residual_noise(x, segs, sums))
+        if tuple(segs) in seen or segs == [(0, len(x), "flat")] and nz.lr >= lr:
             break  # (nothing found, and more noise finds nothing more)
         seen.add(tuple(segs))
     segs = _select(x, segs, sums, log_n)
-    sigma, phi = residual_noise(x, segs, sums)
-    lr = sigma * math.sqrt((1 + phi) / (1 - phi))
+    for _ in range(6):  # what the selection kept, confirmed against the noise it leaves
+        nz = Noise(*residual_noise(x, segs, sums))
+        kept = _confirm(segs, sums, nz)
+        if kept == segs:
+            break
+        segs = kept
     out: list[dict] = []
     for a, b in zip(segs, segs[1:]):
         (i0, i1, k0), (j0, j1, k1) = a, b
@@ -240,7 +240,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
         l1, s1 = sums.fit(j0, j1, k1)
         before, after = l0 + s0 * (i1 - 1 - i0), l1
         size = after / before - 1
-        se = math.hypot(_end_se(i1 - i0, k0, lr), _end_se(j1 - j0, k1, lr))
+        se = math.hypot(end_se(i1 - i0, k0, nz), end_se(j1 - j0, k1, nz))
         if abs(size) < MIN_CHANGE or abs(after - before) / se < Z:
             continue  # a drift's start or end
         drifting = [sums.fit(i, j, k)[1] for i, j, k in (a, b) if k == "line"]
@@ -248,7 +248,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
             continue  # a jump the way a drift beside it goes: the drift's edge, not a step
         if k0 == k1 == "flat" and j1 - j0 >= MIN_NIGHTS:
             lo, hi = max(i0, j0 - 40), min(j1, j0 + 40)
-            ramp = _ramp_or_step(x[lo:hi], j0 - lo, lr, lr ** 2 * log_n)
+            ramp = _ramp_or_step(x[lo:hi], j0 - lo, nz.lr ** 2 * log_n)
             if ramp is not None:
                 # the move is confirmed (above); its shape says drift, not step
                 out.append({"index": lo + ramp[0], "until": lo + ramp[1], "kind": "drift",
@@ -264,7 +264,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
             end = level + slope * (j - 1 - i)
             out.append({"index": i, "until": j - 1, "kind": "drift", "before": level,
                         "after": end, "size": end / level - 1,
-                        "z": _slope_z(j - i, slope, lr), "nights": [j - i]})
+                        "z": slope_z(j - i, slope, nz), "nights": [j - i]})
     out = _join_drifts(sorted(out, key=lambda f: f["index"]),
                        {i for i, night in enumerate(keep) if night in causes
                         or night - 1 in causes or night + 1 in causes})
@@ -310,7 +310,7 @@ def _join_drifts(found: list[dict], caused: set[int]) -> list[dict]:
 
 
 def _confirm(segs: list[tuple[int, int, str]], sums: _Sums,
-             lr: float) -> list[tuple[int, int, str]]:
+             nz: Noise) -> list[tuple[int, int, str]]:
     """Drop what the noise explains, one weakest finding at a time, refitting as it goes:
     a straight segment whose change is small becomes flat; a short segment inside the window
     (or a single night at its end) joins its neighbours; a break too small joins its two
@@ -322,7 +322,7 @@ def _confirm(segs: list[tuple[int, int, str]], sums: _Sums,
             if kind == "line":
                 level, slope = sums.fit(i, j, kind)
                 change = abs(slope * (j - 1 - i)) / abs(level or 1)
-                if change < MIN_CHANGE or _slope_z(j - i, slope, lr) < Z:
+                if change < MIN_CHANGE or slope_z(j - i, slope, nz) < Z:
                     segs[s] = (i, j, "flat")
         # transient segments: inside the window shorter than MIN_NIGHTS, or one last night
         short = [s for s, (i, j, _) in enumerate(segs)
@@ -338,7 +338,7 @@ def _confirm(segs: list[tuple[int, int, str]], sums: _Sums,
             l0, s0 = sums.fit(i0, i1, k0)
             l1, _ = sums.fit(j0, j1, k1)
             before = l0 + s0 * (i1 - 1 - i0)
-            se = math.hypot(_end_se(i1 - i0, k0, lr), _end_se(j1 - j0, k1, lr))
+            se = math.hypot(end_se(i1 - i0, k0, nz), end_se(j1 - j0, k1, nz))
             z = abs(l1 - before) / se
             small = abs(l1 / (before or 1) - 1) < MIN_CHANGE
             score = z if not small else -1.0
@@ -349,7 +349,7 @@ def _confirm(segs: list[tuple[int, int, str]], sums: _Sums,
         if weakest is None:
             return segs
         a, b = segs[weakest], segs[weakest + 1]
-        segs[weakest:weakest + 2] = [_joined(a[0], b[1], sums, lr)]
+        segs[weakest:weakest + 2] = [_joined(a[0], b[1], sums, nz)]
 
 
 def _ar_score(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> float:
@@ -420,11 +420,11 @@ def _select(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> list:
     return segs
 
 
-def _joined(i: int, j: int, sums: _Sums, lr: float) -> tuple[int, int, str]:
+def _joined(i: int, j: int, sums: _Sums, nz: Noise) -> tuple[int, int, str]:
     """One segment over [i, j): straight if a line explains it by more than the noise."""
     if j - i >= MIN_DRIFT:
         level, slope = sums.fit(i, j, "line")
-        if _slope_z(j - i, slope, lr) >= Z and abs(slope * (j - 1 - i)) >= MIN_CHANGE * abs(
+        if slope_z(j - i, slope, nz) >= Z and abs(slope * (j - 1 - i)) >= MIN_CHANGE * abs(
                 level or 1):
             return (i, j, "line")
     return (i, j, "flat")

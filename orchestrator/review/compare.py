@@ -3,10 +3,11 @@
 A side is a selector: a sweep id, an ISO week (``2026-W20``), or ``key=value`` filters
 joined by commas (``node=mac-01,week=2026-W20``, ``mlx_lm_version=0.33.0``, ``chip=Apple
 M4``). Configs are matched by workload, context bucket, runtime, background profile and
-the ingest's config key (every knob: sampling settings, draft width, lineup pair), so two
-nodes, two weeks or two identities compare like for like. Runs flagged unreliable are set
-aside and listed, never compared. The identity differences come first: they are the
-likeliest explanation of any difference below them.
+the ingest's config key (every knob: sampling settings, draft width, lineup pair), and by
+model pair where a side holds several (one pair a side is an identity difference, compared),
+so two nodes, two weeks or two identities compare like for like and no two pairs pool.
+Runs flagged unreliable are set aside and listed, never compared. The identity differences
+come first: they are the likeliest explanation of any difference below them.
 
 The unit is the run (one config on one node in one sweep: a night), not the repetition:
 nights differ more than repetitions do, and repetitions of one night share its state. Each
@@ -91,10 +92,13 @@ def select_side(store: Store, selector: str) -> Side:
                 [r for r in rows if r.unreliable])
 
 
-def _key(r) -> tuple:
-    # the config as the ingest keyed it (every knob), in its runtime and background
-    return (r.workload, r.context_bucket or "short", r.engine or DEFAULT_ENGINE, r.background or "",
-            r.mode, r.num_draft_tokens, r.config_key)
+def _key(r, by_pair: bool) -> tuple:
+    # the config as the ingest keyed it (every knob, a lineup's pair), in its runtime and
+    # background; and its model pair where a side holds several (each its own row: one
+    # pair on each side is an identity difference, compared like any other)
+    return (r.workload, r.context_bucket or "short", r.engine or DEFAULT_ENGINE,
+            r.background or "", (r.model_pair or "?") if by_pair else "", r.mode,
+            r.num_draft_tokens, r.config_key)
 
 
 def _values(runs: list, metric: str) -> list[float]:
@@ -160,15 +164,16 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
     a, b = select_side(store, a_sel), select_side(store, b_sel)
     ia, ib = _identity(a.runs + a.set_aside), _identity(b.runs + b.set_aside)
     differences = [{"key": k, "a": ia[k], "b": ib[k]} for k in IDENTITY_KEYS if ia[k] != ib[k]]
+    by_pair = any(len({r.model_pair for r in s.runs}) > 1 for s in (a, b))
     by_a: dict[tuple, list] = defaultdict(list)
     by_b: dict[tuple, list] = defaultdict(list)
     for r in a.runs:
-        by_a[_key(r)].append(r)
+        by_a[_key(r, by_pair)].append(r)
     for r in b.runs:
-        by_b[_key(r)].append(r)
+        by_b[_key(r, by_pair)].append(r)
     rows = []
     for key in sorted(set(by_a) | set(by_b), key=lambda k: tuple(map(str, k))):
-        workload, bucket, engine, background, mode, k, config_key = key
+        workload, bucket, engine, background, pair, mode, k, config_key = key
         config = config_label(mode, k, knobs_of_key(config_key))
         for metric in METRICS:
             va, vb = _per_run(by_a.get(key, []), metric), _per_run(by_b.get(key, []), metric)
@@ -176,6 +181,9 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
                 continue
             row = {"workload": workload, "context_bucket": bucket,
                    "engine": engine + (f" · {background}" if background else ""),
+                   "pair": pair or None, "series": engine + (f" · {background}" if background
+                                                             else "") + (f" · {pair}" if pair
+                                                                         else ""),
                    "config": config, "metric": metric, "a": median(va), "b": median(vb),
                    "n": [len(va), len(vb)], "ratio": None, "ci": None, "p": None,
                    "verdict": "only in " + ("A" if va else "B") if not (va and vb) else ""}
@@ -211,12 +219,16 @@ def as_text(c: dict) -> str:
     else:
         lines.append("identity: the same on both sides")
     lines.append("")
-    head = f"{'workload':<12}{'config':<17}{'metric':<16}{'A':>10}{'B':>10}{'B/A':>7}" \
-           f"{'95% CI':>15}{'p':>9}  verdict"
+    # the runtime (and pair) column only where rows would otherwise read alike
+    wide = max((len(r["series"]) for r in c["rows"]), default=0) + 2 \
+        if len({r["series"] for r in c["rows"]}) > 1 else 0
+    head = f"{'workload':<12}{'runtime · pair' if wide else '':<{wide}}{'config':<17}" \
+           f"{'metric':<16}{'A':>10}{'B':>10}{'B/A':>7}{'95% CI':>15}{'p':>9}  verdict"
     lines.append(head)
     for r in c["rows"]:
         ci = f"{r['ci'][0]:.3f}–{r['ci'][1]:.3f}" if r["ci"] else "–"
-        lines.append(f"{r['workload'][:11]:<12}{r['config']:<17}{r['metric']:<16}"
+        lines.append(f"{r['workload'][:11]:<12}{r['series'] if wide else '':<{wide}}"
+                     f"{r['config']:<17}{r['metric']:<16}"
                      f"{_f(r['a']):>10}{_f(r['b']):>10}{_f(r['ratio'], '.3f'):>7}{ci:>15}"
                      f"{_f(r['p'], '.2g'):>9}  {r['verdict']}")
     for s in c["set_aside"]:

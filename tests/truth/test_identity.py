@@ -79,3 +79,36 @@ def test_repro_compares_each_knob_set_on_its_own(tmp_path):
     assert len(per_node["mac-a"]) == len(per_node["mac-b"]) == 4 and not aside
     report = repro_compare(per_node, idents, metrics=("decode_tok_s",))
     assert report["reproducible"] and report["checked"] == 4
+
+
+def test_compare_keeps_each_pair_of_a_lineup_apart_and_names_it(tmp_path):
+    """A lineup (one target, two drafts, one sweep a night) beside two plain pairs: the
+    four baselines (100, 140, 120 and 90 tok/s planted) are four rows, each its own nights,
+    named by pair (before: two plain pairs of one node were pooled into one row, and the
+    lineup's rows read "baseline" alike). One pair a side stays an identity difference,
+    compared."""
+    from orchestrator.review.compare import as_text
+    from tests.truth.weeks import Config, Series, Week
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    draft = {0: "a", 1: "b"}
+    plant(store, Week("lineup", (
+        Series("code", (Config("baseline", decode=120.0),)),
+        Series("code", (Config("baseline", decode=90.0),), pair="llama-8b / llama-1b"),
+        *(Series("code", (Config("baseline", decode=100.0 + 40 * j),),
+                 pair=f"gemma-9b / small-{j}", lineup="target+" + ("draft", "draft-2")[j],
+                 identity=(("draft_fingerprint", "sha256:" + draft[j] * 64),))
+          for j in (0, 1))), nights=3))
+    c = compare(store, "node=mac-01", "node=mac-01")
+    rows = {r["series"]: r for r in c["rows"] if r["metric"] == "decode_tok_s"}
+    assert {s: (r["a"], r["n"]) for s, r in rows.items()} == {
+        "mlx-lm · gemma-9b / gemma-2b": (pytest.approx(120.0), [3, 3]),
+        "mlx-lm · llama-8b / llama-1b": (pytest.approx(90.0), [3, 3]),
+        "mlx-lm · gemma-9b / small-0": (pytest.approx(100.0), [3, 3]),
+        "mlx-lm · gemma-9b / small-1": (pytest.approx(140.0), [3, 3])}
+    assert "runtime · pair" in as_text(c).splitlines()[5]
+    one = compare(store, "model_pair=gemma-9b / gemma-2b", "model_pair=llama-8b / llama-1b")
+    (row,) = [r for r in one["rows"] if r["metric"] == "decode_tok_s"]
+    assert row["ratio"] == pytest.approx(0.75) and row["pair"] is None
+    assert {"key": "model_pair", "a": ["gemma-9b / gemma-2b"], "b": ["llama-8b / llama-1b"]} \
+        in one["identity_differences"]

@@ -40,13 +40,33 @@ def configs(draw) -> tuple[Config, ...]:
     return tuple(out.values())
 
 
+BUSY = "busy: 512 MB + 1 CPU"
+
+
 @st.composite
 def weeks(draw) -> Week:
+    """One or two runtimes; beside mlx-lm, maybe a lineup (one target, two or three
+    drafts of their own weights and tier, in one sweep a night) and maybe a co-tenant
+    load (a background profile: the same pair measured busy, a series of its own)."""
     series = []
     for i in range(draw(st.integers(1, 2))):
         series.append(Series("code", draw(configs()),
                              engine=("mlx-lm", "ollama")[i]))
+    for j in range(draw(st.sampled_from((0, 0, 2, 3)))):
+        role = "draft" if j == 0 else f"draft-{j + 1}"  # as a job names a lineup's drafts
+        series.append(Series("code", draw(configs()), pair=f"gemma-9b / small-{j}",
+                             lineup=f"target+{role}", identity=(
+                                 ("draft_fingerprint", "sha256:" + "abc"[j] * 64),
+                                 ("draft_quant", ("unquantised", "8-bit", "4-bit g64")[j]))))
+    if draw(st.booleans()):
+        series.append(Series("code", draw(configs()), background=BUSY))
     return Week("random", tuple(series), nights=NIGHTS)
+
+
+def _planted_key(s: Series) -> tuple:
+    """A planted series as the review names it: its runtime (with its background profile)
+    and its pair."""
+    return (s.engine + (f" · {s.background}" if s.background else ""), s.pair)
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -62,8 +82,10 @@ def test_any_planted_week_renders_marks_set_asides_and_never_pools(week):
         for line in out["md"].read_text().splitlines():
             if f"{POISON:.1f}" in line:
                 assert "set aside" in line, line
-        for s, planted in zip(sorted(a["series"], key=lambda s: s["series"]["engine"]),
-                              sorted(week.series, key=lambda s: s.engine)):
+        reviewed = {(s["series"]["engine"], s["series"]["model_pair"]): s for s in a["series"]}
+        assert set(reviewed) == {_planted_key(s) for s in week.series}
+        for planted in week.series:
+            s = reviewed[_planted_key(planted)]
             labels = [c["label"] for c in s["configs"]]
             assert len(labels) == len(set(labels)), labels  # one row per knob set
             assert len(labels) == len(planted.configs)
@@ -73,5 +95,12 @@ def test_any_planted_week_renders_marks_set_asides_and_never_pools(week):
                 assert row["runs"] == NIGHTS
                 assert row["set_aside"] is (len(c.aside) == NIGHTS)
         c = compare(store, "node=mac-01", "node=mac-01")
-        keys = [(r["engine"], r["config"], r["metric"]) for r in c["rows"]]
-        assert len(keys) == len(set(keys))
+        keys = [(r["series"], r["config"], r["metric"]) for r in c["rows"]]
+        assert len(keys) == len(set(keys)), keys  # no two rows a reader cannot tell apart
+        # every planted config with a reliable night its own row, with only its own nights
+        # (none pooled with another pair's or the busy twin's)
+        decode = [r for r in c["rows"] if r["metric"] == "decode_tok_s"]
+        planted = [cf for s in week.series for cf in s.configs if len(cf.aside) < NIGHTS]
+        assert len(decode) == len(planted), sorted((r["series"], r["config"]) for r in decode)
+        assert sorted(r["n"][0] for r in decode) == sorted(NIGHTS - len(cf.aside)
+                                                           for cf in planted)

@@ -53,6 +53,10 @@ class Series:
     node: str = "mac-01"
     chip: str = "Apple M2 Max"
     pair: str = "gemma-9b / gemma-2b"
+    lineup: str | None = None      # the pair's roles in a lineup ("target+draft-2"); the
+    #                                lineup's series of a night share one sweep
+    background: str | None = None  # a co-tenant load profile: a busy series of its own
+    identity: tuple = ()           # identity fields away from tests/history's BASE_IDENTITY
 
 
 @dataclass(frozen=True)
@@ -67,23 +71,30 @@ def plant(store: Store, week: Week) -> None:
     """Each night, each series: its reliable runs in one sweep, its set-aside runs in the
     same sweep flagged unreliable (as the agent flags a contended run), and for configs
     with ``positions`` one speculative generation event carrying acceptance by position
-    (a set-aside night's with positions 1/10 and 0/10: the poison)."""
+    (a set-aside night's with positions 1/10 and 0/10: the poison). A lineup's series
+    (several target/draft pairs) share each night's sweep on their node."""
     for i, at in enumerate(week_nights(W20, week.nights)):
+        lineups: dict[str, str] = {}  # node → this night's lineup sweep
         for s in week.series:
             where = dict(node=s.node, chip=s.chip, pair=s.pair, workload=s.workload,
-                         engine=s.engine)
+                         engine=s.engine, lineup=s.lineup, background=s.background,
+                         identity=dict(s.identity))
             ok = {c.key: c.values(False) for c in s.configs if i not in c.aside}
             bad = {c.key: c.values(True) for c in s.configs if i in c.aside}
-            sid = night(store, at, **where, configs=ok) if ok else None
+            shared = lineups.get(s.node) if s.lineup else None
+            sid = night(store, at, **where, sweep_id=shared, configs=ok) if ok else shared
             for c in s.configs:
                 if i in c.aside:
                     sid = night(store, at, **where, sweep_id=sid, unreliable=c.reason,
                                 configs={c.key: bad.pop(c.key)})
+            if s.lineup and sid:
+                lineups[s.node] = sid
             for c in s.configs:
                 if c.positions and sid:
                     a1, a2 = (1, 0) if i in c.aside else c.positions
                     ingest_lines(store, sid, s.node, [generation(
-                        c.mode, c.k, c.knobs, workload=s.workload, acceptance_rate=0.6,
+                        c.mode, c.k, c.knobs, workload=s.workload, lineup=s.lineup,
+                        acceptance_rate=0.6,
                         acceptance_by_position=[
                             {"position": 1, "drafted": 10, "accepted": a1},
                             {"position": 2, "drafted": 10, "accepted": a2}])],
