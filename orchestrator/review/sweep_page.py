@@ -6,6 +6,7 @@ measured in the same sweep, on the same node and prompt, with the same sampling.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -298,7 +299,19 @@ def _verdict(rows: list[Row]) -> str:
 
 
 def fmt_value(value, spec: str = ".1f", missing: str = "–") -> str:
-    return missing if value is None else format(value, spec)
+    """``value`` as ``spec``; a value that rounds to zero reads 0 ("0.00", "+0%"), never
+    "-0.00" (a sign on nothing reads as a loss)."""
+    if value is None:
+        return missing
+    text = format(value, spec)
+    if text.startswith("-") and not re.search(r"[1-9]", text):
+        text = ("+" if "+" in spec else "") + text[1:]
+    return text
+
+
+def times(value, spec: str = ".2f") -> str:
+    """A ratio with its sign of multiplication; nothing measured is "–", never "–×"."""
+    return "–" if value is None else fmt_value(value, spec) + "×"
 
 
 def environment() -> Environment:
@@ -306,7 +319,7 @@ def environment() -> Environment:
         ["html", "j2"], default_for_string=True, default=True), undefined=StrictUndefined)
     from .load import chart
 
-    env.filters.update(fmt=fmt_value, load_chart=chart)
+    env.filters.update(fmt=fmt_value, times=times, load_chart=chart)
     return env
 
 
