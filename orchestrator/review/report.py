@@ -12,8 +12,8 @@ from ..errors import SpecfleetError
 from ..store import Store
 from . import otel
 from .charts import all_charts, label
-from .rules import DEFAULT_RULES, load_rules
 from .page import metric_words, prepare, rule_words, short_chip, short_pair
+from .rules import DEFAULT_RULES, load_rules
 from .sweep_page import TEMPLATES, fmt_value, times
 from .weekly import analyse
 
