@@ -109,6 +109,14 @@ def label_series(sections: list[dict]) -> list[str]:
                         else f"{v} context" if p == "context_bucket" else v)
         s["short_label"] = " · ".join(bits)
         s["full_label"] = full_label(s)
+    # shortening must not merge two series ("Intel(R) Xeon" and "Intel Xeon"): those keep
+    # their full names
+    seen: dict[str, set] = {}
+    for s in sections:
+        seen.setdefault(s["short_label"], set()).add(s["full_label"])
+    for s in sections:
+        if len(seen[s["short_label"]]) > 1:
+            s["short_label"] = s["full_label"]
     x = sections[0]["series"]
     said = {"chip": f"node {short_chip(x['chip'])}", "model_pair":
             f"pair {short_pair(x['model_pair'])}", "context_bucket":
