@@ -4,6 +4,7 @@ on hover, words (never rule ids or gate names) in every cell, memory advice only
 memory evidence, no "-0.00" or "–×", and a one-night history drawn as a point with its
 value. Planted stores, rendered in headless Chromium."""
 
+import html
 import random
 import re
 from datetime import timedelta
@@ -31,7 +32,7 @@ LINUX = {"chip": CHIP, "os_name": "Debian GNU/Linux", "os_build": "12 (bookworm)
 def visible(dom: str) -> str:
     """The page's text as a reader sees it: no tags, attributes, styles or scripts."""
     dom = re.sub(r"<(style|script)\b.*?</\1>", "", dom, flags=re.S)
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom)).replace("&amp;", "&")
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom)))
 
 
 def actions_table(dom: str) -> str:
