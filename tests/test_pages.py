@@ -182,3 +182,39 @@ def test_short_labels_keep_series_apart(keys):
     label_series(sections)
     assert len({s["short_label"] for s in sections}) == len(sections)
     assert [s["full_label"] for s in sections] == [" · ".join(k) for k in keys]
+
+
+def test_a_busy_sweep_page_says_so_once_and_rows_keep_a_short_mark(tmp_path):
+    """The sweep page of a busy node: one banner at the top, each row's "unreliable" cell
+    a short mark with the figures on hover, the section's verdict in words; a row set aside
+    for another reason (spread, throttling) keeps its reason in the cell."""
+    from orchestrator.review.sweep_page import render_review
+    from tests.history import generation, ingest_lines, new_sweep
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    sid = new_sweep(store, W20)
+    busy = ["contended: other processes used 84% of the CPU (limit 25%)"]
+
+    def knob(k: int) -> dict:  # the knob a speculative row is measured at
+        return {"knob": "num_draft_tokens", "knob_value": k} if k else {}
+
+    events = [generation(mode, k, unreliable=True, unreliable_reasons=busy, repetition=rep,
+                         acceptance_rate=0.5 if k else None, **knob(k))
+              for mode, k in (("baseline", 0), ("speculative", 2), ("speculative", 4))
+              for rep in range(2)]
+    events += [generation(mode, k, workload="memo", repetition=rep,
+                          acceptance_rate=0.5 if k else None, **knob(k),
+                          **({"unreliable": True, "unreliable_reasons": ["thermal throttling"]}
+                             if k == 2 else {}))
+               for mode, k in (("baseline", 0), ("speculative", 2)) for rep in range(2)]
+    ingest_lines(store, sid, "local", events, W20.timestamp())
+    dom = dump_dom(render_review(store, tmp_path / "sweep.html", sid))
+    text = visible(dom)
+    assert text.count("The node was busy:") == 1
+    assert "3 of 5 rows were set aside because other processes competed for the CPU" in text
+    assert "other processes used 84%" not in text  # on hover only
+    assert 'title="contended: other processes used 84% of the CPU (limit 25%)' in dom
+    assert text.count("busy node, set aside") == 3
+    assert "No conclusion: every speculative row was set aside because the node was busy" \
+        in text
+    assert "thermal throttling" in text  # another reason is still said where it applies
