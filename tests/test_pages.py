@@ -65,7 +65,7 @@ def test_a_busy_week_says_so_once_at_the_top_and_rows_keep_what_differs(tmp_path
     assert text.count("not Apple Silicon") == 1
     assert "May not transfer, for every series:" in text
     assert "may not transfer because" not in rows  # no row has a caveat of its own
-    assert text.count("This week:") == 1 and "run again when the node is quiet" in text
+    assert text.count("This week:") == 1 and "run again when the node is quiet (3 series had no reliable runs" in text
     md = out["md"].read_text()
     assert md.count("**The node was busy:**") == 1 and md.count("not Apple Silicon") == 1
     assert md.count("2 of 2 runs set aside (busy node)") == 3
@@ -218,3 +218,28 @@ def test_a_busy_sweep_page_says_so_once_and_rows_keep_a_short_mark(tmp_path):
     assert "No conclusion: every speculative row was set aside because the node was busy" \
         in text
     assert "thermal throttling" in text  # another reason is still said where it applies
+
+
+def test_the_headline_never_says_switch_on_a_calibration_pair():
+    """A planted week: a real candidate, a calibration pair's win, a series kept
+    autoregressive and one with no reliable runs on a busy node."""
+    from orchestrator.review.page import headline
+
+    def s(workload, decision, k=None, calibration=None, provisional=None):
+        return {"series": {"chip": "Apple M4", "model_pair": "t / d", "workload": workload,
+                           "context_bucket": "short", "engine": "mlx-lm"},
+                "short_label": workload, "calibration": calibration, "regressions": [],
+                "verdict": {"decision": decision, "k": k, "provisional": provisional}}
+
+    series = [s("code", "production candidate", 4),
+              s("calib", "production candidate", 6, calibration={"layers": 16}),
+              s("memo", "keep autoregressive"), s("chat", "needs more data")]
+    counts = {"failed_sweeps": 0, "compared": 0, "verdicts": {
+        "production candidate": 2, "graded fallback": 0, "keep autoregressive": 1,
+        "needs more data": 1}}
+    h = headline({"series": series, "counts": counts}, busy=True)
+    assert h["changed"] == ("4 series: 2 production candidate, 1 keep autoregressive, 1 needs "
+                            "more data; the calibration pair measured its known win")
+    assert h["todo"] == ("switch on speculation for code (draft width 4); keep the others "
+                         "autoregressive; run again when the node is quiet (1 series had no "
+                         "reliable runs: it was busy, see below)")

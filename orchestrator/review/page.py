@@ -189,16 +189,22 @@ def headline(a: dict, busy: bool = False) -> dict:
         changed.append(f"{len(better)} improvement{'s' if len(better) > 1 else ''}")
     if a["counts"]["failed_sweeps"]:
         changed.append(f"{a['counts']['failed_sweeps']} sweep(s) did not finish ok")
-    decided = ", ".join(f"{k} {d}" for d, k in n.items() if k)
-    what = (f"{len(series)} series: {decided}" if series else "no series measured") + (
-        "; " + ", ".join(changed) if changed else
-        ("; nothing regressed" if a["counts"].get("compared") else ""))
     todo = []
-    cands = [s for s in series if s["verdict"]["decision"] == "production candidate"]
+    # a calibration pair is an instrument: its win says the node measures speculation
+    # well, never "switch it on"
+    cands = [s for s in series if s["verdict"]["decision"] == "production candidate"
+             and not s.get("calibration")]
+    if any(s.get("calibration") and s["verdict"]["decision"] == "production candidate"
+           for s in series):
+        changed.append("the calibration pair measured its known win")
     if cands:
         todo.append("switch on speculation for " + ", ".join(
             f"{s.get('short_label') or full_label(s)} (draft width {s['verdict']['k']})"
             for s in cands[:3]) + (f" and {len(cands) - 3} more" if len(cands) > 3 else ""))
+    decided = ", ".join(f"{k} {d}" for d, k in n.items() if k)
+    what = (f"{len(series)} series: {decided}" if series else "no series measured") + (
+        "; " + ", ".join(changed) if changed else
+        ("; nothing regressed" if a["counts"].get("compared") else ""))
     if n.get("keep autoregressive") or n.get("graded fallback"):
         todo.append("keep the others autoregressive" if cands else
                     "keep serving autoregressive")
@@ -209,9 +215,10 @@ def headline(a: dict, busy: bool = False) -> dict:
         todo.append("look at the regressions below")
     if a["counts"]["failed_sweeps"]:
         todo.append("see why the sweeps failed (top of the page)")
-    if n.get("needs more data") and not todo:
-        todo.append("run again when the node is quiet (it was busy: see below)"
-                    if busy else "measure again: some series have no reliable runs yet")
+    if k := n.get("needs more data"):
+        todo.append(f"run again when the node is quiet ({k} series had no reliable runs: "
+                    "it was busy, see below)" if busy else
+                    f"measure again ({k} series have no reliable runs yet)")
     return {"changed": what, "todo": "; ".join(todo) or "nothing: keep going as you are"}
 
 
