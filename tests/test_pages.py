@@ -65,7 +65,8 @@ def test_a_busy_week_says_so_once_at_the_top_and_rows_keep_what_differs(tmp_path
     assert text.count("not Apple Silicon") == 1
     assert "May not transfer, for every series:" in text
     assert "may not transfer because" not in rows  # no row has a caveat of its own
-    assert text.count("This week:") == 1 and "run again when the node is quiet (3 series had no reliable runs" in text
+    assert text.count("This week:") == 1
+    assert "run again when the node is quiet (3 series had no reliable runs" in text
     md = out["md"].read_text()
     assert md.count("**The node was busy:**") == 1 and md.count("not Apple Silicon") == 1
     assert md.count("2 of 2 runs set aside (busy node)") == 3
