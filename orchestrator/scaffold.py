@@ -42,7 +42,7 @@ environment:
   platforms: []          # e.g. [macos-14-arm64] to provision Macs with exact wheels
 models:
   target: models/target  # built by `specfleet demo-models build models`
-  draft: models/draft
+  draft: models/draft    # a lineup: [models/draft, models/draft-8bit, models/draft-4bit]
 workloads:
   use: [code]            # a first sweep in about a minute; add memo, translation,
                          # or your own prompts: my-prompts.jsonl
@@ -57,13 +57,14 @@ gates:
   min_speedup: 1.16
   acceptance_floor: 0.55
   ttft_regression_limit: 0.08
-nodes:
-  limit: local
+# nodes: every host of the inventory you sweep with (-i); to narrow it:
+#   nodes: {{limit: mac-a}}   or   nodes: {{labels: [m4]}}
 """
 
 
 def init_project(folder: Path, *, with_models: bool = True, log=print) -> list[Path]:
-    """Write an inventory, a plan and (unless told not to) the demo model pair."""
+    """Write an inventory, a plan and (unless told not to) the demo model pair, with the
+    draft's 8- and 4-bit tiers (what the README's lineup example names)."""
     folder = folder.resolve()
     inv, plan = folder / "inventory" / "hosts.yml", folder / "plan.yml"
     for p in (inv, plan):
@@ -78,8 +79,10 @@ def init_project(folder: Path, *, with_models: bool = True, log=print) -> list[P
                                 widths=DEFAULT_SWEEP["num_draft_tokens"]))
     written = [inv, plan]
     if with_models:
+        from .demo import build_demo_tiers
         from .demo_models import build_demo_models
 
         build_demo_models(folder / "models", log=log)
+        build_demo_tiers(folder / "models", log=log)
         written.append(folder / "models")
     return written

@@ -107,6 +107,46 @@ def test_a_folder_declares_its_store_and_inventory_in_specfleet_toml(tmp_path, m
     assert r.exit_code == 1 and "not valid TOML" in r.output and str(written) in r.output
 
 
+def test_quick_start_is_short_and_development_notes_live_in_contributing():
+    """The quick start says what a user runs and sees (under 40 lines); test internals
+    (preloads, CPU-seconds, mypy caches) are in CONTRIBUTING.md, which the README names."""
+    quick = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert len(quick.strip().splitlines()) < 40
+    for dev in ("OpenBLAS", "CPU-s", "mypy's cache", "xdist", "SIGSTOP"):
+        assert dev not in quick, dev
+    assert "CONTRIBUTING.md" in quick and "9:00 (539 s)" in quick
+    contributing = (ROOT / "CONTRIBUTING.md").read_text()
+    assert "OpenBLAS" in contributing and "## Benchmarks" in contributing
+    heads = re.findall(r"^## (.+)$", README, re.M)
+    order = ["Quick start", "Concepts", "Walkthrough: the first hour", "Fleet set-up",
+             "Nightly", "The weekly review", "CI"]
+    assert [h for h in heads if h in order] == order
+
+
+def test_the_readme_lineup_is_one_init_prepares(tmp_path):
+    """The README's lineup YAML, put into the plan `specfleet init` wrote, locks as it is:
+    init built every draft tier it names."""
+    import yaml
+
+    from orchestrator.scaffold import init_project
+    from orchestrator.sweep.plan import load_lock
+
+    lineup = re.search(r"\*\*Lineups\.\*\*.*?```yaml\n(.*?)```", README, re.S).group(1)
+    models = yaml.safe_load(lineup)["models"]
+    assert len(models["draft"]) == 3
+    lab = tmp_path / "lab"
+    init_project(lab, log=lambda m: None)
+    plan = lab / "plan.yml"
+    text = plan.read_text()
+    start = text.index("models:\n")
+    end = text.index("workloads:")
+    plan.write_text(text[:start] + lineup + text[end:])
+    r = CliRunner().invoke(main, ["plan", "lock", str(plan)])
+    assert r.exit_code == 0, r.output
+    lock = load_lock(lab / "plan.lock.json")
+    assert len(lock["models"]["lineup"]) == 3, lock["models"]
+
+
 SKIP = "<!-- the tests skip this block: "
 
 
@@ -238,7 +278,10 @@ def test_every_readme_command_block_runs_as_written(tmp_path, fleet):
     Mac" (only the values on the line marked ``# your Mac`` change), SQLite. Each must
     succeed, without a traceback."""
     blocks = readme_blocks()
-    assert len(blocks) >= 5 and blocks[1][0].startswith("specfleet init")
+    assert len(blocks) >= 5 and blocks[0][0].startswith("specfleet init")
+    # a fleet sweep as written: init's plan names no node, so no --limit is needed
+    assert "specfleet sweep lab/plan.lock.json -i ~/fleet/hosts.yml" in [
+        line for block in blocks for line in block]
     s = newcomer_with_a_mac(tmp_path, fleet)
     marked = [line for block in blocks for line in block if line.startswith("NODE=")]
     assert len(marked) == 1 and "# your Mac" in README

@@ -22,7 +22,11 @@ def test_init_then_lock_then_sweep(tmp_path):
     r = CliRunner().invoke(main, ["plan", "lock", str(plan_file)])
     assert r.exit_code == 0, r.output
     lock = d / "plan.lock.json"
-    assert load_lock(lock)["nodes"]["limit"] == "local"
+    # no node limit: the plan sweeps whatever inventory it is given (lab/inventory/ or a
+    # fleet's hosts.yml, without --limit)
+    assert not (load_lock(lock).get("nodes") or {}).get("limit")
+    assert {p.name for p in (d / "models").iterdir()} >= {"target", "draft", "draft-8bit",
+                                                           "draft-4bit"}
     # a plan with platforms: [] manages no environments: the sweep does not provision, and
     # says so, without being told --no-provision; asking for --provision is refused
     args = [str(lock), "-i", str(d / "inventory"), "--db", f"sqlite:///{d / 's.db'}",

@@ -58,7 +58,7 @@ def models_quantize(src: Path, out: Path, bits: int, group_size: int, as_json: b
 
     \b
     Example:
-      specfleet models quantize lab/models/draft lab/models/draft-8bit --bits 8
+      specfleet models quantize lab/models/draft lab/models/draft-6bit --bits 6
     """
     from ..tiers import quantize
 

@@ -47,6 +47,9 @@ def to_svg(fig) -> str:
 
 
 def label(s: dict) -> str:
+    """The series' name: the page's short one (``page.label_series``) when it has one."""
+    if s.get("short_label"):
+        return s["short_label"]
     x = s["series"]
     return (f"{x['chip']} · {x['model_pair']} · {x['workload']} · {x['context_bucket']}"
             + (f" · {x['engine']}" if x.get("engine", DEFAULT_ENGINE) != DEFAULT_ENGINE else ""))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .verdict import MIN_RUNS
+from .verdict import MIN_RUNS, gate_text
 
 STEPS = ("current width", "one step narrower", "lighter draft tier", "autoregressive only")
 
@@ -55,7 +55,10 @@ def _rung(step: int, section: dict, c: dict, base: dict, top_memory: float | Non
             "swap_peak": c.get("swap_peak"), "task_pass_change": quality,
             "runs": c["runs"] - c["unreliable"],
             "passes": c["mode"] == "baseline" or c.get("classification")
-            == "production candidate", "failed_gates": failed}
+            == "production candidate", "failed_gates": failed,
+            # each missed gate as the comparison it made ("speedup 0.94 < 1.16")
+            "failed_words": [gate_text(n, c["gates"][n]["value"], section["gates"])
+                             for n in failed]}
 
 
 def ladders(sections: list[dict]) -> list[dict]:

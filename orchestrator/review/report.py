@@ -12,8 +12,9 @@ from ..errors import SpecfleetError
 from ..store import Store
 from . import otel
 from .charts import all_charts, label
+from .page import metric_words, prepare, rule_words, short_chip, short_pair
 from .rules import DEFAULT_RULES, load_rules
-from .sweep_page import TEMPLATES, fmt_value
+from .sweep_page import TEMPLATES, fmt_value, times
 from .weekly import analyse
 
 FORMATS = ("html", "md", "json")
@@ -57,7 +58,9 @@ def environment(html: bool) -> Environment:
     from .load import chart
 
     env.filters.update(fmt=fmt_value, num=_num, series_label=label, md=_md,
-                       runtime_verdict=_runtime_verdict, load_chart=chart)
+                       runtime_verdict=_runtime_verdict, load_chart=chart, times=times,
+                       rule_words=rule_words, metric_words=metric_words,
+                       short_chip=short_chip, short_pair=short_pair)
     return env
 
 
@@ -106,15 +109,16 @@ def write_review(store: Store, out: Path, *, week: str | None = None,
     else:
         folder, stem = out, f"review-{a['week']}"
     folder.mkdir(parents=True, exist_ok=True)
+    page = prepare(a)  # headline, short labels, what every series shares (said once)
     written = {}
     for fmt in formats:
         path = folder / f"{stem}.{fmt}"
         if fmt == "html":
             text = environment(True).get_template("weekly.html.j2").render(
                 a=a, charts=all_charts(a["series"], a["gates"]), generated=generated,
-                repro=a["repro"], calibration_policy=calibration_policy(a))
+                repro=a["repro"], calibration_policy=calibration_policy(a), page=page)
         elif fmt == "md":
-            text = environment(False).get_template("weekly.md.j2").render(a=a)
+            text = environment(False).get_template("weekly.md.j2").render(a=a, page=page)
         elif fmt == "json":  # with OpenTelemetry GenAI names per config, for dashboards
             text = json.dumps(otel.annotate(a), indent=2, default=str)
         else:

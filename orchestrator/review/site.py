@@ -21,6 +21,7 @@ from ..store import Store
 from .changepoints import change_points
 from .configs import config_label, knobs_of_key
 from .levels import nightly_levels
+from .page import short_chip, short_pair
 from .report import environment
 from .rules import DEFAULT_RULES, load_rules
 from .weekly import analyse, identity_changes, identity_key
@@ -36,8 +37,12 @@ def slug(key: tuple) -> str:
 
 def sparkline(values: list[float], width: int = 120, height: int = 24) -> str:
     """An inline SVG polyline of the values (no axes: the shape is the point)."""
-    if len(values) < 2:
+    if not values:
         return ""
+    if len(values) == 1:  # one night: a dot with its value, not an empty line
+        return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} '
+                f'{height}" role="img"><circle cx="4" cy="{height / 2}" r="3" fill="#1f6feb"/>'
+                f'<text x="12" y="{height / 2 + 4}" font-size="11">{values[0]:.1f}</text></svg>')
     lo, hi = min(values), max(values)
     span = (hi - lo) or 1.0
     step = width / (len(values) - 1)
@@ -55,6 +60,11 @@ def history_chart(nights: list, cps: list[dict], changes: list[dict], width: int
     if not nights:
         return ""
     values = [v for _, v, _ in nights]
+    if len(values) == 1:  # one night: its point and value (a line needs two)
+        return (f'<svg class="history one-night" width="{width}" height="80" viewBox="0 0 '
+                f'{width} 80" role="img"><circle cx="40" cy="40" r="5" fill="#1f6feb"/>'
+                f'<text x="54" y="44" font-size="13">{values[0]:.1f} tok/s on '
+                f'{nights[0][0].isoformat()} (one night so far)</text></svg>')
     lo, hi = min(values), max(values)
     span = (hi - lo) or 1.0
     n = len(values)
@@ -69,8 +79,9 @@ def history_chart(nights: list, cps: list[dict], changes: list[dict], width: int
     index = {d.isoformat(): i for i, (d, _, _) in enumerate(nights)}
     parts = [f'<svg class="history" width="{width}" height="{height}" viewBox="0 0 {width} '
              f'{height}" role="img">',
-             f'<text x="4" y="{pad - 10}" font-size="11">{hi:.1f}</text>',
-             f'<text x="4" y="{height - 8}" font-size="11">{lo:.1f}</text>']
+             f'<text x="4" y="{pad - 10}" font-size="11">{hi:.1f}</text>']
+    if hi > lo:  # a flat history has one level: said once
+        parts.append(f'<text x="4" y="{height - 8}" font-size="11">{lo:.1f}</text>')
     for ch in changes:
         i = index[ch["date"]]
         parts.append(f'<line class="identity-change" x1="{x(i):.1f}" x2="{x(i):.1f}" '
@@ -123,13 +134,17 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
                             "identity_changes": changes})
         base: dict = next((c for c in configs if c["name"] == "baseline"),
                     configs[0] if configs else {"nights": []})
-        label = " · ".join(str(x) for x in key)
+        label = " · ".join(str(x) for x in key)  # the full identity: hover, filter
+        short = " · ".join(str(x) for x in (short_chip(key[0]), short_pair(key[1]),
+                                            *key[2:4])) + (
+            f" · {key[4]}" if key[4] != "mlx-lm" else "")
         page = f"series/{slug(key)}.html"
         (out / page).write_text(env.get_template("site_series.html.j2").render(
-            label=label, verdict=verdict, s=s, configs=configs, latest=latest_at.isoformat()),
+            label=label, short=short, verdict=verdict, s=s, configs=configs,
+            latest=latest_at.isoformat()),
             encoding="utf-8")
-        rows.append({"label": label, "chip": key[0], "pair": key[1], "workload": key[2],
-                     "bucket": key[3], "engine": key[4], "verdict": verdict,
+        rows.append({"label": label, "short": short, "chip": key[0], "pair": key[1],
+                     "workload": key[2], "bucket": key[3], "engine": key[4], "verdict": verdict,
                      "decision": decision, "latest": latest_at.isoformat(),
                      "runs": count, "href": page,
                      "spark": sparkline([v for _, v in base["nights"]][-60:]),

@@ -6,6 +6,7 @@ measured in the same sweep, on the same node and prompt, with the same sampling.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -137,11 +138,16 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                          "engine": engine or DEFAULT_ENGINE,
                          "has_parity": any(r.streaming_parity for r in rows),
                          "context_bucket": rs[0].context_bucket or "short",
-                         "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows)})
+                         "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows),
+                         "verdict_short": _busy_verdict(rows)})
     from .load import load_ramps
     from .runtimes import agent_notices, stream_checks
 
+    busy = [r for s in sections for r in s["rows"] if busy_row(r)]
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
+            # a busy node is said once, at the top; rows keep a short mark (figures on hover)
+            "busy": {"rows": len(busy), "of": sum(len(s["rows"]) for s in sections)}
+            if busy else None,
             "calibration": _calibration(store, sweep),
             "notices": agent_notices(store, [sweep_id]) + stream_checks(store, sweep_id),
             "soaks": soak_results(store, sweep_id),
@@ -302,6 +308,23 @@ def _row(label, mode, k, runs, base_rate, knob=None, knob_value=None) -> Row:
                                                 for x in r.unreliable_reasons or []})))
 
 
+def busy_row(r: Row) -> bool:
+    """A row set aside because other processes competed for the CPU (and for nothing
+    else): the page says so once at the top instead of repeating the figures per row."""
+    reasons = [x for x in r.unreliable_reasons if x]
+    return bool(r.set_aside) and bool(reasons) and all("contended" in x for x in reasons)
+
+
+def _busy_verdict(rows: list[Row]) -> str | None:
+    """"No conclusion: the node was busy" when every speculative row is set aside for
+    contention alone (``_verdict`` keeps the figures, for the JSON and the tests)."""
+    spec = [r for r in rows if r.mode == "speculative"]
+    if spec and all(r.speedup is None for r in spec) and all(busy_row(r) for r in spec):
+        return ("No conclusion: every speculative row was set aside because the node was "
+                "busy (see the top of the page).")
+    return None
+
+
 def _verdict(rows: list[Row]) -> str:
     """One sentence a reader can act on: does speculation pay here, and at which width."""
     spec = [r for r in rows if r.mode == "speculative" and r.speedup is not None]
@@ -330,7 +353,19 @@ def _verdict(rows: list[Row]) -> str:
 
 
 def fmt_value(value, spec: str = ".1f", missing: str = "–") -> str:
-    return missing if value is None else format(value, spec)
+    """``value`` as ``spec``; a value that rounds to zero reads 0 ("0.00", "+0%"), never
+    "-0.00" (a sign on nothing reads as a loss)."""
+    if value is None:
+        return missing
+    text = format(value, spec)
+    if text.startswith("-") and not re.search(r"[1-9]", text):
+        text = ("+" if "+" in spec else "") + text[1:]
+    return text
+
+
+def times(value, spec: str = ".2f") -> str:
+    """A ratio with its sign of multiplication; nothing measured is "–", never "–×"."""
+    return "–" if value is None else fmt_value(value, spec) + "×"
 
 
 def environment() -> Environment:
@@ -338,7 +373,7 @@ def environment() -> Environment:
         ["html", "j2"], default_for_string=True, default=True), undefined=StrictUndefined)
     from .load import chart
 
-    env.filters.update(fmt=fmt_value, load_chart=chart)
+    env.filters.update(fmt=fmt_value, times=times, load_chart=chart, busy_row=busy_row)
     return env
 
 

@@ -646,6 +646,8 @@ def _judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], sta
                               default=0),
         "mem_increase": (best.peak_memory / base.peak_memory - 1)
         if best and base and best.peak_memory and base.peak_memory else None,
+        "mem_added_bytes": (best.peak_memory - base.peak_memory)
+        if best and base and best.peak_memory and base.peak_memory else None,
         "decode_share": _decode_share(configs[base_id] if base_id else []),
         "itl_spike": (best.itl_p99 / max(base.itl_p95 or 1e-9, 1e-9))
         if best and base and best.itl_p99 else None,

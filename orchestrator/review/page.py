@@ -1,0 +1,233 @@
+"""What a reader of the weekly review sees first: a headline (what changed, what to do),
+short series labels (the full identity on hover), what every series shares stated once
+(a busy node, why the numbers may not transfer), and rules and metrics in words.
+
+The analysis is left as it is (the JSON export and the CI gate read it); this module adds
+a ``page`` key for the templates and a ``short_label`` / ``full_label`` per series.
+"""
+
+from __future__ import annotations
+
+import re
+
+PARTS = ("chip", "model_pair", "workload", "context_bucket", "engine")
+
+# a rule's id is the rules file's handle; a reader gets what it says
+RULE_WORDS = {
+    "draft-mismatch": "the draft often disagrees with the target (low acceptance)",
+    "stop-widening": "acceptance is low: wider drafts will not help",
+    "net-loss": "speculation is slower than the baseline",
+    "bursty-rollbacks": "rejected drafts make latency spiky",
+    "fallback-order": "no config passes every gate",
+    "swap-pressure": "the node swapped",
+    "draft-memory": "the draft adds memory on a node that swapped",
+    "prefill-bound": "most of the time goes to the prompt, not decoding",
+    "shrink-concurrency": "memory grows with concurrent streams and the node swapped",
+    "cap-concurrency": "the runtime saturated under load",
+    "dedicated-node": "tail latency is spiky beside a busy desktop",
+}
+
+# a metric's name in a rule → (words, how its value reads)
+METRIC_WORDS = {
+    "best_acceptance": ("acceptance of the fastest config", "{:.2f}"),
+    "best_k": ("its draft width", "{:g}"),
+    "widest_k": ("widest draft width measured", "{:g}"),
+    "best_speedup": ("best speedup", "{:.2f}×"),
+    "swap_peak_bytes": ("peak swap", "MB"),
+    "swap_in_nights": ("nights with swap-ins", "{:g}"),
+    "mem_increase": ("memory the draft adds", "{:+.0%}"),
+    "mem_added_bytes": ("that is", "MB"),
+    "decode_share": ("share of time decoding", "{:.0%}"),
+    "itl_spike": ("ITL p99 over the baseline's p95", "{:.1f}×"),
+    "acceptance_cv": ("acceptance spread (CV)", "{:.2f}"),
+    "candidates": ("configs that pass every gate", "{:g}"),
+    "load_mem_growth": ("memory growth under load", "{:+.0%}"),
+    "load_swap_levels": ("load levels that swapped", "{:g}"),
+    "load_cap": ("streams before saturation", "{:g}"),
+    "load_saturated_at": ("saturated at streams", "{:g}"),
+    "busy_itl_p99_ratio": ("ITL p99 busy / idle", "{:.2f}×"),
+}
+
+GATE_WORDS = {"speedup": "speedup", "itl_p95_ms": "ITL p95", "acceptance": "acceptance",
+              "ttft_change": "time to first token", "swap_peak_bytes": "swap",
+              "exact": "identical output", "streaming_parity": "streaming parity",
+              "task_pass_rate": "task pass rate", "not_failed": "sustained acceptance"}
+
+
+def rule_words(rule_id: str, action: str = "") -> str:
+    """A rule in words: ours from the table, a user's own rule by its action."""
+    return RULE_WORDS.get(rule_id) or action or rule_id.replace("-", " ")
+
+
+def metric_words(name: str, value) -> str:
+    words, how = METRIC_WORDS.get(name, (name.replace("_", " "), "{}"))
+    if value is None:
+        return f"{words}: not measured"
+    if how == "MB":
+        return f"{words} {value / 1e6:.1f} MB"
+    try:
+        return f"{words} {how.format(value)}"
+    except (TypeError, ValueError):
+        return f"{words} {value}"
+
+
+def short_chip(chip: str) -> str:
+    """"Intel(R) Xeon(R) Processor" → "Intel Xeon"; "Apple M4 Max" stays."""
+    text = re.sub(r"\((R|TM|C)\)", "", str(chip), flags=re.I)
+    text = re.sub(r"\b(Processor|CPU)\b", "", text)
+    text = re.sub(r"@.*$", "", text)
+    return " ".join(text.split()) or str(chip)
+
+
+def short_pair(pair: str) -> str:
+    """"models/target / draft-4bit" → "target / draft-4bit": the folders are in the hover."""
+    return " / ".join(p.strip().rstrip("/").rsplit("/", 1)[-1] or p.strip()
+                      for p in str(pair).split(" / "))
+
+
+def full_label(s: dict) -> str:
+    x = s["series"]
+    return " · ".join(str(x.get(p) or "") for p in PARTS)
+
+
+def label_series(sections: list[dict]) -> list[str]:
+    """Give each series a ``short_label`` (only the parts that tell the page's series
+    apart, shortened) and a ``full_label`` (every part, as stored); returns the parts
+    every series shares, in words, for the page's header."""
+    if not sections:
+        return []
+    values = {p: {str(s["series"].get(p)) for s in sections} for p in PARTS}
+    common = [p for p in PARTS if len(values[p]) == 1]
+    # the workload names what was measured: it stays even when it is the only one
+    differ = [p for p in PARTS if p not in common or p == "workload"]
+    for s in sections:
+        x = s["series"]
+        bits = []
+        for p in differ:
+            v = str(x.get(p))
+            bits.append(short_chip(v) if p == "chip" else short_pair(v) if p == "model_pair"
+                        else f"{v} context" if p == "context_bucket" else v)
+        s["short_label"] = " · ".join(bits)
+        s["full_label"] = full_label(s)
+    # shortening must not merge two series ("Intel(R) Xeon" and "Intel Xeon"): those keep
+    # their full names
+    seen: dict[str, set] = {}
+    for s in sections:
+        seen.setdefault(s["short_label"], set()).add(s["full_label"])
+    for s in sections:
+        if len(seen[s["short_label"]]) > 1:
+            s["short_label"] = s["full_label"]
+    x = sections[0]["series"]
+    said = {"chip": f"node {short_chip(x['chip'])}", "model_pair":
+            f"pair {short_pair(x['model_pair'])}", "context_bucket":
+            f"{x['context_bucket']} context", "engine": f"runtime {x['engine']}"}
+    return [said[p] for p in common if p in said]
+
+
+BUSY = "other processes competed for the CPU"
+
+
+def _contended(reason: str) -> bool:
+    """A set-aside reason that names contention ("contended: other processes used 71% …",
+    also inside "1 of 1 trials unreliable (contended: …)")."""
+    return "contended" in reason
+
+
+def _busy_runs(sections: list[dict]) -> tuple[int, int]:
+    aside = sum(x["runs"] for s in sections for x in s.get("set_aside") or []
+                if any(_contended(r) for r in x["reasons"]))
+    total = sum(c["runs"] for s in sections for c in s.get("configs") or [])
+    return aside, total
+
+
+def shared_once(sections: list[dict]) -> dict:
+    """Caveats every series shares move to the page's top; each row keeps its own. A
+    series whose only evidence is runs set aside as contended says so briefly (the
+    figures are in its section below and the node's state at the top)."""
+    cav = [s["verdict"].get("caveats") or [] for s in sections]
+    common = [c for c in cav[0] if all(c in x for x in cav[1:])] if len(cav) > 1 else []
+    busy_runs, total = _busy_runs(sections)
+    for s in sections:
+        v = s["verdict"]
+        v["own_caveats"] = [c for c in v.get("caveats") or [] if c not in common]
+        v["short_evidence"] = v.get("evidence") or ""
+        aside = s.get("set_aside") or []
+        if v["decision"] == "needs more data" and aside and all(
+                any(_contended(r) for r in x["reasons"]) for x in aside):
+            n, of = sum(x["runs"] for x in aside), sum(x["of"] for x in aside)
+            v["short_evidence"] = f"{n} of {of} runs set aside (busy node)"
+    return {"common_caveats": [c for c in common if BUSY not in c],
+            "any_own_caveats": any(s["verdict"]["own_caveats"] for s in sections),
+            "any_rules": any(s["verdict"].get("rules") for s in sections),
+            "busy": {"runs": busy_runs, "of": total} if busy_runs else None}
+
+
+def classification_words(c: dict, gates: dict) -> str:
+    """"just misses: ttft_change" → "misses: TTFT +10.2% > +8%": each gate as the
+    comparison it made, never its identifier."""
+    from .verdict import gate_text
+
+    missed = [(n, g["value"]) for n, g in (c.get("gates") or {}).items()
+              if g["passed"] is False]
+    if not missed or c.get("classification", "").startswith(("failed", "set aside")):
+        return c.get("classification") or ""
+    head = "just misses" if len(missed) == 1 else "not a candidate, misses"
+    return f"{head}: " + "; ".join(gate_text(n, v, gates) for n, v in missed)
+
+
+def headline(a: dict, busy: bool = False) -> dict:
+    """One sentence of what changed this week and one of what to do."""
+    series = a["series"]
+    n = a["counts"]["verdicts"]
+    changed = []
+    regs = [(s, r) for s in series for r in s.get("regressions") or []]
+    worse = [r for _, r in regs if r["verdict"] == "regression"]
+    better = [r for _, r in regs if r["verdict"] == "improvement"]
+    if worse:
+        changed.append(f"{len(worse)} regression{'s' if len(worse) > 1 else ''}")
+    if better:
+        changed.append(f"{len(better)} improvement{'s' if len(better) > 1 else ''}")
+    if a["counts"]["failed_sweeps"]:
+        changed.append(f"{a['counts']['failed_sweeps']} sweep(s) did not finish ok")
+    todo = []
+    # a calibration pair is an instrument: its win says the node measures speculation
+    # well, never "switch it on"
+    cands = [s for s in series if s["verdict"]["decision"] == "production candidate"
+             and not s.get("calibration")]
+    if any(s.get("calibration") and s["verdict"]["decision"] == "production candidate"
+           for s in series):
+        changed.append("the calibration pair measured its known win")
+    if cands:
+        todo.append("switch on speculation for " + ", ".join(
+            f"{s.get('short_label') or full_label(s)} (draft width {s['verdict']['k']})"
+            for s in cands[:3]) + (f" and {len(cands) - 3} more" if len(cands) > 3 else ""))
+    decided = ", ".join(f"{k} {d}" for d, k in n.items() if k)
+    what = (f"{len(series)} series: {decided}" if series else "no series measured") + (
+        "; " + ", ".join(changed) if changed else
+        ("; nothing regressed" if a["counts"].get("compared") else ""))
+    if n.get("keep autoregressive") or n.get("graded fallback"):
+        todo.append("keep the others autoregressive" if cands else
+                    "keep serving autoregressive")
+    if any(s["verdict"].get("provisional") for s in series):
+        todo.append("rerun to confirm (decisions marked provisional rest on fewer nights "
+                    "than the review needs)")
+    if worse:
+        todo.append("look at the regressions below")
+    if a["counts"]["failed_sweeps"]:
+        todo.append("see why the sweeps failed (top of the page)")
+    if k := n.get("needs more data"):
+        todo.append(f"run again when the node is quiet ({k} series had no reliable runs: "
+                    "it was busy, see below)" if busy else
+                    f"measure again ({k} series have no reliable runs yet)")
+    return {"changed": what, "todo": "; ".join(todo) or "nothing: keep going as you are"}
+
+
+def prepare(a: dict) -> dict:
+    """The page's extras (headline, shared facts, busy node), computed once per render."""
+    common = label_series(a["series"])
+    shared = shared_once(a["series"])
+    for s in a["series"]:
+        for c in s.get("configs") or []:
+            c["classification_text"] = classification_words(c, s["gates"])
+    return {"common_parts": common, **shared,
+            "headline": headline(a, busy=shared["busy"] is not None)}

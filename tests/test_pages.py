@@ -1,0 +1,246 @@
+"""Pages a person reads in 30 seconds (issue 33): a headline per week, a busy node said once
+at the top, what every series shares said once, short series labels with the full identity
+on hover, words (never rule ids or gate names) in every cell, memory advice only with
+memory evidence, no "-0.00" or "–×", and a one-night history drawn as a point with its
+value. Planted stores, rendered in headless Chromium."""
+
+import html
+import random
+import re
+from datetime import timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.review.page import label_series
+from orchestrator.review.report import write_review
+from orchestrator.review.rules import fire, load_rules
+from orchestrator.review.site import history_chart, write_site
+from orchestrator.review.sweep_page import fmt_value, times
+from orchestrator.store import open_store
+from tests.browser import dump_dom
+from tests.history import config_values as V
+from tests.history import night, week_nights
+from tests.test_weekly_review import NOW, W20
+
+CHIP = "Intel(R) Xeon(R) Processor"
+PAIR = "models/target / draft-4bit"
+BUSY = "1 of 1 trials unreliable (contended: other processes used 71% of the CPU (limit 25%))"
+LINUX = {"chip": CHIP, "os_name": "Debian GNU/Linux", "os_build": "12 (bookworm)"}
+
+
+def visible(dom: str) -> str:
+    """The page's text as a reader sees it: no tags, attributes, styles or scripts."""
+    dom = re.sub(r"<(style|script)\b.*?</\1>", "", dom, flags=re.S)
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom)))
+
+
+def actions_table(dom: str) -> str:
+    return dom.split('id="actions"', 1)[1].split("</table>", 1)[0]
+
+
+def test_a_busy_week_says_so_once_at_the_top_and_rows_keep_what_differs(tmp_path):
+    """Three series whose every run was set aside as contended on a Linux CPU node: the
+    page says once, at the top, that the node was busy and what to do; the contention
+    figures and the "may not transfer" text are no longer repeated in each row."""
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    rng = random.Random(4)
+    for workload in ("code", "memo", "translation"):
+        night(store, W20 + timedelta(hours=2), node="ci-01", chip=CHIP, pair=PAIR,
+              workload=workload, unreliable=BUSY, configs={
+                  ("baseline", 0): V(100.0, rng=rng),
+                  ("speculative", 2): V(90.0, acceptance=0.4, rng=rng)})
+    store.add_facts("ci-01", LINUX)
+    out = write_review(store, tmp_path / "r.html", week="2026-W20", now=NOW)
+    dom = dump_dom(out["html"])
+    text = visible(dom)
+    assert text.count("The node was busy:") == 1
+    assert "6 of 6 runs were set aside because other processes competed for the CPU" in text
+    assert "Run again when the machine is quiet" in text
+    rows = actions_table(dom)
+    assert rows.count("data-decision=") == 3
+    assert "other processes used" not in rows  # the figures stay in each series' section
+    assert visible(rows).count("2 of 2 runs set aside (busy node)") == 3
+    # why the numbers may not transfer: said once, for every series, not per row
+    assert text.count("not Apple Silicon") == 1
+    assert "May not transfer, for every series:" in text
+    assert "may not transfer because" not in rows  # no row has a caveat of its own
+    assert text.count("This week:") == 1
+    assert "run again when the node is quiet (3 series had no reliable runs" in text
+    md = out["md"].read_text()
+    assert md.count("**The node was busy:**") == 1 and md.count("not Apple Silicon") == 1
+    assert md.count("2 of 2 runs set aside (busy node)") == 3
+
+
+def quiet_week(store, rng, *, swap_in: int = 0, workloads=("code", "memo")) -> None:
+    for at in week_nights(W20, 3):
+        for workload in workloads:
+            night(store, at, node="ci-01", chip=CHIP, pair=PAIR, workload=workload, configs={
+                ("baseline", 0): V(100.0, ttft=50.0, mem=10.0e6, jitter=0.0, rng=rng),
+                # a net loss whose TTFT is a hair under the baseline's (−0.04%): "+0%"
+                ("speculative", 2): V(90.0, acceptance=0.38, ttft=49.98, mem=12.7e6,
+                                      swap_in=swap_in, jitter=0.0, rng=rng)})
+    store.add_facts("ci-01", LINUX)
+
+
+def test_a_quiet_week_reads_in_words_with_short_labels(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    quiet_week(store, random.Random(5))
+    out = write_review(store, tmp_path / "r.html", week="2026-W20", now=NOW)
+    dom = dump_dom(out["html"])
+    text = visible(dom)
+    # a headline: what changed, what to do
+    assert "This week: 2 series: 2 keep autoregressive" in text
+    assert "What to do: keep serving autoregressive" in text
+    # short labels: only what tells the series apart; the full identity on hover
+    labels = re.findall(r'<span class="label" title="([^"]+)">([^<]+)</span>',
+                        actions_table(dom))
+    assert labels == [(f"{CHIP} · {PAIR} · code · short · mlx-lm", "code"),
+                      (f"{CHIP} · {PAIR} · memo · short · mlx-lm", "memo")]
+    assert "Every series: node Intel Xeon · pair target / draft-4bit · short context" in text
+    assert "Intel(R)" not in visible(actions_table(dom))
+    # words, not identifiers: the rules that fired and the gates a config missed
+    for name in ("net-loss", "fallback-order", "draft-mismatch", "ttft_change", "fails:",
+                 "best_speedup", "mem_increase"):
+        assert name not in text, name
+    assert "speculation is slower than the baseline" in text
+    assert "speedup 0.90 < 1.16" in text  # the classification, as the comparison it made
+    # the draft adds 27% of a 10 MB pair and the node never swapped: no memory advice
+    assert "bigger-memory" not in text
+    # nothing reads as a loss of nothing, nothing missing reads as a ratio
+    assert "-0%" not in text and "-0.00" not in text and "–×" not in text
+    assert "+0%" in text  # the TTFT change that rounds to zero
+    md = out["md"].read_text()
+    for name in ("net-loss", "fallback-order", "ttft\\_change", "-0%", "–×"):
+        assert name not in md, name
+
+
+def test_memory_advice_needs_memory_evidence(tmp_path):
+    """The draft-memory rule fires only when the node swapped during the runs, and its
+    evidence reads in words and megabytes."""
+    rules = load_rules()
+    tiny = {"mem_increase": 0.27, "mem_added_bytes": 2.7e6, "swap_in_nights": 0}
+    assert "draft-memory" not in [s["rule"] for s in fire(rules, tiny)]
+    assert "draft-memory" in [s["rule"] for s in fire(rules, {**tiny, "swap_in_nights": 2})]
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    quiet_week(store, random.Random(6), swap_in=4096, workloads=("code",))
+    out = write_review(store, tmp_path / "r.html", week="2026-W20", now=NOW)
+    text = visible(dump_dom(out["html"]))
+    assert "move this series to a bigger-memory node" in text
+    assert "memory the draft adds +27%; that is 2.7 MB; nights with swap-ins 3" in text
+
+
+def test_a_one_night_history_is_a_point_with_its_value(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    night(store, W20 + timedelta(hours=2), node="ci-01", chip=CHIP, pair=PAIR,
+          workload="code", configs={("baseline", 0): V(484.5, jitter=0.0),
+                                    ("speculative", 2): V(400.0, acceptance=0.5, jitter=0.0)})
+    index = write_site(store, tmp_path / "site", week="2026-W20", now=NOW)
+    page = next((tmp_path / "site" / "series").glob("*.html"))
+    text = visible(dump_dom(page))
+    assert "484.5 tok/s on 2026-05-11 (one night so far)" in text
+    assert text.count("484.5") == 2  # the point's label and the nights table, no "484.5 … 484.5"
+    row = visible(dump_dom(index))
+    assert "484.5" in row and "Intel(R)" not in row.split("nightly decode", 1)[1]
+
+
+def test_a_flat_history_names_its_level_once():
+    from datetime import date
+
+    nights = [(date(2026, 5, d), 484.5, {}) for d in (11, 12)]
+    svg = history_chart(nights, [], [])
+    assert svg.count(">484.5<") == 1 and "<polyline" in svg
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e6, max_value=1e6),
+       st.sampled_from([".2f", ".1f", ".0f", "+.2f", "+.0%", ".0%", ".2g", ".3f"]))
+def test_no_value_reads_as_minus_zero(x, spec):
+    text = fmt_value(x, spec)
+    if text.startswith("-"):
+        assert re.search(r"[1-9]", text), text  # a minus sign only on something
+    assert float(text.rstrip("%")) == float(format(x, spec).rstrip("%"))  # same value
+    assert times(None) == "–" and times(x, spec).endswith("×")
+
+
+def test_minus_zero_cases():
+    assert fmt_value(-0.001, ".2f") == "0.00"
+    assert fmt_value(-0.0004, "+.0%") == "+0%"
+    assert fmt_value(-0.02, ".2f") == "-0.02"
+    assert fmt_value(None, ".2f") == "–" and times(1.234) == "1.23×"
+
+
+PART = st.text("ab(R) /·", min_size=1, max_size=6)
+
+
+@given(st.lists(st.tuples(PART, PART, PART, st.sampled_from(["short", "long"]),
+                          st.sampled_from(["mlx-lm", "http"])), min_size=1, max_size=6,
+                unique=True))
+def test_short_labels_keep_series_apart(keys):
+    """However the series differ, two series never share a short label, and each keeps
+    its full identity."""
+    sections = [{"series": dict(zip(("chip", "model_pair", "workload", "context_bucket",
+                                     "engine"), k))} for k in keys]
+    label_series(sections)
+    assert len({s["short_label"] for s in sections}) == len(sections)
+    assert [s["full_label"] for s in sections] == [" · ".join(k) for k in keys]
+
+
+def test_a_busy_sweep_page_says_so_once_and_rows_keep_a_short_mark(tmp_path):
+    """The sweep page of a busy node: one banner at the top, each row's "unreliable" cell
+    a short mark with the figures on hover, the section's verdict in words; a row set aside
+    for another reason (spread, throttling) keeps its reason in the cell."""
+    from orchestrator.review.sweep_page import render_review
+    from tests.history import generation, ingest_lines, new_sweep
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    sid = new_sweep(store, W20)
+    busy = ["contended: other processes used 84% of the CPU (limit 25%)"]
+
+    def knob(k: int) -> dict:  # the knob a speculative row is measured at
+        return {"knob": "num_draft_tokens", "knob_value": k} if k else {}
+
+    events = [generation(mode, k, unreliable=True, unreliable_reasons=busy, repetition=rep,
+                         acceptance_rate=0.5 if k else None, **knob(k))
+              for mode, k in (("baseline", 0), ("speculative", 2), ("speculative", 4))
+              for rep in range(2)]
+    events += [generation(mode, k, workload="memo", repetition=rep,
+                          acceptance_rate=0.5 if k else None, **knob(k),
+                          **({"unreliable": True, "unreliable_reasons": ["thermal throttling"]}
+                             if k == 2 else {}))
+               for mode, k in (("baseline", 0), ("speculative", 2)) for rep in range(2)]
+    ingest_lines(store, sid, "local", events, W20.timestamp())
+    dom = dump_dom(render_review(store, tmp_path / "sweep.html", sid))
+    text = visible(dom)
+    assert text.count("The node was busy:") == 1
+    assert "3 of 5 rows were set aside because other processes competed for the CPU" in text
+    assert "other processes used 84%" not in text  # on hover only
+    assert 'title="contended: other processes used 84% of the CPU (limit 25%)' in dom
+    assert text.count("busy node, set aside") == 3
+    assert "No conclusion: every speculative row was set aside because the node was busy" \
+        in text
+    assert "thermal throttling" in text  # another reason is still said where it applies
+
+
+def test_the_headline_never_says_switch_on_a_calibration_pair():
+    """A planted week: a real candidate, a calibration pair's win, a series kept
+    autoregressive and one with no reliable runs on a busy node."""
+    from orchestrator.review.page import headline
+
+    def s(workload, decision, k=None, calibration=None, provisional=None):
+        return {"series": {"chip": "Apple M4", "model_pair": "t / d", "workload": workload,
+                           "context_bucket": "short", "engine": "mlx-lm"},
+                "short_label": workload, "calibration": calibration, "regressions": [],
+                "verdict": {"decision": decision, "k": k, "provisional": provisional}}
+
+    series = [s("code", "production candidate", 4),
+              s("calib", "production candidate", 6, calibration={"layers": 16}),
+              s("memo", "keep autoregressive"), s("chat", "needs more data")]
+    counts = {"failed_sweeps": 0, "compared": 0, "verdicts": {
+        "production candidate": 2, "graded fallback": 0, "keep autoregressive": 1,
+        "needs more data": 1}}
+    h = headline({"series": series, "counts": counts}, busy=True)
+    assert h["changed"] == ("4 series: 2 production candidate, 1 keep autoregressive, 1 needs "
+                            "more data; the calibration pair measured its known win")
+    assert h["todo"] == ("switch on speculation for code (draft width 4); keep the others "
+                         "autoregressive; run again when the node is quiet (1 series had no "
+                         "reliable runs: it was busy, see below)")
