@@ -27,6 +27,7 @@ METRICS: dict[str, str] = {
     "swap_peak_bytes": "peak swap used by any reliable config",
     "swap_in_nights": "nights with swap-ins (most of any reliable config)",
     "mem_increase": "peak memory of the best config over its baseline's, minus 1",
+    "mem_added_bytes": "peak memory of the best config minus its baseline's, in bytes",
     "decode_share": "share of a baseline generation's time spent decoding",
     "itl_spike": "the best config's ITL p99 over the baseline's ITL p95",
     "acceptance_cv": "coefficient of variation of the best config's acceptance",
