@@ -323,16 +323,19 @@ def classify(c: ConfigStats) -> str:
     return "not a candidate: misses " + ", ".join(missed)
 
 
-def speculative_generations(store: Store, sweep_ids: list[str]) -> list[tuple]:
+GenRow = tuple[str, str, float, Generation]  # sweep, node, ts, the event
+
+
+def speculative_generations(store: Store, sweep_ids: list[str]) -> list[GenRow]:
     """(sweep, node, ts, event) of this week's speculative generation events, read once
     for both the failed-window gate and the by-position chart (the week's biggest read)."""
-    return [(s.sweep_id, s.node, s.event.ts, s.event)
+    return [(s.sweep_id, s.node, e.ts, e)
             for s in queries.typed(queries.events(store, sweep_ids, ("generation",)))
-            if isinstance(s.event, Generation) and s.event.mode == "speculative"]
+            if isinstance(e := s.event, Generation) and e.mode == "speculative"]
 
 
 def failed_window_configs(store: Store, sweep_ids: list[str], floor: float,
-                          window_s: float, rows: list[tuple] | None = None) -> set[tuple]:
+                          window_s: float, rows: list[GenRow] | None = None) -> set[tuple]:
     """(sweep, node, workload, pair, config) whose acceptance stayed under ``floor`` for more
     than two windows of ``window_s`` seconds of generation time (see ``low_for_too_long``);
     the config is ``configs.canonical`` of every knob, as the run's own."""
@@ -342,7 +345,7 @@ def failed_window_configs(store: Store, sweep_ids: list[str], floor: float,
     for sid, node, ts, p in rows:
         if p.get("acceptance_rate") is not None:
             key = (sid, node, p.workload, result_pair(p), canonical(p.config))
-            points[key].append((ts, p["acceptance_rate"]))
+            points[key].append((ts, p.get("acceptance_rate")))
     return {key for key, pts in points.items() if low_for_too_long(sorted(pts), floor, window_s)}
 
 
@@ -668,7 +671,7 @@ def _trend(runs: list[RunRow], best: ConfigId | None) -> list[dict]:
              "decode_tok_s": median(_vals(rs, "decode_tok_s"))} for d, rs in sorted(nights.items())]
 
 
-def _positions(sections: list[dict], rows: list[tuple], run_of: dict[tuple, RunRow],
+def _positions(sections: list[dict], rows: list[GenRow], run_of: dict[tuple, RunRow],
                top: int = 6) -> None:
     """Acceptance by draft position for the best config of each series (the busiest
     ``top`` series this week): drafted and accepted tokens are summed per series and
