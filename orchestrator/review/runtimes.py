@@ -79,7 +79,7 @@ def unreadable_notices(store: Store, sweep_ids: list[str]) -> list[dict]:
     """Stored events that do not read as their type (an older boundary let them in): left
     out of every number, and said so here, where the review and the sweep page show it."""
     return [{"sweep_id": u.sweep_id, "node": u.node, "variant": None, "workload": None,
-             "knob": None, "message": u.message()}
+             "knob": None, "message": u.message(), "unreadable": True}
             for u in queries.unreadable(store, sweep_ids)]
 
 

@@ -93,8 +93,7 @@ def typed(items: Iterable[Stored | Unreadable]) -> list[Stored]:
     return [i for i in items if isinstance(i, Stored)]
 
 
-def unreadable(store, sweep_ids: Iterable[str]) -> list[Unreadable]:
-    """Every stored event of the sweeps that does not read as its type (a full pass: what
-    readers flag, whichever event types they read)."""
-    return [i for i in events(store, sweep_ids, order=("sweep", "node", "seq"))
-            if isinstance(i, Unreadable)]
+def unreadable(store, sweep_ids: Iterable[str], node: str | None = None) -> list[Unreadable]:
+    """Every stored event of the sweeps (of ``node``) that does not read as its type (a
+    full pass: what readers flag, whichever event types they read)."""
+    return [i for i in events(store, sweep_ids, node=node) if isinstance(i, Unreadable)]
