@@ -42,8 +42,11 @@ class Event:
         out.setdefault("schema", EVENT_SCHEMA_MAJOR)
         out["type"] = self.TYPE
         for f in fields(self):
-            if f.name != "raw":
-                out[f.name] = getattr(self, f.name)
+            v = getattr(self, f.name)
+            # an optional field left out stays out (absent and null are the same to a reader)
+            if f.name == "raw" or (v is None and f.default is None and f.name not in out):
+                continue
+            out[f.name] = v
         return out
 
     def get(self, name: str, default: Any = None) -> Any:
