@@ -260,14 +260,21 @@ def declared(cls: type[Event]) -> tuple[dict[str, tuple[type, ...]], dict[str, t
 
 
 def _builder(cls: type[Event]):
-    """``obj → cls(...)`` in straight-line code: built once per event on ingest's hot
-    path, where a loop over the fields cost more than the construction itself."""
-    names = [f.name for f in fields(cls) if f.name not in _BASE]
-    args = ", ".join(f"{n}=g({n!r})" for n in names)
-    src = (f"def build(obj):\n    g = obj.get\n"
-           f"    return cls(seq=obj['seq'], ts=obj['ts'], raw=obj{', ' if args else ''}{args})")
-    namespace: dict[str, Any] = {"cls": cls}
-    exec(src, namespace)  # noqa: S102 - our own field names, from our own classes
+    """``obj → cls`` in straight-line code: built once per event on ingest's hot path.
+
+    Why not ``cls(**fields)``: a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, which cost more than the boundary's checks; here each slot is
+    set through its own descriptor (what ``__init__`` would have set, nothing else)."""
+    names = ["seq", "ts", "raw"] + [f.name for f in fields(cls) if f.name not in _BASE]
+    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    body = ["def build(obj):", "    self = new(cls)", "    g = obj.get",
+            "    s_seq(self, obj['seq'])", "    s_ts(self, obj['ts'])", "    s_raw(self, obj)"]
+    for n in names:
+        namespace[f"s_{n}"] = getattr(cls, n).__set__  # the slot's member descriptor
+        if n not in _BASE:
+            body.append(f"    s_{n}(self, g({n!r}))")
+    body.append("    return self")
+    exec("\n".join(body), namespace)  # noqa: S102 - our own field names, from our classes
     return namespace["build"]
 
 
