@@ -41,6 +41,9 @@ Format history
   text (``usage_problem``, ``usage_implausible``: then not used for rates) and when a
   stream's split surrogate pairs were repaired (``stream_repaired``: how many).
   Optional, so a 1.5 agent's events still decode.
+- The event types are frozen classes (``agent.events``) and ``EVENTS`` is derived from them;
+  no wire change. ``generation``'s ``acceptance_by_position`` (which every agent writes and
+  the review indexes) is declared there, so the boundary checks its shape.
 """
 
 from __future__ import annotations
