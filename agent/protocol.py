@@ -41,6 +41,9 @@ Format history
   text (``usage_problem``, ``usage_implausible``: then not used for rates) and when a
   stream's split surrogate pairs were repaired (``stream_repaired``: how many).
   Optional, so a 1.5 agent's events still decode.
+- The event types are frozen classes (``agent.events``) and ``EVENTS`` is derived from them;
+  no wire change. ``generation``'s ``acceptance_by_position`` (which every agent writes and
+  the review indexes) is declared there, so the boundary checks its shape.
 """
 
 from __future__ import annotations
@@ -49,10 +52,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .events import (  # noqa: F401  (the event schema's version lives with its types)
+    EVENT_CLASSES,
+    EVENT_SCHEMA,
+    EVENT_SCHEMA_MAJOR,
+    EVENT_SCHEMA_MINOR,
+    declared,
+)
+
 JOB_SCHEMA = 1
-EVENT_SCHEMA_MAJOR = 1
-EVENT_SCHEMA_MINOR = 6
-EVENT_SCHEMA = f"{EVENT_SCHEMA_MAJOR}.{EVENT_SCHEMA_MINOR}"
 
 # -- model roles -----------------------------------------------------------------------
 
@@ -234,49 +242,9 @@ class EventType:
     optional: dict[str, tuple[type, ...]] = field(default_factory=dict)
 
 
-# The event types of schema 1.x: the one declaration the boundary and readers follow.
-EVENTS: dict[str, EventType] = {
-    "job_started": EventType(optional={"agent_version": OPT_STR, "event_schema": OPT_STR}),
-    "environment_checked": EventType({"versions": (dict,), "fingerprints": (dict,)},
-                                     {"quantization": OPT_DICT}),
-    "models_loaded": EventType(optional={"load_s": OPT_NUM}),
-    "plan": EventType({"total_generations": (int,)},
-                      {"already_done": OPT_INT, "variants": OPT_LIST, "workloads": OPT_LIST}),
-    "runtime_ready": EventType(optional={"runtime": OPT_STR, "variant": OPT_STR}),
-    "notice": EventType({"message": (str,)},
-                        {"workload": OPT_STR, "variant": OPT_STR, "adaptive": OPT_BOOL}),
-    "generation": EventType({"run_index": (int,), "workload": (str,), "mode": (str,),
-                             "config": (dict,), "num_draft_tokens": (int,),
-                             "generated_tokens": (int,), "decode_tok_s": OPT_NUM,
-                             "ttft_ms": OPT_NUM},
-                            {"variant": OPT_STR, "runtime": OPT_STR, "token_ids": OPT_LIST,
-                             "telemetry": OPT_LIST, "models": OPT_DICT}),
-    "generation_failed": EventType({"error": (str,)},
-                                   {"variant": OPT_STR, "workload": OPT_STR, "mode": OPT_STR}),
-    "knob_effect": EventType({"message": (str,)},
-                             {"workload": OPT_STR, "variant": OPT_STR, "knob": OPT_STR}),
-    "config_summary": EventType({"workload": (str,), "mode": (str,), "config": (dict,),
-                                 "num_draft_tokens": (int,), "trials": (int,),
-                                 "metrics": (dict,), "unreliable": (bool,)},
-                                {"values": OPT_DICT, "unreliable_reasons": OPT_LIST,
-                                 "parity": OPT_DICT, "models": OPT_DICT}),
-    "acceptance_by_bucket": EventType({"rows": (list,)}),
-    "quality": EventType({"mode": (str,), "num_draft_tokens": (int,), "tasks": (int,),
-                          "passed": (int,), "pass_rate": NUM}, {"models": OPT_DICT}),
-    "soak_sample": EventType({"index": (int,), "elapsed_s": NUM},
-                             {"decode_tok_s": OPT_NUM, "rss_bytes": OPT_NUM,
-                              "swap_used_bytes": OPT_NUM}),
-    "soak_result": EventType({"status": (str,), "generations": (int,)},
-                             {"workload": OPT_STR, "num_draft_tokens": OPT_INT,
-                              "duration_s": OPT_NUM, "peak_rss_bytes": OPT_NUM,
-                              "swap_in_bytes": OPT_NUM, "reasons": OPT_LIST}),
-    "job_finished": EventType({"status": (str,), "generations": (int,)},
-                              {"failed": OPT_INT, "reasons": OPT_LIST}),
-    "background_started": EventType({"pid": (int,), "profile": (dict,)}),
-    "load_level": EventType({"workload": (str,), "variant": (str,), "mode": (str,),
-                             "load": (str,), "level": NUM, "status": (str,)}),
-    "job_failed": EventType({"error": (str,), "message": (str,)}, {"exit_code": OPT_INT}),
-}
+# The event types of schema 1.x, derived from their typed classes (``agent.events``): the
+# one declaration the boundary, the store's read path and readers follow.
+EVENTS: dict[str, EventType] = {t: EventType(*declared(c)) for t, c in EVENT_CLASSES.items()}
 # type → required fields and their JSON types (what the boundary insists on)
 EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     t: e.required for t, e in EVENTS.items()}

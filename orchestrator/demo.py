@@ -9,8 +9,6 @@ from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
-from sqlalchemy import select
-
 from agent.protocol import DEFAULT_SWEEP
 
 from .demo_models import build_demo_models
@@ -18,8 +16,7 @@ from .errors import SpecfleetError
 from .fleet.inventory import load_inventory
 from .review.report import write_review
 from .review.sweep_page import render_review
-from .store import open_store
-from .store.models import Event
+from .store import open_store, queries
 from .sweep.dispatch import StderrProgress, SweepOptions, start_sweep
 from .sweep.plan import load_lock, load_plan, write_lock
 
@@ -153,10 +150,10 @@ def _sweep(workdir: Path, doc: dict, store, log, announce) -> str:
     # one file per sweep: the weekly review pools every demo sweep of the week, so every
     # sweep's events stay on disk beside it
     events = workdir / f"events-{result.sweep_id}.jsonl"
-    with store.engine.connect() as c:
-        rows = c.execute(select(Event.payload).where(Event.sweep_id == result.sweep_id)
-                         .order_by(Event.node, Event.seq)).scalars()
-        events.write_text("".join(json.dumps(p, separators=(",", ":")) + "\n" for p in rows))
+    # read as readers read them (store.queries): typed; an unreadable one is not exported
+    rows = queries.typed(queries.events(store, [result.sweep_id], order=("node", "seq")))
+    events.write_text("".join(json.dumps(s.event.to_json(), separators=(",", ":")) + "\n"
+                              for s in rows))
     log(f"sweep {result.sweep_id}: {sum(o.value['events'] for o in result.outcomes)} events "
         f"stored; events written to {events}")
     return result.sweep_id

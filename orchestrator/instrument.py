@@ -38,8 +38,8 @@ from .errors import SpecfleetError
 from .fleet.fanout import run_fan_out
 from .fleet.node_paths import check_placement, expand_root
 from .fleet.transport import SSHOptions, q
-from .store import Store
-from .store.models import Event, SweepNode
+from .store import Store, queries
+from .store.models import SweepNode
 from .sweep.dispatch import SweepOptions, start_sweep
 from .sweep.plan import load_lock, load_plan, write_lock
 
@@ -229,10 +229,9 @@ def check_instrument(hosts, store: Store, workdir: Path, draft: Path, *, layers:
             select(SweepNode.node, SweepNode.agent_dir, SweepNode.python, SweepNode.job_path,
                    SweepNode.root, SweepNode.journal_path)
             .where(SweepNode.sweep_id == result.sweep_id))}
-        gens: dict[str, list[dict]] = {}
-        for node, payload in c.execute(select(Event.node, Event.payload).where(
-                Event.sweep_id == result.sweep_id, Event.type == "generation")):
-            gens.setdefault(node, []).append(payload)
+    gens: dict[str, list[dict]] = {}  # typed (store.queries); an unreadable one left out
+    for s in queries.typed(queries.events(store, [result.sweep_id], ("generation",))):
+        gens.setdefault(s.node, []).append(s.event.to_json())
     ran = {o.host for o in result.outcomes if o.status == "ok"}
 
     async def costs(h, t):

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .errors import SpecfleetError
-from .store import Store
+from .store import Store, queries
 from .store.coverage import missing_by_node
 from .store.models import Measurement, NodeOutcome, Run, Sweep
 
@@ -71,6 +71,9 @@ def run_detail(store: Store, run_id: int) -> dict:
             Measurement.run_index)).all()
         return {**{f: getattr(r, f) for f in RUN_FIELDS}, "config": r.config,
                 "summary": r.summary,
+                # stored events of this node's sweep that do not read as their type
+                "unreadable_events": [u.message() for u in queries.unreadable(
+                    store, [r.sweep_id], node=r.node)],
                 "measurements": [{"run_index": g.run_index, "repetition": g.repetition,
                                   "decode_tok_s": g.decode_tok_s, "ttft_ms": g.ttft_ms,
                                   "itl_p95_ms": g.itl_p95_ms, "acceptance_rate":

@@ -16,6 +16,7 @@ from orchestrator.store.coverage import (
     Coverage,
     coverage,
     holes_below,
+    line_sha256,
     missing_by_node,
     seq_ranges,
 )
@@ -192,10 +193,15 @@ def test_verify_names_the_deleted_lines_and_attach_reads_them_again(swept, fleet
     assert by["node1"]["journal_lines"] == last and by["node1"]["stored"] == last - 4
     assert by["node2"]["holes"] == []
     assert [(c["seq"], c["line"]) for c in by["node2"]["conflicts"]] == [(3, 3)]
+    (conflict,) = by["node2"]["conflicts"]  # the two hashes, each of its own text
+    assert conflict["stored_sha256"] == line_sha256('{"forged":true}')
+    assert conflict["journal_sha256"] == line_sha256(original)
     said = CliRunner().invoke(main, ["sweeps", "verify", sid, *common])
     assert said.exit_code == 1
     assert f"4 missing: seq 2, 5-6, {last}" in said.output
-    assert "seq 3: the store holds other content than journal line 3" in said.output
+    assert "seq 3: the store holds other content than journal line 3 (stored sha256 " \
+           f"{conflict['stored_sha256'][:16]}, journal sha256 " \
+           f"{conflict['journal_sha256'][:16]})" in said.output
     assert f"sweep {sid}: incomplete on node1 (incomplete: 4 missing, 0 conflict(s)), " \
            "node2 (incomplete: 0 missing, 1 conflict(s))" in said.output
     # the conflict is not sent to an --attach that cannot mend it: what it is, what to do

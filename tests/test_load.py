@@ -356,6 +356,9 @@ def test_the_load_and_busy_rules_fire_from_planted_evidence_and_name_the_level(t
                                                 (4, 1.2e9, swap_at_4), (8, 2.0e9, 2**30))):
             rows.append({"sweep_id": sid, "node": "mac-a", "seq": 500 + i, "type": "load_level",
                          "ts": at.timestamp(), "payload": {
+                             # a whole event, as the boundary passes it: stored events are
+                             # read through the same check (store.queries)
+                             "schema": 1, "seq": 500 + i, "ts": at.timestamp(),
                              "type": "load_level", "workload": "code", "variant": "plain",
                              "mode": "baseline", "load": "concurrency", "level": level,
                              "status": "ok", "requests": 8, "completed": 8, "errors": 0,

@@ -357,6 +357,8 @@ def _show_run(d: dict) -> None:
                    f"{g['decode_tok_s'] or 0:8.1f} tok/s  ttft {g['ttft_ms'] or 0:7.1f} ms"
                    f"  acceptance {'-' if acc is None else f'{acc:.3f}'}"
                    + ("  UNRELIABLE" if g["unreliable"] else ""))
+    for u in d.get("unreadable_events") or []:
+        click.echo(f"UNREADABLE {u}")
 
 
 @main.group()

@@ -28,7 +28,7 @@ from agent.engines import DEFAULT_ENGINE
 from agent.stats import median
 
 from ..errors import ConfigError
-from ..store import Store
+from ..store import Store, queries
 from ..store.models import Run, Sweep
 from .configs import config_label, knobs_of_key
 from .weekly import iso_week_bounds
@@ -201,8 +201,13 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
               "config": config_label(r.mode, r.num_draft_tokens, knobs_of_key(r.config_key)),
               "reasons": (r.summary or {}).get("unreliable_reasons") or ["unreliable"]}
              for side, s in (("A", a), ("B", b)) for r in s.set_aside]
+    # stored events of these sweeps that an older boundary let in malformed: the runs
+    # compared come from the runs table, but a reader is told the sweep's store is not whole
+    sweeps = sorted({r.sweep_id for s in (a, b) for r in s.runs + s.set_aside})
     return {"a": a_sel, "b": b_sel, "runs": [len(a.runs), len(b.runs)],
-            "identity_differences": differences, "rows": rows, "set_aside": aside}
+            "identity_differences": differences, "rows": rows, "set_aside": aside,
+            "unreadable_events": [f"{u.sweep_id} {u.node}: {u.message()}"
+                                  for u in queries.unreadable(store, sweeps)]}
 
 
 def _f(v, spec: str = ".4g") -> str:
@@ -234,5 +239,6 @@ def as_text(c: dict) -> str:
     for s in c["set_aside"]:
         lines.append(f"SET ASIDE {s['side']} {s['node']} {s['workload']} {s['config']}: "
                      f"{'; '.join(s['reasons'])}")
+    lines += [f"UNREADABLE {u}" for u in c["unreadable_events"]]
     return "\n".join(lines)
 

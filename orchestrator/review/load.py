@@ -11,10 +11,9 @@ requests failed counts them apart (the agent never averages a failure into a lat
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from agent.events import LoadLevel
 
-from ..store import Store
-from ..store.models import Event
+from ..store import Store, queries
 
 LOAD_NAMES = {"concurrency": "concurrency (streams)", "request_rate": "request rate (req/s)"}
 SHOWN = ("requests", "completed", "errors", "error_examples", "output_tok_s_total",
@@ -30,14 +29,12 @@ def load_ramps(store: Store, sweep_ids: list[str]) -> list[dict]:
     """One entry per node × workload × kind of load, every variant's levels side by side."""
     if not sweep_ids:
         return []
-    with store.engine.connect() as c:
-        rows = c.execute(select(Event.sweep_id, Event.node, Event.payload).where(
-            Event.sweep_id.in_(sweep_ids), Event.type == "load_level")
-            .order_by(Event.sweep_id, Event.node, Event.seq)).all()
     groups: dict[tuple, dict[str, list[dict]]] = {}
-    for sweep_id, node, p in rows:
-        key = (sweep_id, node, p["workload"], p["load"])
-        groups.setdefault(key, {}).setdefault(p["variant"], []).append(p)
+    for s in queries.typed(queries.events(store, sweep_ids, ("load_level",))):
+        e = s.event
+        if isinstance(e, LoadLevel):
+            key = (s.sweep_id, s.node, e.workload, e.load)
+            groups.setdefault(key, {}).setdefault(e.variant, []).append(e.to_json())
     return [_ramp(key, variants) for key, variants in sorted(groups.items())]
 
 

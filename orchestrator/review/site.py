@@ -109,10 +109,9 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
     totals: dict[tuple, list] = {}
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(nightly_levels, store, EPOCH, now, totals)
-        current = {tuple(s["series"].values()): s
-                   for s in analyse(store, week, load_rules(DEFAULT_RULES), now=now,
-                                    change_points_too=False,
-                                    regressions_too=False)["series"]}
+        week_a = analyse(store, week, load_rules(DEFAULT_RULES), now=now,
+                         change_points_too=False, regressions_too=False)
+        current = {tuple(s["series"].values()): s for s in week_a["series"]}
         levels = pending.result()
     env = environment(True)
     (out / "series").mkdir(parents=True, exist_ok=True)
@@ -151,5 +150,7 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
                      "change_points": sum(len(c["change_points"]) for c in configs)})
     index = out / "index.html"
     index.write_text(env.get_template("site_index.html.j2").render(
-        rows=rows, generated=now.strftime("%Y-%m-%d %H:%M UTC")), encoding="utf-8")
+        rows=rows, generated=now.strftime("%Y-%m-%d %H:%M UTC"),
+        # stored events of the week that do not read as their type: left out, said here
+        unreadable=[n for n in week_a["notices"] if n.get("unreadable")]), encoding="utf-8")
     return index

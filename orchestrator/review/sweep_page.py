@@ -16,13 +16,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from agent.engines import DEFAULT_ENGINE
+from agent.events import GenerationFailed, Quality, SoakSample
 from agent.protocol import DRAFT_FREE_METHODS, baseline_key
 from agent.stats import median
 
 from ..errors import SpecfleetError
-from ..store import Store
+from ..store import Store, queries
 from ..store.db import result_pair
-from ..store.models import Event, Measurement, NodeOutcome, Run, Sweep
+from ..store.models import Measurement, NodeOutcome, Run, Sweep
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 
@@ -74,16 +75,17 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                               .order_by(Measurement.node, Measurement.run_index)))
         outcomes = list(c.scalars(select(NodeOutcome).where(NodeOutcome.sweep_id == sweep_id)
                                   .order_by(NodeOutcome.node)))
-        failed = [{"node": e.node, "seq": e.seq, "what": " · ".join(
-            str(e.payload[k]) for k in ("variant", "workload", "mode") if e.payload.get(k)),
-                   "error": str(e.payload.get("error"))[:500]}
-                  for e in c.scalars(select(Event).where(Event.sweep_id == sweep_id,
-                                                         Event.type == "generation_failed")
-                                     .order_by(Event.node, Event.seq))]
-        quality = {(e.node, result_pair(e.payload), e.payload["num_draft_tokens"]):
-                   e.payload["pass_rate"]
-                   for e in c.scalars(select(Event).where(Event.sweep_id == sweep_id,
-                                                          Event.type == "quality"))}
+        # typed (store.queries): an event an older boundary let in malformed is left out
+        # here and shown among the notices, never a KeyError
+        failed = [{"node": s.node, "seq": s.event.seq, "what": " · ".join(
+            v for v in (s.event.variant, s.event.workload, s.event.mode) if v),
+                   "error": s.event.error[:500]}
+                  for s in queries.typed(queries.events(
+                      store, [sweep_id], ("generation_failed",), order=("node", "seq")))
+                  if isinstance(s.event, GenerationFailed)]
+        quality = {(s.node, result_pair(s.event), s.event.num_draft_tokens): s.event.pass_rate
+                   for s in queries.typed(queries.events(store, [sweep_id], ("quality",)))
+                   if isinstance(s.event, Quality)}
         # a lineup's pairs are sections of their own, named as the weekly review names them
         pair_names = {p: n for p, n in c.execute(select(Run.pair, Run.model_pair).where(
             Run.sweep_id == sweep_id, Run.pair.is_not(None)).distinct())}
@@ -204,17 +206,17 @@ def _quality_pair(pair: str | None, mode: str) -> str | None:
 def soak_results(store: Store, sweep_id: str) -> list[dict]:
     """Per node: the soak verdict, and decode speed early vs late in the run (sustained
     load shows throttling that a short sweep never reaches)."""
-    with store.engine.connect() as c:
-        rows = c.execute(select(Event.node, Event.type, Event.payload).where(
-            Event.sweep_id == sweep_id, Event.type.in_(("soak_sample", "soak_result")))
-            .order_by(Event.node, Event.seq)).all()
-    samples: dict[str, list[dict]] = {}
+    rows = queries.typed(queries.events(store, [sweep_id], ("soak_sample", "soak_result"),
+                                        order=("node", "seq")))
+    samples: dict[str, list[SoakSample]] = {}
     out = []
-    for node, kind, p in rows:
-        if kind == "soak_sample":
-            samples.setdefault(node, []).append(p)
+    for s in rows:
+        node, e = s.node, s.event
+        if isinstance(e, SoakSample):
+            samples.setdefault(node, []).append(e)
             continue
-        rates = [x["decode_tok_s"] for x in samples.get(node, []) if x.get("decode_tok_s")]
+        p = e.to_json()
+        rates = [x.decode_tok_s for x in samples.get(node, []) if x.decode_tok_s]
         third = len(rates) // 3
         early = median(rates[:third]) if third else None
         late = median(rates[-third:]) if third else None

@@ -18,12 +18,13 @@ from datetime import date, datetime, timedelta, timezone
 from sqlalchemy import select
 
 from agent.engines import DEFAULT_ENGINE
+from agent.events import Generation, Quality
 from agent.stats import cv, median, percentile
 
 from ..errors import ConfigError
-from ..store import Store
+from ..store import Store, queries
 from ..store.db import result_pair
-from ..store.models import Event, NodeOutcome, Plan, Run, Sweep
+from ..store.models import NodeOutcome, Plan, Run, Sweep
 from .busy import busy_vs_idle
 from .changepoints import change_points
 from .configs import (
@@ -340,19 +341,19 @@ def classify(c: ConfigStats) -> str:
     return "not a candidate: misses " + ", ".join(missed)
 
 
-def speculative_generations(store: Store, sweep_ids: list[str]) -> list[tuple]:
-    """(sweep, node, ts, payload) of this week's speculative generation events, read once
+GenRow = tuple[str, str, float, Generation]  # sweep, node, ts, the event
+
+
+def speculative_generations(store: Store, sweep_ids: list[str]) -> list[GenRow]:
+    """(sweep, node, ts, event) of this week's speculative generation events, read once
     for both the failed-window gate and the by-position chart (the week's biggest read)."""
-    if not sweep_ids:
-        return []
-    with store.engine.connect() as c:
-        rows = c.execute(select(Event.sweep_id, Event.node, Event.ts, Event.payload).where(
-            Event.sweep_id.in_(sweep_ids), Event.type == "generation")).all()
-    return [tuple(r) for r in rows if r[3].get("mode") == "speculative"]
+    return [(s.sweep_id, s.node, e.ts, e)
+            for s in queries.typed(queries.events(store, sweep_ids, ("generation",)))
+            if isinstance(e := s.event, Generation) and e.mode == "speculative"]
 
 
 def failed_window_configs(store: Store, sweep_ids: list[str], floor: float,
-                          window_s: float, rows: list[tuple] | None = None) -> set[tuple]:
+                          window_s: float, rows: list[GenRow] | None = None) -> set[tuple]:
     """(sweep, node, workload, pair, config) whose acceptance stayed under ``floor`` for more
     than two windows of ``window_s`` seconds of generation time (see ``low_for_too_long``);
     the config is ``configs.canonical`` of every knob, as the run's own."""
@@ -361,8 +362,8 @@ def failed_window_configs(store: Store, sweep_ids: list[str], floor: float,
     points: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     for sid, node, ts, p in rows:
         if p.get("acceptance_rate") is not None:
-            key = (sid, node, p["workload"], result_pair(p), canonical(p.get("config")))
-            points[key].append((ts, p["acceptance_rate"]))
+            key = (sid, node, p.workload, result_pair(p), canonical(p.config))
+            points[key].append((ts, p.get("acceptance_rate")))
     return {key for key, pts in points.items() if low_for_too_long(sorted(pts), floor, window_s)}
 
 
@@ -393,11 +394,10 @@ def low_for_too_long(points: list[tuple[float, float]], floor: float, window_s: 
 def quality_rates(store: Store, sweep_ids: list[str]) -> dict:
     if not sweep_ids:
         return {}
-    with store.engine.connect() as c:
-        rows = c.execute(select(Event.sweep_id, Event.node, Event.payload).where(
-            Event.sweep_id.in_(sweep_ids), Event.type == "quality")).all()
-    return {(s, n, result_pair(p), p["num_draft_tokens"]): p["pass_rate"]
-            for s, n, p in rows}
+    return {(s.sweep_id, s.node, result_pair(s.event), s.event.num_draft_tokens):
+            s.event.pass_rate
+            for s in queries.typed(queries.events(store, sweep_ids, ("quality",)))
+            if isinstance(s.event, Quality)}
 
 
 def _per_run(runs: list[RunRow], metric: str) -> list[float]:
@@ -704,7 +704,7 @@ def _trend(runs: list[RunRow], best: ConfigId | None) -> list[dict]:
              "decode_tok_s": median(_vals(rs, "decode_tok_s"))} for d, rs in sorted(nights.items())]
 
 
-def _positions(sections: list[dict], rows: list[tuple], run_of: dict[tuple, RunRow],
+def _positions(sections: list[dict], rows: list[GenRow], run_of: dict[tuple, RunRow],
                top: int = 6) -> None:
     """Acceptance by draft position for the best config of each series (the busiest
     ``top`` series this week): drafted and accepted tokens are summed per series and
@@ -720,12 +720,12 @@ def _positions(sections: list[dict], rows: list[tuple], run_of: dict[tuple, RunR
     totals = {key(s): ([0] * s["metrics"]["best_k"], [0] * s["metrics"]["best_k"])
               for s in want}
     for sid, node, _, p in rows:  # one pass over the events, not one per section
-        r = run_of.get((sid, node, p.get("workload"), p.get("context_bucket") or "short",
-                        result_pair(p), canonical(p.get("config"))))
+        r = run_of.get((sid, node, p.workload, p.get("context_bucket") or "short",
+                        result_pair(p), canonical(p.config)))
         t = totals.get((r.series, r.cid.key)) if r is not None and not r.shaky else None
         if t is None:
             continue
-        for pos in p.get("acceptance_by_position") or []:
+        for pos in p.acceptance_by_position or []:
             i = pos["position"] - 1
             if i < len(t[0]):
                 t[0][i] += pos["drafted"]

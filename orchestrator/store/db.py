@@ -536,10 +536,11 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "pair": result_pair(e), "background": identity.get("background")}
 
 
-def result_pair(e: dict) -> str | None:
+def result_pair(e) -> str | None:
     """What a result was measured with, beyond the plan's one pair: a lineup pair
     ("target+draft-2") or a draft-free method ("target+prompt-lookup")."""
-    return f"target+{e['method']}" if e.get("method") else pair_name(e.get("models"))
+    method = e.get("method")  # a dict, or a typed event (agent.events), alike
+    return f"target+{method}" if method else pair_name(e.get("models"))
 
 
 def pair_name(models: dict | None) -> str | None:

@@ -1,47 +1,40 @@
 """The one boundary where what a node sends becomes events the store may hold.
 
-Every journal line a follower reads goes through ``Decoder.decode``: JSON, the protocol's
-major version, ``seq``, ``type``, ``ts``, the fields the protocol requires for the type, and
+Every journal line a follower reads goes through ``Decoder.event``: JSON, the protocol's
+major version, ``seq``, ``type``, ``ts``, the fields the protocol declares for the type, and
 every value that lands in a store column checked against that column (type, range, length,
-no NUL). A line that fails is *quarantined* with its reason, never stored as an event and
-never allowed to stop the other lines or the other nodes. An agent speaking another major
-version of the event schema is refused as a whole, naming its version.
+no NUL); the line then becomes its typed event (``agent.events``). A line that fails is
+*quarantined* with its reason, never stored as an event and never allowed to stop the
+other lines or the other nodes. An agent speaking another major version of the event
+schema is refused as a whole, naming its version.
 
-The checks are derived from the protocol (``agent.protocol.EVENTS``: per event type its
-required and optional fields with their types; bounded size and nesting) and from the
-store's own column definitions, so a column added to the store is checked without being
-named here. They are plain ``type()`` comparisons: no object is built per event.
+The checks themselves live in ``store.eventcheck``: the store's read path runs the same
+ones on every stored event a reader asks for (``store.queries.events``).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
-from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text
 
-from agent.load import LOADS
-from agent.protocol import (
-    DRAFT_FREE_METHODS,
-    EVENT_SCHEMA,
-    EVENT_SCHEMA_MAJOR,
-    EVENTS,
-    MAX_EVENT_BYTES,
-    MAX_EVENT_DEPTH,
-    MAX_ROLES,
-    MODEL_ROLE,
-    role_kind,
-)
+from agent.events import Event
+from agent.protocol import EVENT_SCHEMA, EVENT_SCHEMA_MAJOR, MAX_EVENT_BYTES
 
 from ..errors import SpecfleetError
-from ..store.models import Measurement, Run, TelemetrySample
+from ..store.eventcheck import (  # noqa: F401  (re-exported: the rules' historical home)
+    GENERATION_RULES,
+    MAX_INT32,
+    MAX_INT64,
+    SAMPLE_RULES,
+    SUMMARY_RULES,
+    fields_problem,
+    schema_problem,
+    seq_of,
+    seq_problem,
+)
 
 MAX_LINE_BYTES = MAX_EVENT_BYTES  # a journal line longer than this is quarantined, not read
-MAX_INT32 = 2**31 - 1
-MAX_INT64 = 2**63 - 1
 
 
 class ProtocolMismatch(SpecfleetError):
@@ -57,318 +50,6 @@ class Quarantined:
     line: str
 
 
-# -- column rules, derived from the store's tables ----------------------------------------
-
-_INT, _BIG, _FLOAT, _BOOL, _STR, _ANY = range(6)
-
-
-def _rules(table, names, skip=()) -> tuple[tuple[str, int, int, bool], ...]:
-    out = []
-    columns = getattr(table, "__table__", table).c  # a mapped class, or a Table (a view)
-    for name in names:
-        if name in skip:
-            continue
-        col = columns[name]
-        t = col.type
-        if isinstance(t, BigInteger):
-            kind, size = _BIG, 0
-        elif isinstance(t, Integer):
-            kind, size = _INT, 0
-        elif isinstance(t, Float):
-            kind, size = _FLOAT, 0
-        elif isinstance(t, Boolean):
-            kind, size = _BOOL, 0
-        elif isinstance(t, String) and not isinstance(t, Text):
-            kind, size = _STR, t.length or 0
-        elif isinstance(t, Text):
-            kind, size = _STR, 0
-        elif isinstance(t, JSON):
-            kind, size = _ANY, 0
-        else:  # pragma: no cover - a new column type must be given a rule
-            raise TypeError(f"no decode rule for {col.table.name}.{name}: {t!r}")
-        out.append((name, kind, size, bool(col.nullable)))
-    return tuple(out)
-
-
-def _measurement_fields() -> tuple[str, ...]:
-    from ..store.db import MEASUREMENT_COLUMNS
-
-    return MEASUREMENT_COLUMNS
-
-
-GENERATION_RULES = _rules(Measurement, _measurement_fields(),
-                          skip=("knob_value", "unreliable_reasons"))
-SAMPLE_RULES = _rules(TelemetrySample, ("ts", *[
-    c.name for c in TelemetrySample.c if c.name not in ("sweep_id", "node", "seq", "idx", "ts")]))
-# a config_summary becomes a `runs` row: its strings are checked against those columns
-SUMMARY_RULES = _rules(Run, ("workload", "mode", "knob", "context_bucket", "prompt_sha256",
-                             "engine"))
-KNOB_VALUE_MAX: int = Measurement.__table__.c["knob_value"].type.length  # type: ignore[attr-defined]
-QUANT_MAX: int = Run.__table__.c["draft_quant"].type.length  # type: ignore[attr-defined]
-
-
-def _value_problem(name: str, v: Any, kind: int, size: int, nullable: bool) -> str | None:
-    t = type(v)
-    if v is None:
-        return None if nullable else f"{name} is missing"
-    if kind == _FLOAT:
-        if t is float or t is int:
-            return None if t is int or v == v else f"{name} is NaN"
-        return f"{name} must be a number, got {t.__name__}"
-    if kind == _INT or kind == _BIG:
-        if t is not int:
-            return f"{name} must be an integer, got {t.__name__}"
-        top = MAX_INT32 if kind == _INT else MAX_INT64
-        return None if -top <= v <= top else f"{name}={v} is out of range"
-    if kind == _BOOL:
-        return None if t is bool else f"{name} must be true/false, got {t.__name__}"
-    if kind == _STR:
-        if t is not str:
-            return f"{name} must be a string, got {t.__name__}"
-        if size and len(v) > size:
-            return f"{name} is {len(v)} characters long; the store holds {size}"
-        if "\x00" in v:
-            return f"{name} holds a NUL character"
-        return None
-    return None
-
-
-def _checker(rules, label: str):
-    """One function that checks every rule's value in straight-line code.
-
-    Why generated: this runs for every value of every generation event (ingest's hot
-    path), and a loop over the rules spent most of its time on the loop itself. The
-    common case is one ``type()`` comparison per value; ``_value_problem`` words what failed.
-    """
-    body = [f"def {label}(e):", "    get = e.get"]
-    for name, kind, size, nullable in rules:
-        body.append(f"    v = get({name!r})")
-        body.append("    if v is None:")
-        body.append("        pass" if nullable else f"        return {name + ' is missing'!r}")
-        fail = f"_value_problem({name!r}, v, {kind}, {size}, {nullable})"
-        top = MAX_INT32 if kind == _INT else MAX_INT64
-        test = {
-            _FLOAT: "(type(v) is not float and type(v) is not int) or v != v",
-            _INT: f"type(v) is not int or not {-top} <= v <= {top}",
-            _BIG: f"type(v) is not int or not {-top} <= v <= {top}",
-            _BOOL: "type(v) is not bool",
-            _STR: "type(v) is not str or '\\x00' in v"
-                  + (f" or len(v) > {size}" if size else ""),
-        }.get(kind)
-        if test is not None:  # JSON columns take anything
-            body.append(f"    elif {test}:")
-            body.append(f"        return {fail}")
-    body.append("    return None")
-    namespace = {"_value_problem": _value_problem}
-    exec("\n".join(body), namespace)  # noqa: S102 - our own rules, derived from our columns
-    return namespace[label]
-
-
-_check_generation_values = _checker(GENERATION_RULES, "_check_generation_values")
-_check_sample_values = _checker(SAMPLE_RULES, "_check_sample_values")
-_check_summary_values = _checker(SUMMARY_RULES, "_check_summary_values")
-
-
-def _knob_value_problem(e: dict) -> str | None:
-    # stored as text in a bounded column, whatever type the value had
-    kv = e.get("knob_value")
-    if kv is not None and len(str(kv)) > KNOB_VALUE_MAX:
-        return f"knob_value is longer than {KNOB_VALUE_MAX} characters"
-    return None
-
-
-_ROLE = re.compile(MODEL_ROLE)
-
-
-def _models_problem(e: dict) -> str | None:
-    """A lineup result's pair (events 1.3): roles, so the store can file it under its pair;
-    or the draft-free method it speculated with."""
-    method = e.get("method")
-    if method is not None and method not in DRAFT_FREE_METHODS:
-        return f"method {str(method)[:40]!r} is not one of {', '.join(DRAFT_FREE_METHODS)}"
-    m = e.get("models")
-    if m is None:
-        return None
-    if type(m) is not dict or set(m) - {"target", "draft"} or type(m.get("target")) is not str:
-        return "models must be an object {target: role, draft: role}"
-    for kind, role in m.items():
-        if role is not None and (type(role) is not str or not _ROLE.fullmatch(role)
-                                 or role_kind(role) != kind):
-            return f"models.{kind} {str(role)[:40]!r} is not a {kind} role"
-    return None
-
-
-def _check_generation(e: dict) -> str | None:
-    problem = _models_problem(e)
-    if problem:
-        return problem
-    cfg = e["config"]
-    t = cfg.get("temperature")
-    if type(t) is not float and type(t) is not int:
-        return "config.temperature must be a number"
-    text = e.get("output_text")
-    if type(text) is str and "\x00" in text:
-        # model output may hold anything: keep the event, store the text without the NUL
-        # (PostgreSQL text cannot hold it); token_ids still carry the exact output
-        e["output_text"] = text.replace("\x00", "\ufffd")
-    problem = _check_generation_values(e) or _knob_value_problem(e)
-    if problem:
-        return problem
-    reasons = e.get("unreliable_reasons")
-    if reasons is not None and (type(reasons) is not list or
-                                any(type(r) is not str for r in reasons)):
-        return "unreliable_reasons must be a list of strings"
-    samples = e.get("telemetry")
-    if samples is not None:
-        if type(samples) is not list:
-            return "telemetry must be a list"
-        for s in samples:
-            if type(s) is not dict:
-                return "telemetry samples must be objects"
-            problem = _check_sample_values(s)
-            if problem:
-                return f"telemetry: {problem}"
-    return None
-
-
-def _check_summary(e: dict) -> str | None:
-    problem = _models_problem(e)
-    if problem:
-        return problem
-    m = e["metrics"]
-    for metric, keys in (("decode_tok_s", ("median", "p95", "cv")), ("acceptance_rate",
-                                                                     ("median",))):
-        d = m.get(metric)
-        if type(d) is not dict:
-            return f"metrics.{metric} must be an object"
-        for k in keys:  # the store reads each of them: present, a number or null
-            v = d.get(k)
-            if k not in d or (v is not None and type(v) is not float and type(v) is not int):
-                return f"metrics.{metric}.{k} must be a number or null"
-    return _check_summary_values(e) or _knob_value_problem(e)
-
-
-def _check_environment(e: dict) -> str | None:
-    fp = e["fingerprints"]
-    if "target" not in fp or "draft" not in fp:
-        return "fingerprints must name the target and the draft"
-    if len(fp) > MAX_ROLES or any(type(r) is not str or not _ROLE.fullmatch(r) for r in fp):
-        return f"fingerprints: at most {MAX_ROLES} model roles (target, draft, draft-2 …)"
-    for role, v in fp.items():
-        if v is not None and (type(v) is not str or len(v) > 80):
-            return f"fingerprints.{role} must be a string of at most 80 characters"
-    for k, v in e["versions"].items():
-        if v is not None and (type(v) is not str or len(v) > 32):
-            return f"versions.{k} must be a version string"
-    quant = e.get("quantization")  # events 1.2
-    if quant is not None:
-        if type(quant) is not dict:
-            return "quantization must be an object"
-        if len(quant) > MAX_ROLES or set(quant) - set(fp):
-            return "quantization must name the roles of fingerprints"
-        for role in quant:
-            v = quant.get(role)
-            if v is not None and (type(v) is not str or len(v) > QUANT_MAX or "\x00" in v):
-                return f"quantization.{role} must be a string of at most {QUANT_MAX} characters"
-    return None
-
-
-_LOAD_COUNTS = ("requests", "completed", "errors", "good_requests", "output_tokens")
-_LOAD_TEXTS = ("stop_reason", "error", "arrivals", "workload", "variant")
-
-
-def _check_load_level(e: dict) -> str | None:
-    """A load level feeds the review's throughput–latency tables: its numbers must be
-    numbers, its counts counts."""
-    if e["load"] not in LOADS:
-        return f"load {e['load']!r} is not one of {', '.join(LOADS)}"
-    if e["status"] not in ("ok", "saturated", "failed"):
-        return f"status {e['status']!r} is not one of ok, saturated, failed"
-    if not (0 < e["level"] <= 100_000) or not math.isfinite(e["level"]):
-        return f"level {e['level']!r} is not a positive number"
-    for k in _LOAD_COUNTS:
-        v = e.get(k)
-        if v is not None and (type(v) is not int or not 0 <= v <= MAX_INT32):
-            return f"{k} {v!r} is not a count"
-    for k, v in e.items():
-        if k.endswith(("_ms", "_s", "_rps")) or "_ms_p" in k or k.startswith("output_tok_s"):
-            if v is not None and (type(v) not in (int, float) or not math.isfinite(v) or v < 0):
-                return f"{k} {v!r} is not a non-negative number"
-    for k in _LOAD_TEXTS:
-        v = e.get(k)
-        if v is not None and (type(v) is not str or len(v) > 2000 or "\x00" in v):
-            return f"{k} must be a string of at most 2000 characters"
-    return None
-
-
-def _strings(*names: str):
-    """Lists that readers join into a sentence ("; ".join): strings, or the join fails."""
-    def check(e: dict) -> str | None:
-        for name in names:
-            v = e.get(name)
-            if v is not None and any(type(x) is not str for x in v):
-                return f"{name} must be a list of strings"
-        return None
-    return check
-
-
-def _check_summary_and_reasons(e: dict) -> str | None:
-    return _check_summary(e) or _strings("unreliable_reasons")(e)
-
-
-DEEP_CHECKS = {"generation": _check_generation, "config_summary": _check_summary_and_reasons,
-               "environment_checked": _check_environment, "load_level": _check_load_level,
-               "job_finished": _strings("reasons"), "soak_result": _strings("reasons")}
-
-
-def _json_name(t: type) -> str:
-    return {type(None): "null", dict: "object", list: "array", str: "string",
-            bool: "true/false", int: "integer", float: "number"}.get(t, t.__name__)
-
-
-# per type: (name, types, required) for every declared field, in declaration order
-_FIELDS = {t: tuple((n, ts, True) for n, ts in d.required.items())
-           + tuple((n, ts, False) for n, ts in d.optional.items()) for t, d in EVENTS.items()}
-_CONTAINERS = {dict, list}
-_ABSENT = object()  # of no JSON type: a required field that is missing fails its check
-
-
-def _too_deep(event: dict, limit: int) -> bool:
-    """Nested deeper than ``limit`` objects/arrays (the event itself is level 1). Iterative:
-    a hostile line must not exhaust the stack that reads it."""
-    stack: list[tuple[dict | list, int]] = [(event, 1)]
-    while stack:
-        o, depth = stack.pop()
-        values = o.values() if type(o) is dict else o
-        if not _CONTAINERS.intersection(map(type, values)):  # C speed for flat arrays
-            continue
-        if depth >= limit:
-            return True
-        stack.extend((v, depth + 1) for v in values if type(v) is dict or type(v) is list)
-    return False
-
-
-def _nul_at(o: Any, path: str) -> str | None:
-    """Where a NUL character is, in a key or a string value (None if nowhere)."""
-    t = type(o)
-    if t is str:
-        return path if "\x00" in o else None
-    if t is dict:
-        for k, v in o.items():
-            where = f"{path}.{k}" if path else str(k)
-            if "\x00" in k:
-                return f"a key of {path or 'the event'}"
-            found = _nul_at(v, where)
-            if found:
-                return found
-    elif t is list:
-        for i, v in enumerate(o):
-            found = _nul_at(v, f"{path}[{i}]")
-            if found:
-                return found
-    return None
-
-
 class Decoder:
     """Decodes one node's journal lines; remembers the agent version it announced."""
 
@@ -376,9 +57,16 @@ class Decoder:
         self.node = node
         self.agent_version: str | None = None
 
+    def event(self, line: str | bytes) -> Event | Quarantined:
+        """The typed event, or why the line was set aside. Raises ``ProtocolMismatch``
+        for an agent of another major schema version. ``event.raw`` is the checked JSON
+        object, which the store keeps as the line it came from."""
+        e = self.decode(line)
+        return e if type(e) is Quarantined else Event.from_json(e)  # type: ignore[arg-type]
+
     def decode(self, line: str | bytes) -> dict | Quarantined:
-        """The event, or why the line was set aside. Raises ``ProtocolMismatch`` for an
-        agent of another major schema version."""
+        """The checked JSON object of the event (its wire form), or why the line was set
+        aside. Raises ``ProtocolMismatch`` for an agent of another major schema version."""
         if isinstance(line, bytes):
             line = line.decode("utf-8", "surrogateescape")
         text = line[:-1] if line.endswith("\n") else line  # kept as the journal holds it
@@ -395,17 +83,14 @@ class Decoder:
         if type(e) is not dict:
             return Quarantined(None, f"an event must be a JSON object, got "
                                      f"{type(e).__name__}", text)
-        seq = e.get("seq")
-        if type(seq) is not int or not 0 < seq <= MAX_INT32:
-            seq = None
-        schema = e.get("schema")
-        if schema != EVENT_SCHEMA_MAJOR or type(schema) is not int:
+        seq = seq_of(e)
+        problem = schema_problem(e)
+        if problem:
+            schema = e.get("schema")
             if type(schema) is not int or e.get("type") != "job_started":
                 # an agent of another schema announces itself with job_started; any other
                 # line is a damaged or forged one, set aside like the rest
-                return Quarantined(seq, f"schema {schema!r} is not this stream's event "
-                                        f"schema (this controller reads "
-                                        f"{EVENT_SCHEMA_MAJOR}.x)", text)
+                return Quarantined(seq, problem, text)
             if type(e.get("agent_version")) is str:
                 self.agent_version = e["agent_version"]
             raise ProtocolMismatch(
@@ -413,42 +98,9 @@ class Decoder:
                 f"event schema {schema!r}; this controller reads {EVENT_SCHEMA_MAJOR}.x "
                 f"(it speaks {EVENT_SCHEMA}): provision the agent that ships with this "
                 "controller, or upgrade the controller")
-        if seq is None:
-            return Quarantined(None, f"seq {e.get('seq')!r} is not an integer in "
-                                     f"1..{MAX_INT32}", text)
-        typ = e.get("type")
-        fields = _FIELDS.get(typ) if isinstance(typ, str) else None
-        if fields is None:
-            return Quarantined(seq, f"unknown event type {typ!r}", text)
-        ts = e.get("ts")
-        if (type(ts) is not float and type(ts) is not int) or not math.isfinite(ts):
-            return Quarantined(seq, f"ts {ts!r} is not a number", text)
-        for name, types, required in fields:
-            v = e.get(name, _ABSENT)
-            if type(v) not in types and (required or v is not None and v is not _ABSENT):
-                got = "nothing" if v is _ABSENT else _json_name(type(v))
-                return Quarantined(seq, f"{typ}: field {name!r} must be "
-                                        f"{'/'.join(_json_name(t) for t in types)}, got "
-                                        f"{got}", text)
-        # a flat line cannot be deep: count brackets (C speed) before walking
-        if text.count("{") + text.count("[") > MAX_EVENT_DEPTH and _too_deep(e,
-                                                                            MAX_EVENT_DEPTH):
-            return Quarantined(seq, f"{typ}: nested deeper than {MAX_EVENT_DEPTH} levels",
-                               text)
-        if "\\u0000" in text:
-            # model output may hold anything (kept, the NUL replaced below); nothing else
-            # may: PostgreSQL's text and JSON columns cannot hold it
-            out = e.pop("output_text", None)
-            where = _nul_at(e, "")
-            if out is not None:
-                e["output_text"] = out
-            if where:
-                return Quarantined(seq, f"{typ}: {where} holds a NUL character", text)
-        deep = DEEP_CHECKS.get(str(typ))
-        if deep is not None:
-            problem = deep(e)
-            if problem:
-                return Quarantined(seq, f"{typ}: {problem}", text)
-        if typ == "job_started" and type(e.get("agent_version")) is str:
+        problem = seq_problem(e) or fields_problem(e, text)
+        if problem:
+            return Quarantined(seq, problem, text)
+        if e["type"] == "job_started" and type(e.get("agent_version")) is str:
             self.agent_version = e["agent_version"]
         return e

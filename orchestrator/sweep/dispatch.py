@@ -508,10 +508,11 @@ class NodeRun:
                 async for line in lines:
                     if not line.strip():
                         continue
-                    event = self.decoder.decode(line)  # the one boundary; may refuse the agent
-                    if isinstance(event, Quarantined):
-                        await self.set_aside(event)
+                    typed = self.decoder.event(line)  # the one boundary; may refuse the agent
+                    if isinstance(typed, Quarantined):
+                        await self.set_aside(typed)
                         continue
+                    event = typed.raw  # the checked object: what the store keeps and reads
                     if event["seq"] not in cov.covered:  # shown once, when it first arrives
                         self.progress(self.host.name, event)
                     # stored as written (again for a seq stored already: the store keeps

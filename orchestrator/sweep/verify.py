@@ -174,8 +174,12 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
             conflicts.append({"line": i, "seq": seq, "problem": f"journal line {i} repeats "
                               f"seq {seq}, which is stored, and was not set aside"})
         else:
-            conflicts.append({"line": i, "seq": seq, "problem": f"seq {seq}: the store holds "
-                              f"other content than journal line {i}"})
+            # both hashes said: which line is whose, without either crossing the link whole
+            conflicts.append({"line": i, "seq": seq, "stored_sha256": have,
+                              "journal_sha256": sha,
+                              "problem": f"seq {seq}: the store holds other content than "
+                                         f"journal line {i} (stored sha256 {have[:16]}, "
+                                         f"journal sha256 {sha[:16]})"})
             events.append((seq, sha))
     journaled = {seq for seq, _ in journal if seq is not None}
     for seq in sorted(set(stored) - journaled):
