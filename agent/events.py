@@ -17,7 +17,7 @@ from types import UnionType
 from typing import Any, ClassVar, get_args, get_type_hints
 
 EVENT_SCHEMA_MAJOR = 1
-EVENT_SCHEMA_MINOR = 6
+EVENT_SCHEMA_MINOR = 7
 EVENT_SCHEMA = f"{EVENT_SCHEMA_MAJOR}.{EVENT_SCHEMA_MINOR}"
 
 

@@ -41,6 +41,11 @@ Format history
   text (``usage_problem``, ``usage_implausible``: then not used for rates) and when a
   stream's split surrogate pairs were repaired (``stream_repaired``: how many).
   Optional, so a 1.5 agent's events still decode.
+- events 1.7: ``generation`` carries ``kv_cache_bytes`` (the prompt cache the agent hands
+  mlx-lm: target and draft), ``e2e_ms`` (request start to last token: TPOT per request)
+  and ``mean_acceptance_length_vllm`` (1 + accepted per verify round: the bonus token
+  counted, as vLLM and AIPerf count it); ``config_summary`` summarises them. Optional, so
+  a 1.6 agent's events still decode.
 - The event types are frozen classes (``agent.events``) and ``EVENTS`` is derived from them;
   no wire change. ``generation``'s ``acceptance_by_position`` (which every agent writes and
   the review indexes) is declared there, so the boundary checks its shape.
