@@ -244,3 +244,25 @@ def test_the_headline_never_says_switch_on_a_calibration_pair():
     assert h["todo"] == ("switch on speculation for code (draft width 4); keep the others "
                          "autoregressive; run again when the node is quiet (1 series had no "
                          "reliable runs: it was busy, see below)")
+
+
+def test_a_configs_contention_readings_read_as_one_range(tmp_path):
+    """The agent writes one contention reason per trial; a config's cell says it once, as
+    the range of the shares, beside any other reason (a demo on a busy machine listed 18)."""
+    from orchestrator.review.page import collapse_reasons
+
+    share = "contended: other processes used {}% of the CPU (limit 25%)".format
+    assert collapse_reasons([share(56), "thermal throttling", share(66), share(59)]) == [
+        "contended: other processes used 56–66% of the CPU (limit 25%)", "thermal throttling"]
+    assert collapse_reasons([share(40)]) == [share(40)]
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    rng = random.Random(5)
+    for at, pct in zip(week_nights(W20, 3), (56, 71, 63)):
+        night(store, at, node="ci-01", chip=CHIP, pair=PAIR, workload="code",
+              unreliable=share(pct), configs={("baseline", 0): V(100.0, rng=rng),
+                                              ("speculative", 2): V(90.0, rng=rng)})
+    store.add_facts("ci-01", LINUX)
+    out = write_review(store, tmp_path / "r.html", week="2026-W20", now=NOW)
+    text = visible(dump_dom(out["html"]))
+    assert text.count("contended: other processes used 56–71% of the CPU (limit 25%)") >= 2
+    assert share(63) not in text

@@ -133,6 +133,34 @@ def _contended(reason: str) -> bool:
     return "contended" in reason
 
 
+_SHARE = re.compile(r"^contended: other processes used (\d+)% of the CPU \(limit (\d+)%\)$")
+
+
+def collapse_reasons(reasons) -> list[str]:
+    """One line for a config's contention readings instead of one per trial ("contended:
+    other processes used 56–66% of the CPU (limit 25%)"); every other reason as it is."""
+    shares: dict[str, list[int]] = {}
+    order: list[str | tuple[str]] = []  # a reason, or (limit,) where its contention goes
+    for r in reasons or ():
+        m = _SHARE.match(r)
+        if m is None:
+            order.append(r)
+            continue
+        if m.group(2) not in shares:
+            order.append((m.group(2),))
+        shares.setdefault(m.group(2), []).append(int(m.group(1)))
+
+    def said(x: str | tuple[str]) -> str:
+        if isinstance(x, str):
+            return x
+        vals = shares[x[0]]
+        lo, hi = min(vals), max(vals)
+        span = f"{lo}%" if lo == hi else f"{lo}–{hi}%"
+        return f"contended: other processes used {span} of the CPU (limit {x[0]}%)"
+
+    return [said(x) for x in order]
+
+
 def _busy_runs(sections: list[dict]) -> tuple[int, int]:
     aside = sum(x["runs"] for s in sections for x in s.get("set_aside") or []
                 if any(_contended(r) for r in x["reasons"]))

@@ -12,7 +12,7 @@ from ..errors import SpecfleetError
 from ..store import Store
 from . import otel
 from .charts import all_charts, label
-from .page import metric_words, prepare, rule_words, short_chip, short_pair
+from .page import collapse_reasons, metric_words, prepare, rule_words, short_chip, short_pair
 from .rules import DEFAULT_RULES, load_rules
 from .sweep_page import TEMPLATES, fmt_value, times
 from .weekly import analyse
@@ -60,7 +60,8 @@ def environment(html: bool) -> Environment:
     env.filters.update(fmt=fmt_value, num=_num, series_label=label, md=_md,
                        runtime_verdict=_runtime_verdict, load_chart=chart, times=times,
                        rule_words=rule_words, metric_words=metric_words,
-                       short_chip=short_chip, short_pair=short_pair)
+                       short_chip=short_chip, short_pair=short_pair,
+                       reasons=collapse_reasons)
     return env
 
 
