@@ -116,27 +116,38 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
 def explained_interrupt(db_url: str | None, inventory: list[Path],
                         sweep_id: str | None = None):
     """Around a sweep: yields the list its `announce` appends the new sweep's id to; on
-    Ctrl-C, says which sweep goes on and how to follow or stop it (``interrupted``)."""
+    SIGINT or SIGTERM (Ctrl-C or `kill`, from anywhere), says which sweep goes on and how
+    to follow or stop it (``interrupted``)."""
+    from ..fleet.signals import Detach, detach_on_signals
+
     started: list[str] = []
-    try:
-        yield started
-    except KeyboardInterrupt:
-        interrupted(started[0] if started else sweep_id, db_url, inventory)
+    with detach_on_signals():
+        try:
+            yield started
+        except KeyboardInterrupt as e:
+            interrupted(started[0] if started else sweep_id, db_url, inventory,
+                        e if isinstance(e, Detach) else Detach())
 
 
-def interrupted(sweep_id: str | None, db_url: str | None, inventory: list[Path]) -> None:
-    """Ctrl-C: the agents go on measuring on their nodes; say so, and how to follow or stop
-    them, with the sweep's own id and the options this command was given."""
+def interrupted(sweep_id: str | None, db_url: str | None, inventory: list[Path],
+                why=None) -> None:
+    """Ctrl-C or SIGTERM: the agents go on measuring on their nodes; say so, and how to
+    follow or stop them, with the sweep's own id and the options this command was given.
+    Exit status 130 after SIGINT, 143 after SIGTERM (128 + the signal, as shells report)."""
+    from ..fleet.signals import Detach, DetachExit, ignore_signals
 
+    ignore_signals()  # a second Ctrl-C while this is said, or the process ends, changes nothing
+    why = why or Detach()
+    said = "interrupted" if why.name == "SIGINT" else f"controller ended by {why.name}"
     if sweep_id is None:
-        click.echo("interrupted before a sweep started: nothing runs on the nodes", err=True)
-        sys.exit(130)
+        click.echo(f"{said} before a sweep started: nothing runs on the nodes", err=True)
+        raise DetachExit(why.exit_status)
     extra = _hint_args(inventory, db_url)
-    click.echo(f"interrupted: sweep {sweep_id} goes on on the nodes (its agents are detached "
+    click.echo(f"{said}: sweep {sweep_id} goes on on the nodes (its agents are detached "
                f"and journal everything).\n  follow it again: specfleet sweep --attach "
                f"{sweep_id}{extra}\n  stop it:         specfleet sweep --stop {sweep_id}"
                f"{extra}", err=True)
-    sys.exit(130)
+    raise DetachExit(why.exit_status)
 
 
 def _hint_args(inventory: list[Path], db_url: str | None) -> str:

@@ -67,7 +67,10 @@ async def fan_out(hosts: list[Host], fn: Callable[[Host, Any], Awaitable[Any]],
 
 
 def run_fan_out(hosts, fn, options: SSHOptions | None = None) -> list[Outcome]:
-    return asyncio.run(fan_out(hosts, fn, options or SSHOptions()))
+    """``fan_out`` to its end; SIGINT/SIGTERM cancel it and raise ``signals.Detach``."""
+    from . import signals
+
+    return signals.run(fan_out(hosts, fn, options or SSHOptions()))
 
 
 def not_ok(outcomes: list[Outcome]) -> list[Outcome]:
