@@ -23,9 +23,10 @@ from tests.controller import (
     agent_running,
     hold_sweep,
     journal,
+    journal_path,
+    signal_mid_sweep,
     specfleet,
     stored_events,
-    stored_generations,
     sweep_id_from,
     wait_for,
 )
@@ -46,9 +47,7 @@ def test_ctrl_c_names_the_sweep_and_stop_ends_its_agent_and_frees_the_node(fleet
     p = specfleet("sweep", str(lock), "--limit", node.name, *common, log=log)
     try:
         sid = sweep_id_from(log)
-        wait_for(lambda: stored_generations(url, sid, node.name) >= 2, what="generations")
-        p.send_signal(signal.SIGINT)
-        assert p.wait(60) == 130
+        assert signal_mid_sweep(p, journal_path(node, sid), sid)[0] == 130
     finally:
         p.kill()
     text = log.read_text()
@@ -125,7 +124,9 @@ def test_stop_signals_only_this_sweeps_agent_and_is_recorded_as_stopped(model_pa
             with store.engine.connect() as c:
                 return c.execute(select(SweepNode.pid).where(SweepNode.sweep_id == sid)).scalar()
 
-        wait_for(lambda: stored_generations(url, sid, "local") >= 1, what="a generation")
+        jf = tmp_path / "node" / "jobs" / f"{sid}.events.jsonl"
+        wait_for(lambda: jf.is_file() and '"type":"generation"' in jf.read_text(),
+                 what="a journaled generation")
         real = agent_pid()
         os.kill(real, signal.SIGSTOP)  # held, so it cannot finish while the test strikes
         # Ctrl-C returns at once though the held agent's follower would wait for it forever

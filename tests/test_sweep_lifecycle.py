@@ -9,10 +9,12 @@ from tests.controller import (
     agent_running,
     hold_agents,
     journal,
+    journal_path,
     journaled_generations,
     json_from_log,
     kill_agent,
     kill_link,
+    signal_mid_sweep,
     specfleet,
     stored_events,
     stored_generations,
@@ -108,9 +110,7 @@ def test_ctrl_c_leaves_agents_running_and_attach_finishes(fleet, model_pair, tmp
     log = tmp_path / "c.log"
     ctl = specfleet("sweep", str(lock), *args, log=log)
     sid = sweep_id_from(log)
-    wait_for(lambda: stored_generations(sqlite_url, sid, "node1") >= 1, what="a generation")
-    ctl.send_signal(signal.SIGINT)
-    assert ctl.wait(timeout=60) == 130
+    assert signal_mid_sweep(ctl, journal_path(fleet.nodes[0], sid), sid)[0] == 130
     assert f"interrupted: sweep {sid} goes on on the nodes" in log.read_text()
     assert f"follow it again: specfleet sweep --attach {sid} -i " in log.read_text()
     assert agent_running(fleet.nodes[0])
@@ -129,9 +129,7 @@ def test_attach_can_leave_a_node_out_and_the_sweep_waits_for_it(fleet, model_pai
     log = tmp_path / "c.log"
     ctl = specfleet("sweep", str(lock), "--limit", "node1,node2", *args, log=log)
     sid = sweep_id_from(log)
-    wait_for(lambda: stored_generations(sqlite_url, sid, "node1") >= 1, what="a generation")
-    ctl.send_signal(signal.SIGINT)
-    assert ctl.wait(timeout=60) == 130
+    assert signal_mid_sweep(ctl, journal_path(fleet.nodes[0], sid), sid)[0] == 130
     # pick up node1 only (node2 is out of reach, say): it finishes, the sweep does not
     one = specfleet("sweep", "--attach", sid, "--limit", "node1", *args, "--json",
                     log=tmp_path / "one.log")

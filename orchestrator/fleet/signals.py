@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal, as shells say
+EXIT_STATUS: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal, as shells say
 
 
 class Detach(KeyboardInterrupt):
