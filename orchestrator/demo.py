@@ -137,7 +137,8 @@ def _sweep(workdir: Path, doc: dict, store, log, announce) -> str:
                          announce=announce)
     if result.status != "ok":
         details = "; ".join(f"{o.host}: {o.detail}" for o in result.outcomes if o.detail)
-        raise SpecfleetError(f"demo sweep {result.sweep_id} did not finish: {details}")
+        raise SpecfleetError(f"demo sweep {result.sweep_id} did not "
+                             f"{'start' if result.status == 'busy' else 'finish'}: {details}")
     # one file per sweep: the weekly review pools every demo sweep of the week, so every
     # sweep's events stay on disk beside it
     events = workdir / f"events-{result.sweep_id}.jsonl"

@@ -78,7 +78,7 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
     store = open_store(db_url, must_exist=doc is None)  # --attach/--resume/--stop: it exists
     provision = _provision(doc, provision, lambda m: click.echo(m, err=True))
     opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout,
-                        hint_args=_hint_args(kw_inventory, db_url))
+                        hint_args=_hint_args(kw_inventory, db_url), db_hint=_db_hint(db_url))
     sweep_id = attach_id or resume_id or stop_id
     with explained_interrupt(db_url, kw_inventory, sweep_id) as started:
         def announce(sid: str) -> None:

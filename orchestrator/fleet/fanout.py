@@ -94,5 +94,7 @@ def write_retry_file(outcomes: list[Outcome], path: Path) -> Path | None:
 
 def summary_line(outcomes: list[Outcome]) -> str:
     counts = {s: sum(o.status == s for o in outcomes) for s in ("ok", "failed", "unreachable")}
+    other = sorted({o.status for o in outcomes} - set(counts))  # busy, stopped
     return (f"{len(outcomes)} hosts: {counts['ok']} ok, {counts['failed']} failed, "
-            f"{counts['unreachable']} unreachable")
+            f"{counts['unreachable']} unreachable"
+            + "".join(f", {sum(o.status == s for o in outcomes)} {s}" for s in other))

@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-EXIT_STATUS: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + the signal, as shells say
+# 128 + the signal, as shells report it
+EXIT_STATUS: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
 class Detach(KeyboardInterrupt):

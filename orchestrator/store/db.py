@@ -207,8 +207,10 @@ class Store:
                     set_={"status": st, "detail": detail}))
             statuses = set(c.execute(select(NodeOutcome.status).where(
                 NodeOutcome.sweep_id == sweep_id)).scalars())
-        # a node ended with --stop was stopped on purpose: the sweep is "stopped", not failed
+        # a node ended with --stop was stopped on purpose: the sweep is "stopped", not failed;
+        # one that never started because another job held the node is "busy" (nothing ran)
         status = ("ok" if statuses == {"ok"} else "stopped" if statuses - {"ok"} == {"stopped"}
+                  else "busy" if statuses == {"busy"}
                   else "failed" if "ok" not in statuses else "partial")
         if pending:
             return "running"
