@@ -112,6 +112,7 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
         shown = redact_url(notify_url)  # a webhook's user:password is a secret too
         click.echo(f"notified {shown}" if why is None else
                    f"warning: could not notify {shown}: {redact(why)}", err=why is not None)
+    causes = ci.gated_causes(causes, a)
     failing = ci.summary_lines(found, causes)
     for line in failing:
         click.echo(line, err=True)
