@@ -81,8 +81,11 @@ def _command_line() -> str:
     """This process's command line, for whoever finds the lock taken (shortened)."""
     import shlex
 
-    line = shlex.join([Path(sys.executable).name, *sys.argv])
-    return line if len(line) <= 200 else line[:199] + "…"
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name == "__main__.py":  # `python -m agent ...`, as it was run
+        argv[:1] = ["-m", Path(argv[0]).parent.name]
+    line = shlex.join([Path(sys.executable).name, *argv])
+    return line if len(line) <= 400 else line[:399] + "…"
 
 
 def machine_lock_path() -> Path:

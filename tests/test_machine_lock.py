@@ -157,7 +157,7 @@ def test_a_busy_node_names_its_holder_and_three_ways_on_and_is_not_a_failed_swee
         text = busy.stdout + busy.stderr
         assert busy.returncode == 1, text
         assert f"not started: job {sid} (pid {pid}, since " in text, text
-        assert "command python" in text and f"/jobs/{sid}.json --journal" in text
+        assert "command python -m agent run " in text and f"/jobs/{sid}.json --journal" in text
         assert f"holds {machine_lock}; the node is busy with that job. Either wait until it " \
                "ends and run this again; or if nobody follows that sweep any more, end it: " \
                f"`specfleet sweep --stop {sid} -i {inv['first']} --db {url}`; or if this " \
@@ -170,7 +170,9 @@ def test_a_busy_node_names_its_holder_and_three_ways_on_and_is_not_a_failed_swee
         assert sorted(statuses.values()) == ["busy", "running"]
         r = CliRunner().invoke(main, ["review", "--week", "this", "--out", str(tmp_path / "r"),
                                       "--db", url, "--fail-on", "failed-sweep"])
-        assert r.exit_code == 0 and "failed-sweep:" not in r.output, r.output
+        # no failed sweep (a week with no reliable runs yet is no-data, whatever was asked)
+        assert "failed-sweep:" not in r.output and "finding(s) for --fail-on" in r.output, \
+            r.output
         # the third way, as printed: a lock of its own, and the sweep runs beside the holder
         own = cli("sweep", str(lock), *args("second"),
                   env={"SPECFLEET_MACHINE_LOCK": str(tmp_path / "own.lock")})
