@@ -26,6 +26,7 @@ from .ledger import admit
 from .models import (
     Environment,
     Event,
+    Measurement,
     ModelRecord,
     NodeFacts,
     NodeLease,
@@ -211,6 +212,7 @@ class Store:
         # one that never started because another job held the node is "busy" (nothing ran)
         status = ("ok" if statuses == {"ok"} else "stopped" if statuses - {"ok"} == {"stopped"}
                   else "busy" if statuses == {"busy"}
+                  else "unreliable" if statuses == {"unreliable"}
                   else "failed" if "ok" not in statuses else "partial")
         if pending:
             return "running"
@@ -285,6 +287,18 @@ class Store:
         with self.engine.connect() as c:
             return c.execute(select(func.count()).select_from(QuarantinedEvent).where(
                 QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)).scalar() or 0
+
+    def set_aside_generations(self, sweep_id: str, node: str) -> tuple[int, int, list[str]]:
+        """(generations measured, how many were set aside as unreliable, their reasons by
+        how often, most frequent first)."""
+        from collections import Counter
+
+        with self.engine.connect() as c:
+            rows = c.execute(select(Measurement.unreliable, Measurement.unreliable_reasons)
+                             .where(Measurement.sweep_id == sweep_id,
+                                    Measurement.node == node)).all()
+        why = Counter(r for bad, reasons in rows if bad for r in (reasons or []))
+        return len(rows), sum(bool(bad) for bad, _ in rows), [r for r, _ in why.most_common()]
 
     def missing_seqs(self, sweep_id: str, node: str) -> tuple[list[tuple[int, int]], int]:
         """Ranges of journal sequence numbers below the last one that are neither stored

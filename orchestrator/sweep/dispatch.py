@@ -577,6 +577,16 @@ class NodeRun:
                              "it wrote")
         if kind == "job_finished":
             self.store.set_sweep_node(self.sweep_id, self.host.name, state="finished")
+            measured, aside, reasons = self.store.set_aside_generations(self.sweep_id,
+                                                                       self.host.name)
+            if measured and aside == measured:  # nothing to judge by: not an ok result
+                return Outcome(self.host.name, "unreliable", value={
+                    "events": self.store.last_seq(self.sweep_id, self.host.name),
+                    "generations": last.get("generations"), "set_aside": aside}, detail=(
+                    f"no reliable result: all {measured} generation(s) were set aside as "
+                    f"unreliable ({'; '.join(reasons[:3]) or 'see the sweep page'}); the sweep "
+                    f"page says why, run by run: `specfleet review --sweep {self.sweep_id}"
+                    f"{self.opts.db_hint}`. Run it again when the node is quiet"))
             kept = self.store.quarantined_count(self.sweep_id, self.host.name)
             return Outcome(self.host.name, "ok", value={
                 "events": self.store.last_seq(self.sweep_id, self.host.name),
@@ -603,8 +613,6 @@ class NodeRun:
         if other and other.group(1) != self.sweep_id:  # e.g. a sweep left after Ctrl-C
             held = self.store.sweep(other.group(1))
             if held is not None:  # in this store: the hint names the inventory it ran with
-                import shlex
-
                 args = "".join(f" -i {shlex.quote(p)}" for p in (held.inventory or "").split(",")
                                if p) + self.opts.db_hint
                 ways.append(f"if nobody follows that sweep any more, end it: "
