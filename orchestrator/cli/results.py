@@ -368,7 +368,8 @@ def db():
 @db.command("upgrade")
 @db_option
 def db_upgrade(db_url):
-    """Migrate the store to the latest schema.
+    """Migrate the store to the latest schema; where there is none, create it (and its
+    folder): the one command that starts a store in a folder that does not exist yet.
 
     \b
     Example:
@@ -376,7 +377,7 @@ def db_upgrade(db_url):
     """
     from ..store import open_store
 
-    click.echo(f"store at revision {open_store(db_url).current_revision()}")
+    click.echo(f"store at revision {open_store(db_url, create_folder=True).current_revision()}")
 
 
 @db.command("downgrade")

@@ -545,17 +545,26 @@ def pair_name(models: dict | None) -> str | None:
     return f"{models.get('target')}+{models.get('draft')}"
 
 
-def open_store(url: str | None = None, migrate: bool = True, must_exist: bool = False) -> Store:
+def open_store(url: str | None = None, migrate: bool = True, must_exist: bool = False,
+               create_folder: bool = False) -> Store:
     """Open (and by default migrate to head) the store at ``url``. ``must_exist``: a
     command that only reads refuses a SQLite file that is not there, rather than create
-    an empty store and answer "nothing" (a mistyped --db looked like an empty fleet)."""
+    an empty store and answer "nothing" (a mistyped --db looked like an empty fleet).
+    A SQLite file whose folder does not exist is refused too (a mistyped folder made a new
+    store elsewhere) unless ``create_folder`` (`specfleet db upgrade`: creating is explicit)."""
     url = resolve_url(url)
     check_url(url)
     path = sqlite_path(url)
     if must_exist and path is not None and not path.exists():
         raise StoreError(f"no store at {path}: nothing has been stored there (a sweep creates "
                          "it). Check --db, SPECFLEET_DB or the specfleet.toml in use")
-    if path is not None:
+    if path is not None and not path.parent.is_dir():
+        if not create_folder:
+            raise StoreError(
+                f"no folder {path.parent} for the store {path}: check --db, SPECFLEET_DB or "
+                f"the specfleet.toml in use (a mistyped folder would start an empty store). "
+                f"To start a store there: `specfleet db upgrade --db sqlite:///{path}` "
+                "creates it")
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
         # pre_ping: after a PostgreSQL restart, stale pooled connections are replaced
