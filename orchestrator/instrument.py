@@ -170,7 +170,8 @@ def check_instrument(hosts, store: Store, workdir: Path, draft: Path, *, layers:
         for node, payload in c.execute(select(Event.node, Event.payload).where(
                 Event.sweep_id == result.sweep_id, Event.type == "generation")):
             gens.setdefault(node, []).append(payload)
-    ran = {o.host for o in result.outcomes if o.status == "ok"}
+    # a node whose runs were all set aside (contended) still ran: the judge says unverified
+    ran = {o.host for o in result.outcomes if o.status in ("ok", "unreliable")}
 
     async def costs(h, t):
         sn = placed[h.name]
