@@ -66,10 +66,12 @@ def _handlers(handler) -> Iterator[None]:
         signal.signal(s, handler)
     try:
         yield
-    except DetachExit:
-        if not WHOLE_PROCESS:
+    except (Detach, DetachExit):
+        if WHOLE_PROCESS:  # leaving: a second signal must not interrupt the leaving
+            ignore_signals()
+        else:
             _restore(old)
-        raise  # else left ignored: a signal while the process exits must not raise there
+        raise
     except BaseException:
         _restore(old)
         raise
@@ -85,6 +87,7 @@ def _restore(old: dict) -> None:
 def detach_on_signals() -> Iterator[None]:
     """Around a command: SIGINT or SIGTERM in its synchronous parts raises ``Detach``."""
     def raise_detach(signum, frame):
+        ignore_signals()  # we are leaving: a second signal must not interrupt the leaving
         raise Detach(signum)
 
     with _handlers(raise_detach):
