@@ -24,6 +24,7 @@ from tests.controller import (
 from tests.locks import make_lock
 
 NODES = 5
+QUIET = "  cv_threshold: 1.0\n  contention_threshold: 1.0"
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,8 @@ def test_kill_link_agent_and_controller_then_attach_and_resume(big_fleet, five, 
 
 def test_ctrl_c_leaves_agents_running_and_attach_finishes(fleet, model_pair, tmp_path,
                                                            sqlite_url):
-    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=3, max_tokens=64)
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=3, max_tokens=64,
+                     extra=QUIET)  # about the lifecycle: a busy machine's runs still count
     inv = tmp_path / "hosts.yml"
     inv.write_text(fleet.inventory_yaml())
     args = ["-i", str(inv), "--limit", "node1", "--known-hosts", str(fleet.known_hosts),
@@ -121,7 +123,8 @@ def test_ctrl_c_leaves_agents_running_and_attach_finishes(fleet, model_pair, tmp
 
 def test_attach_can_leave_a_node_out_and_the_sweep_waits_for_it(fleet, model_pair, tmp_path,
                                                                  sqlite_url):
-    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=2, max_tokens=64)
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=2, max_tokens=64,
+                     extra=QUIET)
     inv = tmp_path / "hosts.yml"
     inv.write_text(fleet.inventory_yaml())
     args = ["-i", str(inv), "--known-hosts", str(fleet.known_hosts), "--db", sqlite_url,

@@ -109,7 +109,9 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
             extra={"sweep_id": result.sweep_id, "status": result.status,
                    "left_out": list(result.left_out)},
             describe=lambda o: f"{o.value['events']} events")
-    click.echo(f"sweep {result.sweep_id}: {result.status}", err=True)
+    click.echo(f"sweep {result.sweep_id}: " + ("no reliable result (every generation was set "
+               "aside as unreliable: see above)" if result.status == "unreliable"
+               else result.status), err=True)
 
 
 @contextlib.contextmanager
@@ -201,7 +203,7 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
     Example:
       specfleet nightly lab/plan.lock.json -i lab/inventory/
     """
-    from ..fleet.fanout import write_retry_file
+    from ..fleet.fanout import not_ok, write_retry_file
     from ..store import open_store
     from ..sweep.dispatch import StderrProgress, SweepOptions, start_sweep
     from ..sweep.schedule import NightlyGuard
@@ -220,7 +222,7 @@ def nightly(lock_path, provision, db_url, failed_hosts_file, as_json, **kw):
         result = start_sweep(doc, hosts, open_store(db_url), inventory=inventory_path,
                              opts=SweepOptions(ssh=ssh, provision=provision, trigger="nightly"),
                              progress=StderrProgress(), announce=started.append)
-    bad = [o for o in result.outcomes if o.status != "ok"]
+    bad = not_ok(result.outcomes)
     ok = len(result.outcomes) - len(bad)
     line = (f"nightly {doc['name']} sweep {result.sweep_id}: {result.status} "
             f"({ok}/{len(result.outcomes)} nodes ok)")
@@ -255,6 +257,7 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
     """
     from datetime import datetime, timezone
 
+    from ..fleet.fanout import not_ok
     from ..review.repro import compare, sweep_values, verdict
     from ..store import open_store
     from ..store.models import ReproCheck
@@ -274,7 +277,7 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
     per_node, idents, set_aside = sweep_values(store, result.sweep_id)
     report = compare(per_node, idents, tuple(m.strip() for m in metrics.split(",")), floor)
     report.update(sweep_id=result.sweep_id, created_at=datetime.now(timezone.utc).isoformat(),
-                  not_ok=[o.host for o in result.outcomes if o.status != "ok"],
+                  not_ok=[o.host for o in not_ok(result.outcomes)],
                   set_aside=set_aside)
     report["verdict"] = verdict(report)
     report["reproducible"] = report["verdict"] == "reproducible"

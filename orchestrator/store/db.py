@@ -210,10 +210,15 @@ class Store:
                 NodeOutcome.sweep_id == sweep_id)).scalars())
         # a node ended with --stop was stopped on purpose: the sweep is "stopped", not failed;
         # one that never started because another job held the node is "busy" (nothing ran)
-        status = ("ok" if statuses == {"ok"} else "stopped" if statuses - {"ok"} == {"stopped"}
-                  else "busy" if statuses == {"busy"}
-                  else "unreliable" if statuses == {"unreliable"}
-                  else "failed" if "ok" not in statuses else "partial")
+        # and one whose every node's runs were all set aside has no reliable result (a node
+        # among others that did is shown on its own line; the sweep itself went fine)
+        if statuses == {"unreliable"}:
+            status = "unreliable"
+        else:
+            statuses = {"ok" if s == "unreliable" else s for s in statuses}
+            status = ("ok" if statuses == {"ok"} else "stopped" if statuses - {"ok"} == {
+                "stopped"} else "busy" if statuses == {"busy"}
+                else "failed" if "ok" not in statuses else "partial")
         if pending:
             return "running"
         with self.engine.begin() as c:
