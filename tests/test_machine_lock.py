@@ -86,7 +86,8 @@ def test_two_controllers_with_their_own_stores_and_roots_on_one_node(fleet, mode
     from tests.controller import json_from_log, specfleet
     from tests.locks import make_lock
 
-    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=2, max_tokens=64)
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=2, max_tokens=64,
+                     extra="  cv_threshold: 1.0\n  contention_threshold: 1.0")  # about locks
     procs = []
     for side in ("a", "b"):
         inv = tmp_path / f"hosts-{side}.yml"
