@@ -35,7 +35,7 @@ def five(big_fleet, model_pair, tmp_path_factory):
     # short generations: the test holds the agents (SIGSTOP) while it kills, so each has
     # work left whatever this machine's speed (96 tokens a generation used to buy that)
     lock = make_lock(d, model_pair, use=("code",), widths=(2, 3, 4, 6), repetitions=3,
-                     max_tokens=24)
+                     max_tokens=24, extra=QUIET)
     return d, inv, lock
 
 
