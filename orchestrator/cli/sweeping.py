@@ -95,7 +95,9 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
     if stop_id:
         for o in result.outcomes:
             click.echo(f"{o.host:<20} {o.detail or o.status}")
-        left = [o.host for o in result.outcomes if o.status not in ("ok", "stopped")]
+        # a node that had finished (ok, or with no reliable result) has nothing to stop
+        left = [o.host for o in result.outcomes if o.status not in ("ok", "unreliable",
+                                                                    "stopped")]
         if left:  # never "free" when a node's agent could not be shown ended
             raise click.ClickException(f"sweep {result.sweep_id}: not stopped on "
                                        f"{', '.join(left)} (see above)")

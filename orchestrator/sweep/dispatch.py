@@ -52,7 +52,9 @@ class SweepResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        """Ran to its end on every node, nothing failed (its runs may all have been set
+        aside: ``status`` is then "unreliable")."""
+        return self.status in ("ok", "unreliable")
 
 
 @dataclass
