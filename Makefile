@@ -39,9 +39,15 @@ lint: $(STAMP)
 # a test that asks for the `default_blas` fixture keeps mlx's own). The alone part collects
 # only the modules that mark a test `alone` (collecting all of them took 4 CPU-s).
 PYTEST = env $$($(VENV)/bin/python -m tests.blas) $(VENV)/bin/python -m pytest
+# The alone part runs and reports even when the first part failed; the target still fails
+# if either did (each part's status is said at the end).
 test: $(STAMP) system-deps
-	$(PYTEST) -n 3 --dist loadscope --no-loadscope-reorder -m "not alone" -v -ra --durations=15
-	$(PYTEST) -m alone -v -ra $$(grep -l "mark.alone" tests/test_*.py)
+	@first=0; second=0; \
+	$(PYTEST) -n 3 --dist loadscope --no-loadscope-reorder -m "not alone" -v -ra --durations=15 \
+		|| first=$$?; \
+	$(PYTEST) -m alone -v -ra $$(grep -l "mark.alone" tests/test_*.py) || second=$$?; \
+	echo "make test: parallel part exit $$first, alone part exit $$second"; \
+	test $$first -eq 0 -a $$second -eq 0
 
 clean:
 	rm -rf $(VENV) .specfleet-demo

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -52,15 +53,17 @@ class NodeLock:
             os.close(fd)
             try:
                 h = json.loads(holder)
-                who = f"job {h['job_id']} (pid {h['pid']}, since {h['started']}" + (
-                    f", {h['note']})" if h.get("note") else ")")
+                who = (f"job {h['job_id']} (pid {h['pid']}, since {h['started']}"
+                       + (f", command {h['command']}" if h.get("command") else "")
+                       + (f", {h['note']})" if h.get("note") else ")"))
             except (ValueError, KeyError):
                 h, who = None, "another agent"
             busy = NodeBusy(f"node is busy: {who} holds {self.path}")
             busy.holder = h  # for callers that word it their own way
             raise busy from None
         info = json.dumps({"job_id": self.job_id, "pid": os.getpid(),
-                           "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "note": self.note})
+                           "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "note": self.note,
+                           "command": _command_line()})
         os.ftruncate(fd, 0)
         os.pwrite(fd, info.encode(), 0)
         self._fd = fd
@@ -72,6 +75,17 @@ class NodeLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def _command_line() -> str:
+    """This process's command line, for whoever finds the lock taken (shortened)."""
+    import shlex
+
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name == "__main__.py":  # `python -m agent ...`, as it was run
+        argv[:1] = ["-m", Path(argv[0]).parent.name]
+    line = shlex.join([Path(sys.executable).name, *argv])
+    return line if len(line) <= 400 else line[:399] + "…"
 
 
 def machine_lock_path() -> Path:

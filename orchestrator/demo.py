@@ -144,9 +144,12 @@ def _sweep(workdir: Path, doc: dict, store, log, announce) -> str:
     result = start_sweep(doc, hosts, store, inventory=str(LOCAL_INVENTORY),
                          opts=SweepOptions(provision=False), progress=StderrProgress(),
                          announce=announce)
-    if result.status != "ok":
+    if result.status == "unreliable":  # the pages still show what was measured, and why
+        log("; ".join(f"{o.host}: {o.detail}" for o in result.outcomes if o.detail))
+    elif result.status != "ok":
         details = "; ".join(f"{o.host}: {o.detail}" for o in result.outcomes if o.detail)
-        raise SpecfleetError(f"demo sweep {result.sweep_id} did not finish: {details}")
+        raise SpecfleetError(f"demo sweep {result.sweep_id} did not "
+                             f"{'start' if result.status == 'busy' else 'finish'}: {details}")
     # one file per sweep: the weekly review pools every demo sweep of the week, so every
     # sweep's events stay on disk beside it
     events = workdir / f"events-{result.sweep_id}.jsonl"

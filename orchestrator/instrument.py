@@ -232,7 +232,8 @@ def check_instrument(hosts, store: Store, workdir: Path, draft: Path, *, layers:
     gens: dict[str, list[dict]] = {}  # typed (store.queries); an unreadable one left out
     for s in queries.typed(queries.events(store, [result.sweep_id], ("generation",))):
         gens.setdefault(s.node, []).append(s.event.to_json())
-    ran = {o.host for o in result.outcomes if o.status == "ok"}
+    # a node whose runs were all set aside (contended) still ran: the judge says unverified
+    ran = {o.host for o in result.outcomes if o.status in ("ok", "unreliable")}
 
     async def costs(h, t):
         sn = placed[h.name]

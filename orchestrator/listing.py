@@ -35,7 +35,8 @@ def sweeps(store: Store, limit: int = 20) -> list[dict]:
                 NodeOutcome.sweep_id == r.id)).all()
             lacks = missing.get(r.id, {})
             out.append({"sweep_id": r.id, "created_at": r.created_at.isoformat(),
-                        "status": "incomplete" if lacks and r.status == "ok" else r.status,
+                        "status": "incomplete" if lacks and r.status in ("ok", "unreliable")
+                        else r.status,
                         "trigger": r.trigger, "plan_id": r.plan_id,
                         "nodes": {n: st for n, st in nodes}, "missing": lacks})
         return out

@@ -228,7 +228,8 @@ def pytest_sessionfinish(session, exitstatus):
         except OSError:
             continue
         text = " ".join(a.decode(errors="replace") for a in argv)
-        if base in text and " run " in text and "agent" in text:
+        # base + "/": pytest-3 must not end pytest-30's agents (runs share /tmp/pytest-of-USER)
+        if base + "/" in text and " run " in text and "agent" in text:
             try:
                 os.kill(int(proc.name), signal.SIGKILL)
                 ended += 1

@@ -107,3 +107,32 @@ def agent_running(node) -> bool:
 def json_from_log(text: str) -> dict:
     """The --json document in a log that also holds progress lines."""
     return json.JSONDecoder().raw_decode(text[text.index("{\n"):])[0]
+
+
+def hold_sweep(sweep_id: str, sig: int = signal.SIGSTOP) -> bool:
+    """Pause (SIGSTOP) or release (SIGCONT) the agents of one sweep, whoever runs them (the
+    job file's name carries the sweep id); False when none ran."""
+    name = signal.Signals(sig).name.removeprefix("SIG")
+    return subprocess.run(["pkill", f"-{name}", "-f", f"{AGENT} .*/{sweep_id}\\.json"],
+                          check=False).returncode == 0
+
+
+def signal_mid_sweep(ctl: subprocess.Popen, journal_file: Path, sweep_id: str,
+                     sig: int = signal.SIGINT, timeout: float = 60) -> tuple[int, float]:
+    """Send ``sig`` to the controller while its sweep cannot end: once the node journaled a
+    generation, its agents are held (SIGSTOP) for the signal and released after, so a fast
+    sweep never finishes first (the test would see exit 0). Returns (exit status, seconds
+    from the signal to the exit)."""
+    wait_for(lambda: journal_file.is_file()
+             and '"type":"generation"' in journal_file.read_text(errors="replace"),
+             what=f"a generation in {journal_file}")
+    assert hold_sweep(sweep_id), f"no agent of sweep {sweep_id} to hold"
+    try:
+        assert '"type":"job_finished"' not in journal_file.read_text(errors="replace"), \
+            "the sweep ended before its agent was held: plan more generations"
+        t0 = time.monotonic()
+        ctl.send_signal(sig)
+        status = ctl.wait(timeout)
+        return status, time.monotonic() - t0
+    finally:
+        hold_sweep(sweep_id, signal.SIGCONT)

@@ -127,3 +127,34 @@ def test_a_mistyped_store_is_an_error_for_commands_that_only_read(tmp_path):
         assert r.exit_code != 0, (args, r.output)
         assert f"no store at {wrong}: nothing has been stored there" in r.output, r.output
         assert not wrong.exists() and not wrong.parent.exists()
+
+
+def test_a_store_in_a_missing_folder_is_refused_until_db_upgrade_creates_it(tmp_path,
+                                                                            model_pair):
+    """A sweep given `--db sqlite:///no/such/dir/x.db` once made the folders and a new empty
+    store there; now the folder must exist, and `db upgrade` (as the error prints it) is
+    the explicit way to start a store in a new one."""
+    import shlex
+
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+    from tests.locks import make_lock
+
+    lock = make_lock(tmp_path, model_pair)
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    local:\n      ansible_connection: local\n"
+                   f"      specfleet_root: {tmp_path / 'node'}\n")
+    wrong = tmp_path / "no" / "such" / "dir" / "x.db"
+    r = CliRunner().invoke(main, ["sweep", str(lock), "-i", str(inv), "--db",
+                                  f"sqlite:///{wrong}"])
+    assert r.exit_code == 1, r.output
+    assert f"no folder {wrong.parent} for the store {wrong}: check --db" in r.output
+    assert not (tmp_path / "no").exists() and not (tmp_path / "node").exists()
+    fix = r.output.split("To start a store there: `")[1].split("`")[0]
+    assert fix == f"specfleet db upgrade --db sqlite:///{wrong}"
+    up = CliRunner().invoke(main, shlex.split(fix)[1:])
+    assert up.exit_code == 0 and up.output.startswith("store at revision "), up.output
+    assert wrong.is_file()
+    cur = CliRunner().invoke(main, ["db", "current", "--db", f"sqlite:///{wrong}"])
+    assert cur.exit_code == 0, cur.output

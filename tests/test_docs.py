@@ -245,7 +245,7 @@ class Session:
             1, 3) and re.search(r"^\S+: instrument (OFF|unverified)", r.stdout, re.M)
         assert (r.returncode == 0 or answered) and "Traceback" not in r.stderr + r.stdout, (
             f"command failed ({r.returncode}): {cmd}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
-        if m := re.search(r"sweep (\w{12}): ok", r.stderr):
+        if m := re.search(r"sweep (\w{12}): (ok|no reliable result)", r.stderr):
             self.ids["SWEEP_ID"] = m.group(1)
         if m := re.search(r"specfleet-nightly-\w{12}", r.stdout):
             self.ids["NAME"] = m.group(0)

@@ -43,3 +43,24 @@ def test_every_help_example_runs_as_written(tmp_path, fleet):
         s.run(example)
     assert (s.cwd / "review" / "junit.xml").is_file()
     print("slowest commands:", sorted(s.took, reverse=True)[:8])
+
+
+def test_examples_that_read_a_store_create_nothing_in_an_empty_folder(tmp_path):
+    """`db current`, `db downgrade` and `schedule remove NAME`, as printed, in a folder with
+    no store: each says what is missing and leaves the folder empty (the `db current`
+    example once created an empty specfleet.db wherever it ran)."""
+    import subprocess
+
+    from tests.test_docs import Session
+
+    s = Session(tmp_path)
+    s.env["SPECFLEET_CONFIG"] = "none"  # no specfleet.toml steers it
+    examples = {name: x for name, x in help_examples()}
+    for name, why in (("db current", "no store at specfleet.db"),
+                      ("db downgrade", "specfleet.db"),
+                      ("schedule remove", "no nightly schedule named 'NAME'")):
+        r = subprocess.run(["bash", "-c", examples[name]], cwd=s.cwd, env=s.env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0 and why in r.stdout + r.stderr, (name, r.stderr)
+        assert "Traceback" not in r.stderr
+        assert list(s.cwd.iterdir()) == [], (name, list(s.cwd.iterdir()))

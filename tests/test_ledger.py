@@ -149,7 +149,8 @@ def swept(fleet, model_pair, tmp_path_factory):
     inv = d / "hosts.yml"
     inv.write_text(fleet.inventory_yaml())
     db = f"sqlite:///{d / 'store.db'}"
-    lock = make_lock(d, model_pair, widths=(2,), max_tokens=16)
+    lock = make_lock(d, model_pair, widths=(2,), max_tokens=16,
+                     extra="  cv_threshold: 1.0\n  contention_threshold: 1.0")  # a busy host
     common = ["-i", str(inv), "--known-hosts", str(fleet.known_hosts), "--db", db]
     r = CliRunner().invoke(main, ["sweep", str(lock), *common, "--limit", "node1,node2",
                                   "--no-provision", "--failed-hosts-file",

@@ -243,3 +243,21 @@ def test_json_and_webhook_carry_opentelemetry_genai_names(week, tmp_path):
     assert "gen_ai.server.time_to_first_token" not in spec["otel"]  # a median, not a histogram
     assert spec["otel"]["specfleet.speculative.num_draft_tokens"] == 4
     assert base["otel"]["specfleet.speculative"] is False
+
+
+@pytest.mark.parametrize("label,ahead", [("2026-W21", False), ("2099-W10", True)])
+def test_an_empty_or_future_week_is_no_data_for_every_cause(week, tmp_path, label, ahead):
+    """A week without runs (after the planted ones, or years ahead) once said "nothing
+    regressed" and passed every --fail-on cause; it is no data, whatever was asked."""
+    url, _ = week
+    for cause in ("regression", "stale", "failed-sweep", "gate-miss"):
+        r = CliRunner().invoke(main, ["review", "--week", label, "--db", url, "--out",
+                                      str(tmp_path / "out"), "--format", "json",
+                                      "--fail-on", cause])
+        assert r.exit_code == 1, r.output
+        said = f"no-data: week {label}: no runs at all" + (
+            " (the week has not begun)" if ahead else "")
+        assert [x for x in r.stderr.splitlines() if x.startswith("no-data:")] == [said]
+    # a week with runs keeps to the causes asked: W20 has no stale series to fail on
+    r = _review(url, tmp_path, "--fail-on", "failed-sweep")
+    assert "no-data:" not in r.stderr

@@ -5,7 +5,6 @@ sweep, a Ctrl-C, an --attach, a review and a forced crash."""
 from __future__ import annotations
 
 import os
-import signal
 import stat
 
 from click.testing import CliRunner
@@ -13,10 +12,9 @@ from click.testing import CliRunner
 from orchestrator.cli import main
 from orchestrator.redact import redact
 from tests.controller import (
+    signal_mid_sweep,
     specfleet,
-    stored_generations,
     sweep_id_from,
-    wait_for,
 )
 from tests.locks import make_lock
 
@@ -41,9 +39,8 @@ def test_a_planted_password_appears_nowhere(tmp_path, model_pair, pg_url, monkey
     log = tmp_path / "sweep.log"
     ctl = specfleet("sweep", str(lock), *args, "--db", url, log=log)
     sid = sweep_id_from(log)
-    wait_for(lambda: stored_generations(pg_url, sid, "local") >= 1, what="a generation")
-    ctl.send_signal(signal.SIGINT)
-    assert ctl.wait(timeout=60) == 130
+    jf = tmp_path / "node" / "jobs" / f"{sid}.events.jsonl"
+    assert signal_mid_sweep(ctl, jf, sid)[0] == 130
     text = log.read_text()
     masked = pg_url.replace("postgres@", "postgres:***@")
     assert f"specfleet sweep --attach {sid} -i {inv} --db '{masked}'" in text, text

@@ -2,6 +2,8 @@
 stop it; `sweep --stop` ends the agents, stores what they wrote and frees the nodes; a
 lease left by a controller that is gone is reclaimed, and says so."""
 
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -10,6 +12,7 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
 
@@ -18,10 +21,12 @@ from orchestrator.store import open_store
 from orchestrator.store.models import NodeLease, Sweep
 from tests.controller import (
     agent_running,
+    hold_sweep,
     journal,
+    journal_path,
+    signal_mid_sweep,
     specfleet,
     stored_events,
-    stored_generations,
     sweep_id_from,
     wait_for,
 )
@@ -42,9 +47,7 @@ def test_ctrl_c_names_the_sweep_and_stop_ends_its_agent_and_frees_the_node(fleet
     p = specfleet("sweep", str(lock), "--limit", node.name, *common, log=log)
     try:
         sid = sweep_id_from(log)
-        wait_for(lambda: stored_generations(url, sid, node.name) >= 2, what="generations")
-        p.send_signal(signal.SIGINT)
-        assert p.wait(60) == 130
+        assert signal_mid_sweep(p, journal_path(node, sid), sid)[0] == 130
     finally:
         p.kill()
     text = log.read_text()
@@ -121,7 +124,9 @@ def test_stop_signals_only_this_sweeps_agent_and_is_recorded_as_stopped(model_pa
             with store.engine.connect() as c:
                 return c.execute(select(SweepNode.pid).where(SweepNode.sweep_id == sid)).scalar()
 
-        wait_for(lambda: stored_generations(url, sid, "local") >= 1, what="a generation")
+        jf = tmp_path / "node" / "jobs" / f"{sid}.events.jsonl"
+        wait_for(lambda: jf.is_file() and '"type":"generation"' in jf.read_text(),
+                 what="a journaled generation")
         real = agent_pid()
         os.kill(real, signal.SIGSTOP)  # held, so it cannot finish while the test strikes
         # Ctrl-C returns at once though the held agent's follower would wait for it forever
@@ -206,3 +211,66 @@ def test_the_stop_script_signals_only_an_agent_at_least_as_old_as_its_job(tmp_pa
         assert left == [], "the agent's process group outlived --stop"
     finally:
         subprocess.run(["pkill", "-KILL", "-g", str(leader.pid)], capture_output=True)
+
+
+@pytest.mark.alone  # judges the 2 s a detach may take
+@pytest.mark.parametrize("signals,inherited", [
+    (("SIGINT",), "default"), (("SIGTERM",), "default"), (("SIGINT", "SIGINT"), "default"),
+    (("SIGTERM", "SIGINT"), "default"), (("SIGINT",), "ignored")],
+    ids=["sigint", "sigterm", "second-ctrl-c", "term-then-int", "sigint-ignored-by-the-shell"])
+def test_a_signal_from_kill_detaches_within_2s_and_nothing_is_lost(model_pair, tmp_path,
+                                                                    signals, inherited):
+    """`kill -INT PID` / `kill -TERM PID` (not the terminal's Ctrl-C: only the controller
+    gets it) detach within 2 s with the --attach/--stop hint (exit 130 / 143); a second
+    signal during the detach is a clean exit; `cmd &` in a script (SIGINT inherited as
+    ignored) is detached too. The agent goes on, and --attach stores all it journaled."""
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), max_tokens=48, repetitions=4,
+                     extra="  cv_threshold: 1.0\n  contention_threshold: 1.0")
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    local:\n      ansible_connection: local\n"
+                   f"      specfleet_root: {tmp_path / 'node'}\n")
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    common = ["-i", str(inv), "--db", url, "--failed-hosts-file", str(tmp_path / "retry")]
+    log = tmp_path / "controller.log"
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # what a non-interactive `&` does
+
+    with open(log, "ab") as out:
+        p = subprocess.Popen([sys.executable, "-c", "from orchestrator.cli import main; main()",
+                              "sweep", str(lock), *common], stdout=out, stderr=out,
+                             preexec_fn=ignore_sigint if inherited == "ignored" else None)
+    try:
+        sid = sweep_id_from(log)
+        jf = tmp_path / "node" / "jobs" / f"{sid}.events.jsonl"
+        first, *more = (getattr(signal, s) for s in signals)
+        wait_for(lambda: jf.is_file() and '"type":"generation"' in jf.read_text(),
+                 what="a journaled generation")
+        assert hold_sweep(sid), "no agent to hold"  # it cannot finish while we strike
+        t0 = time.monotonic()
+        p.send_signal(first)
+        for s in more:
+            time.sleep(0.05)  # during the detach
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(s)
+        status = p.wait(30)
+        took = time.monotonic() - t0
+        hold_sweep(sid, signal.SIGCONT)
+    finally:
+        p.kill()
+    text = log.read_text()
+    assert status == {signal.SIGINT: 130, signal.SIGTERM: 143}[first], text
+    assert took <= 2.0, f"the detach took {took:.2f} s"
+    assert "Traceback" not in text and "RuntimeError" not in text and "Event loop" not in text
+    said = "interrupted" if first == signal.SIGINT else "controller ended by SIGTERM"
+    assert f"{said}: sweep {sid} goes on on the nodes" in text, text
+    assert f"follow it again: specfleet sweep --attach {sid} {' '.join(common[:4])}" in text
+    assert f"stop it:         specfleet sweep --stop {sid} {' '.join(common[:4])}" in text
+    store = open_store(url)
+    with store.engine.connect() as c:  # the agents go on: the sweep is not over
+        assert c.execute(select(Sweep.status).where(Sweep.id == sid)).scalar() == "running"
+    att = specfleet("sweep", "--attach", sid, *common, log=tmp_path / "attach.log")
+    assert att.wait(300) == 0, (tmp_path / "attach.log").read_text()[-2000:]
+    events = stored_events(url, sid, "local")
+    assert events == [json.loads(x) for x in jf.read_text().splitlines()]
+    assert events[-1]["type"] == "job_finished"

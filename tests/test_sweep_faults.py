@@ -81,14 +81,11 @@ def test_postgresql_restarted_mid_sweep(fleet, model_pair, tmp_path, private_pg)
 def test_postgresql_restarted_during_a_resume(fleet, model_pair, tmp_path, private_pg):
     """An audit saw `--resume` stop with "terminating connection due to administrator
     command" while PostgreSQL restarted; every path that writes the store must ride it out."""
-    import signal
-
-    from tests.controller import kill_agent
+    from tests.controller import journal_path, kill_agent, signal_mid_sweep
 
     pg_url, restart = private_pg
     ctl, sid, _, inv = _sweep_under_way(fleet, model_pair, tmp_path, pg_url)
-    ctl.send_signal(signal.SIGINT)
-    ctl.wait(timeout=60)
+    assert signal_mid_sweep(ctl, journal_path(fleet.nodes[0], sid), sid)[0] == 130
     kill_agent(fleet.nodes[0])  # the agent died too: --resume restarts it
     res = specfleet("sweep", "--resume", sid, *args(fleet, inv, pg_url, tmp_path, retry="r2"),
                     log=tmp_path / "r.log")

@@ -9,10 +9,12 @@ from tests.controller import (
     agent_running,
     hold_agents,
     journal,
+    journal_path,
     journaled_generations,
     json_from_log,
     kill_agent,
     kill_link,
+    signal_mid_sweep,
     specfleet,
     stored_events,
     stored_generations,
@@ -22,6 +24,7 @@ from tests.controller import (
 from tests.locks import make_lock
 
 NODES = 5
+QUIET = "  cv_threshold: 1.0\n  contention_threshold: 1.0"
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +35,7 @@ def five(big_fleet, model_pair, tmp_path_factory):
     # short generations: the test holds the agents (SIGSTOP) while it kills, so each has
     # work left whatever this machine's speed (96 tokens a generation used to buy that)
     lock = make_lock(d, model_pair, use=("code",), widths=(2, 3, 4, 6), repetitions=3,
-                     max_tokens=24)
+                     max_tokens=24, extra=QUIET)
     return d, inv, lock
 
 
@@ -100,7 +103,8 @@ def test_kill_link_agent_and_controller_then_attach_and_resume(big_fleet, five, 
 
 def test_ctrl_c_leaves_agents_running_and_attach_finishes(fleet, model_pair, tmp_path,
                                                            sqlite_url):
-    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=3, max_tokens=64)
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=3, max_tokens=64,
+                     extra=QUIET)  # about the lifecycle: a busy machine's runs still count
     inv = tmp_path / "hosts.yml"
     inv.write_text(fleet.inventory_yaml())
     args = ["-i", str(inv), "--limit", "node1", "--known-hosts", str(fleet.known_hosts),
@@ -108,9 +112,7 @@ def test_ctrl_c_leaves_agents_running_and_attach_finishes(fleet, model_pair, tmp
     log = tmp_path / "c.log"
     ctl = specfleet("sweep", str(lock), *args, log=log)
     sid = sweep_id_from(log)
-    wait_for(lambda: stored_generations(sqlite_url, sid, "node1") >= 1, what="a generation")
-    ctl.send_signal(signal.SIGINT)
-    assert ctl.wait(timeout=60) == 130
+    assert signal_mid_sweep(ctl, journal_path(fleet.nodes[0], sid), sid)[0] == 130
     assert f"interrupted: sweep {sid} goes on on the nodes" in log.read_text()
     assert f"follow it again: specfleet sweep --attach {sid} -i " in log.read_text()
     assert agent_running(fleet.nodes[0])
@@ -121,7 +123,8 @@ def test_ctrl_c_leaves_agents_running_and_attach_finishes(fleet, model_pair, tmp
 
 def test_attach_can_leave_a_node_out_and_the_sweep_waits_for_it(fleet, model_pair, tmp_path,
                                                                  sqlite_url):
-    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=2, max_tokens=64)
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=2, max_tokens=64,
+                     extra=QUIET)
     inv = tmp_path / "hosts.yml"
     inv.write_text(fleet.inventory_yaml())
     args = ["-i", str(inv), "--known-hosts", str(fleet.known_hosts), "--db", sqlite_url,
@@ -129,9 +132,7 @@ def test_attach_can_leave_a_node_out_and_the_sweep_waits_for_it(fleet, model_pai
     log = tmp_path / "c.log"
     ctl = specfleet("sweep", str(lock), "--limit", "node1,node2", *args, log=log)
     sid = sweep_id_from(log)
-    wait_for(lambda: stored_generations(sqlite_url, sid, "node1") >= 1, what="a generation")
-    ctl.send_signal(signal.SIGINT)
-    assert ctl.wait(timeout=60) == 130
+    assert signal_mid_sweep(ctl, journal_path(fleet.nodes[0], sid), sid)[0] == 130
     # pick up node1 only (node2 is out of reach, say): it finishes, the sweep does not
     one = specfleet("sweep", "--attach", sid, "--limit", "node1", *args, "--json",
                     log=tmp_path / "one.log")

@@ -112,6 +112,7 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
         shown = redact_url(notify_url)  # a webhook's user:password is a secret too
         click.echo(f"notified {shown}" if why is None else
                    f"warning: could not notify {shown}: {redact(why)}", err=why is not None)
+    causes = ci.gated_causes(causes, a)
     failing = ci.summary_lines(found, causes)
     for line in failing:
         click.echo(line, err=True)
@@ -369,7 +370,8 @@ def db():
 @db.command("upgrade")
 @db_option
 def db_upgrade(db_url):
-    """Migrate the store to the latest schema.
+    """Migrate the store to the latest schema; where there is none, create it (and its
+    folder): the one command that starts a store in a folder that does not exist yet.
 
     \b
     Example:
@@ -377,7 +379,7 @@ def db_upgrade(db_url):
     """
     from ..store import open_store
 
-    click.echo(f"store at revision {open_store(db_url).current_revision()}")
+    click.echo(f"store at revision {open_store(db_url, create_folder=True).current_revision()}")
 
 
 @db.command("downgrade")

@@ -83,7 +83,7 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
     store = open_store(db_url, must_exist=doc is None)  # --attach/--resume/--stop: it exists
     provision = _provision(doc, provision, lambda m: click.echo(m, err=True))
     opts = SweepOptions(ssh=ssh, provision=provision, reconnect_timeout_s=reconnect_timeout,
-                        hint_args=_hint_args(kw_inventory, db_url))
+                        hint_args=_hint_args(kw_inventory, db_url), db_hint=_db_hint(db_url))
     sweep_id = attach_id or resume_id or stop_id
     with explained_interrupt(db_url, kw_inventory, sweep_id) as started:
         def announce(sid: str) -> None:
@@ -100,7 +100,9 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
     if stop_id:
         for o in result.outcomes:
             click.echo(f"{o.host:<20} {o.detail or o.status}")
-        left = [o.host for o in result.outcomes if o.status not in ("ok", "stopped")]
+        # a node that had finished (ok, or with no reliable result) has nothing to stop
+        left = [o.host for o in result.outcomes if o.status not in ("ok", "unreliable",
+                                                                    "stopped")]
         if left:  # never "free" when a node's agent could not be shown ended
             raise click.ClickException(f"sweep {result.sweep_id}: not stopped on "
                                        f"{', '.join(left)} (see above)")
@@ -115,34 +117,47 @@ def sweep(lock_path, attach_id, resume_id, stop_id, provision, reconnect_timeout
             extra={"sweep_id": result.sweep_id, "status": result.status,
                    "left_out": list(result.left_out)},
             describe=lambda o: f"{o.value['events']} events")
-    click.echo(f"sweep {result.sweep_id}: {result.status}", err=True)
+    click.echo(f"sweep {result.sweep_id}: " + ("no reliable result (every generation was set "
+               "aside as unreliable: see above)" if result.status == "unreliable"
+               else result.status), err=True)
 
 
 @contextlib.contextmanager
 def explained_interrupt(db_url: str | None, inventory: list[Path],
                         sweep_id: str | None = None):
     """Around a sweep: yields the list its `announce` appends the new sweep's id to; on
-    Ctrl-C, says which sweep goes on and how to follow or stop it (``interrupted``)."""
+    SIGINT or SIGTERM (Ctrl-C or `kill`, from anywhere), says which sweep goes on and how
+    to follow or stop it (``interrupted``)."""
+    from ..fleet.signals import Detach, detach_on_signals
+
     started: list[str] = []
-    try:
-        yield started
-    except KeyboardInterrupt:
-        interrupted(started[0] if started else sweep_id, db_url, inventory)
+    with detach_on_signals():
+        try:
+            yield started
+        except KeyboardInterrupt as e:
+            interrupted(started[0] if started else sweep_id, db_url, inventory,
+                        e if isinstance(e, Detach) else Detach())
 
 
-def interrupted(sweep_id: str | None, db_url: str | None, inventory: list[Path]) -> None:
-    """Ctrl-C: the agents go on measuring on their nodes; say so, and how to follow or stop
-    them, with the sweep's own id and the options this command was given."""
+def interrupted(sweep_id: str | None, db_url: str | None, inventory: list[Path],
+                why=None) -> None:
+    """Ctrl-C or SIGTERM: the agents go on measuring on their nodes; say so, and how to
+    follow or stop them, with the sweep's own id and the options this command was given.
+    Exit status 130 after SIGINT, 143 after SIGTERM (128 + the signal, as shells report)."""
+    from ..fleet.signals import Detach, DetachExit, ignore_signals
 
+    ignore_signals()  # a second Ctrl-C while this is said, or the process ends, changes nothing
+    why = why or Detach()
+    said = "interrupted" if why.name == "SIGINT" else f"controller ended by {why.name}"
     if sweep_id is None:
-        click.echo("interrupted before a sweep started: nothing runs on the nodes", err=True)
-        sys.exit(130)
+        click.echo(f"{said} before a sweep started: nothing runs on the nodes", err=True)
+        raise DetachExit(why.exit_status)
     extra = _hint_args(inventory, db_url)
-    click.echo(f"interrupted: sweep {sweep_id} goes on on the nodes (its agents are detached "
+    click.echo(f"{said}: sweep {sweep_id} goes on on the nodes (its agents are detached "
                f"and journal everything).\n  follow it again: specfleet sweep --attach "
                f"{sweep_id}{extra}\n  stop it:         specfleet sweep --stop {sweep_id}"
                f"{extra}", err=True)
-    sys.exit(130)
+    raise DetachExit(why.exit_status)
 
 
 def _hint_args(inventory: list[Path], db_url: str | None) -> str:
@@ -200,7 +215,7 @@ def nightly(lock_path, provision, otlp_url, db_url, failed_hosts_file, as_json, 
     Example:
       specfleet nightly lab/plan.lock.json -i lab/inventory/
     """
-    from ..fleet.fanout import write_retry_file
+    from ..fleet.fanout import not_ok, write_retry_file
     from ..store import open_store
     from ..sweep.dispatch import StderrProgress, SweepOptions, start_sweep
     from ..sweep.schedule import NightlyGuard
@@ -220,7 +235,7 @@ def nightly(lock_path, provision, otlp_url, db_url, failed_hosts_file, as_json, 
                              opts=SweepOptions(ssh=ssh, provision=provision, trigger="nightly"),
                              progress=StderrProgress(), announce=started.append)
     export_after_sweep(db_url, result.sweep_id, otlp_url)
-    bad = [o for o in result.outcomes if o.status != "ok"]
+    bad = not_ok(result.outcomes)
     ok = len(result.outcomes) - len(bad)
     line = (f"nightly {doc['name']} sweep {result.sweep_id}: {result.status} "
             f"({ok}/{len(result.outcomes)} nodes ok)")
@@ -255,6 +270,7 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
     """
     from datetime import datetime, timezone
 
+    from ..fleet.fanout import not_ok
     from ..review.repro import compare, sweep_values, verdict
     from ..store import open_store
     from ..store.models import ReproCheck
@@ -274,7 +290,7 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
     per_node, idents, set_aside = sweep_values(store, result.sweep_id)
     report = compare(per_node, idents, tuple(m.strip() for m in metrics.split(",")), floor)
     report.update(sweep_id=result.sweep_id, created_at=datetime.now(timezone.utc).isoformat(),
-                  not_ok=[o.host for o in result.outcomes if o.status != "ok"],
+                  not_ok=[o.host for o in not_ok(result.outcomes)],
                   set_aside=set_aside)
     report["verdict"] = verdict(report)
     report["reproducible"] = report["verdict"] == "reproducible"

@@ -67,11 +67,19 @@ async def fan_out(hosts: list[Host], fn: Callable[[Host, Any], Awaitable[Any]],
 
 
 def run_fan_out(hosts, fn, options: SSHOptions | None = None) -> list[Outcome]:
-    return asyncio.run(fan_out(hosts, fn, options or SSHOptions()))
+    """``fan_out`` to its end; SIGINT/SIGTERM cancel it and raise ``signals.Detach``."""
+    from . import signals
+
+    return signals.run(fan_out(hosts, fn, options or SSHOptions()))
+
+
+# ran to its end, measured all it planned, but every run was set aside as unreliable: no
+# failure (the exit status stays 0, nothing to retry), and no result either (said as such)
+DONE = ("ok", "unreliable")
 
 
 def not_ok(outcomes: list[Outcome]) -> list[Outcome]:
-    return [o for o in outcomes if o.status != "ok"]
+    return [o for o in outcomes if o.status not in DONE]
 
 
 def write_retry_file(outcomes: list[Outcome], path: Path) -> Path | None:
@@ -91,5 +99,7 @@ def write_retry_file(outcomes: list[Outcome], path: Path) -> Path | None:
 
 def summary_line(outcomes: list[Outcome]) -> str:
     counts = {s: sum(o.status == s for o in outcomes) for s in ("ok", "failed", "unreachable")}
+    other = sorted({o.status for o in outcomes} - set(counts))  # busy, stopped
     return (f"{len(outcomes)} hosts: {counts['ok']} ok, {counts['failed']} failed, "
-            f"{counts['unreachable']} unreachable")
+            f"{counts['unreachable']} unreachable"
+            + "".join(f", {sum(o.status == s for o in outcomes)} {s}" for s in other))

@@ -298,12 +298,24 @@ class SSHTransport:
         try:
             # bytes, split here: asyncssh's readline cuts a line longer than the channel's
             # window (2 MiB) into pieces, and a 3 MiB event arrived as two unreadable lines
-            async with self.live.create_process(command, encoding=None) as proc:
-                stderr_task = asyncio.create_task(proc.stderr.read())
+            proc = await self.live.create_process(command, encoding=None)
+            stderr_task = asyncio.create_task(proc.stderr.read())
+            ended = False
+            try:
                 async for line in split_lines(proc.stdout.read):
                     yield line
                 await proc.wait(check=False)
                 err = _text(await stderr_task)
+                ended = True
+            finally:
+                proc.close()
+                if not ended:  # closed early (Ctrl-C, SIGTERM): do not wait for the channel.
+                    # sshd closes it only once the command exits, and a follower waiting for
+                    # a held agent's next line does not: the controller would wait with it.
+                    # Closing the connection ends the command's session.
+                    stderr_task.cancel()
+                else:
+                    await proc.wait_closed()
         except (OSError, asyncssh.Error) as e:
             raise UnreachableError(self.host.name, f"connection lost: {e}") from None
         if proc.exit_status is None:

@@ -86,12 +86,24 @@ def findings(a: dict) -> dict[str, list[str]]:
         if s["stale"]:
             out["stale"].append(f"{name}: no run since {s['latest_run'][:10]}")
     if not a["counts"]["runs_this_week"]:
-        out["no-data"].append(f"week {a['week']}: no runs at all")
+        from datetime import datetime, timezone
+
+        ahead = datetime.fromisoformat(a["start"]) > datetime.now(timezone.utc)
+        out["no-data"].append(f"week {a['week']}: no runs at all"
+                              + (" (the week has not begun)" if ahead else ""))
     for f in a["failures"]:
         nodes = "; ".join(f"{n['node']} {n['status']}: {n['reason'][:120]}" for n in f["nodes"])
         out["failed-sweep"].append(f"sweep {f['sweep_id']} ({f['trigger']}, {f['at']}) "
                                    f"{f['status']}" + (f": {nodes}" if nodes else ""))
     return out
+
+
+def gated_causes(causes: tuple[str, ...], a: dict) -> tuple[str, ...]:
+    """A week with no runs at all passes no gate: whatever --fail-on asked, it is no data
+    (an empty or future week once said "nothing regressed" and every cause passed)."""
+    if causes and not a["counts"]["runs_this_week"] and "no-data" not in causes:
+        return causes + ("no-data",)
+    return causes
 
 
 def summary_lines(found: dict[str, list[str]], causes: tuple[str, ...]) -> list[str]:

@@ -26,6 +26,7 @@ from .ledger import admit
 from .models import (
     Environment,
     Event,
+    Measurement,
     ModelRecord,
     NodeFacts,
     NodeLease,
@@ -207,9 +208,17 @@ class Store:
                     set_={"status": st, "detail": detail}))
             statuses = set(c.execute(select(NodeOutcome.status).where(
                 NodeOutcome.sweep_id == sweep_id)).scalars())
-        # a node ended with --stop was stopped on purpose: the sweep is "stopped", not failed
-        status = ("ok" if statuses == {"ok"} else "stopped" if statuses - {"ok"} == {"stopped"}
-                  else "failed" if "ok" not in statuses else "partial")
+        # a node ended with --stop was stopped on purpose: the sweep is "stopped", not failed;
+        # one that never started because another job held the node is "busy" (nothing ran)
+        # and one whose every node's runs were all set aside has no reliable result (a node
+        # among others that did is shown on its own line; the sweep itself went fine)
+        if statuses == {"unreliable"}:
+            status = "unreliable"
+        else:
+            statuses = {"ok" if s == "unreliable" else s for s in statuses}
+            status = ("ok" if statuses == {"ok"} else "stopped" if statuses - {"ok"} == {
+                "stopped"} else "busy" if statuses == {"busy"}
+                else "failed" if "ok" not in statuses else "partial")
         if pending:
             return "running"
         with self.engine.begin() as c:
@@ -283,6 +292,18 @@ class Store:
         with self.engine.connect() as c:
             return c.execute(select(func.count()).select_from(QuarantinedEvent).where(
                 QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)).scalar() or 0
+
+    def set_aside_generations(self, sweep_id: str, node: str) -> tuple[int, int, list[str]]:
+        """(generations measured, how many were set aside as unreliable, their reasons by
+        how often, most frequent first)."""
+        from collections import Counter
+
+        with self.engine.connect() as c:
+            rows = c.execute(select(Measurement.unreliable, Measurement.unreliable_reasons)
+                             .where(Measurement.sweep_id == sweep_id,
+                                    Measurement.node == node)).all()
+        why = Counter(r for bad, reasons in rows if bad for r in (reasons or []))
+        return len(rows), sum(bool(bad) for bad, _ in rows), [r for r, _ in why.most_common()]
 
     def missing_seqs(self, sweep_id: str, node: str) -> tuple[list[tuple[int, int]], int]:
         """Ranges of journal sequence numbers below the last one that are neither stored
@@ -551,17 +572,26 @@ def pair_name(models: dict | None) -> str | None:
     return f"{models.get('target')}+{models.get('draft')}"
 
 
-def open_store(url: str | None = None, migrate: bool = True, must_exist: bool = False) -> Store:
+def open_store(url: str | None = None, migrate: bool = True, must_exist: bool = False,
+               create_folder: bool = False) -> Store:
     """Open (and by default migrate to head) the store at ``url``. ``must_exist``: a
     command that only reads refuses a SQLite file that is not there, rather than create
-    an empty store and answer "nothing" (a mistyped --db looked like an empty fleet)."""
+    an empty store and answer "nothing" (a mistyped --db looked like an empty fleet).
+    A SQLite file whose folder does not exist is refused too (a mistyped folder made a new
+    store elsewhere) unless ``create_folder`` (`specfleet db upgrade`: creating is explicit)."""
     url = resolve_url(url)
     check_url(url)
     path = sqlite_path(url)
     if must_exist and path is not None and not path.exists():
         raise StoreError(f"no store at {path}: nothing has been stored there (a sweep creates "
                          "it). Check --db, SPECFLEET_DB or the specfleet.toml in use")
-    if path is not None:
+    if path is not None and not path.parent.is_dir():
+        if not create_folder:
+            raise StoreError(
+                f"no folder {path.parent} for the store {path}: check --db, SPECFLEET_DB or "
+                f"the specfleet.toml in use (a mistyped folder would start an empty store). "
+                f"To start a store there: `specfleet db upgrade --db sqlite:///{path}` "
+                "creates it")
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
         # pre_ping: after a PostgreSQL restart, stale pooled connections are replaced

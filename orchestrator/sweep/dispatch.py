@@ -52,7 +52,9 @@ class SweepResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        """Ran to its end on every node, nothing failed (its runs may all have been set
+        aside: ``status`` is then "unreliable")."""
+        return self.status in ("ok", "unreliable")
 
 
 @dataclass
@@ -65,6 +67,7 @@ class SweepOptions:
     # what a hint adds to `specfleet sweep --attach/--resume ID` so it runs as written:
     # the -i and --db this command was given (a password masked)
     hint_args: str = ""
+    db_hint: str = ""  # its --db part alone
 
 
 CALIBRATION_MARK = " (calibration)"
@@ -577,6 +580,16 @@ class NodeRun:
                              "it wrote")
         if kind == "job_finished":
             self.store.set_sweep_node(self.sweep_id, self.host.name, state="finished")
+            measured, aside, reasons = self.store.set_aside_generations(self.sweep_id,
+                                                                       self.host.name)
+            if measured and aside == measured:  # nothing to judge by: not an ok result
+                return Outcome(self.host.name, "unreliable", value={
+                    "events": self.store.last_seq(self.sweep_id, self.host.name),
+                    "generations": last.get("generations"), "set_aside": aside}, detail=(
+                    f"no reliable result: all {measured} generation(s) were set aside as "
+                    f"unreliable ({'; '.join(reasons[:3]) or 'see the sweep page'}); the sweep "
+                    f"page says why, run by run: `specfleet review --sweep {self.sweep_id}"
+                    f"{self.opts.db_hint}`. Run it again when the node is quiet"))
             kept = self.store.quarantined_count(self.sweep_id, self.host.name)
             return Outcome(self.host.name, "ok", value={
                 "events": self.store.last_seq(self.sweep_id, self.host.name),
@@ -585,18 +598,39 @@ class NodeRun:
                        f"{self.sweep_id}` lists why)" if kept else None)
         if kind == "job_failed":
             self.store.set_sweep_node(self.sweep_id, self.host.name, state="failed")
-            hint = ""
-            other = re.search(r"node is busy: job ([0-9a-f]{6,64}) ", last["message"])
-            if other and other.group(1) != self.sweep_id:  # e.g. a sweep left after Ctrl-C
-                hint = (f"; if nobody follows sweep {other.group(1)} any more, stop it: "
-                        f"`specfleet sweep --stop {other.group(1)}`")
-            return Outcome(self.host.name, "failed", f"agent: {last['message']}{hint}",
+            if last.get("error") == "node_busy":  # nothing measured: not started, not failed
+                return Outcome(self.host.name, "busy", self._busy(last["message"]),
+                               exit_status=last.get("exit_code"))
+            return Outcome(self.host.name, "failed", f"agent: {last['message']}",
                            exit_status=last.get("exit_code"))
         self.store.set_sweep_node(self.sweep_id, self.host.name, state="died")
         return Outcome(self.host.name, "failed",
                        f"the agent stopped before finishing (last event: {kind or 'none'}); "
                        f"run `{self.again('resume')}` to measure only what "
                        "is missing")
+
+    def _busy(self, message: str) -> str:
+        """The agent found the machine lock taken: who holds it, and the three ways on."""
+        ways = ["wait until it ends and run this again"]
+        other = re.search(r"node is busy: job ([0-9a-f]{6,64}) ", message)
+        if other and other.group(1) != self.sweep_id:  # e.g. a sweep left after Ctrl-C
+            held = self.store.sweep(other.group(1))
+            if held is not None:  # in this store: the hint names the inventory it ran with
+                args = "".join(f" -i {shlex.quote(p)}" for p in (held.inventory or "").split(",")
+                               if p) + self.opts.db_hint
+                ways.append(f"if nobody follows that sweep any more, end it: "
+                            f"`specfleet sweep --stop {other.group(1)}{args}`")
+            else:
+                ways.append(f"if it is a sweep of yours in another store that nobody follows "
+                            f"any more, end it: `specfleet sweep --stop {other.group(1)}` with "
+                            "that store's -i and --db")
+        ways.append("if this node is a simulated one (tests, a demo beside another benchmark "
+                    "on this machine), give it a machine lock of its own: "
+                    + ("run the command with `SPECFLEET_MACHINE_LOCK=/tmp/specfleet-lock-NAME` "
+                       "in front" if self.host.is_local else
+                       "`specfleet_machine_lock: /tmp/specfleet-lock-NAME` in the inventory"))
+        return (f"not started: {message.removeprefix('node is busy: ')}; the node is busy "
+                f"with that job. Either " + "; or ".join(ways))
 
     # -- the three ways in -------------------------------------------------------------
 
