@@ -41,6 +41,7 @@ def _plant(store, nights: int) -> None:
             c.execute(Sweep.__table__.update().where(Sweep.id == sid).values(plan_id="lock-cal"))
             c.execute(Event.__table__.insert().values(
                 sweep_id=sid, node="mac-a", seq=10_000, type="notice", ts=0.0, payload={
+                    "schema": 1, "seq": 10_000, "type": "notice", "ts": 0.0,
                     "message": "adaptive: num_draft_tokens=2 stops repeating: slower than "
                     "the best", "variant": "speculative", "workload": "code",
                     "adaptive": True}))
@@ -51,7 +52,8 @@ def _plant(store, nights: int) -> None:
         with store.engine.begin() as c:
             c.execute(Event.__table__.insert().values(
                 sweep_id=real, node="mac-a", seq=10_000, type="notice", ts=0.0,
-                payload={"message": "a real pair's notice", "workload": "code"}))
+                payload={"schema": 1, "seq": 10_000, "type": "notice", "ts": 0.0,
+                         "message": "a real pair's notice", "workload": "code"}))
 
 
 def _review(tmp_path, nights: int) -> dict:
