@@ -85,11 +85,15 @@ def _wait_listening(address: str, port: int, timeout: float = 10.0) -> None:
     raise RuntimeError(f"sshd on {address}:{port} did not start")
 
 
-def _setenv() -> list[str]:
+def _setenv(lock: str) -> list[str]:
     """The nodes compute as this test run does: `make test` preloads OpenBLAS for its
-    parallel part (tests/blas.py), and sshd would otherwise drop it from their sessions."""
+    parallel part (tests/blas.py), and sshd would otherwise drop it from their sessions.
+    And each node is a machine of its own even where an inventory written as a user would
+    (the README's, the help examples') names no `specfleet_machine_lock`: two test modules'
+    sweeps on two loopback nodes must not find "the machine" busy."""
     env = {k: os.environ[k] for k in blas.VARS if k in os.environ}
-    return ["SetEnv " + " ".join(f"{k}={v}" for k, v in env.items())] if env else []
+    env["SPECFLEET_MACHINE_LOCK"] = lock
+    return ["SetEnv " + " ".join(f"{k}={v}" for k, v in env.items())]
 
 
 def _add_node(fleet: Fleet, i: int, address: str, port: int, netns: str | None = None,
@@ -114,7 +118,7 @@ def _add_node(fleet: Fleet, i: int, address: str, port: int, netns: str | None =
         "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
         "PubkeyAuthentication yes", f"AllowUsers {user}", "MaxStartups 200:30:400",
         "MaxSessions 100", "StrictModes yes", "Subsystem sftp internal-sftp", "LogLevel INFO",
-        *_setenv(), ""]))
+        *_setenv(f"/tmp/specfleet-test-{name or f'node{i}'}-{user}.lock"), ""]))
     cmd = [SSHD, "-D", "-f", str(cfg), "-E", str(base / f"sshd{i}.log")]
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]

@@ -84,7 +84,8 @@ def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_a
     # the ladder of the calibration target, from rung 0: the draft at its widest width
     ladder = dom.split('<table class="ladder"')[1].split("</table>")[0]
     steps = re.findall(r'<tr data-step="(\d)" data-passes="(yes|no)"', ladder)
-    assert steps[0][0] == "0" and f"current width · {full}" in ladder
+    # the rung names the pair short, its full identity on hover
+    assert steps[0][0] == "0" and f'title="{full}">current width · ' in ladder
     assert f"<td>{max(CALIBRATION_WIDTHS)}</td>" in ladder.split("</tr>")[1]
     # the policy, if asked, turns speculation on for it, at the review's width
     policy = dom.split('id="calibration-policy">')[1].split("</p>")[0]

@@ -5,6 +5,7 @@ flagged in its event and shown on the sweep page."""
 
 from datetime import datetime, timezone
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,9 +28,11 @@ def test_doubled_usage_without_a_tokenizer_is_flagged_and_not_used(model_pair, t
     assert g["usage_implausible"] is True
     assert g["usage_problem"].startswith("the runtime reports 24 tokens for 12 streamed chunks")
     assert g["nonstreamed_token_source"] == "unverified" and g["nonstreamed_tok_s"] is None
-    # the decode rate is the chunks' own: 12 tokens over the stream, not 24
-    assert g["decode_tok_s"] is None or g["decode_tok_s"] < 12 / (
-        (g["chunk_times_us"][-1] - g["chunk_times_us"][0]) / 1e6) * 1.5
+    # the decode rate is the chunks' own: the 11 tokens after the first over the stream,
+    # not 23 (the mean rate: a busy host may deliver chunks in bunches, which tilts the
+    # slope of so few points either way)
+    span = (g["chunk_times_us"][-1] - g["chunk_times_us"][0]) / 1e6
+    assert g["decode_tok_s_mean"] == pytest.approx(11 / span, rel=0.02)
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     sid = new_sweep(store, datetime.now(timezone.utc))
     store.ingest(sid, "local", ev)

@@ -1,6 +1,7 @@
 """The controller drives real agents on real sshd nodes; one node is unreachable."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -140,7 +141,8 @@ def test_a_plan_can_soak_instead_of_sweep(fleet, model_pair, tmp_path):
         "--failed-hosts-file", str(tmp_path / "retry"), "--json"])
     assert r.exit_code == 0, r.output
     sid = json.loads(r.stdout)["sweep_id"]
-    assert "[node1] soak      0s #1" in r.stderr and "[node1] soak pass: " in r.stderr
+    # the first sample's elapsed seconds: 0 on a quiet host, more on a busy one
+    assert re.search(r"\[node1\] soak +\d+s #1 ", r.stderr) and "[node1] soak pass: " in r.stderr
     store = open_store(url)
     with store.engine.connect() as c:
         kinds = [k for (k,) in c.execute(select(Event.type).where(Event.sweep_id == sid))]
