@@ -1,0 +1,143 @@
+"""Adversarial audit of issues 28 and 29 (audit-a): lines a hostile node could write that
+pass the decode boundary and still stop a node or break a reader, and Mac inputs.
+
+Each case starts from the real recorded journal (``tests/hostile``), changes one event the
+way a damaged or hostile node could, follows it with the controller's own follower and
+renders every reader. What must hold (issue 28, 4 and 5): no line stops the node; what
+passed the boundary does not break a reader.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import select
+
+from orchestrator.store import open_store
+from orchestrator.store.models import Event, QuarantinedEvent
+from tests.hostile import (
+    _gen,
+    _next_seq,
+    _replace,
+    dump,
+    follow_journal,
+    journal,
+    render_all,
+    seq_of,
+)
+
+
+def _quarantined(store, sweep_id: str) -> dict[int | None, str]:
+    with store.engine.connect() as c:
+        return dict(c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.reason).where(
+            QuarantinedEvent.sweep_id == sweep_id)).all())
+
+
+def _stored_seqs(store, sweep_id: str) -> list[int]:
+    with store.engine.connect() as c:
+        return sorted(c.execute(select(Event.seq).where(Event.sweep_id == sweep_id)).scalars())
+
+
+def _extra(fields: dict):
+    """One more event after the last generation, with the next seq (the end renumbered:
+    job_finished keeps the journal's last seq)."""
+    def make(lines: list[bytes]) -> list[bytes]:
+        i = seq_of(lines, "job_finished")
+        seq = _next_seq(lines) - 1  # job_finished's seq: the extra event takes it
+        end = {**json.loads(lines[i]), "seq": seq + 1}
+        return [*lines[:i], dump({"schema": 1, "seq": seq, "ts": 1.0, **fields}), dump(end)]
+    return make
+
+
+@pytest.mark.parametrize("ts", [1e20, -1e15, 253402300800.0])
+def test_a_generation_with_an_unrepresentable_ts_is_set_aside_and_the_node_goes_on(
+        ts, tmp_path):
+    # a finite ts passed the boundary; ingest's datetime.fromtimestamp then raised
+    # (OverflowError / "year is out of range") and stopped the node on every --attach
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    lines = _replace(_gen(0), lambda e: {**e, "ts": ts})(journal())
+    f = follow_journal(store, lines, tmp_path / "node")
+    assert f.stopped is None
+    q = _quarantined(store, f.sweep_id)
+    assert q == {5: f"ts {ts!r} is not a time between 1970 and 9999"}
+    assert _stored_seqs(store, f.sweep_id) == [s for s in range(1, 29) if s != 5]
+    render_all(store, f.sweep_id, tmp_path / "out")
+
+
+LOAD = {"type": "load_level", "workload": "code", "variant": "v", "mode": "baseline",
+        "load": "concurrency", "level": 1, "status": "ok"}
+
+
+@pytest.mark.parametrize("extra, reason", [
+    ({"rss_peak_bytes": "lots"}, "rss_peak_bytes 'lots' is not a non-negative number"),
+    ({"swap_in_bytes": -1}, "swap_in_bytes -1 is not a non-negative number"),
+    ({"rss_peak_bytes": 1e300}, "rss_peak_bytes 1e+300 is not a non-negative number"),
+    ({"acceptance_rate": "x"}, "acceptance_rate 'x' is not a non-negative number"),
+    ({"slo": 5}, "slo must be an object of numbers"),
+    ({"slo": {"e2e_ms": "fast"}}, "slo must be an object of numbers"),
+    ({"unreliable_reasons": [1]}, "unreliable_reasons must be a list of strings"),
+])
+def test_a_load_level_whose_numbers_are_not_numbers_is_set_aside(extra, reason, tmp_path):
+    # these passed the boundary, then the review failed for good: TypeError in
+    # _load.html.j2 (rss / 1048576), AttributeError in review/load.py (slo.get); on
+    # PostgreSQL the grafana_load_levels view casts them (::float8::bigint)
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    f = follow_journal(store, _extra({**LOAD, **extra})(journal()), tmp_path / "node")
+    assert f.stopped is None
+    assert _quarantined(store, f.sweep_id) == {28: f"load_level: {reason}"}
+    render_all(store, f.sweep_id, tmp_path / "out")
+
+
+def test_a_valid_load_level_with_every_number_is_stored_and_rendered(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    e = {**LOAD, "rss_peak_bytes": 2**40, "swap_in_bytes": 0, "acceptance_rate": 0.5,
+         "cpu_other_share": 0.1, "slo": {"e2e_ms": 500}, "unreliable_reasons": []}
+    f = follow_journal(store, _extra(e)(journal()), tmp_path / "node")
+    assert _quarantined(store, f.sweep_id) == {}
+    assert 28 in _stored_seqs(store, f.sweep_id)
+    out = render_all(store, f.sweep_id, tmp_path / "out")
+    assert "1048576" in out["review"]  # 2**40 bytes = 1048576 MiB, shown
+
+
+def test_a_soak_result_without_its_optional_fields_renders(tmp_path):
+    # workload, num_draft_tokens, reasons … are optional in the schema: a soak_result
+    # without them passed the boundary, then the sweep page failed (StrictUndefined
+    # 'workload') on every render
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    lines = _extra({"type": "soak_result", "status": "pass", "generations": 16})(journal())
+    f = follow_journal(store, lines, tmp_path / "node")
+    assert f.stopped is None
+    assert _quarantined(store, f.sweep_id) == {}
+    out = render_all(store, f.sweep_id, tmp_path / "out")
+    assert "<h2>Soak</h2>" in out["sweep page"]
+
+
+@pytest.mark.parametrize("parity, reason", [
+    ({"a": 1}, "parity must be {checked, mismatches: counts, first_difference, "
+               "tool_mismatches}"),
+    ({"checked": 2, "mismatches": "1"}, "parity must be {checked, mismatches: counts, "
+                                        "first_difference, tool_mismatches}"),
+    ({"checked": 2, "mismatches": 1, "first_difference": "x"},
+     "parity must be {checked, mismatches: counts, first_difference, tool_mismatches}"),
+])
+def test_a_config_summary_with_a_malformed_parity_is_set_aside(parity, reason, tmp_path):
+    # parity {"a": 1} passed (declared only as "an object"); the weekly review then
+    # failed with KeyError 'mismatches' (review/weekly.py) on every render
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    lines = _replace(lambda ls: seq_of(ls, "config_summary"),
+                     lambda e: {**e, "parity": parity})(journal())
+    f = follow_journal(store, lines, tmp_path / "node")
+    assert f.stopped is None
+    assert _quarantined(store, f.sweep_id) == {21: f"config_summary: {reason}"}
+    render_all(store, f.sweep_id, tmp_path / "out")
+
+
+def test_a_config_summary_with_a_real_parity_is_stored(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    p = {"checked": 2, "mismatches": 1, "first_difference": 7, "tool_mismatches": 0}
+    lines = _replace(lambda ls: seq_of(ls, "config_summary"),
+                     lambda e: {**e, "parity": p})(journal())
+    f = follow_journal(store, lines, tmp_path / "node")
+    assert _quarantined(store, f.sweep_id) == {}
+    render_all(store, f.sweep_id, tmp_path / "out")
