@@ -141,3 +141,27 @@ def test_a_config_summary_with_a_real_parity_is_stored(tmp_path):
     f = follow_journal(store, lines, tmp_path / "node")
     assert _quarantined(store, f.sweep_id) == {}
     render_all(store, f.sweep_id, tmp_path / "out")
+
+
+@pytest.mark.parametrize("name, value, reason", [
+    ("verify_rounds", "x", "generation: verify_rounds 'x' is not a non-negative number"),
+    ("kv_cache_bytes", [1], "generation: kv_cache_bytes [1] is not a non-negative number"),
+    ("ttft_ms", -5.0, "generation: ttft_ms -5.0 is not a non-negative number"),
+    ("decode_tok_s", -1, "generation: decode_tok_s -1 is not a non-negative number"),
+    ("e2e_ms", True, "generation: e2e_ms True is not a non-negative number"),
+])
+def test_a_generation_metric_that_is_not_a_measurable_number_is_set_aside(
+        name, value, reason, tmp_path):
+    # verify_rounds "x" passed the boundary (only store columns were checked) and then
+    # `specfleet export otlp` failed on every run (TypeError in acceptance_length); a
+    # negative time or rate passed too and fed the medians as if measured
+    from orchestrator.export.points import Selection, read_points
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    lines = _replace(_gen(1), lambda e: {**e, name: value})(journal())
+    f = follow_journal(store, lines, tmp_path / "node")
+    assert f.stopped is None
+    assert _quarantined(store, f.sweep_id) == {6: reason}
+    _, points = read_points(store, Selection(sweep_ids=[f.sweep_id]))
+    assert points
+    render_all(store, f.sweep_id, tmp_path / "out")

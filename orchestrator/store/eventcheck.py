@@ -24,6 +24,7 @@ from agent.protocol import (
     DRAFT_FREE_METHODS,
     EVENT_SCHEMA_MAJOR,
     EVENTS,
+    GENERATION_METRICS,
     MAX_EVENT_DEPTH,
     MAX_ROLES,
     MODEL_ROLE,
@@ -195,6 +196,10 @@ def _check_generation(e: dict) -> str | None:
     problem = _check_generation_values(e) or _knob_value_problem(e)
     if problem:
         return problem
+    for k in GENERATION_METRICS:  # readers and exports compute with each of them
+        v = e.get(k)
+        if v is not None and ((type(v) is not float and type(v) is not int) or v < 0):
+            return f"{k} {v!r} is not a non-negative number"
     reasons = e.get("unreliable_reasons")
     if reasons is not None and (type(reasons) is not list or
                                 any(type(r) is not str for r in reasons)):
