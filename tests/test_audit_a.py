@@ -165,3 +165,31 @@ def test_a_generation_metric_that_is_not_a_measurable_number_is_set_aside(
     _, points = read_points(store, Selection(sweep_ids=[f.sweep_id]))
     assert points
     render_all(store, f.sweep_id, tmp_path / "out")
+
+
+# -- issue 29: a careless user's store URL for the nightly ----------------------------------
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "sqlite+pysqlite://"])
+def test_schedule_install_refuses_an_in_memory_store(url, tmp_path):
+    # accepted before: the nightly wrote every result into memory and lost it at exit
+    from orchestrator.errors import ConfigError
+    from orchestrator.sweep.schedule import store_for_schedule
+
+    with pytest.raises(ConfigError) as e:
+        store_for_schedule(url, tmp_path / "secrets", "n")
+    assert str(e.value) == (f"schedule install: the store {url!r} is in memory: the nightly's "
+                            "results would be gone when it exits; name a file "
+                            "(sqlite:////abs/path.db) or a PostgreSQL URL")
+
+
+def test_a_password_for_a_socket_in_the_query_goes_to_a_pgpass_line_for_that_socket(tmp_path):
+    # libpq matches a .pgpass line's host against the host parameter when one is given
+    # (libpq-pgpass): ?host=/var/run/postgresql needs that path there, not "localhost",
+    # or the nightly fails at 02:00 with "no password supplied"
+    from orchestrator.sweep.schedule import store_for_schedule
+
+    url, env = store_for_schedule("postgresql+psycopg://ci:s3cret@/specfleet?host=/var/run/"
+                                  "postgresql", tmp_path / "secrets", "n")
+    assert "s3cret" not in url
+    assert (tmp_path / "secrets" / "n.pgpass").read_text() == \
+        "/var/run/postgresql:5432:specfleet:ci:s3cret\n"
