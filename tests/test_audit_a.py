@@ -229,3 +229,30 @@ def test_a_line_whose_seq_jumps_past_the_journal_is_set_aside(tmp_path):
     assert f.outcome.startswith("ok")
     assert coverage(store, f.sweep_id, "n1").missing == 0
     assert 2**31 - 1 in _quarantined(store, f.sweep_id)
+
+
+def test_export_otlp_leaves_out_a_stored_generation_that_does_not_read_as_its_type(tmp_path):
+    # issue 28, 5: exports read through the typed decode. `export otlp` read the payload
+    # column raw, so a generation an older boundary let in (verify_rounds "x") made it fail
+    # with a TypeError for the whole selection
+    from sqlalchemy import update
+
+    from orchestrator.export.points import Selection, read_points
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    f = follow_journal(store, journal(), tmp_path / "node")
+    _, before = read_points(store, Selection(sweep_ids=[f.sweep_id]))
+    with store.engine.begin() as c:  # as an older, weaker boundary stored it
+        payload = c.execute(select(Event.payload).where(
+            Event.sweep_id == f.sweep_id, Event.seq == 6)).scalar()
+        assert payload["mode"] == "speculative" and payload["accepted_tokens"]
+        c.execute(update(Event).where(Event.sweep_id == f.sweep_id, Event.seq == 6)
+                  .values(payload={**payload, "verify_rounds": "x"}))
+    _, after = read_points(store, Selection(sweep_ids=[f.sweep_id]))
+    # its request points are left out, nothing else: ttft, duration, tpot, acceptance and
+    # acceptance length (each present in this real speculative generation)
+    from orchestrator.store.db import e2e_ms
+
+    assert None not in (payload["ttft_ms"], e2e_ms(payload), payload["acceptance_rate"],
+                        payload["verify_rounds"]) and payload["generated_tokens"] >= 2
+    assert len(after) == len(before) - 5
