@@ -256,3 +256,41 @@ def test_export_otlp_leaves_out_a_stored_generation_that_does_not_read_as_its_ty
     assert None not in (payload["ttft_ms"], e2e_ms(payload), payload["acceptance_rate"],
                         payload["verify_rounds"]) and payload["generated_tokens"] >= 2
     assert len(after) == len(before) - 5
+
+
+# -- issue 29: a Mac's readings over a long run ---------------------------------------------
+
+class _LibSystem:
+    """Stand-in for libSystem's two calls machine_cpu makes (Apple's, not ours): it counts
+    the send rights mach_host_self hands out, as the kernel does."""
+
+    def __init__(self):
+        self.host_rights = 0
+
+    def mach_host_self(self) -> int:
+        self.host_rights += 1  # each call: one more user reference on the host port
+        return 0x103
+
+    def host_statistics(self, host, flavor, info, count) -> int:
+        for i, v in enumerate((100, 50, 800, 50)):  # user, system, idle, nice ticks
+            info[i] = v
+        return 0
+
+
+def test_sampling_machine_cpu_does_not_leak_a_host_port_right_per_reading():
+    # mach_host_self() returns a new send right on each call, to be released with
+    # mach_port_deallocate (psutil issue 333: "Leak of Mach ports on OS X"). The sampler
+    # reads machine_cpu ~2 times a second: a soak of hours took tens of thousands of
+    # references on one port (its user-reference count tops out at 65,534)
+    from agent.telemetry import darwin
+
+    lib = _LibSystem()
+    readings = [darwin.machine_cpu(lib) for _ in range(1000)]
+    assert readings[0] is not None and readings[0][1] == pytest.approx(1000 / darwin_hz())
+    assert lib.host_rights <= 1
+
+
+def darwin_hz() -> float:  # host_cpu_load_info ticks per second, as machine_cpu reads it
+    import os
+
+    return float(os.sysconf("SC_CLK_TCK"))
