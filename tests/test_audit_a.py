@@ -294,3 +294,27 @@ def darwin_hz() -> float:  # host_cpu_load_info ticks per second, as machine_cpu
     import os
 
     return float(os.sysconf("SC_CLK_TCK"))
+
+
+@pytest.mark.parametrize("values", [{"swap_in_bytes": 5}, {"decode_tok_s": 5},
+                                    {"decode_tok_s": ["a", "b"]}, {"ttft_ms": {"a": 1}}])
+def test_a_config_summary_whose_values_are_not_lists_of_numbers_is_set_aside(values, tmp_path):
+    # values is declared only "an object"; the weekly review iterates and takes medians of
+    # each list: an int there (TypeError: not iterable) or strings broke it for good
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    lines = _replace(lambda ls: seq_of(ls, "config_summary"),
+                     lambda e: {**e, "values": values})(journal())
+    f = follow_journal(store, lines, tmp_path / "node")
+    assert f.stopped is None
+    assert _quarantined(store, f.sweep_id) == {
+        21: "config_summary: values must be an object of lists of numbers (or nulls)"}
+    render_all(store, f.sweep_id, tmp_path / "out")
+
+
+def test_a_config_summary_whose_values_hold_nulls_is_stored(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    lines = _replace(lambda ls: seq_of(ls, "config_summary"), lambda e: {
+        **e, "values": {**e["values"], "ttft_ms": [None, 1.5]}})(journal())
+    f = follow_journal(store, lines, tmp_path / "node")
+    assert _quarantined(store, f.sweep_id) == {}
+    render_all(store, f.sweep_id, tmp_path / "out")

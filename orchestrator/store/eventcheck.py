@@ -329,8 +329,19 @@ def _parity_problem(e: dict) -> str | None:
     return None
 
 
+def _values_problem(e: dict) -> str | None:
+    """Each metric's per-trial values, as the review takes medians of them."""
+    v = e.get("values")
+    if v is not None and any(x is not None and (type(x) is not list or any(
+            y is not None and type(y) is not float and type(y) is not int for y in x))
+            for x in v.values()):
+        return "values must be an object of lists of numbers (or nulls)"
+    return None
+
+
 def _check_summary_and_reasons(e: dict) -> str | None:
-    return _check_summary(e) or _strings("unreliable_reasons")(e) or _parity_problem(e)
+    return (_check_summary(e) or _strings("unreliable_reasons")(e) or _parity_problem(e)
+            or _values_problem(e))
 
 
 DEEP_CHECKS = {"generation": _check_generation, "config_summary": _check_summary_and_reasons,
