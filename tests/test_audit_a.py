@@ -318,3 +318,17 @@ def test_a_config_summary_whose_values_hold_nulls_is_stored(tmp_path):
     f = follow_journal(store, lines, tmp_path / "node")
     assert _quarantined(store, f.sweep_id) == {}
     render_all(store, f.sweep_id, tmp_path / "out")
+
+
+def test_a_notice_with_terminal_escapes_reaches_the_markdown_review_inert(tmp_path):
+    # a node's notice "\x1b]0;pwned\x07\x1b[2J…" passed (it is a string) and went into the
+    # Markdown review byte for byte: `cat review.md` retitled and cleared the reader's
+    # terminal. Control characters are shown as U+FFFD there, the words kept
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    evil = "\x1b]0;pwned\x07\x1b[2Jcleared\x9b31m"
+    f = follow_journal(store, _extra({"type": "notice", "message": evil, "workload": "code"})(
+        journal()), tmp_path / "node")
+    assert _quarantined(store, f.sweep_id) == {}
+    md = render_all(store, f.sweep_id, tmp_path / "out")["md"]
+    assert "\ufffd\\]0;pwned\ufffd\ufffd\\[2Jcleared\ufffd31m" in md
+    assert not any(ord(c) < 0x20 and c not in "\n\t" or 0x7F <= ord(c) <= 0x9F for c in md)
