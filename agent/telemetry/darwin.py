@@ -135,6 +135,18 @@ def cpu_ticks_to_seconds(ticks, hz: float) -> tuple[float, float]:
     return total - ticks[CPU_STATE_IDLE] / hz, total
 
 
+_HOST_PORTS: dict[object, int] = {}  # per library object (kept: one per process)
+
+
+def _host_port(lib) -> int:
+    """The host port, asked for once per library: each mach_host_self() call hands out one
+    more send right that must be released (psutil issue 333); the sampler reads ~2 Hz."""
+    port = _HOST_PORTS.get(lib)
+    if port is None:
+        port = _HOST_PORTS[lib] = int(lib.mach_host_self())
+    return port
+
+
 def machine_cpu(lib=None) -> tuple[float, float] | None:
     """(busy, total) CPU seconds of the whole machine since boot, or None."""
     lib = lib or libsystem()
@@ -142,7 +154,7 @@ def machine_cpu(lib=None) -> tuple[float, float] | None:
         return None
     info = HostCpuLoadInfo()
     count = c_uint32(ctypes.sizeof(info) // ctypes.sizeof(c_int))
-    if lib.host_statistics(lib.mach_host_self(), HOST_CPU_LOAD_INFO,
+    if lib.host_statistics(_host_port(lib), HOST_CPU_LOAD_INFO,
                            ctypes.cast(ctypes.byref(info), POINTER(c_int)),
                            ctypes.byref(count)) != 0:
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -33,7 +34,11 @@ def _md(text: str) -> str:
     out = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
     for ch in "*_`[]<>$~&":
         out = out.replace(ch, "\\" + ch)
-    return out
+    # a node's text may hold terminal escapes: `cat review.md` must not run them
+    return _CONTROL.sub("\ufffd", out)
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _runtime_verdict(group: dict) -> str:

@@ -203,6 +203,9 @@ def _quality_pair(pair: str | None, mode: str) -> str | None:
     return None if other in DRAFT_FREE_METHODS else f"{target}+None"
 
 
+SOAK_SHOWN = ("workload", "num_draft_tokens", "duration_s", "peak_rss_bytes", "swap_in_bytes")
+
+
 def soak_results(store: Store, sweep_id: str) -> list[dict]:
     """Per node: the soak verdict, and decode speed early vs late in the run (sustained
     load shows throttling that a short sweep never reaches)."""
@@ -215,7 +218,9 @@ def soak_results(store: Store, sweep_id: str) -> list[dict]:
         if isinstance(e, SoakSample):
             samples.setdefault(node, []).append(e)
             continue
-        p = e.to_json()
+        # every field the page reads, present (optional ones may be absent from the event)
+        p = {**dict.fromkeys(SOAK_SHOWN), "reasons": [], **e.to_json()}
+        p["reasons"] = p["reasons"] or []
         rates = [x.decode_tok_s for x in samples.get(node, []) if x.decode_tok_s]
         third = len(rates) // 3
         early = median(rates[:third]) if third else None

@@ -24,6 +24,7 @@ from agent.protocol import (
     DRAFT_FREE_METHODS,
     EVENT_SCHEMA_MAJOR,
     EVENTS,
+    GENERATION_METRICS,
     MAX_EVENT_DEPTH,
     MAX_ROLES,
     MODEL_ROLE,
@@ -34,6 +35,9 @@ from .models import Measurement, Run, TelemetrySample
 
 MAX_INT32 = 2**31 - 1
 MAX_INT64 = 2**63 - 1
+# an event's time must be one a datetime and PostgreSQL's to_timestamp can hold (ingest
+# derives measured_at from it): 1970-01-01 up to the end of year 9999
+MAX_TS = 253402300800.0
 
 # -- column rules, derived from the store's tables ----------------------------------------
 
@@ -192,6 +196,10 @@ def _check_generation(e: dict) -> str | None:
     problem = _check_generation_values(e) or _knob_value_problem(e)
     if problem:
         return problem
+    for k in GENERATION_METRICS:  # readers and exports compute with each of them
+        v = e.get(k)
+        if v is not None and ((type(v) is not float and type(v) is not int) or v < 0):
+            return f"{k} {v!r} is not a non-negative number"
     reasons = e.get("unreliable_reasons")
     if reasons is not None and (type(reasons) is not list or
                                 any(type(r) is not str for r in reasons)):
@@ -259,6 +267,8 @@ def _check_environment(e: dict) -> str | None:
 
 _LOAD_COUNTS = ("requests", "completed", "errors", "good_requests", "output_tokens")
 _LOAD_TEXTS = ("stop_reason", "error", "arrivals", "workload", "variant")
+# read as numbers by the review (and cast by the PostgreSQL Grafana view, bytes to bigint)
+_LOAD_NUMBERS = ("rss_peak_bytes", "swap_in_bytes", "acceptance_rate", "cpu_other_share")
 
 
 def _check_load_level(e: dict) -> str | None:
@@ -278,11 +288,19 @@ def _check_load_level(e: dict) -> str | None:
         if k.endswith(("_ms", "_s", "_rps")) or "_ms_p" in k or k.startswith("output_tok_s"):
             if v is not None and (type(v) not in (int, float) or not math.isfinite(v) or v < 0):
                 return f"{k} {v!r} is not a non-negative number"
+    for k in _LOAD_NUMBERS:
+        v = e.get(k)
+        if v is not None and (type(v) not in (int, float) or not 0 <= v < 2**63):
+            return f"{k} {v!r} is not a non-negative number"
     for k in _LOAD_TEXTS:
         v = e.get(k)
         if v is not None and (type(v) is not str or len(v) > 2000 or "\x00" in v):
             return f"{k} must be a string of at most 2000 characters"
-    return None
+    slo = e.get("slo")
+    if slo is not None and (type(slo) is not dict or any(
+            type(v) not in (int, float) for v in slo.values())):
+        return "slo must be an object of numbers"
+    return _strings("unreliable_reasons")(e)
 
 
 def _strings(*names: str):
@@ -290,14 +308,40 @@ def _strings(*names: str):
     def check(e: dict) -> str | None:
         for name in names:
             v = e.get(name)
-            if v is not None and any(type(x) is not str for x in v):
+            if v is not None and (type(v) is not list or any(type(x) is not str for x in v)):
                 return f"{name} must be a list of strings"
         return None
     return check
 
 
+_PARITY = {"checked": (int,), "mismatches": (int,), "first_difference": (int, type(None)),
+           "tool_mismatches": (int,)}
+
+
+def _parity_problem(e: dict) -> str | None:
+    """An http engine's streaming parity, as the review sums it (agent/summary.py)."""
+    p = e.get("parity")
+    if p is None:
+        return None
+    if (type(p) is not dict or "checked" not in p or "mismatches" not in p
+            or any(type(v) not in _PARITY.get(k, (type(v),)) for k, v in p.items())):
+        return "parity must be {checked, mismatches: counts, first_difference, tool_mismatches}"
+    return None
+
+
+def _values_problem(e: dict) -> str | None:
+    """Each metric's per-trial values, as the review takes medians of them."""
+    v = e.get("values")
+    if v is not None and any(x is not None and (type(x) is not list or any(
+            y is not None and type(y) is not float and type(y) is not int for y in x))
+            for x in v.values()):
+        return "values must be an object of lists of numbers (or nulls)"
+    return None
+
+
 def _check_summary_and_reasons(e: dict) -> str | None:
-    return _check_summary(e) or _strings("unreliable_reasons")(e)
+    return (_check_summary(e) or _strings("unreliable_reasons")(e) or _parity_problem(e)
+            or _values_problem(e))
 
 
 DEEP_CHECKS = {"generation": _check_generation, "config_summary": _check_summary_and_reasons,
@@ -385,6 +429,8 @@ def fields_problem(e: dict, text: str) -> str | None:
     ts = e.get("ts")
     if (type(ts) is not float and type(ts) is not int) or not math.isfinite(ts):
         return f"ts {ts!r} is not a number"
+    if not 0 <= ts < MAX_TS:
+        return f"ts {ts!r} is not a time between 1970 and 9999"
     for name, types, required in fields:
         v = e.get(name, _ABSENT)
         if type(v) not in types and (required or v is not None and v is not _ABSENT):

@@ -282,9 +282,11 @@ def platform_matches(desc: str, node: dict) -> bool:
         return False
     if node["sys_platform"] == "darwin":
         return int(node["mac_ver"].split(".")[0] or 0) >= int(want["mac_ver"].split(".")[0])
+    if node["libc"][0] != "glibc" or not re.fullmatch(r"\d+(\.\d+)*", node["libc"][1]):
+        return False  # musl, or no version read: no glibc lock is known to run there
     have = tuple(int(x) for x in node["libc"][1].split("."))
     need = tuple(int(x) for x in want["libc"][1].split("."))
-    return node["libc"][0] == "glibc" and have >= need
+    return have >= need
 
 
 def _floor(desc: str) -> tuple[int, ...]:

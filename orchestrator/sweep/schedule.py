@@ -120,7 +120,11 @@ def store_for_schedule(db_url: str | None, secrets: Path, name: str) -> tuple[st
                           "parameter, which would be written into the entry; put it in the "
                           "user:password@ part instead (it then goes to a 0600 PGPASSFILE)")
     env: dict[str, str] = {}
-    if url.drivername.startswith("sqlite") and url.database and url.database != ":memory:":
+    if url.drivername.startswith("sqlite") and url.database in (None, "", ":memory:"):
+        raise ConfigError(f"schedule install: the store {db_url!r} is in memory: the "
+                          "nightly's results would be gone when it exits; name a file "
+                          "(sqlite:////abs/path.db) or a PostgreSQL URL")
+    if url.drivername.startswith("sqlite") and url.database:
         url = url.set(database=str(Path(url.database).expanduser().resolve()))
     if url.password is not None:
         if not url.drivername.startswith("postgresql"):
@@ -129,8 +133,13 @@ def store_for_schedule(db_url: str | None, secrets: Path, name: str) -> tuple[st
                               "without one")
         secrets.mkdir(parents=True, exist_ok=True)
         pgpass = secrets / f"{name}.pgpass"
+        # libpq matches a line's host against the host parameter (a socket folder given
+        # as ?host=/path), else "localhost" (libpq-pgpass)
+        q_host, q_port = url.query.get("host"), url.query.get("port")
         esc = [str(v or "*").replace("\\", "\\\\").replace(":", "\\:") for v in
-               (url.host or "localhost", url.port or 5432, url.database, url.username,
+               (url.host or (q_host if isinstance(q_host, str) else None) or "localhost",
+                url.port or (q_port if isinstance(q_port, str) else None) or 5432,
+                url.database, url.username,
                 url.password)]
         fd = os.open(pgpass, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
