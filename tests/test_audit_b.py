@@ -57,3 +57,59 @@ def test_each_prompt_is_compared_with_its_own_baseline():
     c = judge("mac-a", _gens(predicted_speedup(COSTS, 4), prompts=("a", "b")), COSTS, LOOP,
               _rounds())
     assert c.status == "ok" and c.identical is True, c.line
+
+
+# -- the weekly verdict on planted weeks (through the real ingest) -----------------------
+
+import json  # noqa: E402
+from datetime import timedelta  # noqa: E402
+
+from orchestrator.review.report import write_review  # noqa: E402
+from orchestrator.review.verdict import policy  # noqa: E402
+from orchestrator.store import open_store  # noqa: E402
+from tests.history import C, config_values, night  # noqa: E402
+from tests.truth.weeks import W20, WEEK  # noqa: E402
+
+WHERE = dict(node="mac-01", chip="Apple M2 Max", pair="gemma-9b / gemma-2b", workload="code")
+
+
+def _review(tmp_path, nights: list[list[dict]]) -> dict:
+    """``nights``: per night, the sweeps of that night (each {key: decode tok/s})."""
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    for i, sweeps in enumerate(nights):
+        for j, configs in enumerate(sweeps):
+            at = W20 + timedelta(days=i, hours=1 + j)  # several sweeps the same night
+            night(store, at, **WHERE, configs={
+                key: config_values(v, 3, jitter=0.0, acceptance=None if key[0] == "baseline"
+                                   else 0.7, ttft=50.0) for key, v in configs.items()})
+    out = write_review(store, tmp_path / "out", week=WEEK, now=W20 + timedelta(days=7))
+    return json.loads(out["json"].read_text())
+
+
+def test_three_sweeps_in_one_night_are_one_night_of_evidence(tmp_path):
+    """One night, three sweeps (a user re-running the demo): the verdict rests on one night,
+    so it is provisional "1 of 3 nights", not a confirmed decision nor "3 of 3"."""
+    sweep = {C("baseline", 0): 100.0, C("speculative", 3): 150.0}
+    a = _review(tmp_path, [[sweep, sweep, sweep]])
+    (s,) = a["series"]
+    assert s["verdict"]["text"] == ("production candidate at draft width 3, provisional: "
+                                    "1 of 3 nights"), s["verdict"]["text"]
+
+
+def test_two_sweeps_in_one_night_do_not_count_as_two_nights(tmp_path):
+    sweep = {C("baseline", 0): 100.0, C("speculative", 3): 150.0}
+    a = _review(tmp_path, [[sweep, sweep]])
+    (s,) = a["series"]
+    assert s["verdict"]["text"].endswith("provisional: 1 of 3 nights"), s["verdict"]["text"]
+
+
+def test_a_speedup_of_exactly_one_is_no_gain(tmp_path):
+    """Speculation at exactly the baseline's rate (100 vs 100 tok/s, five nights): no width
+    is faster than the baseline, so keep autoregressive (step 3), not a graded fallback
+    whose premise is that speculation helps somewhere."""
+    n = {C("baseline", 0): 100.0, C("speculative", 3): 100.0}
+    a = _review(tmp_path, [[n]] * 5)
+    (s,) = a["series"]
+    assert s["verdict"]["text"] == ("keep autoregressive: no draft width is faster than the "
+                                    "baseline"), s["verdict"]["text"]
+    assert policy(a)["series"][0]["speculation"] is False

@@ -3,8 +3,8 @@ numbers may not transfer.
 
 Precedence (the first that holds is the verdict):
 1. **needs more data** — no reliable baseline this week or no reliable speculative config
-   (with fewer than ``MIN_RUNS`` reliable runs behind the config it is judged by, the
-   decision below is given *provisional* with the count instead);
+   (with fewer than ``MIN_RUNS`` nights of reliable runs behind the config it is judged by,
+   the decision below is given *provisional* with the count instead);
 2. **production candidate at draft width K** — the fastest config that passes every gate;
 3. **keep autoregressive** — no width is faster than the baseline, or speculation changed
    the output at every width, or acceptance failed (the low-acceptance rule) at every width;
@@ -194,17 +194,19 @@ def _decide(section: dict, facts: dict | None = None) -> dict:
         out.update(text=f"needs more data: no reliable run at {_width(judged)}, {MIN_RUNS} "
                         "needed", evidence=_describe(judged, gates), k=judged["k"])
         return out
-    if have < MIN_RUNS:
-        # the decision the nights so far point to, marked with its count (the night stays
-        # the unit of evidence), rather than "needs more data" until the third night
-        out["provisional"] = {"nights": have, "needed": MIN_RUNS}
+    # the night is the unit of evidence: three sweeps of one night are one night
+    nights = min(have, judged.get("reliable_nights", have))
+    if nights < MIN_RUNS:
+        # the decision the nights so far point to, marked with its count, rather than
+        # "needs more data" until the third night
+        out["provisional"] = {"nights": nights, "needed": MIN_RUNS}
     if passing:
         out.update(decision="production candidate", k=judged["k"],
                    enable={"num_draft_tokens": judged["k"], "config": judged.get("knobs") or {}},
                    text=f"production candidate at {_width(judged)}",
                    evidence=_describe(judged, gates) + "; passes every gate")
         return out
-    no_gain = fastest["speedup"] < 1.0
+    no_gain = fastest["speedup"] <= 1.0  # exactly the baseline's rate is no gain either
     changed = all(c["exact"] is False for c in spec)
     failed = all(c["gates"].get("not_failed", {}).get("passed") is False for c in spec)
     if no_gain or changed or failed:

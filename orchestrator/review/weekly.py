@@ -218,6 +218,7 @@ class ConfigStats:
     sampling: str = ""                  # the sampling settings it shares with its baseline
     knob_text: str = ""                 # " · temperature 0.7": settings away from defaults
     tpot_p50: float | None = None       # ms: median over requests of (E2E − TTFT)/(tokens − 1)
+    reliable_nights: int = 0            # nights with a reliable run: the unit of evidence
 
 
 def _tpots(runs: list[RunRow]) -> list[float]:
@@ -275,7 +276,8 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         task_pass_rate=median(rates) if rates else None, trials=len(dec),
         config_id=first.cid.key, label=config_label(first.mode, first.k, first.config),
         knobs=first.config, sampling=first.sampling, knob_text=knob_suffix(first.config),
-        tpot_p50=median(_tpots(runs)))
+        tpot_p50=median(_tpots(runs)),
+        reliable_nights=len({r.at.date() for r in runs if not r.shaky}))
 
 
 # Gates compare measured medians with declared limits: a value exactly at its limit passes
