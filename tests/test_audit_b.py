@@ -3,6 +3,8 @@ without the code, each a case the team's own tests did not plant."""
 
 from __future__ import annotations
 
+import pytest
+
 from agent.calibrate import predicted_speedup
 from orchestrator.instrument import judge
 
@@ -113,3 +115,32 @@ def test_a_speedup_of_exactly_one_is_no_gain(tmp_path):
     assert s["verdict"]["text"] == ("keep autoregressive: no draft width is faster than the "
                                     "baseline"), s["verdict"]["text"]
     assert policy(a)["series"][0]["speculation"] is False
+
+
+# -- compare: the night is the unit, even when a night holds several sweeps --------------
+
+def test_compare_counts_three_sweeps_of_one_night_as_one_night(tmp_path):
+    """Three nights a side, each night swept three times with the same result (the night's
+    state, not independent samples). A: 100, 102, 104 tok/s; B: 104, 106, 108. On the three
+    nights a side the difference is not significant (Welch on the night logs: p ≈ 0.07 >
+    0.01): counting the nine sweeps as nine nights makes it "B better"."""
+    import math
+
+    from scipy import stats
+
+    from orchestrator.review.compare import compare
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    a, b = (100.0, 102.0, 104.0), (104.0, 106.0, 108.0)
+    for week, levels in ((0, a), (7, b)):
+        for i, v in enumerate(levels):
+            for j in range(3):
+                night(store, W20 + timedelta(days=week + i, hours=1 + j), **WHERE,
+                      configs={C("baseline", 0): config_values(v, 3, jitter=0.0)})
+    p = stats.ttest_ind([math.log(x) for x in b], [math.log(x) for x in a],
+                        equal_var=False).pvalue
+    assert 0.01 < p < 0.2  # the oracle: not significant at compare's 0.01
+    c = compare(store, "2026-W20", "2026-W21")
+    (row,) = [r for r in c["rows"] if r["metric"] == "decode_tok_s"]
+    assert row["n"] == [3, 3], row
+    assert row["p"] == pytest.approx(p, rel=1e-6) and row["verdict"] == "same within noise", row
