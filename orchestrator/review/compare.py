@@ -11,8 +11,9 @@ come first: they are the likeliest explanation of any difference below them.
 
 The unit is the night (one config on one node, the median of that night's runs), not the
 repetition nor the sweep: nights differ more than repetitions do, and repetitions (and
-sweeps) of one night share its state. Each night gives its median; the two sides' log medians are compared by Welch's t (ratio of
-geometric means, 95% interval, p), so a night's luck is not counted as many samples.
+sweeps) of one night share its state. Each night gives its median; the two sides' log
+medians are compared by Welch's t (ratio of geometric means, 95% interval, p), so a night's
+luck is not counted as many samples.
 """
 
 from __future__ import annotations
