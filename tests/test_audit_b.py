@@ -144,3 +144,19 @@ def test_compare_counts_three_sweeps_of_one_night_as_one_night(tmp_path):
     (row,) = [r for r in c["rows"] if r["metric"] == "decode_tok_s"]
     assert row["n"] == [3, 3], row
     assert row["p"] == pytest.approx(p, rel=1e-6) and row["verdict"] == "same within noise", row
+
+
+def test_the_policy_ladder_never_shrinks_to_a_width_that_failed_at_its_settings(tmp_path):
+    """At temperature 0.0 width 4 passes (1.50×) and width 2 misses the speedup gate (1.05×
+    < 1.16); at temperature 0.7 width 2 passes (1.40×). The policy switches on width 4 at
+    temperature 0.0, so its step 1 ("shrink the draft width") must not name width 2: at the
+    settings the gateway serves, width 2 failed a gate."""
+    t7 = {"temperature": 0.7}
+    n = {C("baseline", 0): 100.0, C("speculative", 4): 150.0, C("speculative", 2): 105.0,
+         C("baseline", 0, **t7): 100.0, C("speculative", 2, **t7): 140.0}
+    a = _review(tmp_path, [[n]] * 5)
+    (p,) = policy(a)["series"]
+    assert (p["speculation"], p["num_draft_tokens"]) == (True, 4), p
+    assert p["sampling"]["temperature"] == 0.0, p
+    steps = [s for s in p["fallback"]["ladder"] if s["action"] == "shrink_draft_width"]
+    assert steps == [], p["fallback"]["ladder"]

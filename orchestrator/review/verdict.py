@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .configs import NOT_SAMPLING
+from .configs import NOT_SAMPLING, sampling_key
 
 MIN_RUNS = 3
 DECISIONS = ("production candidate", "graded fallback", "keep autoregressive",
@@ -261,9 +261,12 @@ def policy(a: dict, calibration: bool = False) -> dict:
                    "ladder_step": measured["step"], **measured["to"]}
         on = use is not None
         k = use["num_draft_tokens"] if use else None
+        # step 1 may only shrink to a width that passed every gate at the settings served
+        served = sampling_key(use["config"]) if use and use.get("config") else None
         widths = sorted({c["k"] for c in s.get("configs") or [] if c["mode"] == "speculative"
                          and not c["set_aside"] and c.get("classification")
-                         == "production candidate"})
+                         == "production candidate"
+                         and (served is None or c.get("sampling") == served)})
         narrower = [w for w in widths if on and w < k]
         ladder = []
         if on:
