@@ -183,3 +183,43 @@ def test_an_identity_change_without_a_level_change_is_no_change_point():
     from orchestrator.review.changepoints import analyse
 
     assert analyse([1.0] * 35, frozenset({15})) == []
+
+
+# -- calibration series in CI outputs ------------------------------------------------------
+
+def test_a_calibration_series_is_marked_in_fail_on_lines_and_junit(tmp_path):
+    """A perturbed calibration pair (the demo's known loser: 0.80× at width 4) named
+    "grown-16 / draft" by the user's OUT folder: its gate miss is the instrument's, and the
+    --fail-on line and the JUnit case must say it is a calibration pair (the issue: "marked
+    as such everywhere"), not read as a production model missing its gates."""
+    from orchestrator.review.ci import findings, write_junit
+    from orchestrator.review.rules import load_rules
+    from orchestrator.review.weekly import analyse
+    from orchestrator.store.models import Plan, Sweep
+
+    fp = "sha256:" + "c" * 64
+    lock = {"models": {"target": {"fingerprint": fp, "calibration": {
+        "expected_acceptance": 0.8, "construction": {"layers": 16},
+        "draft_fingerprint": "sha256:" + "d" * 64}}}}
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    with store.engine.begin() as c:
+        c.execute(Plan.__table__.insert().values(id="lock-cal", name="cal", created_at=W20,
+                                                 plan={}, lock=lock))
+    for i in range(3):
+        sid = night(store, W20 + timedelta(days=i, hours=2), node="mac-01", chip="Apple M2",
+                    pair="grown-16 / draft", workload="code",
+                    identity={"target_fingerprint": fp},
+                    configs={C("baseline", 0): config_values(100.0, jitter=0.0),
+                             C("speculative", 4): config_values(80.0, jitter=0.0,
+                                                                acceptance=0.8)})
+        with store.engine.begin() as c:
+            c.execute(Sweep.__table__.update().where(Sweep.id == sid).values(plan_id="lock-cal"))
+    a = analyse(store, WEEK, load_rules(), now=W20 + timedelta(days=6))
+    (s,) = a["series"]
+    assert s["calibration"] and s["verdict"]["text"].startswith("calibration pair")
+    (line,) = findings(a)["gate-miss"]
+    assert "calibration" in line, line
+    from xml.etree import ElementTree as ET
+    cases = ET.parse(write_junit(a, tmp_path / "j.xml")).getroot()
+    assert all("calibration" in c.get("classname") for c in cases), \
+        [c.get("classname") for c in cases]

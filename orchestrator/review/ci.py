@@ -36,8 +36,9 @@ def parse_causes(text: str) -> tuple[str, ...]:
 
 def series_label(s: dict) -> str:
     d = s["series"]
+    # a calibration pair is an instrument: its miss is never read as a model's
     return f"{d['chip']} · {d['model_pair']} · {d['workload']} · {d['context_bucket']} · " \
-           f"{d['engine']}"
+           f"{d['engine']}" + (" · calibration pair" if s.get("calibration") else "")
 
 
 def judged_config(s: dict) -> dict | None:
