@@ -185,6 +185,32 @@ def test_an_identity_change_without_a_level_change_is_no_change_point():
     assert analyse([1.0] * 35, frozenset({15})) == []
 
 
+def _plant_calibration(store) -> list[str]:
+    """Three nights of a perturbed calibration pair (0.80× at width 4, acceptance 0.8),
+    each sweep's lock marking its target as a calibration target."""
+    from orchestrator.store.models import Plan, Sweep
+
+    fp = "sha256:" + "c" * 64
+    lock = {"models": {"target": {"fingerprint": fp, "calibration": {
+        "expected_acceptance": 0.8, "construction": {"layers": 16},
+        "draft_fingerprint": "sha256:" + "d" * 64}}}}
+    with store.engine.begin() as c:
+        c.execute(Plan.__table__.insert().values(id="lock-cal", name="cal", created_at=W20,
+                                                 plan={}, lock=lock))
+    sids = []
+    for i in range(3):
+        sid = night(store, W20 + timedelta(days=i, hours=2), node="mac-01", chip="Apple M2",
+                    pair="grown-16 / draft", workload="code",
+                    identity={"target_fingerprint": fp},
+                    configs={C("baseline", 0): config_values(100.0, jitter=0.0),
+                             C("speculative", 4): config_values(80.0, jitter=0.0,
+                                                                acceptance=0.8)})
+        with store.engine.begin() as c:
+            c.execute(Sweep.__table__.update().where(Sweep.id == sid).values(plan_id="lock-cal"))
+        sids.append(sid)
+    return sids
+
+
 # -- calibration series in CI outputs ------------------------------------------------------
 
 def test_a_calibration_series_is_marked_in_fail_on_lines_and_junit(tmp_path):
@@ -195,25 +221,9 @@ def test_a_calibration_series_is_marked_in_fail_on_lines_and_junit(tmp_path):
     from orchestrator.review.ci import findings, write_junit
     from orchestrator.review.rules import load_rules
     from orchestrator.review.weekly import analyse
-    from orchestrator.store.models import Plan, Sweep
 
-    fp = "sha256:" + "c" * 64
-    lock = {"models": {"target": {"fingerprint": fp, "calibration": {
-        "expected_acceptance": 0.8, "construction": {"layers": 16},
-        "draft_fingerprint": "sha256:" + "d" * 64}}}}
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
-    with store.engine.begin() as c:
-        c.execute(Plan.__table__.insert().values(id="lock-cal", name="cal", created_at=W20,
-                                                 plan={}, lock=lock))
-    for i in range(3):
-        sid = night(store, W20 + timedelta(days=i, hours=2), node="mac-01", chip="Apple M2",
-                    pair="grown-16 / draft", workload="code",
-                    identity={"target_fingerprint": fp},
-                    configs={C("baseline", 0): config_values(100.0, jitter=0.0),
-                             C("speculative", 4): config_values(80.0, jitter=0.0,
-                                                                acceptance=0.8)})
-        with store.engine.begin() as c:
-            c.execute(Sweep.__table__.update().where(Sweep.id == sid).values(plan_id="lock-cal"))
+    _plant_calibration(store)
     a = analyse(store, WEEK, load_rules(), now=W20 + timedelta(days=6))
     (s,) = a["series"]
     assert s["calibration"] and s["verdict"]["text"].startswith("calibration pair")
@@ -223,3 +233,21 @@ def test_a_calibration_series_is_marked_in_fail_on_lines_and_junit(tmp_path):
     cases = ET.parse(write_junit(a, tmp_path / "j.xml")).getroot()
     assert all("calibration" in c.get("classname") for c in cases), \
         [c.get("classname") for c in cases]
+
+
+def test_a_calibration_series_is_marked_in_the_otel_block_and_otlp_points(tmp_path):
+    """The JSON's otel block (and the webhook's) and `specfleet export otlp` feed dashboards
+    that see only the attributes: a calibration pair's speedup and acceptance must carry
+    ``specfleet.calibration`` there too, or a dashboard shows an instrument as a model."""
+    from orchestrator.export.points import Selection, read_points
+    from orchestrator.review.otel import annotate
+    from orchestrator.review.rules import load_rules
+    from orchestrator.review.weekly import analyse
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    sids = _plant_calibration(store)
+    a = annotate(analyse(store, WEEK, load_rules(), now=W20 + timedelta(days=6)))
+    (s,) = a["series"]
+    assert [c["otel"].get("specfleet.calibration") for c in s["configs"]] == [True, True]
+    _, points = read_points(store, Selection(sweep_ids=sids))
+    assert points and all(p.attributes.get("specfleet.calibration") is True for p in points)

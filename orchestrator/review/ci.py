@@ -160,7 +160,8 @@ def notify(url: str, a: dict, found: dict[str, list[str]], causes: tuple[str, ..
             "series": [{"series": s["series"], "stale": s["stale"],
                         "decision": s["verdict"]["text"],
                         "classification": (judged_config(s) or {}).get("classification"),
-                        "otel": [config_attributes(s["series"], c) for c in s["configs"]]}
+                        "otel": [config_attributes(s["series"], c, bool(s.get("calibration")))
+                                 for c in s["configs"]]}
                        for s in a["series"]]}
     data = json.dumps(body, default=str).encode()
     return post_within(url, data, attempts=attempts, timeout_s=timeout_s, backoff_s=backoff_s,
