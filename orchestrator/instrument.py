@@ -124,6 +124,10 @@ def judge(node: str, generations: list[dict], costs: dict | None,
     else:
         b = statistics.median(g["decode_tok_s"] for g in base)
         for k in sorted({g["num_draft_tokens"] for g in spec}):
+            if k + 1 not in costs["verify_ms"]:  # an older (or odd) node's reply
+                unverified.append(f"speed unverified at width {k}: the node did not time "
+                                  f"verifying {k + 1} tokens")
+                continue
             m = statistics.median(g["decode_tok_s"] for g in spec
                                   if g["num_draft_tokens"] == k) / b
             p = predicted_speedup(costs, k, acceptance or 0.0)

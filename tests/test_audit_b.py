@@ -251,3 +251,37 @@ def test_a_calibration_series_is_marked_in_the_otel_block_and_otlp_points(tmp_pa
     assert [c["otel"].get("specfleet.calibration") for c in s["configs"]] == [True, True]
     _, points = read_points(store, Selection(sweep_ids=sids))
     assert points and all(p.attributes.get("specfleet.calibration") is True for p in points)
+
+
+def test_an_old_node_reply_missing_a_verify_cost_is_unverified_not_a_crash():
+    """A node (old agent, or hostile) replies verify costs for 3 tokens only while the sweep
+    measured width 4 (which needs the cost of verifying 5): the speed at width 4 cannot be
+    predicted, so it is unverified, never a KeyError out of `specfleet calibrate`."""
+    costs = {"target_ms": 20.0, "draft_ms": 2.0, "verify_ms": {3: 26.0}}
+    c = judge("mac-a", _gens(2.6), costs, LOOP, None)
+    assert c.status == "unverified", c.line
+    assert "width 4" in c.line
+
+
+# -- the new knobs never pool ----------------------------------------------------------------
+
+def test_kv_bits_prefill_and_repetition_penalty_configs_never_pool(tmp_path):
+    """Width 3 at defaults (150 over 100), with kv_bits 4 (200 over its own baseline's 125:
+    1.6×), with prefill_step_size 256 (120 over 100: 1.2×) and repetition_penalty 1.1 with
+    no baseline of its settings (no speedup: never against the default baseline)."""
+    kv, pf, rp = {"kv_bits": 4}, {"prefill_step_size": 256}, {"repetition_penalty": 1.1}
+    n = {C("baseline", 0): 100.0, C("speculative", 3): 150.0,
+         C("baseline", 0, **kv): 125.0, C("speculative", 3, **kv): 200.0,
+         C("baseline", 0, **pf): 100.0, C("speculative", 3, **pf): 120.0,
+         C("speculative", 3, **rp): 300.0}
+    a = _review(tmp_path, [[n]] * 3)
+    (s,) = a["series"]
+    got = {c["label"]: (c["runs"], c["speedup"]) for c in s["configs"]
+           if c["mode"] == "speculative"}
+    assert got == {"speculative k=3": (3, pytest.approx(1.5)),
+                   "speculative k=3 · kv_bits 4": (3, pytest.approx(1.6)),
+                   "speculative k=3 · prefill_step_size 256": (3, pytest.approx(1.2)),
+                   "speculative k=3 · repetition_penalty 1.1": (3, None)}, got
+    assert s["verdict"]["text"].startswith("production candidate at draft width 3 · kv_bits 4")
+    (p,) = policy(a)["series"]
+    assert p["sampling"]["kv_bits"] == 4, p
