@@ -109,6 +109,8 @@ def judge(node: str, generations: list[dict], costs: dict | None,
     widths: list[dict] = []
     if speed is not None:
         widths = _robust_widths(speed, acceptance, problems, unverified)
+        unverified += [f"speed unverified at width {k}: no rounds reported" for k in
+                       sorted({g["num_draft_tokens"] for g in spec} - set(speed))]
         if not shaky:
             _sweep_agrees(base, spec, widths, unverified)
         if shaky:  # the loop's overhead was read once, beside the same load

@@ -285,3 +285,14 @@ def test_kv_bits_prefill_and_repetition_penalty_configs_never_pool(tmp_path):
     assert s["verdict"]["text"].startswith("production candidate at draft width 3 · kv_bits 4")
     (p,) = policy(a)["series"]
     assert p["sampling"]["kv_bits"] == 4, p
+
+
+def test_a_swept_width_the_node_reported_no_rounds_for_is_unverified():
+    """The sweep measured widths 2 and 4; the node's reply has rounds for width 4 only (an
+    odd or hostile node). Width 2 was never judged: the node is not "instrument ok"."""
+    gens = _gens(predicted_speedup(COSTS, 4))
+    gens += [{**g, "num_draft_tokens": 2, "decode_tok_s": 100.0} for g in gens
+             if g["mode"] == "speculative"]
+    c = judge("mac-a", gens, COSTS, LOOP, _rounds())
+    assert c.status == "unverified", c.line
+    assert "speed unverified at width 2: no rounds reported" in c.line, c.line
