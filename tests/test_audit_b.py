@@ -296,3 +296,26 @@ def test_a_swept_width_the_node_reported_no_rounds_for_is_unverified():
     c = judge("mac-a", gens, COSTS, LOOP, _rounds())
     assert c.status == "unverified", c.line
     assert "speed unverified at width 2: no rounds reported" in c.line, c.line
+
+
+# -- load: a level whose completions arrive in one burst ------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="agent/load.summarize takes an open loop's served "
+                   "rate as (n − 1) over the span of the completions: a server that holds "
+                   "every request and answers them in one burst reads as serving 90 req/s; "
+                   "queue_growth_ms sees every request wait alike (growth 0)")
+def test_a_level_answered_in_one_late_burst_is_saturated():
+    """Open loop, 10 requests offered at 10 req/s (scheduled 0.0 … 0.9 s, sent on time);
+    the server answers none until 30 s and then all ten between 30.0 and 30.09 s. It served
+    10 requests in 30.09 s of level: 0.33 req/s of 10 offered — saturated by any reading."""
+    from agent.load import Outcome, saturation, summarize
+
+    outs = []
+    for i in range(10):
+        t = i / 10
+        o = Outcome(t, t, chunk_times=[30.0 - t + i * 0.01, 30.0 - t + i * 0.01])
+        o.end = 30.0 + i * 0.01
+        outs.append(o)
+    m = summarize(outs, wall_s=30.09)
+    assert m["offered_rps"] == pytest.approx(10.0)
+    assert saturation([m], "rate") is not None, m
