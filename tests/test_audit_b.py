@@ -323,19 +323,19 @@ def test_a_level_answered_in_one_late_burst_is_saturated():
 
 # -- adaptive stopping: pairing after an unreliable round ------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="agent/loop.Adaptive.measured drops an unreliable "
-                   "round from a candidate's samples, and agent/adaptive.paired zips two "
-                   "candidates' lists by position: after one dropped round every ratio pairs "
-                   "round i+1 with round i, so 'paired' compares different rounds")
 def test_a_candidate_within_tolerance_never_stops_after_an_unreliable_round():
     """Six rounds; the best's paired speedup falls 6% a round (1.60, 1.50 … a warming
     machine), candidate C is 0.99× the best in every round — within the 3% tolerance, so
-    it must never stop early. C's first round was set aside (contended): the loop gives
-    settle C's rounds 2–6 as its list, and settle pairs them with the best's rounds 1–5
-    (every ratio 0.99 × 0.94 = 0.93: "slower than the best")."""
-    from agent.adaptive import DEFAULTS, resolved, settle
+    it must never stop early. C's first round was set aside (contended). The loop used to
+    drop it, giving settle C's rounds 2–6, which settle paired with the best's rounds 1–5
+    (every ratio 0.99 × 0.94 = 0.93: "slower than the best"); it now holds the round's
+    place with None."""
+    from agent.adaptive import DEFAULTS, paired, resolved, settle
 
     best = [1.60 * 0.94 ** i for i in range(6)]  # rounds 1–6, settle called after round 6
-    c = [0.99 * x for x in best][1:]  # round 1 of C unreliable: dropped, as the loop does
+    c = [None] + [0.99 * x for x in best][1:]  # round 1 of C unreliable
+    assert paired(c, best) == pytest.approx([0.99] * 5)
     out = settle({"B": best, "C": c}, {"B": 4, "C": 3}, resolved(DEFAULTS, 10))
     assert "C" not in out, out
+    # the shifted lists (the old loop's) are what made C stop
+    assert "C" in settle({"B": best, "C": c[1:]}, {}, resolved(DEFAULTS, 10))
