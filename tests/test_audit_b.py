@@ -339,3 +339,24 @@ def test_a_candidate_within_tolerance_never_stops_after_an_unreliable_round():
     assert "C" not in out, out
     # the shifted lists (the old loop's) are what made C stop
     assert "C" in settle({"B": best, "C": c[1:]}, {}, resolved(DEFAULTS, 10))
+
+
+def test_a_regression_counts_nights_not_sweeps(tmp_path):
+    """Last week three nights at 100 tok/s, this week three nights at 85, each night swept
+    three times alike. Three nights a side cannot confirm a regression (MIN_REPS nights are
+    needed for p < 0.002): "unconfirmed" on n = 3 vs 3, never a confirmed regression on nine
+    sweeps counted as nine nights."""
+    from orchestrator.review.rules import load_rules
+    from orchestrator.review.weekly import analyse
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    for week, v in ((-7, 100.0), (0, 85.0)):
+        for i in range(3):
+            for j in range(3):
+                night(store, W20 + timedelta(days=week + i, hours=1 + j), **WHERE,
+                      configs={C("baseline", 0): config_values(v, 3, jitter=0.0)})
+    a = analyse(store, WEEK, load_rules(), now=W20 + timedelta(days=6))
+    (s,) = a["series"]
+    regs = {r["period"]: (r["verdict"], r["n"]) for r in s["regressions"]}
+    assert regs == {"week over week": ("unconfirmed", [3, 3]),
+                    "vs last 4 weeks": ("unconfirmed", [3, 3])}, regs

@@ -403,13 +403,21 @@ def quality_rates(store: Store, sweep_ids: list[str]) -> dict:
 
 
 def _per_run(runs: list[RunRow], metric: str) -> list[float]:
-    return [m for r in runs if (m := median([v for v in (r.summary.get("values") or {}).get(
-        metric) or [] if v is not None])) is not None]
+    """One value a night on a node: the median of that night's run medians (several sweeps
+    of one night share its state: one sample, not several)."""
+    nights: dict[tuple, list[float]] = defaultdict(list)
+    for r in runs:
+        m = median([v for v in (r.summary.get("values") or {}).get(metric) or []
+                    if v is not None])
+        if m is not None:
+            nights[(r.node, r.at.date())].append(m)
+    return [m for ms in nights.values() if (m := median(ms)) is not None]
 
 
 def regression(now: list[RunRow], then: list[RunRow], metric: str = "decode_tok_s",
                per_night: bool = False) -> dict:
-    """``per_night``: compare each run's median (one value a night) instead of repetitions."""
+    """``per_night``: compare one value a night (the median of its runs' medians) instead
+    of repetitions."""
     pick = _per_run if per_night else _vals
     a, b = pick(then, metric), pick(now, metric)
     if not a or not b:
