@@ -360,3 +360,16 @@ def test_a_regression_counts_nights_not_sweeps(tmp_path):
     regs = {r["period"]: (r["verdict"], r["n"]) for r in s["regressions"]}
     assert regs == {"week over week": ("unconfirmed", [3, 3]),
                     "vs last 4 weeks": ("unconfirmed", [3, 3])}, regs
+
+
+def test_a_task_pass_rate_just_beyond_its_tolerance_reads_beyond_it():
+    """A pass-rate change of +0.51% against a ±0.5% tolerance missed the gate: the evidence
+    must not read "+0.5% … beyond ±0.5%" (the contradiction issue 27 fixed for speedup and
+    TTFT, still open for the task pass rate)."""
+    from orchestrator.review.verdict import gate_text
+    from orchestrator.review.weekly import DEFAULT_GATES
+
+    assert gate_text("task_pass_rate", 0.0051, DEFAULT_GATES) == \
+        "task pass rate +0.51% vs the baseline, beyond ±0.5%"
+    assert gate_text("task_pass_rate", -0.02, DEFAULT_GATES) == \
+        "task pass rate -2.0% vs the baseline, beyond ±0.5%"

@@ -79,6 +79,10 @@ def gate_text(name: str, val: Any, gates: dict) -> str:
         what, op, limit, unit = cmp[name]
         v, lim = shown(val, limit, op, 1 if unit else 2)
         return f"{what} {v}{unit} {op} {lim}{unit}"
+    if name == "task_pass_rate" and isinstance(val, (int, float)):
+        # the size of the change as the gate compared it (|change| > tolerance)
+        v, lim = shown(abs(val), gates["task_pass_tolerance"], ">", 1, 100)
+        return f"task pass rate {'-' if val < 0 else '+'}{v}% vs the baseline, beyond ±{lim}%"
     return {
         "exact": "output differs from the baseline",
         "streaming_parity": f"{val} streaming parity mismatches",
