@@ -373,3 +373,30 @@ def test_a_task_pass_rate_just_beyond_its_tolerance_reads_beyond_it():
         "task pass rate +0.51% vs the baseline, beyond ±0.5%"
     assert gate_text("task_pass_rate", -0.02, DEFAULT_GATES) == \
         "task pass rate -2.0% vs the baseline, beyond ±0.5%"
+
+
+def test_a_ladder_walked_on_one_night_is_provisional_however_many_sweeps(tmp_path):
+    """A lineup (one target, an unquantised draft that misses the speedup gate at 1.05×, a
+    4-bit draft that passes at 1.50×) swept three times on one night: the ladder's stop
+    rests on one night, so it is provisional and the policy does not switch the lighter
+    tier on (the verdict's own provisional count is by nights since audit-b)."""
+    from tests.truth.weeks import BASE, GOOD, Config, Series, Week, plant
+
+    heavy = Series("code", (BASE, Config("speculative", 3, decode=105.0, **GOOD)),
+                   pair="gemma-9b / small-0", lineup="target+draft",
+                   identity=(("draft_fingerprint", "sha256:" + "a" * 64),
+                             ("draft_quant", "unquantised")))
+    light = Series("code", (BASE, Config("speculative", 3, decode=150.0, **GOOD)),
+                   pair="gemma-9b / small-1", lineup="target+draft-2",
+                   identity=(("draft_fingerprint", "sha256:" + "b" * 64),
+                             ("draft_quant", "4-bit g64")))
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    for _ in range(3):
+        plant(store, Week("one night thrice", (heavy, light), nights=1))
+    out = write_review(store, tmp_path / "out", week=WEEK, now=W20 + timedelta(days=7))
+    a = json.loads(out["json"].read_text())
+    by = {s["series"]["model_pair"]: s for s in a["series"]}
+    lad = by["gemma-9b / small-0"]["verdict"].get("ladder")
+    assert lad is not None and lad["provisional"], lad
+    p = {e["model_pair"]: e for e in policy(a)["series"]}["gemma-9b / small-0"]
+    assert p["speculation"] is False, p
