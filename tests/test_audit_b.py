@@ -400,3 +400,29 @@ def test_a_ladder_walked_on_one_night_is_provisional_however_many_sweeps(tmp_pat
     assert lad is not None and lad["provisional"], lad
     p = {e["model_pair"]: e for e in policy(a)["series"]}["gemma-9b / small-0"]
     assert p["speculation"] is False, p
+
+
+# -- a calibration target whose weights changed after it was made -----------------------------
+
+def test_a_tampered_calibration_target_is_remade_not_reused(model_pair, tmp_path):
+    """`specfleet calibrate` reuses the target it made when the record's key (draft, layers,
+    versions) still matches. Perturb one weight of the target afterwards (a disk error, a
+    hand edit): its weights are no longer the recorded ones, so it is no known-answer pair —
+    the check must remake it, never sweep it and blame the instrument for acceptance < 1."""
+    import mlx.core as mx
+
+    from agent.fingerprint import fingerprint
+    from orchestrator.calibration import calibration_of, ensure_calibration
+
+    out = tmp_path / "cal"
+    ensure_calibration(model_pair / "draft", out, 4, log=lambda m: None)
+    recorded = calibration_of(out)["fingerprint"]
+    assert fingerprint(out) == recorded
+    (f,) = sorted(out.glob("*.safetensors"))[:1]
+    w = mx.load(str(f))
+    name = sorted(n for n in w if n.endswith("o_proj.weight"))[-1]  # an added layer's write
+    w[name] = w[name] + 0.5
+    mx.save_safetensors(str(f), w)
+    assert fingerprint(out) != recorded
+    ensure_calibration(model_pair / "draft", out, 4, log=lambda m: None)
+    assert fingerprint(out) == calibration_of(out)["fingerprint"] == recorded
