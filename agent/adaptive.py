@@ -85,20 +85,25 @@ def resolved(spec: dict, repetitions: int) -> dict:
     return {**DEFAULTS, **spec, "max_repetitions": repetitions}
 
 
-def paired(xs: list[float], ys: list[float]) -> list[float]:
+def paired(xs: list, ys: list) -> list[float]:
     """Round by round, one candidate's paired speedup over another's: both were measured in
-    the same repetition round, so what drifted between rounds cancels once more."""
-    return [x / y for x, y in zip(xs, ys) if y]
+    the same repetition round, so what drifted between rounds cancels once more. A round
+    with no reliable sample on either side (None) pairs nothing: the lists stay aligned by
+    round, never shifted."""
+    return [x / y for x, y in zip(xs, ys) if x is not None and y]
 
 
 def settle(samples: dict, widths: dict, spec: dict) -> dict:
-    """Candidates to stop now, each with its reason. ``samples``: key → reliable paired
-    speedups so far (one per round, in round order) of the candidates still running.
+    """Candidates to stop now, each with its reason. ``samples``: key → paired speedups so
+    far, one per round in round order (None for a round whose pair was unreliable: kept so
+    that two candidates' lists pair the same rounds), of the candidates still running.
     ``widths`` (key → draft width) is accepted for the loop's call and unused: no rule
     assumes a knee, every stop rests on the candidate's own paired evidence."""
     del widths
     lo, conf = spec["min_repetitions"], spec["confidence"]
-    out = {k: f"{len(xs)} repetitions (the maximum)" for k, xs in samples.items()
+    rounds = samples  # one entry a round (None: no reliable pair that round)
+    samples = {k: [x for x in xs if x is not None] for k, xs in rounds.items()}
+    out = {k: f"{len(xs)} repetitions (the maximum)" for k, xs in rounds.items()
            if len(xs) >= spec["max_repetitions"]}
     ready = {k: xs for k, xs in samples.items() if len(xs) >= lo}
     if not ready:
@@ -120,7 +125,7 @@ def settle(samples: dict, widths: dict, spec: dict) -> dict:
             continue
         if k == best or base_best:
             continue
-        ratios = paired(xs, ready[best])
+        ratios = paired(rounds[k], rounds[best])
         ci = median_ci(ratios, conf) if len(ratios) >= lo else None
         if ci is not None and ci[1] < edge:
             out[k] = (f"slower than the best {after} {len(ratios)} paired repetitions "

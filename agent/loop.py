@@ -220,7 +220,7 @@ class Adaptive:
     def __init__(self, job: Job, engine: Engine, journal: Journal):
         self.job, self.engine, self.journal = job, engine, journal
         self.spec = resolved(job.adaptive, job.repetitions)
-        self.samples: dict[tuple, dict[tuple, list[float]]] = {}
+        self.samples: dict[tuple, dict[tuple, list[float | None]]] = {}
         self.widths: dict[tuple, int | None] = {}
         self.baselines: dict[tuple, dict] = {}  # the pairing's baseline, this repetition
         self.settled: dict[tuple, str] = {}
@@ -264,10 +264,13 @@ class Adaptive:
         self.widths[key] = int(s.knob_value) if s.knob == "num_draft_tokens" else None
         xs = self.samples.setdefault(self._group(s), {}).setdefault(key, [])
         base = self.baselines.get((key, s.repetition))
-        # only reliable pairs are evidence; an unreliable one is measured and reported
+        # only reliable pairs are evidence; an unreliable one is measured and reported,
+        # and holds its round's place (None) so candidates pair the same rounds
         if base and not g.get("unreliable") and not base.get("unreliable") \
                 and g.get("decode_tok_s") and base.get("decode_tok_s"):
             xs.append(g["decode_tok_s"] / base["decode_tok_s"])
+        else:
+            xs.append(None)
 
     def job_notice(self, key: tuple, why: str, n: int) -> None:
         workload, variant, knob, value, _ = key

@@ -5,14 +5,16 @@ A calibration pair has a known answer (``orchestrator/calibration.py``): accepta
 node's own step costs (``agent/calibrate.py``). Per node:
 
 - exactness: every speculative generation accepted every drafted token and produced the
-  baseline's token ids;
+  token ids of the baseline of its own prompt (none recorded: unverified);
 - speed: the measured speedup at each width within ``TOLERANCE`` of the speedup predicted
   from that node's draft step, target step and target verification of k+1 tokens. On a
   noisy machine costs timed at one moment and speeds measured at another disagree by the
   noise, so the node measures both in alternating rounds (step costs, then the agent's
   loop autoregressive and speculative back to back at each width) and the check judges
   the median of the per-round ratio measured/predicted, with its quartiles as the spread
-  (a spread wider than the tolerance either side is unverified, not ok or off);
+  (a spread wider than the tolerance either side is unverified, not ok or off); the sweep's
+  own stored speedup outside that spread (widened by the tolerance) is two readings that
+  disagree: unverified, never ok;
 - overhead: the agent's measuring loop against a bare mlx-lm loop in the same process.
 
 One line per node: "instrument ok" or what is off and by how much. A reading that could not
@@ -86,10 +88,17 @@ def judge(node: str, generations: list[dict], costs: dict | None,
     drafted = sum(g.get("drafted_tokens") or 0 for g in spec)
     accepted = sum(g.get("accepted_tokens") or 0 for g in spec)
     acceptance = accepted / drafted if drafted else None
-    ids = {g["workload"]: g.get("token_ids") for g in base}
-    differ = [g for g in spec if g.get("token_ids") != ids.get(g["workload"])]
+    # each generation against the baseline of its own prompt (a workload may hold several)
+    ids = {_prompt(g): g.get("token_ids") for g in base}
     problems: list[str] = []
     unverified: list[str] = []
+    unread = [g for g in base + spec if not g.get("token_ids")]
+    if unread:  # nothing to compare is no evidence of identical output
+        differ: list[dict] | None = None
+        unverified.append(f"output identity unverified: no token ids recorded in "
+                          f"{len(unread)} of {len(base) + len(spec)} generations")
+    else:
+        differ = [g for g in spec if g.get("token_ids") != ids.get(_prompt(g))]
     if acceptance != 1.0:
         problems.append(f"acceptance {acceptance if acceptance is None else round(acceptance, 4)}"
                         f" ≠ 1.0 ({drafted - accepted} of {drafted} drafted tokens rejected)")
@@ -100,6 +109,10 @@ def judge(node: str, generations: list[dict], costs: dict | None,
     widths: list[dict] = []
     if speed is not None:
         widths = _robust_widths(speed, acceptance, problems, unverified)
+        unverified += [f"speed unverified at width {k}: no rounds reported" for k in
+                       sorted({g["num_draft_tokens"] for g in spec} - set(speed))]
+        if not shaky:
+            _sweep_agrees(base, spec, widths, unverified)
         if shaky:  # the loop's overhead was read once, beside the same load
             overhead = None
     elif shaky:
@@ -113,6 +126,10 @@ def judge(node: str, generations: list[dict], costs: dict | None,
     else:
         b = statistics.median(g["decode_tok_s"] for g in base)
         for k in sorted({g["num_draft_tokens"] for g in spec}):
+            if k + 1 not in costs["verify_ms"]:  # an older (or odd) node's reply
+                unverified.append(f"speed unverified at width {k}: the node did not time "
+                                  f"verifying {k + 1} tokens")
+                continue
             m = statistics.median(g["decode_tok_s"] for g in spec
                                   if g["num_draft_tokens"] == k) / b
             p = predicted_speedup(costs, k, acceptance or 0.0)
@@ -136,11 +153,35 @@ def judge(node: str, generations: list[dict], costs: dict | None,
         status, head = "off", "instrument OFF: " + "; ".join(problems + unverified)
     elif unverified:
         status, head = "unverified", "instrument unverified: " + "; ".join(unverified) + (
-            " (acceptance 1.0, output identical)" if acceptance == 1.0 else "")
+            " (acceptance 1.0, output identical)" if acceptance == 1.0 and differ == [] else
+            " (acceptance 1.0)" if acceptance == 1.0 else "")
     else:
         status, head = "ok", "instrument ok (acceptance 1.0, output identical)"
     return NodeCheck(node, status, f"{node}: {head}" + (f" — {facts}" if facts else ""),
-                     widths, acceptance, not differ, overhead, costs)
+                     widths, acceptance, None if differ is None else not differ, overhead,
+                     costs)
+
+
+def _prompt(g: dict) -> tuple:
+    return g.get("workload"), g.get("context_bucket"), g.get("prompt_sha256")
+
+
+def _sweep_agrees(base: list[dict], spec: list[dict], widths: list[dict],
+                  unverified: list[str]) -> None:
+    """The rounds judge the speed, but the sweep's stored runs are what the product
+    reports: where the sweep's median speedup lies outside the rounds' spread widened by
+    the tolerance, the two readings of one instrument disagree and neither is ok."""
+    b = statistics.median(g["decode_tok_s"] for g in base)
+    for w in widths:
+        at = [g["decode_tok_s"] for g in spec if g["num_draft_tokens"] == w["k"]]
+        if not at or not b:
+            continue
+        m = statistics.median(at) / b
+        lo, hi = w["spread"]
+        if not lo - TOLERANCE <= m / w["predicted"] <= hi + TOLERANCE:
+            unverified.append(f"the sweep measured width {w['k']} at {m:.2f}× vs predicted "
+                              f"{w['predicted']:.2f}× ({m / w['predicted'] - 1:+.0%}), outside "
+                              "the rounds' spread")
 
 
 def _robust_widths(speed: dict, acceptance: float | None, problems: list[str],

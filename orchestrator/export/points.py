@@ -10,7 +10,9 @@ Definitions (see docs/metrics.md):
   its own sampling settings, in the same sweep, node, workload and pair.
 
 A set-aside number (an unreliable generation, or a config whose baseline or own runs were
-all unreliable) carries ``specfleet.set_aside`` with the reason; nothing is dropped.
+all unreliable) carries ``specfleet.set_aside`` with the reason; nothing is dropped. A
+calibration sweep's points (its lock marks a calibration target) carry
+``specfleet.calibration``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from agent.engines import ENGINES
 
 from ..review import otel
 from ..review.configs import config_label, sampling_key
+from ..review.weekly import calibration_sweeps
 from ..store.db import Store, result_pair
 from ..store.eventcheck import event_problem
 from ..store.models import Event, Measurement, Run, Sweep, SweepNode
@@ -166,6 +169,9 @@ def _sweep_points(store: Store, sid: str) -> list[Point]:
                                                        payload.get("verify_rounds"))
         out += [Point(k, float(v), base, res) for k, v in values.items() if v is not None]
     out += _config_points(sid, runs, idents)
+    if calibration_sweeps(store, [sid]):  # an instrument, not a model: marked on every point
+        out = [Point(p.metric, p.value, {**p.attributes, "specfleet.calibration": True},
+                     p.resource) for p in out]
     return out
 
 

@@ -36,8 +36,9 @@ def parse_causes(text: str) -> tuple[str, ...]:
 
 def series_label(s: dict) -> str:
     d = s["series"]
+    # a calibration pair is an instrument: its miss is never read as a model's
     return f"{d['chip']} · {d['model_pair']} · {d['workload']} · {d['context_bucket']} · " \
-           f"{d['engine']}"
+           f"{d['engine']}" + (" · calibration pair" if s.get("calibration") else "")
 
 
 def judged_config(s: dict) -> dict | None:
@@ -171,7 +172,8 @@ def notify(url: str, a: dict, found: dict[str, list[str]], causes: tuple[str, ..
             "series": [{"series": s["series"], "stale": s["stale"],
                         "decision": s["verdict"]["text"],
                         "classification": (judged_config(s) or {}).get("classification"),
-                        "otel": [config_attributes(s["series"], c) for c in s["configs"]]}
+                        "otel": [config_attributes(s["series"], c, bool(s.get("calibration")))
+                                 for c in s["configs"]]}
                        for s in a["series"]]}
     data = json.dumps(body, default=str).encode()
     return post_within(url, data, attempts=attempts, timeout_s=timeout_s, backoff_s=backoff_s,

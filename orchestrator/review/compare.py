@@ -9,10 +9,11 @@ so two nodes, two weeks or two identities compare like for like and no two pairs
 Runs flagged unreliable are set aside and listed, never compared. The identity differences
 come first: they are the likeliest explanation of any difference below them.
 
-The unit is the run (one config on one node in one sweep: a night), not the repetition:
-nights differ more than repetitions do, and repetitions of one night share its state. Each
-run gives its median; the two sides' log medians are compared by Welch's t (ratio of
-geometric means, 95% interval, p), so a night's luck is not counted as many samples.
+The unit is the night (one config on one node, the median of that night's runs), not the
+repetition nor the sweep: nights differ more than repetitions do, and repetitions (and
+sweeps) of one night share its state. Each night gives its median; the two sides' log
+medians are compared by Welch's t (ratio of geometric means, 95% interval, p), so a night's
+luck is not counted as many samples.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Side:
     selector: str
     runs: list  # Run rows (reliable)
     set_aside: list
+    nights: dict | None = None  # run id → (node, the date of its sweep): the unit compared
 
 
 def _parse(selector: str) -> dict[str, str]:
@@ -70,7 +72,7 @@ def _parse(selector: str) -> dict[str, str]:
 
 def select_side(store: Store, selector: str) -> Side:
     filters = _parse(selector)
-    q = select(Run).join(Sweep, Sweep.id == Run.sweep_id)
+    q = select(Run, Sweep.created_at).join(Sweep, Sweep.id == Run.sweep_id)
     for key, value in filters.items():
         if key == "sweep":
             q = q.where(Run.sweep_id == value)
@@ -84,12 +86,14 @@ def select_side(store: Store, selector: str) -> Side:
     from sqlalchemy.orm import Session
 
     with Session(store.engine) as s:
-        rows = list(s.scalars(q))
+        got = list(s.execute(q))
         s.expunge_all()
-    if not rows:
+    if not got:
         raise ConfigError(f"{selector!r} selects no runs in the store")
+    rows = [r for r, _ in got]
     return Side(selector, [r for r in rows if not r.unreliable],
-                [r for r in rows if r.unreliable])
+                [r for r in rows if r.unreliable],
+                {r.id: (r.node, at.date()) for r, at in got})
 
 
 def _key(r, by_pair: bool) -> tuple:
@@ -106,9 +110,14 @@ def _values(runs: list, metric: str) -> list[float]:
             if v is not None]
 
 
-def _per_run(runs: list, metric: str) -> list[float]:
-    """One value per run (its repetitions' median): the unit compare tests."""
-    return [m for r in runs if (m := median(_values([r], metric))) is not None]
+def _per_run(runs: list, metric: str, nights: dict | None = None) -> list[float]:
+    """One value per night on a node (the median of its runs' medians): the unit compare
+    tests. Several sweeps of one night share its state; they are not several nights."""
+    by: dict = defaultdict(list)
+    for r in runs:
+        if (m := median(_values([r], metric))) is not None:
+            by[(nights or {}).get(r.id, r.id)].append(m)
+    return [m for vs in by.values() if (m := median(vs)) is not None]
 
 
 def night_ratio(a: list[float], b: list[float], level: float = 0.95) -> dict:
@@ -176,7 +185,8 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
         workload, bucket, engine, background, pair, mode, k, config_key = key
         config = config_label(mode, k, knobs_of_key(config_key))
         for metric in METRICS:
-            va, vb = _per_run(by_a.get(key, []), metric), _per_run(by_b.get(key, []), metric)
+            va = _per_run(by_a.get(key, []), metric, a.nights)
+            vb = _per_run(by_b.get(key, []), metric, b.nights)
             if not va and not vb:
                 continue
             row = {"workload": workload, "context_bucket": bucket,

@@ -54,6 +54,9 @@ def _rung(step: int, section: dict, c: dict, base: dict, top_memory: float | Non
             "memory_saved": top_memory - mem if top_memory and mem else None,
             "swap_peak": c.get("swap_peak"), "task_pass_change": quality,
             "runs": c["runs"] - c["unreliable"],
+            # the unit of evidence: several sweeps of one night are one night
+            "nights": min(c["runs"] - c["unreliable"],
+                          c.get("reliable_nights", c["runs"] - c["unreliable"])),
             "passes": c["mode"] == "baseline" or c.get("classification")
             == "production candidate", "failed_gates": failed,
             # each missed gate as the comparison it made ("speedup 0.94 < 1.16")
@@ -124,11 +127,11 @@ def _walk(group: list[dict]) -> dict | None:
     rungs.append(_rung(3, top, base, base, None))
     stop = next(i for i, r in enumerate(rungs) if r["passes"])
     # a walk over rungs with too few reliable runs is an indication, not the answer
-    thin = sorted({r["runs"] for r in rungs[:stop + 1] if r["runs"] < MIN_RUNS})
+    thin = sorted({r["nights"] for r in rungs[:stop + 1] if r["nights"] < MIN_RUNS})
     text = describe_stop(rungs[stop])
     if thin:
-        text = (f"provisional ({min(thin)} reliable run(s) behind a rung, {MIN_RUNS} "
-                f"needed): {text}")
+        text = (f"provisional ({min(thin)} night(s) of reliable runs behind a rung, "
+                f"{MIN_RUNS} needed): {text}")
     return {"target": top["series"]["model_pair"].split(" / ")[0], "rungs": rungs,
             "stop": stop, "text": text, "provisional": bool(thin),
             "members": [s["series"]["model_pair"] for s in group]}

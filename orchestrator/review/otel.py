@@ -29,10 +29,13 @@ def target_name(model_pair: str | None) -> str | None:
     return model_pair.split(" / ")[0] if model_pair else None
 
 
-def config_attributes(series: dict, config: dict) -> dict:
-    """One config of a series, as OTel GenAI attributes and its medians."""
+def config_attributes(series: dict, config: dict, calibration: bool = False) -> dict:
+    """One config of a series, as OTel GenAI attributes and its medians; ``calibration``:
+    the series is a calibration pair (an instrument, not a model), marked so a dashboard
+    that sees only the attributes never shows it as a model."""
     speculative = config["mode"] == "speculative"
     return {
+        **({"specfleet.calibration": True} if calibration else {}),
         "gen_ai.provider.name": provider_name(series.get("engine")),
         "gen_ai.request.model": target_name(series.get("model_pair")),
         "gen_ai.operation.name": operation_name(series.get("engine")),
@@ -63,5 +66,5 @@ def annotate(a: dict) -> dict:
     """The analysis with an ``otel`` block on each config (for the JSON export)."""
     for s in a["series"]:
         for c in s.get("configs") or []:
-            c["otel"] = config_attributes(s["series"], c)
+            c["otel"] = config_attributes(s["series"], c, bool(s.get("calibration")))
     return a

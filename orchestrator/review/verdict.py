@@ -3,8 +3,8 @@ numbers may not transfer.
 
 Precedence (the first that holds is the verdict):
 1. **needs more data** — no reliable baseline this week or no reliable speculative config
-   (with fewer than ``MIN_RUNS`` reliable runs behind the config it is judged by, the
-   decision below is given *provisional* with the count instead);
+   (with fewer than ``MIN_RUNS`` nights of reliable runs behind the config it is judged by,
+   the decision below is given *provisional* with the count instead);
 2. **production candidate at draft width K** — the fastest config that passes every gate;
 3. **keep autoregressive** — no width is faster than the baseline, or speculation changed
    the output at every width, or acceptance failed (the low-acceptance rule) at every width;
@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .configs import NOT_SAMPLING
+from .configs import NOT_SAMPLING, sampling_key
 
 MIN_RUNS = 3
 DECISIONS = ("production candidate", "graded fallback", "keep autoregressive",
@@ -79,6 +79,10 @@ def gate_text(name: str, val: Any, gates: dict) -> str:
         what, op, limit, unit = cmp[name]
         v, lim = shown(val, limit, op, 1 if unit else 2)
         return f"{what} {v}{unit} {op} {lim}{unit}"
+    if name == "task_pass_rate" and isinstance(val, (int, float)):
+        # the size of the change as the gate compared it (|change| > tolerance)
+        v, lim = shown(abs(val), gates["task_pass_tolerance"], ">", 1, 100)
+        return f"task pass rate {'-' if val < 0 else '+'}{v}% vs the baseline, beyond ±{lim}%"
     return {
         "exact": "output differs from the baseline",
         "streaming_parity": f"{val} streaming parity mismatches",
@@ -194,17 +198,19 @@ def _decide(section: dict, facts: dict | None = None) -> dict:
         out.update(text=f"needs more data: no reliable run at {_width(judged)}, {MIN_RUNS} "
                         "needed", evidence=_describe(judged, gates), k=judged["k"])
         return out
-    if have < MIN_RUNS:
-        # the decision the nights so far point to, marked with its count (the night stays
-        # the unit of evidence), rather than "needs more data" until the third night
-        out["provisional"] = {"nights": have, "needed": MIN_RUNS}
+    # the night is the unit of evidence: three sweeps of one night are one night
+    nights = min(have, judged.get("reliable_nights", have))
+    if nights < MIN_RUNS:
+        # the decision the nights so far point to, marked with its count, rather than
+        # "needs more data" until the third night
+        out["provisional"] = {"nights": nights, "needed": MIN_RUNS}
     if passing:
         out.update(decision="production candidate", k=judged["k"],
                    enable={"num_draft_tokens": judged["k"], "config": judged.get("knobs") or {}},
                    text=f"production candidate at {_width(judged)}",
                    evidence=_describe(judged, gates) + "; passes every gate")
         return out
-    no_gain = fastest["speedup"] < 1.0
+    no_gain = fastest["speedup"] <= 1.0  # exactly the baseline's rate is no gain either
     changed = all(c["exact"] is False for c in spec)
     failed = all(c["gates"].get("not_failed", {}).get("passed") is False for c in spec)
     if no_gain or changed or failed:
@@ -259,9 +265,12 @@ def policy(a: dict, calibration: bool = False) -> dict:
                    "ladder_step": measured["step"], **measured["to"]}
         on = use is not None
         k = use["num_draft_tokens"] if use else None
+        # step 1 may only shrink to a width that passed every gate at the settings served
+        served = sampling_key(use["config"]) if use and use.get("config") else None
         widths = sorted({c["k"] for c in s.get("configs") or [] if c["mode"] == "speculative"
                          and not c["set_aside"] and c.get("classification")
-                         == "production candidate"})
+                         == "production candidate"
+                         and (served is None or c.get("sampling") == served)})
         narrower = [w for w in widths if on and w < k]
         ladder = []
         if on:

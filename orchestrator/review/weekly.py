@@ -218,6 +218,7 @@ class ConfigStats:
     sampling: str = ""                  # the sampling settings it shares with its baseline
     knob_text: str = ""                 # " · temperature 0.7": settings away from defaults
     tpot_p50: float | None = None       # ms: median over requests of (E2E − TTFT)/(tokens − 1)
+    reliable_nights: int = 0            # nights with a reliable run: the unit of evidence
 
 
 def _tpots(runs: list[RunRow]) -> list[float]:
@@ -275,7 +276,8 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         task_pass_rate=median(rates) if rates else None, trials=len(dec),
         config_id=first.cid.key, label=config_label(first.mode, first.k, first.config),
         knobs=first.config, sampling=first.sampling, knob_text=knob_suffix(first.config),
-        tpot_p50=median(_tpots(runs)))
+        tpot_p50=median(_tpots(runs)),
+        reliable_nights=len({r.at.date() for r in runs if not r.shaky}))
 
 
 # Gates compare measured medians with declared limits: a value exactly at its limit passes
@@ -401,13 +403,21 @@ def quality_rates(store: Store, sweep_ids: list[str]) -> dict:
 
 
 def _per_run(runs: list[RunRow], metric: str) -> list[float]:
-    return [m for r in runs if (m := median([v for v in (r.summary.get("values") or {}).get(
-        metric) or [] if v is not None])) is not None]
+    """One value a night on a node: the median of that night's run medians (several sweeps
+    of one night share its state: one sample, not several)."""
+    nights: dict[tuple, list[float]] = defaultdict(list)
+    for r in runs:
+        m = median([v for v in (r.summary.get("values") or {}).get(metric) or []
+                    if v is not None])
+        if m is not None:
+            nights[(r.node, r.at.date())].append(m)
+    return [m for ms in nights.values() if (m := median(ms)) is not None]
 
 
 def regression(now: list[RunRow], then: list[RunRow], metric: str = "decode_tok_s",
                per_night: bool = False) -> dict:
-    """``per_night``: compare each run's median (one value a night) instead of repetitions."""
+    """``per_night``: compare one value a night (the median of its runs' medians) instead
+    of repetitions."""
     pick = _per_run if per_night else _vals
     a, b = pick(then, metric), pick(now, metric)
     if not a or not b:
