@@ -38,6 +38,8 @@ METRICS: dict[str, str] = {
     "load_saturated_at": "the first saturated load level",
     "busy_itl_p99_ratio": "ITL p99 beside a background profile over idle",
 }
+# metrics holding text: evidence and actions may show them, a condition cannot compare them
+TEXT_METRICS = frozenset({"best_config", "best_label"})
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,15 @@ def _known_metrics(r: dict, tree: ast.Expression, path: Path) -> None:
         raise ConfigError(f"rule {r['id']}: evidence must be a list of metric names",
                           str(path), line_of(r, "evidence"))
     named = [("when", n.id) for n in ast.walk(tree) if isinstance(n, ast.Name)]
+    # a condition compares numbers: text there raises TypeError in the review, or never fires
+    for n in ast.walk(tree):
+        text = n.id if isinstance(n, ast.Name) and n.id in TEXT_METRICS else (
+            repr(n.value) if isinstance(n, ast.Constant)
+            and not isinstance(n.value, (int, float)) else None)
+        if text is not None:
+            raise ConfigError(f"rule {r['id']}: when compares numbers; {text} is not one "
+                              f"(name {', '.join(sorted(TEXT_METRICS))} in evidence or the action)",
+                              str(path), line_of(r, "when"))
     named += [("evidence", str(m)) for m in evidence]
     named += [("action", m) for m in re.findall(r"\{(\w+)\}", str(r["action"]))]
     for key, name in named:
