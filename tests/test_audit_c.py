@@ -34,3 +34,131 @@ def test_numeric_rules_still_load_and_fire(tmp_path):
     (rule,) = load_rules(path)
     assert [f["rule"] for f in fire([rule], {"best_speedup": 0.9, "candidates": 0})] == ["ok"]
     assert fire([rule], {"best_speedup": 1.1, "candidates": 0}) == []
+
+
+# -- knobs: declared but never applied ------------------------------------------------------
+
+def _plan(model_pair, tmp_path, sweep_lines: str):
+    from tests.locks import plan_text
+
+    path = tmp_path / "plan.yml"
+    text = plan_text(model_pair, widths=(2,)).replace(
+        "  knobs: {num_draft_tokens: [2]}", sweep_lines)
+    path.write_text(text)
+    return path, text
+
+
+@pytest.mark.parametrize("sweep, where, needs", [
+    ("  knobs: {num_draft_tokens: [2]}\n  base: {top_p: 0.5}", "sweep.base.top_p",
+     "temperature > 0"),
+    ("  knobs: {top_k: [5, 10]}", "sweep.knobs.top_k", "temperature > 0"),
+    ("  knobs: {num_draft_tokens: [2]}\n  base: {temperature: 1.0, min_tokens_to_keep: 5}",
+     "sweep.base.min_tokens_to_keep", "min_p > 0"),
+    ("  knobs: {num_draft_tokens: [2]}\n  base: {temperature: 1.0, xtc_threshold: 0.3}",
+     "sweep.base.xtc_threshold", "xtc_probability > 0"),
+    ("  knobs: {kv_group_size: [32, 128]}", "sweep.knobs.kv_group_size", "kv_bits set"),
+    ("  knobs: {num_draft_tokens: [2]}\n  base: {quantized_kv_start: 0}",
+     "sweep.base.quantized_kv_start", "kv_bits set"),
+    ("  knobs: {num_draft_tokens: [2]}\n  baseline: {presence_context_size: 5}",
+     "sweep.baseline.presence_context_size", "presence_penalty set"),
+    # one knob at a time around the base: the top_p configs run at the base's temperature 0
+    ("  knobs: {temperature: [0.7], top_p: [0.5]}", "sweep.knobs.top_p", "temperature > 0"),
+])
+def test_a_knob_the_engine_would_ignore_is_refused_at_lock(model_pair, tmp_path, sweep,
+                                                           where, needs):
+    """Before: each of these locked, ran, and was stored and labelled as its own config
+    (``top_p 0.5``), though mlx-lm's greedy sampler (temperature 0) takes no top_p and an
+    unquantised cache no group size: declared, never applied."""
+    from orchestrator.sweep.plan import load_plan
+
+    path, text = _plan(model_pair, tmp_path, sweep)
+    name = where.rsplit(".", 1)[1]
+    line = next(i for i, t in enumerate(text.splitlines(), 1)
+                if f"{name}:" in t and t.strip().startswith(("knobs", "base", "baseline")))
+    with pytest.raises(ConfigError, match=rf"{where}: {name} acts only with {needs}") as e:
+        load_plan(path)
+    assert (e.value.path, e.value.line) == (str(path), line)
+
+
+@pytest.mark.parametrize("sweep", [
+    "  knobs: {num_draft_tokens: [2]}\n  base: {temperature: 0.7, top_p: 0.5}",
+    # sweeping the prerequisite itself compares with and without the knob acting: allowed
+    "  knobs: {temperature: [0.0, 0.7]}\n  base: {top_p: 0.5}",
+    "  knobs: {kv_group_size: [32]}\n  base: {kv_bits: 4, quantized_kv_start: 0}",
+    "  knobs: {num_draft_tokens: [3], kv_bits: [4, 8]}\n  base: {quantized_kv_start: 0}",
+    "  knobs: {num_draft_tokens: [2]}\n  base: {repetition_penalty: 1.3, "
+    "repetition_context_size: 8}",
+])
+def test_knobs_with_their_prerequisite_still_lock(model_pair, tmp_path, sweep):
+    from orchestrator.sweep.plan import load_plan
+
+    path, _ = _plan(model_pair, tmp_path, sweep)
+    load_plan(path)
+
+
+def test_the_refused_combination_is_one_mlx_lm_ignores(model_pair):
+    """The planted answer behind the refusal: at temperature 0, top_p 0.05 and top_k 1
+    give token for token the output without them (at temperature 1.5 they do not)."""
+    from mlx_lm import load
+
+    from agent.generation import generate_trace
+
+    target, tok = load(str(model_pair / "target"))
+    ids = tok.encode("def fibonacci(n):\n    return n\n" * 4)
+
+    def tokens(cfg):
+        return generate_trace(target, tok, ids, cfg, 24).token_ids
+
+    assert tokens({"top_p": 0.05, "top_k": 1}) == tokens({})
+    assert tokens({"temperature": 1.5, "top_p": 0.05}) != tokens({"temperature": 1.5})
+
+
+def _valid(knob):
+    from hypothesis import strategies as st
+
+    from agent.protocol import KNOBS
+
+    cands = {"temperature": [0.0, 0.5], "top_k": [0, 5], "top_p": [1.0, 0.5],
+             "min_p": [0.0, 0.2], "xtc_probability": [0.0, 0.5], "xtc_threshold": [0.1, 0.3],
+             "min_tokens_to_keep": [1, 3], "repetition_penalty": [None, 1.2],
+             "presence_penalty": [None, 0, 0.5], "frequency_penalty": [None, 0, 0.5],
+             "repetition_context_size": [20, 5], "presence_context_size": [20, 5],
+             "frequency_context_size": [20, 5]}[knob]
+    assert all(KNOBS[knob].check(v) for v in cands)
+    return st.sampled_from(cands)
+
+
+def test_inert_knobs_match_what_mlx_lm_builds():
+    """For any sampler/logits config: a sampler knob is flagged as needing temperature
+    exactly when mlx-lm builds its greedy sampler, and a context size exactly when its
+    penalty builds no processor."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from mlx_lm.sample_utils import greedy_sampler, make_logits_processors, make_sampler
+
+    from agent.generation import mlx_arguments
+    from agent.protocol import KNOB_DEFAULTS, inert_knobs
+
+    names = ["temperature", "top_k", "top_p", "min_p", "xtc_probability", "xtc_threshold",
+             "min_tokens_to_keep", "repetition_penalty", "presence_penalty",
+             "frequency_penalty", "repetition_context_size", "presence_context_size",
+             "frequency_context_size"]
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.fixed_dictionaries({n: _valid(n) for n in names}))
+    def check(cfg):
+        flagged = {(k, needs) for k, needs, _ in inert_knobs(cfg)}
+        sampler, logits, _, _ = mlx_arguments(cfg, speculative=False)
+        greedy = make_sampler(**sampler) is greedy_sampler
+        for k in ("top_k", "top_p", "min_p", "xtc_probability", "xtc_threshold",
+                  "min_tokens_to_keep"):
+            assert ((k, "temperature") in flagged) == (greedy and cfg[k] != KNOB_DEFAULTS[k])
+        for p in ("repetition", "presence", "frequency"):
+            alone = {f"{p}_penalty": cfg[f"{p}_penalty"],
+                     f"{p}_context_size": cfg[f"{p}_context_size"]}
+            _, lg, _, _ = mlx_arguments(alone, speculative=False)
+            off = not make_logits_processors(**lg)
+            k = f"{p}_context_size"
+            assert ((k, f"{p}_penalty") in flagged) == (off and cfg[k] != KNOB_DEFAULTS[k])
+
+    check()

@@ -249,6 +249,33 @@ def _check_knobs(data: dict, path: Path) -> None:
                 v != KNOB_DEFAULTS[k] for v in values) else None
             if why:
                 raise ConfigError(f"{where}: {why}", str(path), line)
+    _check_inert(sweep, path)
+
+
+def _check_inert(sweep: dict, path: Path) -> None:
+    """Every config the sweep runs (one knob at a time around the base, and each one's
+    baseline) applies every knob it declares: a knob whose own prerequisite is off there
+    (top_p at temperature 0) is refused, unless the base sets it and the sweep varies that
+    prerequisite (temperature [0, 0.7], or kv_bits [4, 8] around a base quantized_kv_start:
+    it acts in those configs)."""
+    from agent.protocol import inert_knobs
+
+    base, baseline = sweep.get("base") or {}, sweep.get("baseline") or {}
+    knobs = {k: v for k, v in (sweep.get("knobs") or {}).items() if isinstance(v, list)}
+    runs = [(k, {**base, k: v}) for k, values in knobs.items() for v in values] or \
+        [(None, dict(base))]
+    for swept, cfg in runs:
+        for part, block, config in (("base", base, cfg),
+                                    ("baseline", baseline, {**cfg, **baseline})):
+            for name, needs, why in inert_knobs(config):
+                if needs == swept or (name != swept and needs in knobs):
+                    continue
+                if name == swept and part == "base":
+                    raise ConfigError(f"sweep.knobs.{name}: {why}", str(path),
+                                      line_of(sweep["knobs"], name))
+                if name in block:
+                    raise ConfigError(f"sweep.{part}.{name}: {why}", str(path),
+                                      line_of(block, name))
 
 
 # -- platforms a lock resolves wheels for ------------------------------------------
