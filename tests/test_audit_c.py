@@ -162,3 +162,26 @@ def test_inert_knobs_match_what_mlx_lm_builds():
             assert ((k, f"{p}_penalty") in flagged) == (off and cfg[k] != KNOB_DEFAULTS[k])
 
     check()
+
+
+@pytest.mark.xfail(strict=True, reason="open: kv_bits with mlx-lm's default quantized_kv_start "
+                   "(5000) never quantises a generation shorter than 5000 positions, and "
+                   "nothing refuses or marks it; a fix needs the prompt lengths in tokens at "
+                   "lock (or a per-generation 'cache quantised' field from the agent)")
+def test_kv_bits_that_never_takes_effect_is_refused_or_marked(model_pair, tmp_path):
+    """The issue's own example, `kv_bits: [4, 8]`, on 32-token generations of short prompts:
+    the planted answer is that mlx-lm keeps the cache unquantised (same bytes as no
+    kv_bits), so the sweep would store and label kv_bits 4 and 8 as measured trade-offs."""
+    from mlx_lm import load
+
+    from agent.generation import generate_trace
+    from orchestrator.sweep.plan import load_plan
+
+    target, tok = load(str(model_pair / "target"))
+    ids = tok.encode("def fibonacci(n):\n    return n\n" * 4)
+    sizes = {b: generate_trace(target, tok, ids, {"kv_bits": b}, 32).fields["kv_cache_bytes"]
+             for b in (None, 4, 8)}
+    assert sizes[4] == sizes[8] == sizes[None]  # declared 4 and 8 bits, applied neither
+    path, _ = _plan(model_pair, tmp_path, "  knobs: {num_draft_tokens: [3], kv_bits: [4, 8]}")
+    with pytest.raises(ConfigError, match="quantized_kv_start"):
+        load_plan(path)
