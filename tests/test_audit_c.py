@@ -185,3 +185,27 @@ def test_kv_bits_that_never_takes_effect_is_refused_or_marked(model_pair, tmp_pa
     path, _ = _plan(model_pair, tmp_path, "  knobs: {num_draft_tokens: [3], kv_bits: [4, 8]}")
     with pytest.raises(ConfigError, match="quantized_kv_start"):
         load_plan(path)
+
+
+# -- OTLP export: an answer that is not a success ------------------------------------------
+
+def test_a_partial_success_is_not_reported_as_an_export(sqlite_url):
+    """Before: a collector answering 200 with partial_success (5 of 18 points rejected)
+    left `export` returning its ExportResult as if all had arrived (the SDK's exporter
+    counts any 200 as success). Now: a clear ExportError naming the count and the reason."""
+    from orchestrator.export.otlp import ExportError, export
+    from orchestrator.export.points import Selection
+    from orchestrator.store import open_store
+    from tests.otlp_receiver import Receiver
+    from tests.test_otlp_export import plant
+
+    store = open_store(sqlite_url)
+    sid = plant(store)
+    with Receiver() as r:
+        whole = export(store, Selection(sweep_ids=[sid]), r.url)
+        r.partial = (5, "too many attributes")
+        with pytest.raises(ExportError, match=rf"rejected 5 of {whole.data_points} data "
+                                              r"points \(too many attributes\)\. Nothing in "
+                                              "the store changed"):
+            export(store, Selection(sweep_ids=[sid]), r.url)
+        assert r.requests == 2
