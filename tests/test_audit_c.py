@@ -209,3 +209,31 @@ def test_a_partial_success_is_not_reported_as_an_export(sqlite_url):
                                               "the store changed"):
             export(store, Selection(sweep_ids=[sid]), r.url)
         assert r.requests == 2
+
+
+@pytest.mark.parametrize("mode, k", [("speculative", 3), ("baseline", 0)])
+def test_two_http_variants_of_one_width_are_not_pooled_in_the_export(sqlite_url, mode, k):
+    """Two variants of one runtime at one width, differing only in their server command
+    (e.g. a quantised KV cache set at start-up): their config differs in ``variant``, but
+    the label skips it, so every attribute matched and the SDK folded both variants'
+    requests into one histogram point (TTFT 40 ms and 400 ms as one count-2 point)."""
+    from datetime import datetime, timezone
+
+    from orchestrator.export.otlp import export
+    from orchestrator.export.points import TTFT, Selection
+    from orchestrator.store import open_store
+    from tests.history import event_config, generation, ingest_lines, new_sweep
+    from tests.otlp_receiver import Receiver
+
+    store = open_store(sqlite_url)
+    at = datetime(2026, 11, 24, 2, 0, tzinfo=timezone.utc)
+    sid = new_sweep(store, at)
+    gens = [generation(mode, k, config={**event_config(mode, k), "variant": v},
+                       variant=v, engine="http", runtime="llama-server", ttft_ms=ttft,
+                       e2e_ms=ttft + 310.0, generated_tokens=32)
+            for v, ttft in (("llama-kv-q8", 40.0), ("llama-kv-f16", 400.0))]
+    ingest_lines(store, sid, "mac-a", gens, at.timestamp())
+    with Receiver() as r:
+        export(store, Selection(sweep_ids=[sid]), r.url)
+    ttft = sorted((p.count, p.sum) for p in r.points if p.metric == TTFT)
+    assert ttft == [(1, pytest.approx(0.04)), (1, pytest.approx(0.4))]

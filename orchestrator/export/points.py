@@ -177,7 +177,10 @@ def _common(sid: str, run: Run | None, payload: dict, ident: dict, workload: str
         "specfleet.speculative": mode == "speculative",
         WIDTH: k if mode == "speculative" else 0,
         "specfleet.config": config_label(mode, k, config)}
-    for name, v in (("specfleet.context_bucket", context_bucket),
+    # an http variant is a config of its own (its server command), yet the label omits it:
+    # without it two variants of one width would share every attribute and be pooled
+    for name, v in (("specfleet.variant", (config or {}).get("variant")),
+                    ("specfleet.context_bucket", context_bucket),
                     ("specfleet.pair", result_pair(payload)),
                     ("specfleet.background", run.background if run else None)):
         if v is not None:
