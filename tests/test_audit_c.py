@@ -237,3 +237,42 @@ def test_two_http_variants_of_one_width_are_not_pooled_in_the_export(sqlite_url,
         export(store, Selection(sweep_ids=[sid]), r.url)
     ttft = sorted((p.count, p.sum) for p in r.points if p.metric == TTFT)
     assert ttft == [(1, pytest.approx(0.04)), (1, pytest.approx(0.4))]
+
+
+# -- Grafana: the dashboard's series must not pool configs --------------------------------
+
+@pytest.mark.postgres
+def test_the_dashboard_keeps_configs_that_differ_in_a_knob_apart(pg_url):
+    """One node, one pair, one sweep: speculative k=3 at kv_bits 4 (decode 100 tok/s) and at
+    kv_bits 8 (200 tok/s), and two http-free model pairs' baselines (60 and 90 tok/s).
+    Before: the dashboard's series were `node · mode k=width`, so its decode panel drew one
+    line at the median of both kv_bits configs (150) and one of both pairs (75)."""
+    import json
+    import re
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    from sqlalchemy import text
+
+    from orchestrator.store import open_store
+    from tests.history import event_config, generation, ingest_lines, new_sweep
+    from tests.test_grafana_views import _grafana
+
+    store = open_store(pg_url)
+    at = datetime(2026, 11, 24, 2, 0, tzinfo=timezone.utc)
+    sid = new_sweep(store, at)
+    gens = [generation("speculative", 3, {"kv_bits": b}, decode_tok_s=v, knob="kv_bits",
+                       knob_value=b)
+            for b, v in ((4, 100.0), (8, 200.0)) for _ in range(2)]
+    gens += [generation("baseline", 0, lineup=f"{t}+draft", decode_tok_s=v)
+             for t, v in (("target", 60.0), ("target-2", 90.0)) for _ in range(2)]
+    ingest_lines(store, sid, "mac-a", gens, at.timestamp())
+    root = Path(__file__).resolve().parents[1]
+    dash = json.loads((root / "docs" / "grafana-dashboard.json").read_text())
+    (panel,) = [p for p in dash["panels"] if p["title"].startswith("Decode tok/s")]
+    with store.engine.connect() as c:
+        got = c.execute(text(_grafana(panel["targets"][0]["rawSql"]))).mappings().all()
+    values = sorted(r["decode_tok_s_p50"] for r in got)
+    assert values == [60.0, 90.0, 100.0, 200.0]
+    labels = {r["metric"] for r in got}
+    assert len(labels) == 4 and any(re.search("kv_bits.{0,4}4", m) for m in labels)
