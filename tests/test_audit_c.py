@@ -255,7 +255,7 @@ def test_the_dashboard_keeps_configs_that_differ_in_a_knob_apart(pg_url):
     from sqlalchemy import text
 
     from orchestrator.store import open_store
-    from tests.history import event_config, generation, ingest_lines, new_sweep
+    from tests.history import generation, ingest_lines, new_sweep
     from tests.test_grafana_views import _grafana
 
     store = open_store(pg_url)
