@@ -5,10 +5,15 @@ Each test plants an input with a known right answer; the ones still wrong are ma
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from orchestrator.errors import ConfigError
 from orchestrator.review.rules import fire, load_rules
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # -- rules: a `when` that loads but cannot be evaluated ------------------------------------
 
@@ -276,3 +281,43 @@ def test_the_dashboard_keeps_configs_that_differ_in_a_knob_apart(pg_url):
     assert values == [60.0, 90.0, 100.0, 200.0]
     labels = {r["metric"] for r in got}
     assert len(labels) == 4 and any(re.search("kv_bits.{0,4}4", m) for m in labels)
+
+
+@pytest.mark.postgres
+def test_a_config_set_aside_as_a_whole_is_marked_in_the_view(pg_url):
+    """A config whose decode rate varied too much (its config_summary unreliable, CV 30%)
+    is set aside by the review and marked by the OTLP export, though each generation was
+    fine alone. Before: grafana_measurements said unreliable = false for its generations,
+    so the dashboard's "reliable generations" panel drew them (decode 300 tok/s)."""
+    from sqlalchemy import text
+
+    from tests.history import config_values, generation, ingest_lines, night
+    from tests.test_grafana_views import _grafana
+    from tests.test_otlp_export import AT
+
+    store = open_store_pg(pg_url)
+    why = "decode tok/s CV 30% ≥ 10%: rerun with more repetitions"
+    sid = night(store, AT, node="mac-a", chip="Apple M2", pair="gemma / gemma-draft",
+                workload="code", configs={("speculative", 3): config_values(300.0)},
+                unreliable=why)
+    night(store, AT, node="mac-a", chip="Apple M2", pair="gemma / gemma-draft",
+          workload="code", configs={("baseline", 0): config_values(100.0)}, sweep_id=sid)
+    ingest_lines(store, sid, "mac-a", [generation("speculative", 3, decode_tok_s=300.0),
+                                       generation("baseline", 0, decode_tok_s=100.0)],
+                 AT.timestamp())
+    with store.engine.connect() as c:
+        rows = c.execute(text("SELECT mode, unreliable, unreliable_reasons "
+                              "FROM grafana_measurements ORDER BY mode")).mappings().all()
+        assert [(r["mode"], r["unreliable"]) for r in rows] == [("baseline", False),
+                                                               ("speculative", True)]
+        assert why in rows[1]["unreliable_reasons"]
+        dash = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+        (panel,) = [p for p in dash["panels"] if p["title"].startswith("Decode tok/s")]
+        got = c.execute(text(_grafana(panel["targets"][0]["rawSql"]))).mappings().all()
+    assert [r["decode_tok_s_p50"] for r in got] == [100.0]
+
+
+def open_store_pg(url):
+    from orchestrator.store import open_store
+
+    return open_store(url)

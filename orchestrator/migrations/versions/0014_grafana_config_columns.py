@@ -4,6 +4,9 @@ Why: the view named a config by mode, width, one swept knob and temperature only
 configs differing in any other setting (kv_bits 4 vs 8 in base, an http variant's server
 command) looked alike and the dashboard's series pooled them. ``config`` is the config as
 the generation's event recorded it (every knob, the variant); ``variant`` the http variant.
+And ``unreliable`` now also marks a generation whose config was set aside as a whole (its
+config_summary unreliable: a decode rate too variable), as the review and the OTLP export
+do; ``unreliable_reasons`` then adds the config's reasons.
 
 Revision ID: 0014
 Revises: 0013
@@ -36,13 +39,31 @@ _COLUMNS = ("AS unreliable_reasons,\n  e.payload::json ->> 'config' AS config,"
             "\n  e.payload::json ->> 'variant' AS variant\nFROM measurements m")
 
 
+# the generation's run (its config on its node in its sweep): set aside as a whole or not
+_EDITS = (
+    ("COALESCE(m.unreliable, false) AS unreliable",
+     "(COALESCE(m.unreliable, false) OR COALESCE(r.unreliable, false)) AS unreliable"),
+    ("m.unreliable_reasons::text AS unreliable_reasons",
+     "CASE WHEN COALESCE(r.unreliable, false) THEN (COALESCE(m.unreliable_reasons::jsonb, "
+     "'[]'::jsonb) || COALESCE(r.summary::jsonb -> 'unreliable_reasons', '[]'::jsonb))::text "
+     "ELSE m.unreliable_reasons::text END AS unreliable_reasons"),
+    (_TAIL, _COLUMNS),
+    ("LEFT JOIN sweep_nodes sn",
+     "LEFT JOIN runs r ON r.sweep_id = m.sweep_id AND r.node = m.node "
+     "AND r.workload = m.workload AND r.mode = m.mode AND r.pair IS NOT DISTINCT FROM m.pair "
+     "AND r.config::jsonb = (e.payload::json -> 'config')::jsonb\nLEFT JOIN sweep_nodes sn"),
+)
+
+
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    old = _view_0013()
-    assert old.count(_TAIL) == 1
+    view = _view_0013()
+    for before, after in _EDITS:
+        assert view.count(before) == 1, before
+        view = view.replace(before, after)
     op.execute("DROP VIEW IF EXISTS grafana_measurements")
-    op.execute(old.replace(_TAIL, _COLUMNS))
+    op.execute(view)
 
 
 def downgrade() -> None:
