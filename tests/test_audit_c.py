@@ -321,3 +321,33 @@ def open_store_pg(url):
     from orchestrator.store import open_store
 
     return open_store(url)
+
+
+@pytest.mark.parametrize("sweep, where", [
+    ("  knobs: {kv_group_size: [32, 128]}\n  base: {kv_bits: 4, quantized_kv_start: 0}",
+     "sweep.knobs.kv_group_size"),
+    ("  knobs: {num_draft_tokens: [3]}\n  base: {kv_bits: 4, kv_group_size: 128, "
+     "quantized_kv_start: 0}", "sweep.base.kv_group_size"),
+])
+def test_a_group_size_that_does_not_divide_the_head_size_is_refused_at_lock(
+        model_pair, tmp_path, sweep, where):
+    """The demo target's heads are 64 wide (hidden 256 / 4 heads). Before: kv_group_size
+    128 locked, and then every generation failed on the node with mlx's "[quantize] The
+    last dimension of the matrix needs to be divisible by the quantization group size"."""
+    from mlx_lm import load
+
+    from agent.generation import generate_trace
+    from orchestrator.sweep.plan import load_plan
+
+    target, tok = load(str(model_pair / "target"))
+    with pytest.raises(ValueError, match="divisible by the quantization group size 128"):
+        generate_trace(target, tok, tok.encode("def f(x):"),
+                       {"kv_bits": 4, "kv_group_size": 128, "quantized_kv_start": 0}, 4)
+    path, text = _plan(model_pair, tmp_path, sweep)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "128" in t)
+    with pytest.raises(ConfigError, match=rf"{where}: 128 does not divide the target's "
+                                          r"attention head size 64") as e:
+        load_plan(path)
+    assert e.value.line == line
+    path, _ = _plan(model_pair, tmp_path, sweep.replace("128", "64"))
+    load_plan(path)  # a divisor locks

@@ -162,6 +162,7 @@ def load_plan(path: str | Path) -> Plan:
                           f"{', '.join(VERIFY_MAX_AGE_S)}", str(path),
                           line_of(data["models"], "verify"))
     _check_knobs(data, path)
+    _check_group_size(pair, data, path)
     if len(lineup) > 1 and (data.get("engine") or data.get("soak")):
         raise ConfigError("models: a lineup (several targets or drafts) is swept in process; "
                           + ("an http engine's variants start their own models: declare one "
@@ -217,6 +218,40 @@ def _check_vocabularies(target: Path, draft: Path, path: Path, data: dict) -> No
                           f"({'; '.join(diff)}); speculative decoding needs one vocabulary, "
                           "or nearly every drafted token is rejected: choose a draft of the "
                           "target's family", str(path), line_of(data["models"], "draft"))
+
+
+def _head_dim(folder: Path) -> int | None:
+    """The attention head size the KV cache's last axis has (None: not readable)."""
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+        return int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+def _check_group_size(pair: dict[str, Path], data: dict, path: Path) -> None:
+    """A quantised KV cache is quantised in groups along the head axis: a group size that
+    does not divide a model's head size fails every generation on the node (mlx's
+    quantize), so it is refused here with its line."""
+    sweep = data.get("sweep") or {}
+    sections = [(s, sweep.get(s) or {}) for s in ("base", "knobs", "baseline")]
+    kv_bits = [v for _, b in sections for v in (b.get("kv_bits") if isinstance(
+        b.get("kv_bits"), list) else [b.get("kv_bits")]) if v is not None]
+    if not kv_bits:
+        return
+    for section, block in sections:
+        sizes = block.get("kv_group_size", 64 if section == "base" else None)
+        for g in sizes if isinstance(sizes, list) else [sizes]:
+            for role, folder in pair.items():
+                dim = _head_dim(folder)
+                if isinstance(g, int) and dim and dim % g:
+                    line = line_of(block, "kv_group_size") if "kv_group_size" in block \
+                        else line_of(sweep, "base" if "base" in sweep else "knobs")
+                    raise ConfigError(
+                        f"sweep.{section}.kv_group_size: {g} does not divide the {role}'s "
+                        f"attention head size {dim} ({folder}): mlx cannot quantise its KV "
+                        "cache in groups of that size; choose a divisor of it", str(path),
+                        line)
 
 
 def _check_knobs(data: dict, path: Path) -> None:
