@@ -235,13 +235,14 @@ def _check_group_size(pair: dict[str, Path], data: dict, path: Path) -> None:
     quantize), so it is refused here with its line."""
     sweep = data.get("sweep") or {}
     sections = [(s, sweep.get(s) or {}) for s in ("base", "knobs", "baseline")]
-    kv_bits = [v for _, b in sections for v in (b.get("kv_bits") if isinstance(
-        b.get("kv_bits"), list) else [b.get("kv_bits")]) if v is not None]
-    if not kv_bits:
+    def values(block: dict, name: str, default: Any = None) -> list:
+        v = block.get(name, default)
+        return v if isinstance(v, list) else [v]
+
+    if all(v is None for _, b in sections for v in values(b, "kv_bits")):
         return
     for section, block in sections:
-        sizes = block.get("kv_group_size", 64 if section == "base" else None)
-        for g in sizes if isinstance(sizes, list) else [sizes]:
+        for g in values(block, "kv_group_size", 64 if section == "base" else None):
             for role, folder in pair.items():
                 dim = _head_dim(folder)
                 if isinstance(g, int) and dim and dim % g:
