@@ -351,3 +351,28 @@ def test_a_group_size_that_does_not_divide_the_head_size_is_refused_at_lock(
     assert e.value.line == line
     path, _ = _plan(model_pair, tmp_path, sweep.replace("128", "64"))
     load_plan(path)  # a divisor locks
+
+
+def test_an_export_names_why_a_config_was_set_aside(sqlite_url):
+    """A config set aside for a decode rate too variable (each trial fine alone): its
+    requests and its width/speedup points carry specfleet.set_aside with that reason.
+    Before: "unreliable: every trial of its config", which is not what happened."""
+    from orchestrator.export.otlp import export
+    from orchestrator.export.points import TTFT, WIDTH, Selection
+    from orchestrator.store import open_store
+    from tests.history import config_values, generation, ingest_lines, night
+    from tests.otlp_receiver import Receiver
+    from tests.test_otlp_export import AT
+
+    store = open_store(sqlite_url)
+    why = "decode tok/s CV 30% ≥ 10%: rerun with more repetitions"
+    sid = night(store, AT, node="mac-a", chip="Apple M2", pair="gemma / gemma-draft",
+                workload="code", configs={("speculative", 3): config_values(300.0)},
+                unreliable=why)
+    ingest_lines(store, sid, "mac-a", [generation("speculative", 3, decode_tok_s=300.0)],
+                 AT.timestamp())
+    with Receiver() as r:
+        export(store, Selection(sweep_ids=[sid]), r.url)
+    marks = {p.metric: p.attributes.get("specfleet.set_aside") for p in r.points
+             if p.metric in (TTFT, WIDTH)}
+    assert marks == {TTFT: f"unreliable: {why}", WIDTH: f"unreliable: {why}"}

@@ -127,6 +127,13 @@ def _set_aside(unreliable: bool | None, reasons: Iterable[str] | None) -> str | 
     return "unreliable: " + ("; ".join(str(r) for r in reasons or []) or "no reason given")
 
 
+def _run_aside(run: Run, whose: str) -> str:
+    """Why a config (or its baseline) was set aside as a whole, in its own words (a decode
+    rate too variable, trials set aside), as its config_summary gave them."""
+    reasons = (run.summary or {}).get("unreliable_reasons") or []
+    return f"unreliable: {'; '.join(map(str, reasons)) or f'every trial of {whose}'}"
+
+
 def read_points(store: Store, sel: Selection) -> tuple[list[str], list[Point]]:
     """The selected sweeps and every point they export, request ones first."""
     ids = _sweeps(store, sel)
@@ -194,7 +201,7 @@ def _request_attributes(sid: str, m: Measurement, payload: dict, run: Run | None
                     payload.get("config"), m.context_bucket)
     why = _set_aside(m.unreliable, m.unreliable_reasons)
     if why is None and run is not None and run.unreliable:
-        why = "unreliable: every trial of its config"
+        why = _run_aside(run, "its config")
     if why is not None:
         attrs["specfleet.set_aside"] = why
     return attrs
@@ -220,9 +227,10 @@ def _config_points(sid: str, runs: list[Run], idents: dict) -> list[Point]:
                         r.config, r.context_bucket)
         res = _resource(r.node, r, ident)
         base = bases.get(group(r))
-        why = ("unreliable: every trial of this config" if r.unreliable else
+        why = (_run_aside(r, "this config") if r.unreliable else
                "no baseline of its sampling settings" if base is None else
-               "unreliable: every trial of its baseline" if base.unreliable else None)
+               "its baseline " + _run_aside(base, "its baseline") if base.unreliable
+               else None)
         if why:
             attrs = {**attrs, "specfleet.set_aside": why}
         out.append(Point(WIDTH, float(r.num_draft_tokens), attrs, res))
