@@ -376,3 +376,25 @@ def test_an_export_names_why_a_config_was_set_aside(sqlite_url):
     marks = {p.metric: p.attributes.get("specfleet.set_aside") for p in r.points
              if p.metric in (TTFT, WIDTH)}
     assert marks == {TTFT: f"unreliable: {why}", WIDTH: f"unreliable: {why}"}
+
+
+@pytest.mark.parametrize("since, until, found", [
+    ("2026-11-24T01:00+00:00", "2026-11-24T03:00+00:00", True),
+    ("2026-11-24T03:00+02:00", "2026-11-24T05:00+02:00", True),   # 01:00–03:00 UTC
+    ("2026-11-23T20:00-07:00", "2026-11-23T21:00-07:00", False),  # 03:00–04:00 UTC
+    ("2026-11-24T04:00+02:00", None, True),                       # from 02:00 UTC
+])
+def test_export_range_with_an_offset_selects_by_the_instant(any_url, since, until, found):
+    """The planted sweep was created at 02:00 UTC. Before: on SQLite a bound with an offset
+    was compared as if it were UTC (03:00+02:00 read as 03:00), so the sweep was missed."""
+    from datetime import datetime
+
+    from orchestrator.export.points import Selection, read_points
+    from orchestrator.store import open_store
+    from tests.test_otlp_export import plant
+
+    store = open_store(any_url)
+    sid = plant(store)
+    sel = Selection(since=datetime.fromisoformat(since),
+                    until=datetime.fromisoformat(until) if until else None)
+    assert read_points(store, sel)[0] == ([sid] if found else [])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import select
@@ -109,14 +109,20 @@ def _key(payload: dict) -> str:
     return ((f"{pair} " if pair else "") + json.dumps(payload["config"], sort_keys=True))[:255]
 
 
+def _utc(t: datetime) -> datetime:
+    return t.astimezone(timezone.utc) if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
 def _sweeps(store: Store, sel: Selection) -> list[str]:
     q = select(Sweep.id)
     if sel.sweep_ids:
         q = q.where(Sweep.id.in_(sel.sweep_ids))
+    # in UTC: SQLite keeps times as UTC text and compares text, so an offset a user gave
+    # (--since 2026-11-24T03:00+02:00) would otherwise be read as 03:00 UTC
     if sel.since is not None:
-        q = q.where(Sweep.created_at >= sel.since)
+        q = q.where(Sweep.created_at >= _utc(sel.since))
     if sel.until is not None:
-        q = q.where(Sweep.created_at < sel.until)
+        q = q.where(Sweep.created_at < _utc(sel.until))
     with store.engine.connect() as c:
         return [str(x) for x in c.execute(q.order_by(Sweep.created_at)).scalars()]
 
