@@ -398,3 +398,39 @@ def test_export_range_with_an_offset_selects_by_the_instant(any_url, since, unti
     sel = Selection(since=datetime.fromisoformat(since),
                     until=datetime.fromisoformat(until) if until else None)
     assert read_points(store, sel)[0] == ([sid] if found else [])
+
+
+# -- the store: two long configs are two runs ---------------------------------------------
+
+LONG_BASE = dict(temperature=0.7, repetition_penalty=1.1, repetition_context_size=64,
+                 presence_penalty=0.5, presence_context_size=64, frequency_penalty=0.5,
+                 frequency_context_size=64, kv_bits=4, kv_group_size=32, quantized_kv_start=0,
+                 prefill_step_size=256, min_p=0.05, min_tokens_to_keep=2, xtc_probability=0.5)
+
+
+def test_two_configs_past_255_characters_are_two_runs(any_url):
+    """A plan with many knobs set (409 characters of config JSON) sweeping xtc_threshold
+    [0.2, 0.3]: the stored key was cut at 255 characters, before xtc_threshold, so both
+    configs had one key and the second's run was dropped by ON CONFLICT DO NOTHING, with no
+    word (decode 200 tok/s lost). Now each is its own run, with its own numbers."""
+    from sqlalchemy import select
+
+    from orchestrator.store import open_store
+    from orchestrator.store.db import config_key
+    from orchestrator.store.models import Run
+    from tests.history import C, config_values, night
+    from tests.test_otlp_export import AT
+
+    store = open_store(any_url)
+    sid = night(store, AT, node="mac-a", chip="Apple M2", pair="g / d", workload="code",
+                configs={C("speculative", 3, **LONG_BASE, xtc_threshold=t):
+                         config_values(v, jitter=0) for t, v in ((0.2, 100.0), (0.3, 200.0))})
+    with store.engine.connect() as c:
+        runs = c.execute(select(Run.config, Run.decode_tok_s_median, Run.config_key)
+                         .where(Run.sweep_id == sid)).all()
+    assert sorted((r.config["xtc_threshold"], r.decode_tok_s_median) for r in runs) == [
+        (0.2, 100.0), (0.3, 200.0)]
+    assert all(len(r.config_key) == 255 for r in runs)
+    short = {"temperature": 0.7, "num_draft_tokens": 3}
+    assert config_key("target+draft-2", short) == 'target+draft-2 {"num_draft_tokens": 3, ' \
+        '"temperature": 0.7}'  # a key that fits is kept as it was

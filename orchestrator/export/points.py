@@ -15,7 +15,6 @@ all unreliable) carries ``specfleet.set_aside`` with the reason; nothing is drop
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -28,7 +27,7 @@ from agent.engines import ENGINES
 
 from ..review import otel
 from ..review.configs import config_label, sampling_key
-from ..store.db import Store, result_pair
+from ..store.db import Store, config_key, result_pair
 from ..store.models import Event, Measurement, Run, Sweep, SweepNode
 
 # GenAI semantic-convention metric names (development status), in seconds
@@ -105,8 +104,7 @@ def _resource(node: str, run: Run | None, ident: dict) -> tuple[tuple[str, str],
 
 
 def _key(payload: dict) -> str:
-    pair = result_pair(payload)
-    return ((f"{pair} " if pair else "") + json.dumps(payload["config"], sort_keys=True))[:255]
+    return config_key(result_pair(payload), payload["config"])
 
 
 def _utc(t: datetime) -> datetime:
