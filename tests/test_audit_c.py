@@ -434,3 +434,25 @@ def test_two_configs_past_255_characters_are_two_runs(any_url):
     short = {"temperature": 0.7, "num_draft_tokens": 3}
     assert config_key("target+draft-2", short) == 'target+draft-2 {"num_draft_tokens": 3, ' \
         '"temperature": 0.7}'  # a key that fits is kept as it was
+
+
+def test_distinct_configs_get_distinct_keys_of_at_most_255():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from orchestrator.store.db import config_key
+
+    configs = st.dictionaries(st.sampled_from(sorted(LONG_BASE) + ["xtc_threshold", "top_p"]),
+                              st.one_of(st.integers(0, 10**6), st.floats(0, 1, exclude_min=True,
+                                                                   exclude_max=True)),
+                              min_size=1)
+    pairs = st.sampled_from([None, "target+draft", "target-2+draft-2"])
+
+    @settings(max_examples=300, deadline=None)
+    @given(pairs, configs, pairs, configs)
+    def check(pa, a, pb, b):
+        ka, kb = config_key(pa, a), config_key(pb, b)
+        assert len(ka) <= 255 and len(kb) <= 255
+        assert (ka == kb) == ((pa, a) == (pb, b))
+
+    check()
