@@ -456,3 +456,47 @@ def test_distinct_configs_get_distinct_keys_of_at_most_255():
         assert (ka == kb) == ((pa, a) == (pb, b))
 
     check()
+
+
+def test_any_numeric_rule_that_loads_fires_without_error(tmp_path_factory):
+    """For any `when` over numeric metrics, numbers and and/or/not that loads, `fire`
+    answers True or False for any metric values (None included): never a TypeError."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from orchestrator.review.rules import METRICS, TEXT_METRICS
+
+    numeric = sorted(set(METRICS) - TEXT_METRICS)
+    atom = st.builds(lambda m, op, v: f"{m} {op} {v}", st.sampled_from(numeric),
+                     st.sampled_from(["<", "<=", ">", ">=", "==", "!="]),
+                     st.one_of(st.integers(-5, 5), st.floats(-10, 10, allow_nan=False)))
+    when = st.recursive(atom, lambda inner: st.one_of(
+        st.builds(lambda a, b: f"({a}) and ({b})", inner, inner),
+        st.builds(lambda a, b: f"({a}) or ({b})", inner, inner),
+        st.builds(lambda a: f"not ({a})", inner)), max_leaves=4)
+    values = st.dictionaries(st.sampled_from(numeric),
+                             st.one_of(st.none(), st.integers(0, 9), st.floats(0, 9)))
+    folder = tmp_path_factory.mktemp("rules")
+
+    @settings(max_examples=200, deadline=None)
+    @given(when, values)
+    def check(w, metrics):
+        path = folder / "rules.yml"
+        path.write_text(f"- id: r\n  when: \"{w}\"\n  action: x\n")
+        (rule,) = load_rules(path)
+        assert len(fire([rule], metrics)) in (0, 1)
+
+    check()
+
+
+def test_a_negative_threshold_is_a_number(tmp_path):
+    """load_mem_growth is "last level over first, minus 1": below zero when memory shrank.
+    Before: `load_mem_growth < -0.1` was refused ("found USub"), as any negative number."""
+    path = tmp_path / "rules.yml"
+    path.write_text("- id: shrank\n  when: load_mem_growth < -0.1\n  action: x\n")
+    (rule,) = load_rules(path)
+    assert [f["rule"] for f in fire([rule], {"load_mem_growth": -0.2})] == ["shrank"]
+    assert fire([rule], {"load_mem_growth": -0.05}) == []
+    path.write_text("- id: odd\n  when: -best_k < 1\n  action: x\n")  # a sign on a metric
+    with pytest.raises(ConfigError, match=r"rules.yml:2: rule odd: only comparisons"):
+        load_rules(path)

@@ -53,9 +53,12 @@ class Rule:
 
 def _check(node: ast.AST, where: str, path: Path, line: int | None) -> None:
     allowed = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.Compare,
-               ast.Name, ast.Load, ast.Constant, *OPS)
+               ast.Name, ast.Load, ast.Constant, ast.USub, *OPS)
     for n in ast.walk(node):
-        if not isinstance(n, allowed):
+        # a sign belongs to a number only: load_mem_growth < -0.1 (memory shrank)
+        signed = isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub)
+        if not isinstance(n, allowed) or signed and not isinstance(
+                getattr(n, "operand", None), ast.Constant):
             raise ConfigError(f"rule {where}: only comparisons, and/or/not, names and numbers "
                               f"are allowed (found {type(n).__name__})", str(path), line)
 
@@ -119,6 +122,8 @@ def _eval(node: ast.AST, metrics: dict):
         vals = [_eval(v, metrics) for v in node.values]
         return all(vals) if isinstance(node.op, ast.And) else any(vals)
     if isinstance(node, ast.UnaryOp):
+        if isinstance(node.op, ast.USub):
+            return -_eval(node.operand, metrics)
         return not _eval(node.operand, metrics)
     if isinstance(node, ast.Compare):
         left = _eval(node.left, metrics)
