@@ -213,6 +213,36 @@ def baseline_key(config: dict) -> str:
                        if k in KNOBS and KNOBS[k].sampling}, sort_keys=True)
 
 
+# A knob that acts only through another: while that one is off, mlx-lm ignores it (a greedy
+# sampler takes no top_p; an unquantised cache no group size), and so do OpenAI-style
+# runtimes. A config setting it would show a value never applied. (knob, needs, test, words)
+_ON = {"temperature": (lambda v: v > 0, "temperature > 0 (temperature 0 samples greedily)"),
+       "min_p": (lambda v: v > 0, "min_p > 0"),
+       "xtc_probability": (lambda v: v > 0, "xtc_probability > 0"),
+       "kv_bits": (lambda v: v is not None, "kv_bits set (the cache is not quantised)"),
+       **{f"{p}_penalty": ((lambda v: v not in (None, 0)), f"{p}_penalty set")
+          for p in ("repetition", "presence", "frequency")}}
+ACTS_ONLY_WITH: tuple[tuple[str, str], ...] = (
+    *((k, "temperature") for k in ("top_k", "top_p", "min_p", "xtc_probability",
+                                   "xtc_threshold", "min_tokens_to_keep")),
+    ("min_tokens_to_keep", "min_p"), ("xtc_threshold", "xtc_probability"),
+    ("kv_group_size", "kv_bits"), ("quantized_kv_start", "kv_bits"),
+    *((f"{p}_context_size", f"{p}_penalty") for p in ("repetition", "presence", "frequency")),
+)
+
+
+def inert_knobs(config: dict) -> list[tuple[str, str, str]]:
+    """(knob, the knob it needs, why) for each knob a config sets away from its default
+    while the knob it acts through is off: declared, but the engine would not apply it."""
+    out = []
+    for name, needs in ACTS_ONLY_WITH:
+        if config.get(name, KNOB_DEFAULTS[name]) != KNOB_DEFAULTS[name] and \
+                not _ON[needs][0](setting(config, needs)):
+            out.append((name, needs, f"{name} acts only with {_ON[needs][1]}: mlx-lm would "
+                                     f"ignore it; set {needs} too, or leave {name} out"))
+    return out
+
+
 def knob_problem(name: str, value: Any) -> str | None:
     """Why ``value`` is not valid for knob ``name`` (None when it is)."""
     knob = KNOBS.get(name)

@@ -81,6 +81,7 @@ class Receiver:
         self.requests = 0
         self.paths: list[str] = []
         self.status = 200
+        self.partial: tuple[int, str] | None = None  # answer 200 rejecting (count, why)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -96,7 +97,11 @@ class Receiver:
                     self.end_headers()
                     return
                 outer.points += decode(body)
-                reply = ExportMetricsServiceResponse().SerializeToString()
+                answer = ExportMetricsServiceResponse()
+                if outer.partial:  # OTLP's partial success: taken, yet some points refused
+                    answer.partial_success.rejected_data_points = outer.partial[0]
+                    answer.partial_success.error_message = outer.partial[1]
+                reply = answer.SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", str(len(reply)))

@@ -93,9 +93,13 @@ def test_the_documented_query_and_the_dashboards_queries_run(pg_url):
     with store.engine.connect() as c:
         got = c.execute(text(_grafana(example))).mappings().all()
         # the example's answer: the median decode tok/s of each node's reliable runs
-        assert {r["metric"]: r["decode_tok_s_p50"] for r in got} == {
-            "mac-a · baseline k=0": 100.0, "mac-a · speculative k=3": 100.0,
-            "mac-b · baseline k=0": 100.0}
+        # a series names the whole config (its knobs as JSON after the width)
+        assert {r["metric"].split(" · {")[0]: r["decode_tok_s_p50"] for r in got} == {
+            "mac-a · gemma / gemma-draft · mlx-lm · code · short · baseline k=0": 100.0,
+            "mac-a · gemma / gemma-draft · mlx-lm · code · short · speculative k=3": 100.0,
+            "mac-b · qwen / qwen-draft · vllm (chat) · code · short · baseline k=0": 100.0}
+        assert all(json.loads(r["metric"].split(" · ", 6)[6])["num_draft_tokens"] in (0, 3)
+                   for r in got)
         dash = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
         queries = [t["rawSql"] for p in dash["panels"] for t in p["targets"]]
         queries += [v["query"] for v in dash["templating"]["list"]]

@@ -102,8 +102,10 @@ CHANGES = {
     "workloads.max_tokens": ("17", lambda d: {w["max_tokens"] for w in
                                               d["job"]["workloads"]} == {17}),
     "workloads.quality": ("true", lambda d: len(d["job"].get("quality_tasks", [])) > 0),
-    "sweep.base": ("{top_p: 0.9}", lambda d: all(s.config["top_p"] == 0.9 for s in slots(d))),
-    "sweep.baseline": ("{top_k: 5}", lambda d: all(s.config["top_k"] == (
+    # top_p / top_k act only when sampling (temperature > 0): greedy would ignore them
+    "sweep.base": ("{temperature: 0.7, top_p: 0.9}",
+                   lambda d: all(s.config["top_p"] == 0.9 for s in slots(d))),
+    "sweep.baseline": ("{temperature: 0.7, top_k: 5}", lambda d: all(s.config["top_k"] == (
         5 if s.mode == "baseline" else 0) for s in slots(d))),
     "sweep.knobs": (None, None),  # below: every knob, every engine
     "sweep.repetitions": ("3", lambda d: {s.repetition for s in slots(d)} == {0, 1, 2}),
@@ -202,8 +204,15 @@ def test_every_knob_reaches_each_engine_that_honours_it_and_is_refused_by_the_ot
     sampler, logits, gen, max_kv = mlx_arguments(
         {"num_draft_tokens": 3, knob: value}, speculative=knob == "num_draft_tokens")
     assert {**sampler, **logits, **gen, "max_kv_size": max_kv}[arg] == value
+    # the settings that let it act (top_p needs temperature > 0): an inert knob is refused
+    context = EFFECT[knob][0]
+
+    def with_base(ctx: dict) -> str:
+        return f"\n  base: {json.dumps(ctx)}" if ctx else ""
+
     def mutate(t: str) -> str:
-        return t.replace("knobs: {num_draft_tokens: [2, 3]}", f"knobs: {{{knob}: [{value}]}}")
+        return t.replace("knobs: {num_draft_tokens: [2, 3]}",
+                         f"knobs: {{{knob}: [{value}]}}" + with_base(context))
 
     if knob in mlx.autoregressive_only:  # every config of a sweep is paired with speculation
         with pytest.raises(ConfigError, match=rf"honours {knob} in autoregressive generation "
@@ -218,7 +227,8 @@ def test_every_knob_reaches_each_engine_that_honours_it_and_is_refused_by_the_ot
               "'http://127.0.0.1:2'}\n")
     plan = tmp_path / "http.yml"
     plan.write_text(plan_text(model_pair, widths=None, extra=engine).replace(
-        "knobs: {temperature: [0.0]}", f"knobs: {{{knob}: [{value}]}}"))
+        "knobs: {temperature: [0.0]}", f"knobs: {{{knob}: [{value}]}}" + with_base(
+            {k: v for k, v in context.items() if k in http.knobs})))
     if knob in http.knobs:
         job = json.loads(write_lock(load_plan(plan), lambda m: None).read_text())["job"]
         assert job["knobs"] == {knob: [value]}

@@ -100,6 +100,8 @@ def _session():
 
     class Recording(requests.Session):
         last_problem: str | None = None
+        rejected: tuple[int, str] | None = None  # an OTLP partial success
+
 
         def request(self, *args, **kwargs):
             try:
@@ -110,9 +112,30 @@ def _session():
                 raise
             if resp.status_code >= 400:
                 self.last_problem = f"HTTP {resp.status_code} {resp.reason}".strip()
+            elif resp.status_code == 200 and resp.content:
+                self.rejected = _partial_success(resp.content)
             return resp
 
     return Recording()
+
+
+def _partial_success(body: bytes) -> tuple[int, str] | None:
+    """A 200 answer may still reject points (OTLP's partial success): how many, and why.
+    The SDK's exporter reports such an answer as a success."""
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceResponse,
+    )
+
+    reply = ExportMetricsServiceResponse()
+    try:
+        reply.ParseFromString(body)
+    except DecodeError:
+        return None
+    part = reply.partial_success
+    if part.rejected_data_points or part.error_message:
+        return part.rejected_data_points, part.error_message
+    return None
 
 
 def _metrics_data(points: list[Point]):
@@ -169,8 +192,14 @@ def send(points: list[Point], endpoint: str, timeout_s: float = 10.0) -> int:
                                        else "no answer")
         raise ExportError(f"OTLP export to {url} failed: {why}. Nothing in the store changed; "
                           "run `specfleet export otlp` again when the endpoint is up")
-    return sum(len(m.data.data_points) for rm in data.resource_metrics
+    sent = sum(len(m.data.data_points) for rm in data.resource_metrics
                for sm in rm.scope_metrics for m in sm.metrics)
+    if session.rejected is not None:
+        n, why = session.rejected
+        raise ExportError(f"OTLP export to {url}: the endpoint took the request but rejected "
+                          f"{n} of {sent} data points ({why or 'no reason given'}). Nothing "
+                          "in the store changed")
+    return sent
 
 
 def export(store: Store, sel: Selection, endpoint: str,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import select
@@ -31,7 +31,7 @@ from agent.engines import ENGINES
 from ..review import otel
 from ..review.configs import config_label, sampling_key
 from ..review.weekly import calibration_sweeps
-from ..store.db import Store, result_pair
+from ..store.db import Store, config_key, result_pair
 from ..store.eventcheck import event_problem
 from ..store.models import Event, Measurement, Run, Sweep, SweepNode
 
@@ -109,18 +109,23 @@ def _resource(node: str, run: Run | None, ident: dict) -> tuple[tuple[str, str],
 
 
 def _key(payload: dict) -> str:
-    pair = result_pair(payload)
-    return ((f"{pair} " if pair else "") + json.dumps(payload["config"], sort_keys=True))[:255]
+    return config_key(result_pair(payload), payload["config"])
+
+
+def _utc(t: datetime) -> datetime:
+    return t.astimezone(timezone.utc) if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
 def _sweeps(store: Store, sel: Selection) -> list[str]:
     q = select(Sweep.id)
     if sel.sweep_ids:
         q = q.where(Sweep.id.in_(sel.sweep_ids))
+    # in UTC: SQLite keeps times as UTC text and compares text, so an offset a user gave
+    # (--since 2026-11-24T03:00+02:00) would otherwise be read as 03:00 UTC
     if sel.since is not None:
-        q = q.where(Sweep.created_at >= sel.since)
+        q = q.where(Sweep.created_at >= _utc(sel.since))
     if sel.until is not None:
-        q = q.where(Sweep.created_at < sel.until)
+        q = q.where(Sweep.created_at < _utc(sel.until))
     with store.engine.connect() as c:
         return [str(x) for x in c.execute(q.order_by(Sweep.created_at)).scalars()]
 
@@ -129,6 +134,13 @@ def _set_aside(unreliable: bool | None, reasons: Iterable[str] | None) -> str | 
     if not unreliable:
         return None
     return "unreliable: " + ("; ".join(str(r) for r in reasons or []) or "no reason given")
+
+
+def _run_aside(run: Run, whose: str) -> str:
+    """Why a config (or its baseline) was set aside as a whole, in its own words (a decode
+    rate too variable, trials set aside), as its config_summary gave them."""
+    reasons = (run.summary or {}).get("unreliable_reasons") or []
+    return f"unreliable: {'; '.join(map(str, reasons)) or f'every trial of {whose}'}"
 
 
 def read_points(store: Store, sel: Selection) -> tuple[list[str], list[Point]]:
@@ -188,7 +200,10 @@ def _common(sid: str, run: Run | None, payload: dict, ident: dict, workload: str
         "specfleet.speculative": mode == "speculative",
         WIDTH: k if mode == "speculative" else 0,
         "specfleet.config": config_label(mode, k, config)}
-    for name, v in (("specfleet.context_bucket", context_bucket),
+    # an http variant is a config of its own (its server command), yet the label omits it:
+    # without it two variants of one width would share every attribute and be pooled
+    for name, v in (("specfleet.variant", (config or {}).get("variant")),
+                    ("specfleet.context_bucket", context_bucket),
                     ("specfleet.pair", result_pair(payload)),
                     ("specfleet.background", run.background if run else None)):
         if v is not None:
@@ -202,7 +217,7 @@ def _request_attributes(sid: str, m: Measurement, payload: dict, run: Run | None
                     payload.get("config"), m.context_bucket)
     why = _set_aside(m.unreliable, m.unreliable_reasons)
     if why is None and run is not None and run.unreliable:
-        why = "unreliable: every trial of its config"
+        why = _run_aside(run, "its config")
     if why is not None:
         attrs["specfleet.set_aside"] = why
     return attrs
@@ -228,9 +243,10 @@ def _config_points(sid: str, runs: list[Run], idents: dict) -> list[Point]:
                         r.config, r.context_bucket)
         res = _resource(r.node, r, ident)
         base = bases.get(group(r))
-        why = ("unreliable: every trial of this config" if r.unreliable else
+        why = (_run_aside(r, "this config") if r.unreliable else
                "no baseline of its sampling settings" if base is None else
-               "unreliable: every trial of its baseline" if base.unreliable else None)
+               "its baseline " + _run_aside(base, "its baseline") if base.unreliable
+               else None)
         if why:
             attrs = {**attrs, "specfleet.set_aside": why}
         out.append(Point(WIDTH, float(r.num_draft_tokens), attrs, res))

@@ -38,6 +38,8 @@ METRICS: dict[str, str] = {
     "load_saturated_at": "the first saturated load level",
     "busy_itl_p99_ratio": "ITL p99 beside a background profile over idle",
 }
+# metrics holding text: evidence and actions may show them, a condition cannot compare them
+TEXT_METRICS = frozenset({"best_config", "best_label"})
 
 
 @dataclass(frozen=True)
@@ -51,9 +53,12 @@ class Rule:
 
 def _check(node: ast.AST, where: str, path: Path, line: int | None) -> None:
     allowed = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.Compare,
-               ast.Name, ast.Load, ast.Constant, *OPS)
+               ast.Name, ast.Load, ast.Constant, ast.USub, *OPS)
     for n in ast.walk(node):
-        if not isinstance(n, allowed):
+        # a sign belongs to a number only: load_mem_growth < -0.1 (memory shrank)
+        signed = isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub)
+        if not isinstance(n, allowed) or signed and not isinstance(
+                getattr(n, "operand", None), ast.Constant):
             raise ConfigError(f"rule {where}: only comparisons, and/or/not, names and numbers "
                               f"are allowed (found {type(n).__name__})", str(path), line)
 
@@ -68,6 +73,15 @@ def _known_metrics(r: dict, tree: ast.Expression, path: Path) -> None:
         raise ConfigError(f"rule {r['id']}: evidence must be a list of metric names",
                           str(path), line_of(r, "evidence"))
     named = [("when", n.id) for n in ast.walk(tree) if isinstance(n, ast.Name)]
+    # a condition compares numbers: text there raises TypeError in the review, or never fires
+    for n in ast.walk(tree):
+        text = n.id if isinstance(n, ast.Name) and n.id in TEXT_METRICS else (
+            repr(n.value) if isinstance(n, ast.Constant)
+            and not isinstance(n.value, (int, float)) else None)
+        if text is not None:
+            raise ConfigError(f"rule {r['id']}: when compares numbers; {text} is not one "
+                              f"(name {', '.join(sorted(TEXT_METRICS))} in evidence or the action)",
+                              str(path), line_of(r, "when"))
     named += [("evidence", str(m)) for m in evidence]
     named += [("action", m) for m in re.findall(r"\{(\w+)\}", str(r["action"]))]
     for key, name in named:
@@ -108,6 +122,8 @@ def _eval(node: ast.AST, metrics: dict):
         vals = [_eval(v, metrics) for v in node.values]
         return all(vals) if isinstance(node.op, ast.And) else any(vals)
     if isinstance(node, ast.UnaryOp):
+        if isinstance(node.op, ast.USub):
+            return -_eval(node.operand, metrics)
         return not _eval(node.operand, metrics)
     if isinstance(node, ast.Compare):
         left = _eval(node.left, metrics)

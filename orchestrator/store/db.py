@@ -539,8 +539,7 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "knob_value": None if e.get("knob_value") is None else str(e["knob_value"]),
         "num_draft_tokens": e["num_draft_tokens"],
         # a lineup's pairs share configs: the pair is part of what makes a run one run
-        "config_key": ((f"{pair} " if (pair := result_pair(e)) else "")
-                       + json.dumps(e["config"], sort_keys=True))[:255], "config": e["config"],
+        "config_key": config_key(result_pair(e), e["config"]), "config": e["config"],
         "trials": e["trials"], "decode_tok_s_median": m["decode_tok_s"]["median"],
         "decode_tok_s_p95": m["decode_tok_s"]["p95"], "decode_tok_s_cv": m["decode_tok_s"]["cv"],
         "acceptance_median": m["acceptance_rate"]["median"], "unreliable": e["unreliable"],
@@ -555,6 +554,18 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "model_pair": identity.get("model_pair"), "engine": e.get("engine") or "mlx-lm",
         "target_quant": identity.get("target_quant"), "draft_quant": identity.get("draft_quant"),
         "pair": result_pair(e), "background": identity.get("background")}
+
+
+def config_key(pair: str | None, config: dict) -> str:
+    """A run's stored config key: its pair and every knob, as sorted JSON. The column holds
+    255 characters; a longer key (a config with many knobs set) ends in a hash of the whole,
+    since two configs cut to the same 255 characters were one run: the second was dropped."""
+    import hashlib
+
+    whole = (f"{pair} " if pair else "") + json.dumps(config, sort_keys=True)
+    if len(whole) <= 255:
+        return whole
+    return whole[:238] + " #" + hashlib.sha256(whole.encode()).hexdigest()[:15]
 
 
 def result_pair(e) -> str | None:

@@ -162,6 +162,7 @@ def load_plan(path: str | Path) -> Plan:
                           f"{', '.join(VERIFY_MAX_AGE_S)}", str(path),
                           line_of(data["models"], "verify"))
     _check_knobs(data, path)
+    _check_group_size(pair, data, path)
     if len(lineup) > 1 and (data.get("engine") or data.get("soak")):
         raise ConfigError("models: a lineup (several targets or drafts) is swept in process; "
                           + ("an http engine's variants start their own models: declare one "
@@ -219,6 +220,41 @@ def _check_vocabularies(target: Path, draft: Path, path: Path, data: dict) -> No
                           "target's family", str(path), line_of(data["models"], "draft"))
 
 
+def _head_dim(folder: Path) -> int | None:
+    """The attention head size the KV cache's last axis has (None: not readable)."""
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+        return int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+def _check_group_size(pair: dict[str, Path], data: dict, path: Path) -> None:
+    """A quantised KV cache is quantised in groups along the head axis: a group size that
+    does not divide a model's head size fails every generation on the node (mlx's
+    quantize), so it is refused here with its line."""
+    sweep = data.get("sweep") or {}
+    sections = [(s, sweep.get(s) or {}) for s in ("base", "knobs", "baseline")]
+    def values(block: dict, name: str, default: Any = None) -> list:
+        v = block.get(name, default)
+        return v if isinstance(v, list) else [v]
+
+    if all(v is None for _, b in sections for v in values(b, "kv_bits")):
+        return
+    for section, block in sections:
+        for g in values(block, "kv_group_size", 64 if section == "base" else None):
+            for role, folder in pair.items():
+                dim = _head_dim(folder)
+                if isinstance(g, int) and dim and dim % g:
+                    line = line_of(block, "kv_group_size") if "kv_group_size" in block \
+                        else line_of(sweep, "base" if "base" in sweep else "knobs")
+                    raise ConfigError(
+                        f"sweep.{section}.kv_group_size: {g} does not divide the {role}'s "
+                        f"attention head size {dim} ({folder}): mlx cannot quantise its KV "
+                        "cache in groups of that size; choose a divisor of it", str(path),
+                        line)
+
+
 def _check_knobs(data: dict, path: Path) -> None:
     """Every knob a plan sets (sweep.knobs, sweep.base, sweep.baseline) is one the registry
     knows, with valid values, and one the plan's engine can honour as the sweep runs it
@@ -249,6 +285,33 @@ def _check_knobs(data: dict, path: Path) -> None:
                 v != KNOB_DEFAULTS[k] for v in values) else None
             if why:
                 raise ConfigError(f"{where}: {why}", str(path), line)
+    _check_inert(sweep, path)
+
+
+def _check_inert(sweep: dict, path: Path) -> None:
+    """Every config the sweep runs (one knob at a time around the base, and each one's
+    baseline) applies every knob it declares: a knob whose own prerequisite is off there
+    (top_p at temperature 0) is refused, unless the base sets it and the sweep varies that
+    prerequisite (temperature [0, 0.7], or kv_bits [4, 8] around a base quantized_kv_start:
+    it acts in those configs)."""
+    from agent.protocol import inert_knobs
+
+    base, baseline = sweep.get("base") or {}, sweep.get("baseline") or {}
+    knobs = {k: v for k, v in (sweep.get("knobs") or {}).items() if isinstance(v, list)}
+    runs = [(k, {**base, k: v}) for k, values in knobs.items() for v in values] or \
+        [(None, dict(base))]
+    for swept, cfg in runs:
+        for part, block, config in (("base", base, cfg),
+                                    ("baseline", baseline, {**cfg, **baseline})):
+            for name, needs, why in inert_knobs(config):
+                if needs == swept or (name != swept and needs in knobs):
+                    continue
+                if name == swept and part == "base":
+                    raise ConfigError(f"sweep.knobs.{name}: {why}", str(path),
+                                      line_of(sweep["knobs"], name))
+                if name in block:
+                    raise ConfigError(f"sweep.{part}.{name}: {why}", str(path),
+                                      line_of(block, name))
 
 
 # -- platforms a lock resolves wheels for ------------------------------------------
