@@ -90,6 +90,9 @@ def _sweep_through(fleet, inv, lock, url, d, fault, heal, fault_s: float):
         wait_for(lambda: all(stored_generations(url, sid, n.name) >= 1 for n in nodes),
                  what="every node to store it")
         before = {n.name: len(journal(n, sid)) for n in nodes}
+        # a node of a busy host may finish its short job between two polls, before its
+        # hold: it has nothing left to journal in the outage (the others carry the test)
+        done = {n.name for n in nodes if journal(n, sid)[-1]["type"] == "job_finished"}
         t0 = time.monotonic()
         fault()
         hold_agents(nodes, signal.SIGCONT)
@@ -105,7 +108,8 @@ def _sweep_through(fleet, inv, lock, url, d, fault, heal, fault_s: float):
         if ctl.poll() is None:
             ctl.kill()
     text = log.read_text()
-    assert all(len(journal(n, sid)) > before[n.name] for n in nodes)  # written in the outage
+    assert len(done) < NODES and all(  # written in the outage
+        len(journal(n, sid)) > before[n.name] for n in nodes if n.name not in done)
     return sid, text, nodes, None if gave_up else code
 
 
