@@ -22,7 +22,9 @@ from tests.test_store import HEAD
 def swept(model_pair, tmp_path_factory):
     d = tmp_path_factory.mktemp("runs")
     url = f"sqlite:///{d / 's.db'}"
-    doc = load_lock(make_lock(d, model_pair, widths=(2, 3), repetitions=2, max_tokens=24))
+    # about listing, not reliability: a busy host's runs stay `ok`
+    doc = load_lock(make_lock(d, model_pair, widths=(2, 3), repetitions=2, max_tokens=24,
+                              extra="  cv_threshold: 1.0\n  contention_threshold: 1.0"))
     local = Host(name="local", address="localhost", connection="local", python=sys.executable,
                  root=str(d / "node"))
     r = start_sweep(doc, [local], open_store(url), opts=SweepOptions(provision=False))
