@@ -91,6 +91,12 @@ DEFAULT_ENGINE = "mlx-lm"
 assert all(set(e.knobs) <= set(KNOBS) for e in ENGINES.values())
 
 
+def is_runtime(name: str | None) -> bool:
+    """A stored result's engine label names a runtime reached over http (its own name, e.g.
+    "llama-server"), not an engine of this registry ("mlx-lm")."""
+    return bool(name) and name not in ENGINES
+
+
 def engine_named(name: str | None) -> EngineSpec:
     """An engine by the name a stored result or event carries (None: the default)."""
     return ENGINES[name or DEFAULT_ENGINE]

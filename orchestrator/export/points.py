@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from agent.engines import ENGINES
+from agent.engines import is_runtime
 
 from ..review import otel
 from ..review.configs import config_label, sampling_key
@@ -237,7 +237,7 @@ def _config_points(sid: str, runs: list[Run], idents: dict) -> list[Point]:
         ident = idents.get(r.node, {})
         payload = {"config": r.config, "models": (r.summary or {}).get("models"),
                    "method": (r.summary or {}).get("method")}
-        if r.engine and r.engine not in ENGINES:  # a runtime's name: measured over http
+        if is_runtime(r.engine):  # measured over http
             payload.update(engine="http", runtime=r.engine)
         attrs = _common(sid, r, payload, ident, r.workload, r.mode, r.num_draft_tokens,
                         r.config, r.context_bucket)

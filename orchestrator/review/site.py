@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from agent.engines import ENGINES
+from agent.engines import is_runtime
 
 from ..errors import SpecfleetError
 from ..store import Store
@@ -138,7 +138,7 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
         label = " · ".join(str(x) for x in key)  # the full identity: hover, filter
         short = " · ".join(str(x) for x in (short_chip(key[0]), short_pair(key[1]),
                                             *key[2:4])) + (
-            f" · {key[4]}" if key[4] not in ENGINES else "")  # a runtime's name
+            f" · {key[4]}" if is_runtime(key[4]) else "")
         page = f"series/{slug(key)}.html"
         (out / page).write_text(env.get_template("site_series.html.j2").render(
             label=label, short=short, verdict=verdict, s=s, configs=configs,

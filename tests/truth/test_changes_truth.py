@@ -6,22 +6,13 @@ JSON, the Markdown table and the HTML table each give the planted answer."""
 
 from __future__ import annotations
 
-import html as htmllib
-import json
 import re
 
 import pytest
-from click.testing import CliRunner
 
-from orchestrator.cli import main
 from orchestrator.store import open_store
 from tests.truth.changes import CASES, SPEC, plant
-from tests.truth.weeks import WEEK
-
-
-def _cells(row: str) -> list[str]:
-    return [htmllib.unescape(re.sub(r"<[^>]+>", "", c)).strip()
-            for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+from tests.truth.weeks import cells, reviewed
 
 
 def _matches(got: str, want) -> bool:
@@ -31,15 +22,10 @@ def _matches(got: str, want) -> bool:
 def test_every_change_point_is_the_planted_one(any_url, tmp_path):
     store = open_store(any_url)
     plant(store)
-    out = tmp_path / "out"
-    r = CliRunner().invoke(main, ["review", "--week", WEEK, "--db", any_url, "--out", str(out),
-                                  "--format", "html,md,json"])
-    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
-    a = json.loads((out / f"review-{WEEK}.json").read_text())
-    md = (out / f"review-{WEEK}.md").read_text()
-    page = (out / f"review-{WEEK}.html").read_text()
+    a, md, html = reviewed(any_url, tmp_path / "out")
+    page = html
     (table,) = re.findall(r'<table id="change-points">(.*?)</table>', page, re.S)
-    html_rows = [_cells(row) for row in re.findall(r"<tr data-kind[^>]*>(.*?)</tr>", table,
+    html_rows = [cells(row) for row in re.findall(r"<tr data-kind[^>]*>(.*?)</tr>", table,
                                                    re.S)]
     md_rows = [[c.strip() for c in line.strip("|").split(" | ")] for line in md.splitlines()
                if line.startswith("| ") and re.search(r" \| \d{4}-\d\d-\d\d \| ", line)

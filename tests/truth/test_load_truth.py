@@ -6,22 +6,13 @@ The JSON, the Markdown table and the HTML table each give the planted answer."""
 
 from __future__ import annotations
 
-import html as htmllib
-import json
 import re
 
 import pytest
-from click.testing import CliRunner
 
-from orchestrator.cli import main
 from orchestrator.store import open_store
 from tests.truth.loads import LEVELS, SIGNALS, VARIANT, WORKLOAD, plant
-from tests.truth.weeks import WEEK
-
-
-def _cells(row: str, tag: str = "td") -> list[str]:
-    return [htmllib.unescape(re.sub(r"<[^>]+>", "", c)).strip()
-            for c in re.findall(rf"<{tag}[^>]*>(.*?)</{tag}>", row, re.S)]
+from tests.truth.weeks import cells, reviewed
 
 
 def _html_levels(page: str) -> dict[tuple[str, float], dict[str, str]]:
@@ -29,23 +20,18 @@ def _html_levels(page: str) -> dict[tuple[str, float], dict[str, str]]:
     out = {}
     for load, table in re.findall(r'<table class="load" data-node="[^"]*" data-load="([^"]+)">'
                                   r"(.*?)</table>", page, re.S):
-        heads = _cells(re.search(r"<thead>(.*?)</thead>", table, re.S)[1], "th")
+        heads = cells(re.search(r"<thead>(.*?)</thead>", table, re.S)[1], "th")
         for level, row in re.findall(rf'<tr data-variant="{VARIANT}" data-level="([^"]+)">'
                                      r"(.*?)</tr>", table, re.S):
-            out[(load, float(level))] = dict(zip(heads, _cells(row)))
+            out[(load, float(level))] = dict(zip(heads, cells(row)))
     return out
 
 
 def test_every_load_level_gives_the_planted_answer(any_url, tmp_path):
     store = open_store(any_url)
     plant(store)
-    out = tmp_path / "out"
-    r = CliRunner().invoke(main, ["review", "--week", WEEK, "--db", any_url, "--out", str(out),
-                                  "--format", "html,md,json"])
-    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
-    a = json.loads((out / f"review-{WEEK}.json").read_text())
-    md = (out / f"review-{WEEK}.md").read_text()
-    page = _html_levels((out / f"review-{WEEK}.html").read_text())
+    a, md, html = reviewed(any_url, tmp_path / "out")
+    page = _html_levels(html)
     got = {(g["load"], e["level"]): e for g in a["loads"] for v in g["variants"]
            if v["variant"] == VARIANT for e in v["levels"]}
     assert set(got) == {(lv.load, lv.level) for lv in LEVELS} == set(page)

@@ -196,3 +196,27 @@ WEEKS = (
             "policy": {("code", "mlx-lm"): (False, None)},
             "fail_on_gate_miss": 1, "no_data": 1, "nothing_compared": True}),
 )
+
+
+def cells(row: str, tag: str = "td") -> list[str]:
+    """The text of a table row's cells, markup and entities removed."""
+    import html
+    import re
+
+    return [html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
+            for c in re.findall(rf"<{tag}[^>]*>(.*?)</{tag}>", row, re.S)]
+
+
+def reviewed(url: str, out) -> tuple[dict, str, str]:
+    """`specfleet review` of WEEK in html, md and json, as a user runs it: (json, md, html)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    r = CliRunner().invoke(main, ["review", "--week", WEEK, "--db", url, "--out", str(out),
+                                  "--format", "html,md,json"])
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    return (json.loads((out / f"review-{WEEK}.json").read_text()),
+            (out / f"review-{WEEK}.md").read_text(), (out / f"review-{WEEK}.html").read_text())
