@@ -49,6 +49,10 @@ Format history
 - The event types are frozen classes (``agent.events``) and ``EVENTS`` is derived from them;
   no wire change. ``generation``'s ``acceptance_by_position`` (which every agent writes and
   the review indexes) is declared there, so the boundary checks its shape.
+- events 1.8: ``generation`` carries ``kv_quantised`` (did mlx-lm quantise the KV cache:
+  only once it holds ``quantized_kv_start`` positions; null without ``kv_bits``) and
+  ``kv_positions``; a generation whose declared ``kv_bits`` never applied is set aside
+  (its reason says so). Optional, so a 1.7 agent's events still decode.
 """
 
 from __future__ import annotations
