@@ -128,6 +128,7 @@ class Generation(Event):
     acceptance_by_position: OList = None  # [{position, drafted, accepted, rate}], per width
     kv_quantised: bool | None = None      # 1.8: kv_bits took effect (null: none declared)
     kv_positions: OInt = None             # 1.8: positions the KV cache held at the end
+    contention: ODict = None              # 1.8: {share, limit} when set aside as contended
 
 
 @_event("generation_failed")
@@ -159,6 +160,7 @@ class ConfigSummary(Event):
     unreliable_reasons: OList = None
     parity: ODict = None
     models: ODict = None
+    contention: ODict = None   # 1.8: {shares: the contended trials', limit}
 
 
 @_event("acceptance_by_bucket")

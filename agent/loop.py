@@ -335,6 +335,9 @@ class Loop:
         if self.job.background:  # the load is the experiment: what it causes is the result
             reasons = [r for r in reasons if not r.startswith(BUSY_BY_DESIGN)]
         reasons += self.cotenant_shortfall() + not_applied(m, req.config)
+        share, limit = tele.get("cpu_other_share"), self.job.contention_threshold
+        if share is not None and share >= limit and not self.job.background:
+            m["contention"] = {"share": share, "limit": limit}  # set aside for it, as fields
         m.update(tele, unreliable=bool(reasons), unreliable_reasons=reasons,
                  telemetry=[{k: s.get(k) for k in SAMPLE_FIELDS} for s in window])
         m.update(self.engine.extras(m, req))

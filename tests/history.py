@@ -54,7 +54,7 @@ def event_config(mode: str, k: int, knobs=()) -> dict:
 
 def _summary(values: dict, mode: str, k: int, knobs, *, workload: str, bucket: str,
              prompt: str, engine: str, unreliable: str | None, exact: bool,
-             parity: dict | None, lineup: str | None) -> dict:
+             parity: dict | None, lineup: str | None, contention: dict | None = None) -> dict:
     return {"type": "config_summary", "workload": workload, "context_bucket": bucket,
             "prompt_sha256": prompt, "engine": engine, "mode": mode,
             "knob": None if mode == "baseline" else "num_draft_tokens",
@@ -65,6 +65,7 @@ def _summary(values: dict, mode: str, k: int, knobs, *, workload: str, bucket: s
             "unreliable": unreliable is not None,
             "unreliable_reasons": [unreliable] if unreliable else [],
             "exact": exact if mode == "speculative" else None, "parity": parity,
+            **({"contention": contention} if contention else {}),
             **({"models": dict(zip(("target", "draft"), lineup.split("+")))} if lineup
                else {})}
 
@@ -74,7 +75,7 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
           unreliable: str | None = None, exact: bool = True, quality: dict | None = None,
           sweep_id: str | None = None, engine: str = "mlx-lm",
           parity: dict | None = None, lineup: str | None = None,
-          background: str | None = None) -> str:
+          background: str | None = None, contention: dict | None = None) -> str:
     """One nightly sweep on one node, planted through the real ingest: the journal lines an
     agent would write (environment, one ``config_summary`` per config, quality) pass the
     controller's decode boundary and ``Store.ingest``, as a sweep's do.
@@ -111,7 +112,8 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
         lines.append(_summary(values, mode, k, knobs, workload=workload, bucket=bucket,
                               prompt=ident["prompt_sha256"], engine=engine,
                               unreliable=unreliable, exact=exact,
-                              parity=(parity or {}).get(key), lineup=lineup))
+                              parity=(parity or {}).get(key), lineup=lineup,
+                              contention=contention))
     for k, rate in (quality or {}).items():
         lines.append({"type": "quality", "mode": "baseline" if k == 0 else "speculative",
                       "num_draft_tokens": k, "tasks": 100, "passed": round(rate * 100),
