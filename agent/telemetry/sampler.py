@@ -137,8 +137,8 @@ class Sampler:
     def window(self, start: int, end: int) -> Window:
         with self._lock:
             w = Window(self.samples[start:end + 1])
-            if len(w) >= 2 and _capacity(w[0], w[-1]) is not None \
-                    and _capacity(w[0], w[-1]) < MIN_CAPACITY_S:
+            own = _capacity(w[0], w[-1]) if len(w) >= 2 else None
+            if own is not None and own < MIN_CAPACITY_S:
                 for s in reversed(self.samples[:start]):  # the nearest one that suffices
                     if w[-1]["ts"] - s.get("ts", 0) > CONTEXT_LOOKBACK_S:
                         break
