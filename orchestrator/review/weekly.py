@@ -623,7 +623,7 @@ def _judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], sta
         {"config": stats[ck].label, "runs": len(rs), "of": len(rs) + len(configs[ck]),
          "reasons": sorted({x for r in rs for x in
                             r.summary.get("unreliable_reasons") or ["unknown"]}),
-         **({"contention": c} if (c := contention_readings(rs)) else {})}
+         **({"contention": cr} if (cr := contention_readings(rs)) else {})}
         for ck, rs in sorted(shaky.items(), key=lambda kv: kv[0].order()) if rs]
     # each speculative config against the baseline of its own sampling settings
     bases = {c.sampling: c for c in stats.values() if c.mode == "baseline" and not c.set_aside}
