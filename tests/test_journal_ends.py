@@ -95,6 +95,7 @@ def test_a_forged_job_failed_mid_journal_is_set_aside_and_the_node_ends_ok(
     assert f.outcome == ("ok: 1 journal line(s) set aside (`specfleet review --sweep "
                          f"{f.sweep_id}` lists why)")
     assert _aside(store, f.sweep_id) == {forged: reason}
+    assert not any("agent failed" in x for x in f.said)  # never said as the node's end
     stored = _stored(store, f.sweep_id)
     assert "job_failed" not in stored.values() and len(stored) == 28
     assert coverage(store, f.sweep_id, "n1").missing == 0
@@ -132,6 +133,7 @@ def test_a_forged_job_failed_stored_before_the_journal_went_on_is_moved_aside(tm
     lines = _in_seq(journal())
     node = _Node(store, tmp_path / "node")
     assert node.append_and_follow(lines[:7]) == "failed: agent: forged"
+    assert "[n1] agent failed: forged" in node.said.getvalue()  # the last line, for now
     assert node.append_and_follow(lines[7:]).startswith("ok: 1 journal line(s) set aside")
     assert _aside(store, node.sid) == {7: _failed_after(7, 8, "generation")}
     assert "job_failed" not in _stored(store, node.sid).values()
@@ -157,6 +159,17 @@ def test_an_honest_job_failed_before_a_resume_is_kept(tmp_path):
     stored = _stored(store, f.sweep_id)
     assert len(stored) == len(lines) == 33 and stored[7] == "job_failed"
     assert stored[8] == "job_started"
+
+
+def test_an_honest_job_failed_at_the_end_is_stored_and_said(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    lines = journal()
+    i = seq_of(lines, "generation", 2)
+    end = dump({**FAILED, "seq": i + 1, "message": "RuntimeError: out of memory"})
+    f = follow_journal(store, [*lines[:i], end], tmp_path / "node")
+    assert f.outcome == "failed: agent: RuntimeError: out of memory"
+    assert f.said.count("[n1] agent failed: RuntimeError: out of memory") == 1
+    assert _aside(store, f.sweep_id) == {} and _stored(store, f.sweep_id)[i + 1] == "job_failed"
 
 
 # -- a forged line past the end, read before the end --------------------------------------
