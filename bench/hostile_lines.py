@@ -216,10 +216,10 @@ def export(ref: str) -> Path:
     return d
 
 
-def run_child(code: Path, lock_s: float) -> dict:
+def run_child(code: Path, lock_s: float, outage_only: bool = False) -> dict:
     out = subprocess.run([sys.executable, __file__, "--measure", str(code), "--lock-s",
-                          str(lock_s)], check=True, stdout=subprocess.PIPE, text=True,
-                         env={**os.environ}).stdout
+                          str(lock_s)] + ["--outage-only"] * outage_only, check=True,
+                         stdout=subprocess.PIPE, text=True, env={**os.environ}).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -236,23 +236,25 @@ def main() -> None:
     ap.add_argument("--after", type=Path, default=HERE, help="a folder (default: this one)")
     ap.add_argument("--lock-s", type=float, default=15.0,
                     help="how long the outage holds the SQLite store locked (default: 15)")
+    ap.add_argument("--outage-only", action="store_true", help="only the outage holes")
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
-        print(json.dumps({"kinds": measure(args.measure),
+        print(json.dumps({"kinds": [] if args.outage_only else measure(args.measure),
                           "outage": outage(args.measure, args.lock_s)}))
         return
     before_dir = export(args.before)
     try:
-        b, a = run_child(before_dir, args.lock_s), run_child(args.after.resolve(), args.lock_s)
+        b, a = (run_child(d, args.lock_s, args.outage_only)
+                for d in (before_dir, args.after.resolve()))
     finally:
         shutil.rmtree(before_dir, ignore_errors=True)
     before, after = b["kinds"], a["kinds"]
     head = "bad set stopped lost  says  readers"
     print(f"{'kind of line':<48} | {'before (' + args.before + ')':<36} | after")
     print(f"{'':<48} | {head:<36} | {head}")
-    for b, a in zip(before, after, strict=True):
-        print(f"{b['kind']:<48} | {cell(b):<36} | {cell(a)}")
+    for rb, ra in zip(before, after, strict=True):
+        print(f"{rb['kind']:<48} | {cell(rb):<36} | {cell(ra)}")
     print()
     for label, rows in (("before", before), ("after", after)):
         for r in rows:
