@@ -81,7 +81,9 @@ def residual_noise(x: np.ndarray, segs: list, sums: _Sums) -> tuple[float, float
     r = x - fit
     n, p = len(x), sum(2 if k == "line" else 1 for *_, k in segs)
     var = float(r @ r) / max(n - p, 1)
-    r1 = float(r[1:] @ r[:-1]) / float(r @ r) if float(r @ r) > 0 else 0.0
+    if var < NOISE_FLOOR ** 2:  # residuals below the floor (exact data: rounding) show no memory
+        return NOISE_FLOOR, 0.0
+    r1 = float(r[1:] @ r[:-1]) / float(r @ r)
     phi = min(max(r1 + (1 + 3 * max(r1, 0.0)) / n + p / n, 0.0), SE_MAX_PHI)
     return max(math.sqrt(var), NOISE_FLOOR), phi
 
