@@ -5,8 +5,11 @@ An agent numbers its events one by one and writes nothing after its end, so:
 - a seq further than ``MAX_SEQ_GAP`` past the journal read so far (the last stored event,
   then this read's lines and the numbered lines the boundary set aside, each within the gap
   of the one before) is a forged or damaged one: set aside, never stored. Lines that could
-  not be read leave gaps, but not that many in a row. An honest follower resumes after the
-  store's contiguous coverage, so a hole it re-reads is below what is stored, never past it;
+  not be read leave gaps, but not that many in a row, unless the journal visibly goes on
+  past them: a seq that opens ``CONTINUED`` lines in a row, numbered one by one in the order
+  read, stands (a disk block lost mid-journal must not set aside everything after it; a
+  forged or bit-flipped seq is one line). An honest follower resumes after the store's
+  contiguous coverage, so a hole it re-reads is below what is stored, never past it;
 - a ``job_finished`` ends the journal at its own seq: an event stored past it before it
   arrived (a forged line read first) is moved aside, its measurement with it;
 - a ``job_failed`` is its agent's last line: the next event must be a new agent's first
@@ -26,6 +29,7 @@ from sqlalchemy import Text, delete, func, select, type_coerce
 from .models import Event, Measurement, QuarantinedEvent
 
 MAX_SEQ_GAP = 64  # lines in a row a journal may lack (unreadable) before a seq is a jump
+CONTINUED = 4  # lines in a row, numbered one by one, that show a journal going on past a jump
 NEW_AGENT = ("job_started", "job_failed")  # what may follow a job_failed (a --resume)
 # how the reasons of this module begin (extra lines, not the job's: see ledger)
 END_REASONS = ("past the journal:", "after the job's end:", "job_failed:")
@@ -52,12 +56,23 @@ def reach(c, sweep_id: str, node: str, seqs: list[int]) -> int:
                                               QuarantinedEvent.node == node,
                                               QuarantinedEvent.seq > base))
              if not why.startswith(END_REASONS)}  # a jump set aside does not extend it
-    top = base
+    top, runs = base, _runs(seqs)
     for s in sorted({*seqs, *aside}):
-        if s > top + MAX_SEQ_GAP:
+        if s > top + MAX_SEQ_GAP and s not in runs:
             break
         top = max(top, s)
     return top
+
+
+def _runs(seqs: list[int]) -> set[int]:
+    """The seqs of this read that sit in CONTINUED lines in a row numbered one by one, in
+    the order read (a journal going on, not a stray line)."""
+    out: set[int] = set()
+    for k in range(len(seqs) - CONTINUED + 1):
+        if seqs[k + CONTINUED - 1] - seqs[k] == CONTINUED - 1 and all(
+                b - a == 1 for a, b in zip(seqs[k:k + CONTINUED], seqs[k + 1:k + CONTINUED])):
+            out.update(seqs[k:k + CONTINUED])
+    return out
 
 
 def jump_reason(seq: int, top: int) -> str:

@@ -8,8 +8,9 @@ The decode boundary judges one line alone; what it cannot see is the journal aro
 - a generation for a run index already measured, or outside the job's plan (its run index,
   its workload), is set aside: it would replace or add a measurement the job never made;
 - a line after the stored ``job_finished`` (the agent writes nothing after it) is set aside;
-- a ``job_finished`` whose ``generations`` disagrees with the journal before it is set aside
-  (a forged or damaged end would end following early and call a sweep ok);
+- a ``job_finished`` whose ``generations`` disagrees with the journal before it, or that
+  does not account for its plan (generations + failed + skipped), is set aside (a forged or
+  damaged end would end following early, set the real job after it aside, call it ok);
 - a seq far past the journal read so far, an event past an admitted ``job_finished``, and a
   ``job_failed`` the journal goes on after are set aside (``journal_ends``).
 
@@ -183,9 +184,41 @@ def _finish_problem(c, sweep_id: str, node: str, e: dict, before: list[dict]) ->
                                                 QuarantinedEvent.seq < seq))
                if not why.startswith(LEDGER_REASONS)} - numbered
     holes = (seq - 1) - len(numbered) - len(damaged)
-    if not have <= claimed <= have + len(damaged) + max(holes, 0):
+    unseen = len(damaged) + max(holes, 0)  # lines before it the store cannot read
+    if not have <= claimed <= have + unseen:
         return (f"job_finished: generations {claimed} disagrees with the journal before it "
                 f"({have} generation(s) stored"
                 + (f", {len(damaged)} line(s) set aside" if damaged else "")
                 + (f", {holes} missing" if holes > 0 else "") + ")")
+    return _plan_problem(c, sweep_id, node, e, before, unseen)
+
+
+def _plan_problem(c, sweep_id: str, node: str, e: dict, before: list[dict],
+                  unseen: int) -> str | None:
+    """The agent ends a sweep's job only once every generation of its plan is measured,
+    failed or skipped (``agent/loop.py``), so a job_finished that accounts for less is a
+    forged or damaged end: one that counts the two generations before it would otherwise
+    set the rest of the real job aside. Its ``failed`` must have lines before it too."""
+    seq = e["seq"]
+    plans = [x for x in before if x["type"] == "plan"] or list(c.execute(
+        select(Event.payload).where(Event.sweep_id == sweep_id, Event.node == node,
+                                    Event.type == "plan", Event.seq < seq)
+        .order_by(Event.seq.desc()).limit(1)).scalars())
+    if not plans or type(total := plans[-1].get("total_generations")) is not int:
+        return None  # no plan before it: a journal from before plans
+    failed = e.get("failed") if type(e.get("failed")) is int else 0
+    adaptive = e.get("adaptive") if "adaptive" in plans[-1] else None
+    skipped = adaptive.get("skipped") if isinstance(adaptive, dict) else 0
+    skipped = skipped if type(skipped) is int else 0
+    if e["generations"] + failed + skipped != total:
+        return (f"job_finished: generations {e['generations']} + failed {failed} + skipped "
+                f"{skipped} is not the plan's {total} generations")
+    lines = c.execute(select(func.count()).select_from(Event).where(
+        Event.sweep_id == sweep_id, Event.node == node, Event.type == "generation_failed",
+        Event.seq < seq)).scalar() or 0
+    lines += sum(1 for x in before if x["type"] == "generation_failed")
+    if failed > lines + unseen:
+        return (f"job_finished: failed {failed} disagrees with the journal before it "
+                f"({lines} generation_failed line(s)"
+                + (f", {unseen} unreadable or missing" if unseen else "") + ")")
     return None
