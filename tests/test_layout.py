@@ -21,6 +21,7 @@ MAX_FUNCTION_LINES = 80
 LONG_MODULES_ALLOWED = {
     "orchestrator/review/weekly.py": "queries: weekly queries vs judgement",
     "orchestrator/store/db.py": "contract: row mapping, migrations runner",
+    "orchestrator/sweep/plan.py": "contract: plan lock",
 }
 # (path, function) -> who is shortening it
 LONG_FUNCTIONS_ALLOWED = {
