@@ -57,7 +57,8 @@ class IngestPipeline:
         self._lines.append(line)
         if len(self._events) >= self._size:
             await self._settle()  # one batch in flight at most; its failure is said here
-            self._timed = asyncio.ensure_future(self.flush())
+            # taken now, not when the task first runs: the next line must not count it
+            self._timed = asyncio.ensure_future(self._send(*self._take()))
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._every, self._on_timer)
 
@@ -74,10 +75,16 @@ class IngestPipeline:
         self._timed = asyncio.ensure_future(self.flush())
 
     async def _settle(self) -> None:
-        """Wait for the batch in flight; raise what it failed with (it is held again)."""
-        if self._timed is not None:
-            timed, self._timed = self._timed, None
-            await timed
+        """Wait for the batch in flight; raise what it failed with (it is held again).
+        It stays ``_timed`` while awaited, so the timer starts no batch meanwhile: one
+        batch in flight at most, taken in journal order."""
+        timed = self._timed
+        if timed is not None:
+            try:
+                await timed
+            finally:
+                if self._timed is timed:
+                    self._timed = None
 
     def _surface(self) -> None:
         # a flush the timer started failed (the store stayed down): say so now
@@ -87,15 +94,21 @@ class IngestPipeline:
                 timed.result()
 
     async def flush(self) -> None:
+        if self._events:
+            await self._send(*self._take())
+
+    def _take(self) -> tuple[list[dict], list[str]]:
+        """The oldest batch, out of what is held (a timer set for it is not needed)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        n = min(len(self._events), self._size)
+        events, lines = self._events[:n], self._lines[:n]
+        del self._events[:n], self._lines[:n]
+        return events, lines
+
+    async def _send(self, events: list[dict], lines: list[str]) -> None:
         async with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            if not self._events:
-                return
-            n = min(len(self._events), self._size)
-            events, lines = self._events[:n], self._lines[:n]
-            del self._events[:n], self._lines[:n]
             try:
                 await self._store(events, lines)
             except BaseException:
@@ -103,7 +116,7 @@ class IngestPipeline:
                 self._events[:0], self._lines[:0] = events, lines
                 raise
             self.batches += 1
-            self.stored += n
+            self.stored += len(events)
 
     async def close(self) -> None:
         """Store what is left. Also called when the stream failed: what was read is
