@@ -146,7 +146,8 @@ def test_a_real_adaptive_sweep_says_what_it_stopped_and_why(model_pair, tmp_path
     from orchestrator.store import open_store
     from orchestrator.store.models import Event
     from orchestrator.sweep.dispatch import SweepOptions, start_sweep
-    from orchestrator.sweep.plan import load_lock, load_plan, write_lock
+    from orchestrator.sweep.lock import load_lock, write_lock
+    from orchestrator.sweep.plan import load_plan
     from tests.locks import plan_text
 
     plan = tmp_path / "plan.yml"
@@ -190,7 +191,8 @@ def test_a_real_adaptive_sweep_says_what_it_stopped_and_why(model_pair, tmp_path
 
 def test_plan_lock_refuses_a_bad_adaptive_section_with_its_line(model_pair, tmp_path):
     from orchestrator.errors import ConfigError
-    from orchestrator.sweep.plan import load_plan, write_lock
+    from orchestrator.sweep.lock import write_lock
+    from orchestrator.sweep.plan import load_plan
     from tests.locks import plan_text
 
     plan = tmp_path / "plan.yml"

@@ -8,7 +8,8 @@ from click.testing import CliRunner
 
 from orchestrator.cli import main
 from orchestrator.errors import ConfigError
-from orchestrator.sweep.plan import load_lock, load_plan, verify_lock, write_lock
+from orchestrator.sweep.lock import load_lock, verify_lock, write_lock
+from orchestrator.sweep.plan import load_plan
 from tests.locks import make_lock, plan_text
 
 

@@ -73,7 +73,7 @@ def _rules(table, names, skip=()) -> tuple[tuple[str, int, int, bool], ...]:
 
 
 def _measurement_fields() -> tuple[str, ...]:
-    from .db import MEASUREMENT_COLUMNS
+    from .rows import MEASUREMENT_COLUMNS
 
     return MEASUREMENT_COLUMNS
 

@@ -85,7 +85,8 @@ def _type_source(typ: str, fields: tuple) -> list[str]:
     body = [
         "def ok(e, text):", "    get = e.get", "    v = get('schema')",
         f"    if type(v) is not int or v != {EVENT_SCHEMA_MAJOR}: return False",
-        "    v = get('seq')", f"    if type(v) is not int or not 0 < v <= {MAX_INT32}: return False",
+        "    v = get('seq')",
+        f"    if type(v) is not int or not 0 < v <= {MAX_INT32}: return False",
         "    v = get('ts')",
         "    if (type(v) is not float and type(v) is not int) or not 0 <= v < MAX_TS: return False",
     ]

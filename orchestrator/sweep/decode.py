@@ -24,7 +24,6 @@ from agent.events import Event
 from agent.protocol import EVENT_SCHEMA, EVENT_SCHEMA_MAJOR, MAX_EVENT_BYTES
 
 from ..errors import SpecfleetError
-from ..store.fastcheck import FAST_CHECKS
 from ..store.eventcheck import (  # noqa: F401  (re-exported: the rules' historical home)
     GENERATION_RULES,
     MAX_INT32,
@@ -36,6 +35,7 @@ from ..store.eventcheck import (  # noqa: F401  (re-exported: the rules' histori
     seq_of,
     seq_problem,
 )
+from ..store.fastcheck import FAST_CHECKS
 
 MAX_LINE_BYTES = MAX_EVENT_BYTES  # a journal line longer than this is quarantined, not read
 
