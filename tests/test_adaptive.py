@@ -201,7 +201,7 @@ def test_plan_lock_refuses_a_bad_adaptive_section_with_its_line(model_pair, tmp_
     with pytest.raises(ConfigError) as e:
         write_lock(load_plan(plan), lambda m: None)
     assert "adaptive.tolerance: a share between 0 and 1 (0.03 is ±3%), got 3" in str(e.value)
-    assert e.value.line == plan.read_text().splitlines().index("sweep:") + 1
+    assert e.value.line == plan.read_text().splitlines().index("  adaptive: {tolerance: 3}") + 1
 
 
 @pytest.mark.alone  # judges timing: other tests' load scatters it

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from ..calibration import calibration_of
 from ..errors import ConfigError
 from ..fleet.platforms import controller_platform, platform_node
 from ..yamlfile import line_of, load_yaml
-from .plan import Plan, load_plan
+from .plan import Plan, line_of_keys, load_plan, plan_keys
 
 LOCK_SCHEMA = 1
 
@@ -132,12 +131,9 @@ def _agent_would_accept(job: dict, path: Path) -> None:
         parse_job({**job, "job_id": "lock-check",
                    "models": {r: {"path": r} for p in job.get("lineup") or [["target", "draft"]]
                               for r in p}})
-    except JobFileError as e:
-        msg = str(e).split(": ", 1)[1]
-        section = re.match(r"[a-z_]*", msg).group(0)  # type: ignore[union-attr]  # [a-z_]* always matches
-        section = "sweep" if section in ("knobs", "base", "baseline", "cv_threshold",
-                                         "contention_threshold", "adaptive") else section
-        raise ConfigError(msg, str(path), line_of(load_yaml(path), section)) from None
+    except JobFileError as e:  # placed by its field, at the plan's line for it
+        raise ConfigError(e.problem, str(path),
+                          line_of_keys(load_yaml(path), plan_keys(e.field))) from None
 
 
 def lock_path_for(plan_path: Path) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,39 @@ SPEC = {
 REQUIRED = {"environment": ("python", "packages"), "models": ("target", "draft")}
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true/false",
               dict: "a mapping"}
+
+
+# Where each part of the job a lock builds comes from in the plan (job key → plan keys):
+# a refusal by the agent's own parser (``JobFileError.field``) is placed at its plan line.
+JOB_FIELD_IN_PLAN: dict[str, tuple[str, ...]] = {
+    **{k: ("sweep", k) for k in ("knobs", "base", "baseline", "repetitions", "warmup_tokens",
+                                 "seed", "cv_threshold", "contention_threshold", "adaptive")},
+    "verify_weights": ("models", "verify"), "python": ("environment", "python"),
+    "pins": ("environment", "packages"), "lineup": ("models",), "models": ("models",),
+    "workloads": ("workloads",), "quality_tasks": ("workloads", "quality"), "mode": ("soak",),
+    **{k: (k,) for k in ("soak", "engine", "background", "load")},
+}
+
+
+def plan_keys(job_field: str | None) -> tuple[str, ...]:
+    """The plan's key path for a field of the job built from it: "knobs.top_p" →
+    ("sweep", "knobs", "top_p"); () when the plan has no place for it (the job's schema)."""
+    if not job_field:
+        return ()
+    head, *rest = re.split(r"[.\[\]]+", job_field.rstrip("]"))
+    place = JOB_FIELD_IN_PLAN.get(head)
+    return (*place, *rest) if place else ()
+
+
+def line_of_keys(data, keys: tuple[str, ...]) -> int | None:
+    """The line of the deepest of ``keys`` the plan writes (a key left to its default is
+    not written: then the line of the section that would hold it)."""
+    line, node = line_of(data), data
+    for k in keys:
+        if not isinstance(node, dict) or k not in node:
+            break
+        line, node = line_of(node, k) or line, node[k]
+    return line
 
 
 def _check(data, spec: dict, path: Path, where: str) -> None:
