@@ -28,8 +28,11 @@ JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline
             "background", "load", "adaptive"}
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
                  "max_tokens", "description", "tools"}
-SOAK_KEYS = {"duration_s", "num_draft_tokens", "max_tokens", "workload", "rss_growth_limit",
-             "sample_every_s", "variant"}
+# a soak's settings and their types: the agent's parser and the plan's soak section read both
+SOAK_FIELDS: dict[str, type] = {
+    "duration_s": float, "num_draft_tokens": int, "max_tokens": int, "workload": str,
+    "rss_growth_limit": float, "sample_every_s": float, "variant": str}
+SOAK_KEYS = set(SOAK_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,14 @@ class Job:
                     "engine": self.engine, "background": self.background, "load": self.load,
                     "adaptive": self.adaptive}
         return {**doc, **{k: v for k, v in optional.items() if v not in (None, {}, [])}}
+
+
+def job_field_types(*names: str) -> dict[str, type]:
+    """The types of the Job's fields ``names`` (a plan's sections are checked with them)."""
+    import typing
+
+    hints = typing.get_type_hints(Job)
+    return {n: hints[n] for n in names}
 
 
 def _fail(path: Path, field: str | None, msg: str) -> JobFileError:

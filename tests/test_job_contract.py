@@ -136,3 +136,16 @@ def test_plan_lock_places_the_agents_refusal_at_the_plans_line(model_pair, tmp_p
     with pytest.raises(ConfigError) as e:
         write_lock(load_plan(plan), lambda m: None)
     assert e.value.line == plan.read_text().splitlines().index(key) + 1
+
+
+def test_the_plans_sweep_and_soak_sections_are_typed_by_the_job():
+    """One definition: the plan's sweep and soak keys and types are the job's, so a key the
+    agent would refuse cannot pass a plan (and the reverse)."""
+    import typing
+
+    from agent.job import SOAK_FIELDS, SOAK_KEYS
+    from orchestrator.sweep.plan import SPEC
+
+    hints = typing.get_type_hints(Job)
+    assert SPEC["soak"] == SOAK_FIELDS and set(SOAK_FIELDS) == SOAK_KEYS
+    assert SPEC["sweep"] == {k: hints[k] for k in SPEC["sweep"]}

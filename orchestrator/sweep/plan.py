@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.fingerprint import VERIFY_MAX_AGE_S, model_files
+from agent.job import SOAK_FIELDS, job_field_types
 from agent.protocol import MAX_ROLES
 
 from ..errors import ConfigError
@@ -30,19 +31,16 @@ SPEC = {
     "models": {"target": "folders", "draft": "folders", "source": str, "revision": str,
                "verify": str},
     "workloads": {"use": [str], "context": [str], "max_tokens": int, "quality": bool},
-    "sweep": {"base": dict, "baseline": dict, "knobs": dict, "repetitions": int,
-              "warmup_tokens": int, "seed": int, "cv_threshold": float,
-              "contention_threshold": float,
-              # stop repeating once the answer is known (tolerance, confidence,
-              # min_repetitions); checked by the agent's parser at lock time
-              "adaptive": dict},
+    # the job's own fields, typed as the job declares them (agent/job.py); adaptive: stop
+    # repeating once the answer is known; each checked by the agent's parser at lock time
+    "sweep": job_field_types("base", "baseline", "knobs", "repetitions", "warmup_tokens",
+                             "seed", "cv_threshold", "contention_threshold", "adaptive"),
     "gates": {"acceptance_floor": float, "min_speedup": float, "itl_p95_ceiling_ms": float,
               "swap_ceiling_bytes": int, "ttft_regression_limit": float},
     "nodes": {"limit": str, "labels": [str]},
     # soak instead of a sweep: back-to-back generations of one config, memory watched
     # (variant: which of an http engine's variants; it must be one the agent starts)
-    "soak": {"duration_s": float, "num_draft_tokens": int, "max_tokens": int, "workload": str,
-             "rss_growth_limit": float, "sample_every_s": float, "variant": str},
+    "soak": SOAK_FIELDS,
     "engine": dict,  # a runtime behind an OpenAI-compatible API (see README); checked by the agent
     # a busy desktop: a bounded co-tenant load during measurement (memory_mb, cpu_workers,
     # disk_mb_s, name); checked by the agent's own parser at lock time
