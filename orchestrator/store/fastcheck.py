@@ -110,6 +110,13 @@ def _compile(body: list[str], name: str, namespace: dict):
     return namespace[name]
 
 
+def _passes(check: Callable[[dict], str | None] | None) -> Callable[[dict], bool]:
+    """A type's worded check as yes/no (rare types: not worth a fast copy)."""
+    if check is None:
+        return lambda e: True
+    return lambda e: check(e) is None
+
+
 def _build() -> dict[str, FastCheck]:
     base = {"ABSENT": ABSENT, "MAX_TS": MAX_TS, "MAX_DEPTH": MAX_EVENT_DEPTH,
             "too_deep": too_deep, "NUL": "\x00", "NUL_ESCAPED": "\\u0000",
@@ -117,9 +124,7 @@ def _build() -> dict[str, FastCheck]:
     generation_ok = _compile(_generation_source(), "generation_ok", dict(base))
     out = {}
     for typ, fields in FIELDS.items():
-        slow = DEEP_CHECKS.get(typ)
-        deep = generation_ok if typ == "generation" else (
-            (lambda e, slow=slow: slow(e) is None) if slow else (lambda e: True))
+        deep = generation_ok if typ == "generation" else _passes(DEEP_CHECKS.get(typ))
         namespace = {**base, "deep": deep, **{f"T{i}": f[1] for i, f in enumerate(fields)}}
         out[typ] = _compile(_type_source(typ, fields), "ok", namespace)
     return out
