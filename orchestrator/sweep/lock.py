@@ -41,7 +41,7 @@ def _tier(folder: Path) -> dict:
 def build_lock(plan: Plan, log=print) -> dict:
     """Resolve everything a sweep needs into one JSON document."""
     from ..fleet.wheelhouse import resolve
-    from .jobspec import DEFAULT_WORKLOADS, collect_workloads, job_template
+    from .jobspec import job_template, plan_workloads
 
     env = plan.section("environment")
     # An empty list means unmanaged: nodes bring their own Python, the agent checks pins.
@@ -63,10 +63,7 @@ def build_lock(plan: Plan, log=print) -> dict:
         if calibration := calibration_of(Path(m["path"]), m["fingerprint"]):
             m["calibration"] = calibration  # a grown target: its series are marked as such
     w = plan.section("workloads")
-    buckets = tuple(w.get("context") or ("short",))
-    sources = [str(plan.path.parent / spec) if spec.endswith(".jsonl") else spec
-               for spec in (w.get("use") or DEFAULT_WORKLOADS)]
-    workloads = collect_workloads(sources, buckets, w.get("max_tokens"))
+    sources, buckets, workloads = plan_workloads(plan.path.parent, w)
     sweep = plan.section("sweep")
     # an http engine sweeps no draft width unless asked (each variant fixes its own)
     knobs = sweep.get("knobs") or ({} if plan.section("engine") else None)

@@ -187,6 +187,7 @@ def load_plan(path: str | Path) -> Plan:
                           line_of(data["models"], "verify"))
     _check_knobs(data, path)
     _check_group_size(pair, data, path)
+    _check_kv_start(data, path)
     if len(lineup) > 1 and (data.get("engine") or data.get("soak")):
         raise ConfigError("models: a lineup (several targets or drafts) is swept in process; "
                           + ("an http engine's variants start their own models: declare one "
@@ -262,6 +263,17 @@ def _check_group_size(pair: dict[str, Path], data: dict, path: Path) -> None:
                         f"attention head size {dim} ({folder}): mlx cannot quantise its KV "
                         "cache in groups of that size; choose a divisor of it", str(path),
                         line)
+
+
+def _check_kv_start(data: dict, path: Path) -> None:
+    """kv_bits whose quantized_kv_start no generation reaches is refused (``kvstart``)."""
+    from .jobspec import plan_workloads
+    from .kvstart import check_kv_start
+
+    sweep = data.get("sweep") or {}
+    declared = [(sweep.get(s) or {}).get("kv_bits") for s in ("base", "baseline", "knobs")]
+    if any(x is not None for v in declared for x in (v if isinstance(v, list) else [v])):
+        check_kv_start(data, path, plan_workloads(path.parent, data.get("workloads") or {})[2])
 
 
 def _check_knobs(data: dict, path: Path) -> None:
