@@ -1,5 +1,6 @@
-"""Node platforms a lock resolves wheels for (``macos-14-arm64``, ``linux-x86_64-glibc2.36``)
-and which of a lock's platforms a node takes."""
+"""Node platforms a lock resolves wheels for ("macos-14-arm64", "linux-x86_64-glibc2.36"):
+the controller's own, the probe each one stands for, and which locked platform a node
+takes."""
 
 from __future__ import annotations
 

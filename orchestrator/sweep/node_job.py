@@ -10,6 +10,7 @@ from agent.protocol import model_roles
 
 from ..fleet.inventory import Host
 from ..fleet.transport import q
+from .jobspec import node_job as build_node_job
 from .pair_names import model_pair_name, role_names
 
 
@@ -21,19 +22,18 @@ def _substitute(text: str, values: dict[str, str]) -> str:
 
 def node_job(job: dict, doc: dict, sweep_id: str, models: dict, python: str,
              host: Host) -> dict:
-    """The lock's job as this node runs it: its copies of the models, its Python."""
-    out = json.loads(json.dumps(job))
-    out["job_id"] = sweep_id
-    out["models"] = {r: {"path": models[r]["path"],
-                         "fingerprint": doc["models"][r]["fingerprint"]}
-                     for r in model_roles(doc["models"])}
-    if out.get("engine"):  # runtime command lines name the node's copies of the pair
+    """The lock's job as this node runs it: its copies of the models, its Python (built
+    through the agent's ``Job`` by ``jobspec.node_job``)."""
+    own: dict = {}
+    if job.get("engine"):  # runtime command lines name the node's copies of the pair
         paths = {"{target}": models["target"]["path"], "{draft}": models["draft"]["path"],
                  "{python}": python}
-        out["engine"] = json.loads(_substitute(json.dumps(out["engine"]), paths))
+        own["engine"] = json.loads(_substitute(json.dumps(job["engine"]), paths))
     if host.vars.get("specfleet_memory_bandwidth_gbs"):  # per-node roofline override
-        out["memory_bandwidth_gbs"] = float(host.vars["specfleet_memory_bandwidth_gbs"])
-    return out
+        own["memory_bandwidth_gbs"] = float(host.vars["specfleet_memory_bandwidth_gbs"])
+    return build_node_job(job, sweep_id, {
+        r: {"path": models[r]["path"], "fingerprint": doc["models"][r]["fingerprint"]}
+        for r in model_roles(doc["models"])}, **own)
 
 
 def node_identity(doc: dict, job: dict, env_id: str | None, facts: dict) -> dict:
