@@ -146,7 +146,8 @@ def test_a_real_adaptive_sweep_says_what_it_stopped_and_why(model_pair, tmp_path
     from orchestrator.store import open_store
     from orchestrator.store.models import Event
     from orchestrator.sweep.dispatch import SweepOptions, start_sweep
-    from orchestrator.sweep.plan import load_lock, load_plan, write_lock
+    from orchestrator.sweep.lock import load_lock, write_lock
+    from orchestrator.sweep.plan import load_plan
     from tests.locks import plan_text
 
     plan = tmp_path / "plan.yml"
@@ -190,7 +191,8 @@ def test_a_real_adaptive_sweep_says_what_it_stopped_and_why(model_pair, tmp_path
 
 def test_plan_lock_refuses_a_bad_adaptive_section_with_its_line(model_pair, tmp_path):
     from orchestrator.errors import ConfigError
-    from orchestrator.sweep.plan import load_plan, write_lock
+    from orchestrator.sweep.lock import write_lock
+    from orchestrator.sweep.plan import load_plan
     from tests.locks import plan_text
 
     plan = tmp_path / "plan.yml"
@@ -199,12 +201,12 @@ def test_plan_lock_refuses_a_bad_adaptive_section_with_its_line(model_pair, tmp_
     with pytest.raises(ConfigError) as e:
         write_lock(load_plan(plan), lambda m: None)
     assert "adaptive.tolerance: a share between 0 and 1 (0.03 is ±3%), got 3" in str(e.value)
-    assert e.value.line == plan.read_text().splitlines().index("sweep:") + 1
+    assert e.value.line == plan.read_text().splitlines().index("  adaptive: {tolerance: 3}") + 1
 
 
 @pytest.mark.alone  # judges timing: other tests' load scatters it
 def test_planted_runtimes_stop_as_soon_as_their_answer_is_known(model_pair, tmp_path):
-    """Runtimes with fixed token timing (planted: 3 ms, 2 ms and 4.5 ms a token): both
+    """Runtimes with fixed token timing (planted: 6 ms, 4 ms and 9 ms a token): both
     speculative variants stop well before the plan's 12 repetitions, each with its reason,
     and are never measured again."""
 
@@ -215,9 +217,11 @@ def test_planted_runtimes_stop_as_soon_as_their_answer_is_known(model_pair, tmp_
     job = build_job(model_pair, ["code"], max_tokens=24)
     job["workloads"] = job["workloads"][:1]
     job["engine"] = {"type": "http", "runtime": "planted", "ready_timeout_s": 30,
-                     "variants": [planted("plain", "correct", 3),
-                                  planted("fast", "correct", 2, True),
-                                  {**planted("slow", "correct", 4.5, True), "name": "slow"}]}
+                     "variants": [planted("plain", "correct", 6),
+                                  planted("fast", "correct", 4, True),
+                                  {**planted("slow", "correct", 9, True), "name": "slow"}]}
+    # 29 planted tokens at 4 ms: 0.12 s, long enough for the CPU counters to judge
+    # contention over the run itself (a shorter run is "unverified: contention window")
     # ±10%: the planted timing is steady, but the tests share 2 CPUs with each other
     job.update(knobs={}, repetitions=12, quality_tasks=[], cv_threshold=1.0,
                contention_threshold=1.0, adaptive={"tolerance": 0.10})

@@ -13,7 +13,8 @@ from agent.telemetry.cpu import other_share, parse_proc_pid_stat, parse_proc_sta
 from agent.telemetry.sampler import unreliable_reasons
 from orchestrator.errors import ConfigError
 from orchestrator.sweep.jobspec import build_job
-from orchestrator.sweep.plan import load_plan, write_lock
+from orchestrator.sweep.lock import write_lock
+from orchestrator.sweep.plan import load_plan
 from tests.locks import plan_text
 from tests.test_agent import run_agent
 
@@ -216,6 +217,15 @@ def test_a_run_too_short_to_judge_is_judged_from_the_reading_before_it():
                 _reading(101.05, 12.0, 42.1, 1.15)])
     sampler = Sampler(reader=lambda: next(old))
     sampler.mark()
+    start = sampler.mark()
+    assert sampler.window(start, sampler.mark()).before is None
+
+    # a reading taken while another runtime's process was ours counts "own" differently
+    switched = iter([_reading(100.0, 10.0, 40.0, 1.0), _reading(101.0, 11.9, 42.0, 1.1),
+                     _reading(101.05, 12.0, 42.1, 1.15)])
+    sampler = Sampler(reader=lambda: next(switched))
+    sampler.mark()
+    sampler.watch(4242)  # the agent switched to a runtime it started (its CPU now ours)
     start = sampler.mark()
     assert sampler.window(start, sampler.mark()).before is None
 
