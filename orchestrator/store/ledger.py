@@ -211,7 +211,7 @@ def _plan_problem(c, sweep_id: str, node: str, e: dict, before: list[dict],
         .order_by(Event.seq.desc()).limit(1)).scalars())
     if not plans or type(total := plans[-1].get("total_generations")) is not int:
         return None  # no plan before it: a journal from before plans
-    failed = e.get("failed") if type(e.get("failed")) is int else 0
+    failed: int = e["failed"] if type(e.get("failed")) is int else 0
     adaptive = e.get("adaptive") if "adaptive" in plans[-1] else None
     skipped = adaptive.get("skipped") if isinstance(adaptive, dict) else 0
     skipped = skipped if type(skipped) is int else 0
