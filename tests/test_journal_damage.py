@@ -116,3 +116,42 @@ def test_a_generation_for_a_run_the_job_never_had_before_the_plan_is_set_aside(t
     f = follow_journal(store, _renumber(lines[:p] + [forged] + lines[p:], p), tmp_path / "n")
     stored, aside = _state(store, f.sweep_id)
     assert [s for s, _ in aside] == [p + 1] and len(stored) == 28
+
+
+def test_a_hole_after_an_honest_job_failed_does_not_make_it_forged(tmp_path):
+    # Hypothesis found it (test_journal_ends' holes property, lost={1, 8}, resumed): the
+    # store lost the resumed agent's job_started (seq 8) and seq 1; the re-read of seq 1
+    # alone judged the stored job_failed (seq 7) by the next *stored* event (seq 9) and
+    # moved the honest end aside. The next event is judged only once it is the next seq
+    from sqlalchemy import delete
+
+    from tests.hostile import JOB, event
+    from tests.test_journal_ends import _resumed
+
+    lines = _resumed(journal())
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    sid = "holes-after-failed"
+    store.create_sweep(sid, JOB, None)
+    store.ingest(sid, "n1", [event(x) for x in lines], [x.decode() for x in lines])
+    with store.engine.begin() as c:
+        c.execute(delete(Event).where(Event.sweep_id == sid, Event.seq.in_([1, 8])))
+    for part in (lines[:1], lines[1:]):
+        store.ingest(sid, "n1", [event(x) for x in part], [x.decode() for x in part])
+    stored, aside = _state(store, sid)
+    assert aside == [] and stored == list(range(1, len(lines) + 1))
+
+
+def test_a_forged_job_failed_before_a_damaged_line_is_still_set_aside(tmp_path):
+    # the next line after the forged end is damaged (set aside under its seq): the line
+    # after that still shows the journal went on
+    from tests.test_journal_ends import FAILED, _failed_after
+
+    lines = journal()
+    i = seq_of(lines, "generation", 1) + 1
+    bad = dump({"schema": 1, "seq": 0, "type": "notice", "ts": "x", "message": "m"})
+    lines = _renumber(lines[:i] + [dump({**FAILED, "seq": 0}), bad] + lines[i:], i)
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    f = follow_journal(store, lines, tmp_path / "n")
+    stored, aside = _state(store, f.sweep_id)
+    assert dict(aside)[i + 1] == _failed_after(i + 1, i + 3, "generation")
+    assert sorted(dict(aside)) == [i + 1, i + 2] and len(stored) == 28

@@ -133,6 +133,18 @@ def _next_types(c, sweep_id: str, node: str, after: list[int],
     return out
 
 
+def _adjacent(c, sweep_id: str, node: str, a: int, b: int) -> bool:
+    """Whether seq ``b`` is the next the journal holds after ``a``: every seq between was
+    set aside under its number. With a hole between (a lost row, a batch still to come) the
+    next stored event need not be what the agent wrote next: not judged yet."""
+    if b - a - 1 > MAX_SEQ_GAP:
+        return False
+    between = set(c.execute(select(QuarantinedEvent.seq).where(
+        QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+        QuarantinedEvent.seq > a, QuarantinedEvent.seq < b)).scalars())
+    return all(s in between for s in range(a + 1, b))
+
+
 def failed_ends(c, sweep_id: str, node: str, events: list[dict],
                 lines: list[str]) -> tuple[list[dict], list[str], list[Refused]]:
     """A job_failed (stored, or in this read) that the journal goes on after with anything
@@ -144,7 +156,7 @@ def failed_ends(c, sweep_id: str, node: str, events: list[dict],
     if not failed:
         return events, lines, []
     bad = {f: n for f, n in _next_types(c, sweep_id, node, sorted(failed), batch).items()
-           if n[1] not in NEW_AGENT}
+           if n[1] not in NEW_AGENT and _adjacent(c, sweep_id, node, f, n[0])}
     if not bad:
         return events, lines, []
     out = [Refused(e["seq"], failed_reason(e["seq"], *bad[e["seq"]]), x)
