@@ -155,3 +155,32 @@ def test_a_forged_job_failed_before_a_damaged_line_is_still_set_aside(tmp_path):
     stored, aside = _state(store, f.sweep_id)
     assert dict(aside)[i + 1] == _failed_after(i + 1, i + 3, "generation")
     assert sorted(dict(aside)) == [i + 1, i + 2] and len(stored) == 28
+
+
+def test_a_jump_set_aside_at_a_batch_edge_is_stored_once_when_read_again(tmp_path):
+    # 70 lines never written (a lost region); the read is cut right after the first line
+    # past it, so that line has no run after it yet and is set aside; the follower reads
+    # again from the store's coverage, sees the run, stores it, and the set-aside row goes
+    # (else `sweeps verify` found the line both stored and set aside: incomplete)
+    import hashlib
+
+    from orchestrator.store.coverage import set_aside_lines, stored_line_hashes
+    from orchestrator.sweep.verify import compare
+    from tests.hostile import JOB, event
+
+    lines, i = _long()
+    kept = lines[:i] + lines[i + DAMAGED:]
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    sid = "jump-at-edge"
+    store.create_sweep(sid, JOB, None)
+    for part in (kept[:i + 1], kept[i + 1:]):
+        store.ingest(sid, "n1", [event(x) for x in part], [x.decode() for x in part])
+    assert [s for s, _ in _state(store, sid)[1]] == [i + DAMAGED + 1]  # set aside, for now
+    again = [x for x in kept if event(x)["seq"] > coverage(store, sid, "n1").through]
+    store.ingest(sid, "n1", [event(x) for x in again], [x.decode() for x in again])
+    stored, aside = _state(store, sid)
+    assert aside == [] and stored == [event(x)["seq"] for x in kept]
+    digest = [(event(x)["seq"], hashlib.sha256(x).hexdigest()) for x in kept]
+    ledger = compare("n1", digest, stored_line_hashes(store, sid, "n1"),
+                     *set_aside_lines(store, sid, "n1"))
+    assert ledger.status == "complete"

@@ -22,6 +22,7 @@ What is moved aside leaves the store in the transaction that stores what replace
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from sqlalchemy import Text, delete, func, select, type_coerce
@@ -73,6 +74,27 @@ def _runs(seqs: list[int]) -> set[int]:
                 b - a == 1 for a, b in zip(seqs[k:k + CONTINUED], seqs[k + 1:k + CONTINUED])):
             out.update(seqs[k:k + CONTINUED])
     return out
+
+
+def withdraw_jumps(c, sweep_id: str, node: str, events: list[dict], lines: list[str]) -> None:
+    """A line set aside as a jump that a later read shows to be the journal (the run that
+    went on from it arrived in the next batch) is stored now: its set-aside row goes, or
+    `sweeps verify` would count the line twice (set aside and stored)."""
+    seqs = [e["seq"] for e in events]
+    if not seqs:
+        return
+    rows = c.execute(select(QuarantinedEvent.id, QuarantinedEvent.seq,
+                            QuarantinedEvent.line_sha256).where(
+        QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+        QuarantinedEvent.seq.between(min(seqs), max(seqs)),
+        QuarantinedEvent.reason.startswith(END_REASONS[0]))).all()
+    if not rows:
+        return
+    sha = {e["seq"]: hashlib.sha256(x.encode("utf-8", "replace")).hexdigest()
+           for e, x in zip(events, lines, strict=True)}
+    gone = [i for i, seq, h in rows if sha.get(seq) == h]
+    if gone:
+        c.execute(delete(QuarantinedEvent).where(QuarantinedEvent.id.in_(gone)))
 
 
 def jump_reason(seq: int, top: int) -> str:

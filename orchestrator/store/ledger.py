@@ -22,7 +22,15 @@ from __future__ import annotations
 import orjson
 from sqlalchemy import Text, func, select, text, type_coerce
 
-from .journal_ends import END_REASONS, Refused, failed_ends, jump_reason, past_end, reach
+from .journal_ends import (
+    END_REASONS,
+    Refused,
+    failed_ends,
+    jump_reason,
+    past_end,
+    reach,
+    withdraw_jumps,
+)
 from .models import Event, Measurement, QuarantinedEvent
 
 # the type as literal SQL, not a bound value: both databases then use the partial index
@@ -151,6 +159,7 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
         keep_e, keep_p, out = past_end(c, sweep_id, node, end, keep_e, keep_p)
         refused += out
     keep_e, keep_p, out = failed_ends(c, sweep_id, node, keep_e, keep_p)
+    withdraw_jumps(c, sweep_id, node, keep_e, keep_p)
     return keep_e, keep_p, refused + out
 
 
