@@ -195,7 +195,7 @@ def test_the_rank_test_can_confirm_at_the_documented_minimum_even_with_a_tie():
     """7 runs a side is the documented minimum: fully separated samples must reach
     p < 0.002 whether or not a value repeats (the normal approximation gave 0.00214 with
     one tie, so such a regression could never be confirmed)."""
-    from orchestrator.review.weekly import MIN_REPS, REGRESSION_P, regression
+    from orchestrator.review.regression import MIN_REPS, REGRESSION_P, regression
 
     then = [100.0, 101.0, 102.0, 103.0, 104.0, 105.0, 105.0]  # one tie
     now = [80.0, 81.0, 82.0, 83.0, 84.0, 85.0, 86.0]
@@ -211,7 +211,7 @@ def test_the_rank_test_can_confirm_at_the_documented_minimum_even_with_a_tie():
         assert 0 < mann_whitney(a, b)["p"] <= 1
 
     def runs(values):
-        from orchestrator.review.weekly import RunRow
+        from orchestrator.review.week_runs import RunRow
         return [RunRow(i, "s", W20, "n", ("c",), "baseline", 0,
                        {"values": {"decode_tok_s": [v]}}, {}, None, False)
                 for i, v in enumerate(values)]
@@ -219,7 +219,7 @@ def test_the_rank_test_can_confirm_at_the_documented_minimum_even_with_a_tie():
 
 
 def _low_acceptance_case(tmp_path, generations):
-    from orchestrator.review.weekly import failed_window_configs
+    from orchestrator.review.windows import failed_window_configs
     from tests.history import generation, ingest_lines, new_sweep
 
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
