@@ -121,20 +121,7 @@ def judge(node: str, generations: list[dict], costs: dict | None,
     elif costs is None:
         unverified.append("speed unverified: the node's step costs could not be measured")
     else:
-        b = statistics.median(g["decode_tok_s"] for g in base)
-        for k in sorted({g["num_draft_tokens"] for g in spec}):
-            if k + 1 not in costs["verify_ms"]:  # an older (or odd) node's reply
-                unverified.append(f"speed unverified at width {k}: the node did not time "
-                                  f"verifying {k + 1} tokens")
-                continue
-            m = statistics.median(g["decode_tok_s"] for g in spec
-                                  if g["num_draft_tokens"] == k) / b
-            p = predicted_speedup(costs, k, acceptance or 0.0)
-            widths.append({"k": k, "measured": m, "predicted": p, "off": m / p - 1})
-        for w in widths:
-            if abs(w["off"]) > TOLERANCE:
-                problems.append(f"width {w['k']} measured {w['measured']:.2f}× vs predicted "
-                                f"{w['predicted']:.2f}× ({w['off']:+.0%})")
+        widths = _predicted_widths(base, spec, costs, acceptance, problems, unverified)
     if overhead is None:
         unverified.append("loop overhead unverified")
     elif overhead["ratio"] < OVERHEAD_FLOOR:
@@ -157,6 +144,29 @@ def judge(node: str, generations: list[dict], costs: dict | None,
     return NodeCheck(node, status, f"{node}: {head}" + (f" — {facts}" if facts else ""),
                      widths, acceptance, None if differ is None else not differ, overhead,
                      costs)
+
+
+def _predicted_widths(base: list[dict], spec: list[dict], costs: dict,
+                      acceptance: float | None, problems: list[str],
+                      unverified: list[str]) -> list[dict]:
+    """Each width's sweep median speedup against the one the node's step costs predict
+    (off by more than ``TOLERANCE``: a problem)."""
+    widths: list[dict] = []
+    b = statistics.median(g["decode_tok_s"] for g in base)
+    for k in sorted({g["num_draft_tokens"] for g in spec}):
+        if k + 1 not in costs["verify_ms"]:  # an older (or odd) node's reply
+            unverified.append(f"speed unverified at width {k}: the node did not time "
+                              f"verifying {k + 1} tokens")
+            continue
+        m = statistics.median(g["decode_tok_s"] for g in spec
+                              if g["num_draft_tokens"] == k) / b
+        p = predicted_speedup(costs, k, acceptance or 0.0)
+        widths.append({"k": k, "measured": m, "predicted": p, "off": m / p - 1})
+    for w in widths:
+        if abs(w["off"]) > TOLERANCE:
+            problems.append(f"width {w['k']} measured {w['measured']:.2f}× vs predicted "
+                            f"{w['predicted']:.2f}× ({w['off']:+.0%})")
+    return widths
 
 
 def _prompt(g: dict) -> tuple:
