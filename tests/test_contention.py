@@ -137,6 +137,40 @@ def test_a_cpu_hog_beside_a_sweep_on_a_loopback_node_sets_its_runs_aside(fleet, 
         assert "contended: other processes used " in section["verdict"]
 
 
+def test_a_configs_contention_is_sent_as_fields_and_said_once():
+    """Planted trials: two contended (56%, 66% of the CPU, limit 25%), one throttled, one
+    sound. The summary carries the shares and the limit as fields, says the contention once
+    as their range, and counts only the throttled trial in its other reasons; the
+    controller's boundary refuses a summary whose readings are not fractions."""
+    from agent.protocol import contention_text
+    from agent.summary import config_summary
+    from orchestrator.sweep.decode import Decoder, Quarantined
+
+    def trial(share=None, *reasons):
+        g = {"decode_tok_s": 10.0, "unreliable": bool(reasons) or share is not None,
+             "unreliable_reasons": [*reasons, *([contention_text(share, share, 0.25)]
+                                               if share is not None else [])]}
+        return {**g, "contention": {"share": share, "limit": 0.25}} if share else g
+
+    s = config_summary([trial(0.56), trial(0.66), trial(None, "thermal throttling"),
+                        trial()], cv_threshold=1.0)
+    assert s["contention"] == {"shares": [0.56, 0.66], "limit": 0.25}
+    assert s["unreliable_reasons"] == [
+        "1 of 4 trials unreliable (thermal throttling)",
+        "contended: other processes used 56–66% of the CPU (limit 25%)"]
+    assert config_summary([trial()], 1.0)["contention"] is None
+    event = {"schema": 1, "seq": 1, "type": "config_summary", "ts": 1.0, "job_id": "j",
+             "workload": "w", "mode": "baseline", "config": {}, "num_draft_tokens": 0,
+             "trials": 4, "metrics": s["metrics"], "unreliable": True,
+             "unreliable_reasons": s["unreliable_reasons"], "contention": s["contention"]}
+    decoded = Decoder("n").decode(json.dumps(event))
+    assert type(decoded) is dict and decoded["contention"] == s["contention"]
+    for bad in ({"shares": ["56%"], "limit": 0.25}, {"shares": [], "limit": 0.25},
+                {"shares": [0.5]}, [0.5]):
+        q = Decoder("n").decode(json.dumps({**event, "contention": bad}))
+        assert type(q) is Quarantined and "contention" in q.reason
+
+
 def _contention(t: dict) -> list[str]:
     # planted readings carry only the CPU counters: the other readings are unverified
     return [r for r in unreliable_reasons(t) if "contend" in r or "contention" in r]

@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..protocol import TELEMETRY_KEYS
+from ..protocol import TELEMETRY_KEYS, contention_text
 from . import darwin, linux, macos
 from .cpu import MIN_CAPACITY_S, machine_cpu, other_share, process_cpu
 
@@ -280,8 +280,7 @@ def unreliable_reasons(t: dict, contention: float = 0.25) -> list[str]:
                and not (name == "thermal" and t.get("thermal_source") == "none")]
     share = t.get("cpu_other_share")
     if share is not None and share >= contention:
-        reasons.append(f"contended: other processes used {share:.0%} of the CPU "
-                       f"(limit {contention:.0%})")
+        reasons.append(contention_text(share, share, contention))
     if t.get("thermal_throttled"):
         limit = t.get("cpu_speed_limit_min_pct")
         reasons.append("thermal throttling" + (f" (CPU speed limit {limit}%)" if limit else ""))

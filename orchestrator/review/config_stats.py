@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from agent.stats import median, percentile
 
+from .busy import contention_readings
 from .configs import config_label, knob_suffix
 from .week_runs import RunRow, vals
 
@@ -49,6 +50,7 @@ class ConfigStats:
     knob_text: str = ""                 # " · temperature 0.7": settings away from defaults
     tpot_p50: float | None = None       # ms: median over requests of (E2E − TTFT)/(tokens − 1)
     reliable_nights: int = 0            # nights with a reliable run: the unit of evidence
+    contention: list = field(default_factory=list)  # its unreliable runs' readings (page)
 
 
 def tpots(runs: list[RunRow]) -> list[float]:
@@ -106,7 +108,7 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         task_pass_rate=median(rates) if rates else None, trials=len(dec),
         config_id=first.cid.key, label=config_label(first.mode, first.k, first.config),
         knobs=first.config, sampling=first.sampling, knob_text=knob_suffix(first.config),
-        tpot_p50=median(tpots(runs)),
+        tpot_p50=median(tpots(runs)), contention=contention_readings(runs),
         reliable_nights=len({r.at.date() for r in runs if not r.shaky}))
 
 

@@ -11,6 +11,7 @@ from datetime import date, datetime, timedelta
 from agent.stats import cv, median
 
 from ..store.db import result_pair
+from .busy import contention_readings
 from .changepoints import change_points
 from .config_stats import ConfigStats, classify, config_stats, evaluate_gates
 from .configs import ConfigId, canonical, group_configs
@@ -54,7 +55,8 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
     section["set_aside"] = [
         {"config": stats[ck].label, "runs": len(rs), "of": len(rs) + len(configs[ck]),
          "reasons": sorted({x for r in rs for x in
-                            r.summary.get("unreliable_reasons") or ["unknown"]})}
+                            r.summary.get("unreliable_reasons") or ["unknown"]}),
+         **({"contention": cr} if (cr := contention_readings(rs)) else {})}
         for ck, rs in sorted(shaky.items(), key=lambda kv: kv[0].order()) if rs]
     # each speculative config against the baseline of its own sampling settings
     bases = {c.sampling: c for c in stats.values() if c.mode == "baseline" and not c.set_aside}
@@ -108,6 +110,7 @@ def _config_table(cur: list[RunRow], quality: dict
             st.unreliable = len(aside)
             st.unreliable_reasons = sorted({x for r in aside for x in
                                             r.summary.get("unreliable_reasons") or []})
+            st.contention = contention_readings(aside)
             st.runs = len(rs) + len(aside)
             st.trials += len(vals(aside, "decode_tok_s"))
         else:  # nothing reliable to conclude from: its numbers are shown only

@@ -132,12 +132,18 @@ def _config_marks(summaries) -> tuple[dict, dict, dict]:
     merged: dict[tuple, dict] = {}
     engines: dict[tuple, str] = {}
     flagged: dict[tuple, list[str]] = {}
+    # a baseline's summary names no knob: it is the baseline of the candidates that
+    # share its settings (kv_bits 4's baseline is not the draft widths')
+    paired = {(r.node, (r.workload, r.pair), baseline_key(r.config)): _baseline_of(
+        r.knob, r.knob_value) for r in summaries if r.mode == "speculative"}
     for r in summaries:
         n, m, x, w = r.node, r.mode, r.summary, (r.workload, r.pair)
         key = (n, w, m) + ((None, None) if m == "baseline" else (r.knob, r.knob_value))
         engines.setdefault((n, w), r.engine)
         if x.get("unreliable_reasons"):
-            flagged.setdefault(key, []).extend(x["unreliable_reasons"])
+            flagged.setdefault((n, w, m) + (paired.get((n, w, baseline_key(r.config)), (
+                "baseline", baseline_key(r.config))) if m == "baseline"
+                else (r.knob, r.knob_value)), []).extend(x["unreliable_reasons"])
         p = x.get("parity")
         if p:  # every config in the row counts, not only the last one read
             into = merged.setdefault(key, {"checked": 0, "mismatches": 0,
@@ -236,6 +242,13 @@ def _parity_text(p: dict) -> str:
 SPECULATION_SETTINGS = ("num_draft_tokens", "variant")
 
 
+def _baseline_of(knob: str | None, value: str | None) -> tuple[str | None, str | None]:
+    """Which baseline a run of (knob, value) is compared with: the shared one for a way of
+    speculating (a draft width, a variant), that value's own for any other knob."""
+    return (None, None) if (knob or "num_draft_tokens") in SPECULATION_SETTINGS \
+        else (knob, value)
+
+
 def _rows(rs: list[Measurement]) -> list[Row]:
     """One row per setting of a knob: a draft width, a runtime variant, or a sampling knob's
     value (its runs are never pooled with another value's). Each candidate is compared with
@@ -270,9 +283,10 @@ def _rows(rs: list[Measurement]) -> list[Row]:
 def _set_aside(rows: list[Row], flagged: dict, node: str, workload: str) -> list[Row]:
     """Rows whose config the agent flagged unreliable keep their numbers but lose their
     speedup; so does every row when the baseline it is compared with is flagged."""
-    base = flagged.get((node, workload, "baseline", None, None))
     out = []
     for r in rows:
+        # each row's baseline is the one of its own sampling settings (kv_bits 4's, not all)
+        base = flagged.get((node, workload, "baseline") + _baseline_of(r.knob, r.knob_value))
         own = flagged.get((node, workload, r.mode, r.knob, r.knob_value)) \
             if r.mode == "speculative" else base
         why = r.set_aside
