@@ -13,10 +13,19 @@ class AgentError(Exception):
 
 
 class JobFileError(AgentError):
-    """The job file is missing, not JSON, or not a valid schema-1 job."""
+    """The job file is missing, not JSON, or not a valid schema-1 job. ``field`` is the
+    key path of what is wrong ("knobs.top_p", "soak.workload"; None: the whole document)
+    and ``problem`` the sentence without the file's name: a plan maps them to its own
+    file and line, never by reading the text."""
 
     exit_code = EXIT_CODES["job_invalid"]
     kind = "job_invalid"
+
+    def __init__(self, message: str, *, field: str | None = None,
+                 problem: str | None = None):
+        super().__init__(message)
+        self.field = field
+        self.problem = message if problem is None else problem
 
 
 class EnvironmentMismatch(AgentError):

@@ -70,13 +70,13 @@ def light_events(n: int) -> list[dict]:
 
 def floor(url: str, events: list[dict], lines: list[str], batch: int = 1000) -> float:
     """The same rows into the same tables by the bare driver: the database's own rate."""
-    from orchestrator.store.db import EVENT_COLUMNS, MEASUREMENT_TABLE_COLUMNS, _measurement_tuple
+    from orchestrator.store.rows import EVENT_COLUMNS, MEASUREMENT_TABLE_COLUMNS, measurement_tuple
 
     store = open_store(url)
     sid = uuid.uuid4().hex[:12]
     store.create_sweep(sid, {"models": {"target": {}, "draft": {}}}, None)
     ev_rows = [(sid, "n", e["seq"], e["type"], e["ts"], line) for e, line in zip(events, lines)]
-    m_rows = [_measurement_tuple(sid, "n", e) for e in events if e["type"] == "generation"]
+    m_rows = [measurement_tuple(sid, "n", e) for e in events if e["type"] == "generation"]
     tables = (("events", EVENT_COLUMNS, ev_rows),
               ("measurements", MEASUREMENT_TABLE_COLUMNS, m_rows))
     raw = store.engine.raw_connection().driver_connection

@@ -18,7 +18,8 @@ from .review.report import write_review
 from .review.sweep_page import render_review
 from .store import open_store, queries
 from .sweep.dispatch import StderrProgress, SweepOptions, start_sweep
-from .sweep.plan import load_lock, load_plan, write_lock
+from .sweep.lock import load_lock, write_lock
+from .sweep.plan import load_plan
 
 LOCAL_INVENTORY = Path(__file__).resolve().parent / "inventory" / "local.yml"
 

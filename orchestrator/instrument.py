@@ -40,7 +40,8 @@ from .fleet.node_paths import check_placement, expand_root
 from .fleet.transport import SSHOptions, q
 from .store import Store, queries
 from .sweep.dispatch import SweepOptions, start_sweep
-from .sweep.plan import load_lock, load_plan, write_lock
+from .sweep.lock import load_lock, write_lock
+from .sweep.plan import load_plan
 
 TOLERANCE = 0.10       # measured vs predicted speedup, per width
 MIN_ROUNDS = 3         # fewer rounds give no spread to judge the noise by

@@ -7,7 +7,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from orchestrator.sweep.plan import load_plan, write_lock
+from orchestrator.sweep.lock import write_lock
+from orchestrator.sweep.plan import load_plan
 
 
 def plan_text(model_pair: Path, use=("code",), widths=(2,), max_tokens=32, quality=False,

@@ -146,7 +146,8 @@ def test_a_real_adaptive_sweep_says_what_it_stopped_and_why(model_pair, tmp_path
     from orchestrator.store import open_store
     from orchestrator.store.models import Event
     from orchestrator.sweep.dispatch import SweepOptions, start_sweep
-    from orchestrator.sweep.plan import load_lock, load_plan, write_lock
+    from orchestrator.sweep.lock import load_lock, write_lock
+    from orchestrator.sweep.plan import load_plan
     from tests.locks import plan_text
 
     plan = tmp_path / "plan.yml"
@@ -190,7 +191,8 @@ def test_a_real_adaptive_sweep_says_what_it_stopped_and_why(model_pair, tmp_path
 
 def test_plan_lock_refuses_a_bad_adaptive_section_with_its_line(model_pair, tmp_path):
     from orchestrator.errors import ConfigError
-    from orchestrator.sweep.plan import load_plan, write_lock
+    from orchestrator.sweep.lock import write_lock
+    from orchestrator.sweep.plan import load_plan
     from tests.locks import plan_text
 
     plan = tmp_path / "plan.yml"
@@ -199,7 +201,7 @@ def test_plan_lock_refuses_a_bad_adaptive_section_with_its_line(model_pair, tmp_
     with pytest.raises(ConfigError) as e:
         write_lock(load_plan(plan), lambda m: None)
     assert "adaptive.tolerance: a share between 0 and 1 (0.03 is ±3%), got 3" in str(e.value)
-    assert e.value.line == plan.read_text().splitlines().index("sweep:") + 1
+    assert e.value.line == plan.read_text().splitlines().index("  adaptive: {tolerance: 3}") + 1
 
 
 @pytest.mark.alone  # judges timing: other tests' load scatters it

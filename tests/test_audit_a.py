@@ -201,7 +201,7 @@ def test_a_password_for_a_socket_in_the_query_goes_to_a_pgpass_line_for_that_soc
 def test_a_linux_node_without_a_glibc_version_fits_no_lock_instead_of_crashing(libc):
     # platform.libc_ver() is ('', '') on musl (Alpine): closest_platform raised ValueError
     # (int('')) in provision, instead of "no locked environment fits this node"
-    from orchestrator.sweep.plan import closest_platform, platform_node
+    from orchestrator.fleet.platforms import closest_platform, platform_node
 
     node = platform_node("linux-x86_64-glibc2.36", "3.11") | {"libc": libc}
     assert closest_platform(["linux-x86_64-glibc2.28", "macos-14-arm64"], node) is None

@@ -20,7 +20,8 @@ from orchestrator.review.weekly import analyse
 from orchestrator.store import open_store
 from orchestrator.store.models import Event, Run
 from orchestrator.sweep.dispatch import SweepOptions, start_sweep
-from orchestrator.sweep.plan import load_lock, load_plan, write_lock
+from orchestrator.sweep.lock import load_lock, write_lock
+from orchestrator.sweep.plan import load_plan
 from tests.browser import dump_dom
 from tests.controller import kill_agent, specfleet, sweep_id_from, wait_for
 from tests.locks import plan_text

@@ -22,7 +22,8 @@ from orchestrator.fleet.inventory import load_inventory
 from orchestrator.store import open_store
 from orchestrator.store.models import Event, Measurement, Run
 from orchestrator.sweep.dispatch import SweepOptions, start_sweep
-from orchestrator.sweep.plan import load_lock, load_plan, write_lock
+from orchestrator.sweep.lock import load_lock, write_lock
+from orchestrator.sweep.plan import load_plan
 from tests.locks import plan_text
 
 ROOT = Path(__file__).resolve().parents[1]

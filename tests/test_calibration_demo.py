@@ -26,7 +26,8 @@ from orchestrator.review.report import write_review
 from orchestrator.store import open_store
 from orchestrator.store.models import Event, Measurement, Run
 from orchestrator.sweep.dispatch import SweepOptions, start_sweep
-from orchestrator.sweep.plan import load_lock, load_plan, write_lock
+from orchestrator.sweep.lock import load_lock, write_lock
+from orchestrator.sweep.plan import load_plan
 from tests.browser import dump_dom
 
 ROOT = Path(__file__).resolve().parents[1]

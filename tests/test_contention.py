@@ -13,7 +13,8 @@ from agent.telemetry.cpu import other_share, parse_proc_pid_stat, parse_proc_sta
 from agent.telemetry.sampler import unreliable_reasons
 from orchestrator.errors import ConfigError
 from orchestrator.sweep.jobspec import build_job
-from orchestrator.sweep.plan import load_plan, write_lock
+from orchestrator.sweep.lock import write_lock
+from orchestrator.sweep.plan import load_plan
 from tests.locks import plan_text
 from tests.test_agent import run_agent
 

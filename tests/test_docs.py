@@ -129,7 +129,7 @@ def test_the_readme_lineup_is_one_init_prepares(tmp_path):
     import yaml
 
     from orchestrator.scaffold import init_project
-    from orchestrator.sweep.plan import load_lock
+    from orchestrator.sweep.lock import load_lock
 
     lineup = re.search(r"\*\*Lineups\.\*\*.*?```yaml\n(.*?)```", README, re.S).group(1)
     models = yaml.safe_load(lineup)["models"]

@@ -9,7 +9,8 @@ import pwd
 from click.testing import CliRunner
 
 from orchestrator.cli import main
-from orchestrator.sweep.plan import load_plan, write_lock
+from orchestrator.sweep.lock import write_lock
+from orchestrator.sweep.plan import load_plan
 from tests.controller import agent_running, wait_for
 from tests.locks import make_lock
 

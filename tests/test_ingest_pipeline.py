@@ -203,3 +203,65 @@ def test_a_store_that_refuses_a_batch_is_an_error_at_once_not_a_wait(pg_url):
                                          r"`specfleet sweep --attach no-such-sweep` stores them"):
         asyncio.run(run.ingest([Decoder("n1").decode(_line(1))], [_line(1)]))
     assert time.monotonic() - t0 < 5 and said == []
+
+
+def test_the_next_batch_is_read_while_one_is_being_stored(sqlite_url):
+    """A full batch goes out without the follower waiting for it: lines keep coming in
+    while it is stored (the overlap bench/ingest.py measures), and the next full batch
+    waits for it, so batches reach the store whole and in journal order."""
+    store = open_store(sqlite_url)
+    store.create_sweep("s1", JOB, None)
+    decoder = Decoder("n1")
+    release = asyncio.Event()
+    sent: list[list[int]] = []
+
+    async def store_batch(batch, raw):
+        sent.append([e["seq"] for e in batch])
+        if len(sent) == 1:
+            await release.wait()  # the first batch is still being stored...
+        await asyncio.to_thread(store.ingest, "s1", "n1", batch, raw)
+
+    async def live():
+        pipeline = IngestPipeline(store_batch, batch=2, every_s=30)
+        for seq in (1, 2, 3):  # ...while line 3 is read and held
+            await asyncio.wait_for(pipeline.add(decoder.decode(_line(seq)), _line(seq)), 2)
+        await asyncio.sleep(0.05)
+        held = (list(sent), store.last_seq("s1", "n1"), pipeline.pending)
+        fourth = asyncio.ensure_future(pipeline.add(decoder.decode(_line(4)), _line(4)))
+        await asyncio.sleep(0.05)
+        waiting = not fourth.done()  # a second full batch waits for the first
+        release.set()
+        await fourth
+        await pipeline.close()
+        return held, waiting
+
+    held, waiting = asyncio.run(live())
+    assert held == ([[1, 2]], 0, 1) and waiting
+    assert sent == [[1, 2], [3, 4]]
+    assert store.last_seq("s1", "n1") == 4
+
+
+def test_a_full_batch_the_store_refused_is_said_at_the_next_line_and_kept(pg_url):
+    """A batch sent when full that the store refuses (no sweep row yet: PostgreSQL holds
+    the foreign key) is held again, in front, and its error is said at the next line;
+    nothing is dropped."""
+    store = open_store(pg_url)
+    decoder = Decoder("n1")
+
+    async def live():
+        pipeline, sizes = _follower(store, "s1", batch=2, every_s=30)
+        for seq in (1, 2, 3):
+            await pipeline.add(decoder.decode(_line(seq)), _line(seq))
+        await asyncio.sleep(0.3)  # the first batch is refused meanwhile
+        with pytest.raises(IntegrityError):
+            await pipeline.add(decoder.decode(_line(4)), _line(4))
+        held = pipeline.pending
+        store.create_sweep("s1", JOB, None)
+        await pipeline.add(decoder.decode(_line(4)), _line(4))  # the caller reads it again
+        await pipeline.close()
+        return held, sizes
+
+    held, sizes = asyncio.run(live())
+    assert held == 3  # 1 and 2 back in front of 3
+    assert sizes == [2, 2, 2]
+    assert store.last_seq("s1", "n1") == 4

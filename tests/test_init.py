@@ -4,7 +4,8 @@ from click.testing import CliRunner
 
 from orchestrator.cli import main
 from orchestrator.fleet.inventory import load_inventory
-from orchestrator.sweep.plan import load_lock, load_plan
+from orchestrator.sweep.lock import load_lock
+from orchestrator.sweep.plan import load_plan
 
 
 def test_init_then_lock_then_sweep(tmp_path):

@@ -169,7 +169,8 @@ def test_a_load_the_engine_cannot_run_is_refused_with_the_reason(load, engine, m
 def test_plan_lock_refuses_load_on_in_process_mlx_lm_with_file_and_line(model_pair,
                                                                          tmp_path):
     from orchestrator.errors import ConfigError
-    from orchestrator.sweep.plan import load_plan, write_lock
+    from orchestrator.sweep.lock import write_lock
+    from orchestrator.sweep.plan import load_plan
     from tests.locks import plan_text
 
     plan = tmp_path / "plan.yml"
@@ -274,7 +275,8 @@ def test_a_load_sweep_is_stored_and_the_sweep_page_shows_the_ramps(model_pair, t
     from orchestrator.review.sweep_page import render_review
     from orchestrator.store import open_store
     from orchestrator.sweep.dispatch import SweepOptions, start_sweep
-    from orchestrator.sweep.plan import load_lock, load_plan, write_lock
+    from orchestrator.sweep.lock import load_lock, write_lock
+    from orchestrator.sweep.plan import load_plan
     from tests.browser import dump_dom
     from tests.locks import plan_text
 

@@ -3,8 +3,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from orchestrator.fleet.platforms import closest_platform, platform_node
 from orchestrator.fleet.wheelhouse import agent_requirements_missing, node_packages
-from orchestrator.sweep.plan import closest_platform, platform_node
 
 MACS = ["macos-14-arm64", "macos-15-arm64", "macos-13-arm64"]
 

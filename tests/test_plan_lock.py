@@ -8,7 +8,8 @@ from click.testing import CliRunner
 
 from orchestrator.cli import main
 from orchestrator.errors import ConfigError
-from orchestrator.sweep.plan import load_lock, load_plan, verify_lock, write_lock
+from orchestrator.sweep.lock import load_lock, verify_lock, write_lock
+from orchestrator.sweep.plan import load_plan
 from tests.locks import make_lock, plan_text
 
 
@@ -111,12 +112,12 @@ def test_a_bad_engine_section_stops_at_lock_time_with_its_line(tmp_path, model_p
                               extra="engine:\n  type: http\n  api: grpc\n  variants: []"))
     with pytest.raises(ConfigError, match=r"plan.yml:\d+: engine.api: completions or chat"):
         write_lock(load_plan(plan), lambda m: None)
-    lines = plan.read_text().splitlines()
     plan.write_text(plan_text(model_pair, widths=None,
                               extra="engine:\n  type: http\n  variants: []"))
     with pytest.raises(ConfigError, match=r"engine.variants: a list of \{name, base_url") as e:
         write_lock(load_plan(plan), lambda m: None)
-    assert e.value.line == lines.index("engine:") + 1
+    # the line of the key at fault (the agent's error names its field), not its section's
+    assert e.value.line == plan.read_text().splitlines().index("  variants: []") + 1
 
 
 def test_the_baseline_variant_comes_first(tmp_path, model_pair):

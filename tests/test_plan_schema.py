@@ -16,7 +16,8 @@ from agent.loop import build_plan
 from agent.mlxengine import MlxEngine, lineup_variants
 from agent.protocol import KNOBS
 from orchestrator.errors import ConfigError
-from orchestrator.sweep.plan import SPEC, load_plan, write_lock
+from orchestrator.sweep.lock import write_lock
+from orchestrator.sweep.plan import SPEC, load_plan
 from tests.locks import plan_text
 
 

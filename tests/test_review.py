@@ -12,7 +12,7 @@ from orchestrator.review.sweep_page import review_data
 from orchestrator.store import open_store
 from orchestrator.store.models import Measurement
 from orchestrator.sweep.dispatch import SweepOptions, start_sweep
-from orchestrator.sweep.plan import load_lock
+from orchestrator.sweep.lock import load_lock
 from tests.blas import preloaded
 from tests.browser import dump_dom
 from tests.locks import make_lock
@@ -145,7 +145,8 @@ def test_sweep_detail_page_escapes_model_output(reviewed_store):
 
 def sweep_locally(plan, tmp_path):
     """Lock ``plan`` and sweep this machine with it into a fresh SQLite store."""
-    from orchestrator.sweep.plan import load_plan, write_lock
+    from orchestrator.sweep.lock import write_lock
+    from orchestrator.sweep.plan import load_plan
 
     doc = load_lock(write_lock(load_plan(plan), lambda m: None))
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")

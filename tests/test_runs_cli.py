@@ -13,7 +13,7 @@ from orchestrator.cli import main
 from orchestrator.fleet.inventory import Host
 from orchestrator.store import open_store
 from orchestrator.sweep.dispatch import SweepOptions, start_sweep
-from orchestrator.sweep.plan import load_lock
+from orchestrator.sweep.lock import load_lock
 from tests.locks import make_lock
 from tests.test_store import HEAD
 

@@ -150,7 +150,8 @@ def test_every_entry_is_0600_and_carries_the_sweep_options(odd_lock, tmp_path, k
 def test_hostile_values_are_refused_or_inert(model_pair, tmp_path):
     """A newline would start a new unit directive or crontab line: refused. XML and shell
     metacharacters are escaped: the plist parses and the unit verifies."""
-    from orchestrator.sweep.plan import load_plan, write_lock
+    from orchestrator.sweep.lock import write_lock
+    from orchestrator.sweep.plan import load_plan
     from tests.locks import plan_text
 
     d = tmp_path / "p"

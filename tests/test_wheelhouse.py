@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
+from orchestrator.fleet.platforms import platform_node
 from orchestrator.fleet.wheelclosure import ClosureError, check_closure
 from orchestrator.fleet.wheelhouse import ResolveError, check_lock, node_packages, resolve
-from orchestrator.sweep.plan import platform_node
 
 PINS = ("mlx==0.32.4", "mlx-lm==0.32.2")
 

@@ -306,7 +306,8 @@ class TransferProgress:
 
 def lock_from(path: Path, log) -> tuple[dict, Path]:
     """A verified lock from a lock file, or from a plan (locked on the fly)."""
-    from ..sweep.plan import load_lock, load_plan, verify_lock, write_lock
+    from ..sweep.lock import load_lock, verify_lock, write_lock
+    from ..sweep.plan import load_plan
 
     if path.suffix == ".json":
         doc = load_lock(path)

@@ -126,7 +126,7 @@ def doctor(lock_path, failed_hosts_file, as_json, for_schedule=False, **kw):
     """
     from ..fleet.doctor import probe, report
     from ..fleet.fanout import run_fan_out, write_retry_file
-    from ..sweep.plan import load_lock
+    from ..sweep.lock import load_lock
 
     doc = load_lock(lock_path) if lock_path else None
     ssh = ssh_options(kw)

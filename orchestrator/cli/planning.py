@@ -32,7 +32,8 @@ def plan_lock(plan_path, as_json):
     """
     from agent.protocol import model_roles
 
-    from ..sweep.plan import load_lock, load_plan, write_lock
+    from ..sweep.lock import load_lock, write_lock
+    from ..sweep.plan import load_plan
 
     out = write_lock(load_plan(plan_path), lambda m: click.echo(m, err=True))
     doc = load_lock(out)
@@ -65,7 +66,7 @@ def plan_check(lock_path):
     Example:
       specfleet plan check lab/plan.lock.json
     """
-    from ..sweep.plan import load_lock, verify_lock
+    from ..sweep.lock import load_lock, verify_lock
 
     verify_lock(load_lock(lock_path), lock_path)
     click.echo(f"{lock_path}: matches its plan, weights and prompts")
@@ -126,7 +127,7 @@ def schedule_install(lock_path, at, kind, dest, enable, inventory_path, vault_pa
       specfleet schedule install lab/plan.lock.json -i lab/inventory/ --limit local \\
         --at 03:30 --dest schedules/ --db sqlite:///specfleet.db
     """
-    from ..sweep.plan import load_lock, verify_lock
+    from ..sweep.lock import load_lock, verify_lock
     from ..sweep.schedule import (
         PREFIX,
         SECRETS,

@@ -19,10 +19,10 @@ from agent.fingerprint import file_sha256
 from agent.protocol import model_roles
 
 from ..errors import RemoteError, SpecfleetError
-from ..sweep.plan import closest_platform, platform_node
 from .blobs import CONTROLLER_CACHE, push_files, push_model
 from .inventory import Host
 from .node_paths import AGENT_DIR, expand_root
+from .platforms import closest_platform, platform_node
 from .transport import q
 from .wheelhouse import (
     PROBE,

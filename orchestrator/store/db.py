@@ -1,28 +1,31 @@
-"""Opening the store, migrating it, and ingesting agent events idempotently."""
+"""The store's writes and the reads the controller makes while it writes: sweeps, node
+states and leases, and ingest (events, measurements, runs) exactly once per line.
+
+Opening a store is ``opening.open_store``; migrations are ``migrate``; how an event maps
+to rows is ``rows`` (their names are re-exported here, where callers first found them)."""
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import os
-import re
-import sys
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from sqlalchemy import create_engine, delete, func, insert, select, text, update
-from sqlalchemy import event as sa_event
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from agent.protocol import model_roles, role_kind
 
-from ..errors import StoreError
 from .ledger import admit
+from .migrate import (  # noqa: F401  (re-exported)
+    alembic_config,
+    downgrade,
+    downgrade_losses,
+    script_head,
+    upgrade,
+)
 from .models import (
     Environment,
     Event,
@@ -38,40 +41,24 @@ from .models import (
     Sweep,
     SweepNode,
 )
-
-if TYPE_CHECKING:
-    from alembic.config import Config
+from .rows import (  # noqa: F401  (re-exported)
+    EVENT_COLUMNS,
+    MEASUREMENT_COLUMNS,
+    MEASUREMENT_TABLE_COLUMNS,
+    config_key,
+    e2e_ms,
+    measured_at,
+    measurement_row,
+    measurement_tuple,
+    result_pair,
+    run_row,
+)
 
 DEFAULT_URL = "sqlite:///specfleet.db"
-MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
-
-MEASUREMENT_COLUMNS = ("run_index", "workload", "prompt_sha256", "mode", "knob", "num_draft_tokens",
-               "repetition", "generated_tokens", "ttft_ms", "decode_tok_s", "itl_p50_ms",
-               "itl_p95_ms", "drafted_tokens", "accepted_tokens", "acceptance_rate",
-               "peak_mlx_memory_bytes", "exact_match", "first_divergence", "output_text",
-               "context_bucket", "itl_p99_ms", "swap_in_bytes", "bandwidth_utilisation",
-               "unreliable", "unreliable_reasons", "first_divergence_unit")
-
-
-try:  # orjson reads JSON columns several times faster; the review reads a lot of them
-    from orjson import loads as _json_loads
-except ImportError:  # pragma: no cover - orjson is a dependency, but stay importable
-    _json_loads = json.loads  # type: ignore[assignment]
 
 
 def resolve_url(url: str | None) -> str:
     return url or os.environ.get("SPECFLEET_DB") or DEFAULT_URL
-
-
-def alembic_config(url: str) -> Config:
-    # alembic is imported where a migration runs: a store already at head (every command
-    # but the first) opens without it, about a fifth of a short command's start-up
-    from alembic.config import Config
-
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    return cfg
 
 
 class Store:
@@ -257,12 +244,12 @@ class Store:
                     self._set_identity(c, sweep_id, node, e)
             if gens:  # their telemetry is read through the telemetry_samples view
                 self._bulk(c, "measurements", MEASUREMENT_TABLE_COLUMNS,
-                           [_measurement_tuple(sweep_id, node, e) for e in gens])
+                           [measurement_tuple(sweep_id, node, e) for e in gens])
             summaries = [e for e in events if e["type"] == "config_summary"]
             if summaries:
                 identity = self._identity(c, sweep_id, node)
                 c.execute(self._insert(Run).on_conflict_do_nothing(),
-                          [_run_row(sweep_id, node, e, identity) for e in summaries])
+                          [run_row(sweep_id, node, e, identity) for e in summaries])
         return new
 
     def quarantine(self, sweep_id: str, node: str, items: list) -> int:
@@ -427,7 +414,7 @@ class Store:
         if summaries:
             identity = self._identity(c, sweep_id, node)
             c.execute(self._insert(Run).on_conflict_do_nothing(),
-                      [_run_row(sweep_id, node, e, identity) for e in summaries])
+                      [run_row(sweep_id, node, e, identity) for e in summaries])
 
     def _identity(self, c, sweep_id: str, node: str) -> dict:
         ident = c.execute(select(SweepNode.identity).where(
@@ -483,324 +470,3 @@ class Store:
         with self.engine.connect() as c:
             return c.execute(select(Sweep.id).order_by(Sweep.created_at.desc()).limit(1)
                              ).scalar_one_or_none()
-
-
-EVENT_COLUMNS = ("sweep_id", "node", "seq", "type", "ts", "payload")
-MEASUREMENT_TABLE_COLUMNS = ("sweep_id", "node", "seq", "knob_value", "temperature", "pair",
-                             "measured_at", "e2e_ms", *MEASUREMENT_COLUMNS)
-
-
-_REASONS_AT = MEASUREMENT_COLUMNS.index("unreliable_reasons")
-
-
-def _measurement_tuple(sweep_id: str, node: str, e: dict) -> tuple:
-    values = list(map(e.get, MEASUREMENT_COLUMNS))  # hot path: once per generation ingested
-    if values[_REASONS_AT] is not None:
-        values[_REASONS_AT] = json.dumps(values[_REASONS_AT])
-    kv = e.get("knob_value")
-    return (sweep_id, node, e["seq"], None if kv is None else str(kv),
-            e["config"]["temperature"], result_pair(e), measured_at(e["ts"]), e2e_ms(e),
-            *values)
-
-
-def measured_at(ts: float) -> str:
-    """An event's time as text both drivers store as timestamptz / SQLAlchemy's SQLite
-    DateTime (UTC, microseconds): the bulk insert bypasses SQLAlchemy's own conversion."""
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(sep=" ", timespec="microseconds")
-
-
-def e2e_ms(e: dict) -> float | None:
-    """The request's end-to-end time: the agent's ``e2e_ms``, or for journals written
-    before it reported one, its last token's arrival (``token_times_us``)."""
-    v = e.get("e2e_ms")
-    if isinstance(v, int | float):
-        return float(v)
-    times = e.get("token_times_us")
-    if isinstance(times, list) and times and isinstance(times[-1], int | float):
-        return times[-1] / 1e3
-    return None
-
-
-def measurement_row(sweep_id: str, node: str, e: dict) -> dict:
-    """A generation event's measurement row, as ingest derives it (and verify again)."""
-    row = dict(zip(MEASUREMENT_TABLE_COLUMNS, _measurement_tuple(sweep_id, node, e)))
-    row["measured_at"] = datetime.fromisoformat(row["measured_at"])
-    return row
-
-
-def _pair_identity(e: dict, identity: dict) -> dict:
-    """A lineup result's own models: fingerprints, tiers and name of the pair it names; a
-    draft-free method's result has no draft weights, and is named by its method."""
-    method = e.get("method")
-    if method:
-        target = str(identity.get("model_pair") or "target").split(" / ")[0]
-        return {**identity, "draft_fingerprint": None, "draft_quant": f"no draft: {method}",
-                "model_pair": f"{target} / {method}"}
-    pair, roles = e.get("models"), identity.get("roles")
-    if not pair or not roles:
-        return identity
-    t, d = roles.get(pair["target"]) or {}, roles.get(pair.get("draft") or "") or {}
-    names = identity.get("role_names") or {}
-    return {**identity, "target_fingerprint": t.get("fingerprint"),
-            "draft_fingerprint": d.get("fingerprint"), "target_quant": t.get("quant"),
-            "draft_quant": d.get("quant"),
-            "model_pair": " / ".join(names.get(r) or r for r in (pair["target"], pair["draft"])
-                                     if r) if names else identity.get("model_pair")}
-
-
-def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
-    m = e["metrics"]
-    identity = _pair_identity(e, identity)
-    return {
-        "sweep_id": sweep_id, "node": node, "workload": e["workload"],
-        "context_bucket": e.get("context_bucket"), "mode": e["mode"], "knob": e.get("knob"),
-        "knob_value": None if e.get("knob_value") is None else str(e["knob_value"]),
-        "num_draft_tokens": e["num_draft_tokens"],
-        # a lineup's pairs share configs: the pair is part of what makes a run one run
-        "config_key": config_key(result_pair(e), e["config"]), "config": e["config"],
-        "trials": e["trials"], "decode_tok_s_median": m["decode_tok_s"]["median"],
-        "decode_tok_s_p95": m["decode_tok_s"]["p95"], "decode_tok_s_cv": m["decode_tok_s"]["cv"],
-        "acceptance_median": m["acceptance_rate"]["median"], "unreliable": e["unreliable"],
-        "summary": {k: e.get(k) for k in ("metrics", "values", "unreliable_reasons", "exact",
-                                          "distribution", "parity", "models", "method",
-                                          "contention")},
-        "env_id": identity.get("env_id"), "mlx_version": identity.get("mlx_version"),
-        "mlx_lm_version": identity.get("mlx_lm_version"),
-        "target_fingerprint": identity.get("target_fingerprint"),
-        "draft_fingerprint": identity.get("draft_fingerprint"),
-        "prompt_sha256": e.get("prompt_sha256"), "os_build": identity.get("os_build"),
-        "chip": identity.get("chip"), "power_source": identity.get("power_source"),
-        "model_pair": identity.get("model_pair"), "engine": e.get("engine") or "mlx-lm",
-        "target_quant": identity.get("target_quant"), "draft_quant": identity.get("draft_quant"),
-        "pair": result_pair(e), "background": identity.get("background")}
-
-
-def config_key(pair: str | None, config: dict) -> str:
-    """A run's stored config key: its pair and every knob, as sorted JSON. The column holds
-    255 characters; a longer key (a config with many knobs set) ends in a hash of the whole,
-    since two configs cut to the same 255 characters were one run: the second was dropped."""
-    import hashlib
-
-    whole = (f"{pair} " if pair else "") + json.dumps(config, sort_keys=True)
-    if len(whole) <= 255:
-        return whole
-    return whole[:238] + " #" + hashlib.sha256(whole.encode()).hexdigest()[:15]
-
-
-def result_pair(e) -> str | None:
-    """What a result was measured with, beyond the plan's one pair: a lineup pair
-    ("target+draft-2") or a draft-free method ("target+prompt-lookup")."""
-    method = e.get("method")  # a dict, or a typed event (agent.events), alike
-    return f"target+{method}" if method else pair_name(e.get("models"))
-
-
-def pair_name(models: dict | None) -> str | None:
-    """A lineup result's pair as stored and reviewed: "target+draft-2"; a target's own
-    baseline (quality tasks) is "target+None"."""
-    if not isinstance(models, dict) or not models:
-        return None
-    return f"{models.get('target')}+{models.get('draft')}"
-
-
-def open_store(url: str | None = None, migrate: bool = True, must_exist: bool = False,
-               create_folder: bool = False) -> Store:
-    """Open (and by default migrate to head) the store at ``url``. ``must_exist``: a
-    command that only reads refuses a SQLite file that is not there, rather than create
-    an empty store and answer "nothing" (a mistyped --db looked like an empty fleet).
-    A SQLite file whose folder does not exist is refused too (a mistyped folder made a new
-    store elsewhere) unless ``create_folder`` (`specfleet db upgrade`: creating is explicit)."""
-    url = resolve_url(url)
-    check_url(url)
-    path = sqlite_path(url)
-    if must_exist and path is not None and not path.exists():
-        raise StoreError(f"no store at {path}: nothing has been stored there (a sweep creates "
-                         "it). Check --db, SPECFLEET_DB or the specfleet.toml in use")
-    if path is not None and not path.parent.is_dir():
-        if not create_folder:
-            raise StoreError(
-                f"no folder {path.parent} for the store {path}: check --db, SPECFLEET_DB or "
-                f"the specfleet.toml in use (a mistyped folder would start an empty store). "
-                f"To start a store there: `specfleet db upgrade --db sqlite:///{path}` "
-                "creates it")
-        path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        # pre_ping: after a PostgreSQL restart, stale pooled connections are replaced
-        engine = create_engine(url, pool_pre_ping=True, json_deserializer=_json_loads)
-        if engine.dialect.name == "sqlite":
-            sa_event.listen(engine, "connect", _sqlite_pragmas)
-            sa_event.listen(engine, "begin", _sqlite_begin)
-        if migrate:
-            was, now = upgrade(engine, url)
-            if was is not None and was != now:
-                # a store someone downgraded on purpose is not moved back up silently
-                print(f"specfleet: store {engine_url_for_humans(url)} upgraded from revision "
-                      f"{was} to {now}", file=sys.stderr)
-    except SQLAlchemyError as e:
-        msg = str(getattr(e, "orig", None) or e).splitlines()[0]
-        if "disk is full" in msg or "No space left" in msg:  # the migration rolled back
-            raise StoreError(f"the store is out of disk space ({msg}); nothing stored so far "
-                             f"is lost: free space and run the command again") from None
-        raise StoreError(f"cannot open store {engine_url_for_humans(url)}: "
-                         f"{e.__class__.__name__}: {str(e).splitlines()[0]}") from None
-    return Store(engine)
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The file a SQLite URL names (None: another database, or SQLite in memory)."""
-    if not url.startswith("sqlite:///"):
-        return None
-    rest = url[len("sqlite:///"):].split("?", 1)[0]
-    return Path(rest) if rest and rest != ":memory:" else None
-
-
-def check_url(url: str) -> None:
-    """Refuse, with the fix, what SQLAlchemy would answer with its own words: a bare path,
-    another database, a folder."""
-    scheme = url.split("://", 1)[0] if "://" in url else None
-    if scheme is None:
-        raise StoreError(f"--db {url!r} is not a store URL; for a SQLite file write "
-                         f"sqlite:///{url} (sqlite://// + an absolute path)")
-    if scheme not in ("sqlite", "postgresql", "postgresql+psycopg"):
-        raise StoreError(f"--db: {scheme!r} stores are not supported; use sqlite:///PATH or "
-                         "postgresql+psycopg://USER@HOST:PORT/DB")
-    path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else None
-    if scheme == "sqlite" and path == "":
-        raise StoreError(f"--db {url}: names no file; e.g. sqlite:///specfleet.db")
-    if path and Path(path).is_dir():
-        raise StoreError(f"--db {url}: that is a folder; name a file in it, e.g. "
-                         f"{url.rstrip('/')}/specfleet.db")
-
-
-def _sqlite_pragmas(dbapi_conn, _record) -> None:
-    # WAL: the review reads while the controller writes, and a commit is one append instead
-    # of a rewritten journal. synchronous=NORMAL is still crash-safe for the process (only
-    # a power cut can drop the newest commits, and re-ingesting a node journal restores
-    # them). busy_timeout: a second writer waits instead of failing at once.
-    cur = dbapi_conn.cursor()
-    for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=10000"):
-        cur.execute(f"PRAGMA {pragma}")
-    cur.close()
-    # Python's sqlite3 opens a transaction only before INSERT/UPDATE/DELETE, so CREATE,
-    # DROP and ALTER committed on their own: a migration that failed halfway stayed
-    # halfway, and a downgrade could not be tried and rolled back. SQLAlchemy's recipe:
-    # the driver does no transaction handling, and every SQLAlchemy transaction is BEGIN.
-    dbapi_conn.isolation_level = None
-
-
-def _sqlite_begin(conn) -> None:
-    conn.exec_driver_sql("BEGIN")
-
-
-MIGRATION_LOCK = 0x5F5EC_F1EE7  # pg advisory lock key: one migrating controller at a time
-
-
-@functools.cache
-def script_head() -> str | None:
-    """The newest revision of migrations/versions, read from the files' ``revision`` and
-    ``down_revision`` lines; None unless the history is one plain chain (alembic decides)."""
-    revs: dict[str, str | None] = {}
-    for f in (MIGRATIONS / "versions").glob("*.py"):
-        src = f.read_text(encoding="utf-8")
-        rev = re.search(r'^revision\s*(?::[^=]*)?=\s*["\'](\w+)["\']', src, re.M)
-        down = re.search(r'^down_revision\s*(?::[^=]*)?=\s*(?:["\'](\w+)["\']|None)\s*$',
-                         src, re.M)
-        if not rev or not down:
-            return None
-        revs[rev.group(1)] = down.group(1)
-    heads = set(revs) - set(revs.values())
-    return heads.pop() if len(heads) == 1 else None
-
-
-def at_head(engine: Engine) -> bool:
-    """The store's recorded revision is the newest migration (a read, no lock: a store
-    mid-migration elsewhere still reads its old revision and takes the full path)."""
-    head = script_head()
-    if head is None:
-        return False
-    try:
-        with engine.connect() as c:
-            return c.execute(text("SELECT version_num FROM alembic_version")).scalars().all() \
-                == [head]
-    except SQLAlchemyError:  # no table yet: a new store
-        return False
-
-
-def upgrade(engine: Engine, url: str, revision: str = "head") -> tuple[str | None, str | None]:
-    """Migrate up; returns the revisions before and after."""
-    if revision == "head" and at_head(engine):
-        head = script_head()
-        return head, head
-    from alembic import command
-    from alembic.runtime.migration import MigrationContext
-
-    cfg = alembic_config(url)
-    with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            # Two controllers opening a fresh database at once would race on CREATE TABLE.
-            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
-        was = MigrationContext.configure(conn).get_current_revision()
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
-        return was, MigrationContext.configure(conn).get_current_revision()
-
-
-def downgrade(engine: Engine, url: str, revision: str) -> None:
-    with _downgrading(engine, url, revision) as conn:
-        conn.commit()
-
-
-@contextlib.contextmanager
-def _downgrading(engine: Engine, url: str, revision: str):
-    """Migrate down inside one transaction and hand it over, to commit or roll back."""
-    from alembic import command
-    from alembic.script import ScriptDirectory
-    from alembic.util import CommandError
-
-    cfg = alembic_config(url)
-    known = [s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()]
-    with engine.connect() as conn:
-        conn.begin()
-        try:
-            cfg.attributes["connection"] = conn
-            command.downgrade(cfg, revision)
-        except CommandError as e:
-            raise StoreError(f"cannot downgrade to {revision!r}: {str(e).splitlines()[0]}; "
-                             f"revisions: base, {', '.join(sorted(known))}") from None
-        yield conn
-
-
-def downgrade_losses(engine: Engine, url: str, revision: str) -> list[str]:
-    """What a downgrade to ``revision`` would delete, found by doing it in a transaction
-    and rolling it back (both stores migrate in transactions): each dropped table with its
-    rows and each dropped column with its values, where there are any."""
-    from sqlalchemy import inspect
-
-    def shape(conn) -> dict[str, set[str]]:
-        insp = inspect(conn)
-        return {t: {c["name"] for c in insp.get_columns(t)} for t in insp.get_table_names()
-                if t != "alembic_version"}
-
-    with engine.connect() as conn:
-        before = shape(conn)
-    with _downgrading(engine, url, revision) as conn:
-        after = shape(conn)
-        conn.rollback()
-    losses = []
-    with engine.connect() as conn:
-        for table, cols in sorted(before.items()):
-            if table not in after:
-                n = conn.exec_driver_sql(f'SELECT count(*) FROM "{table}"').scalar() or 0
-                if n:
-                    losses.append(f"table {table}: {n} row(s)")
-                continue
-            for col in sorted(cols - after[table]):
-                n = conn.exec_driver_sql(f'SELECT count("{col}") FROM "{table}"').scalar() or 0
-                if n:
-                    losses.append(f"column {table}.{col}: {n} value(s)")
-    return losses
-
-
-def engine_url_for_humans(url: str) -> str:
-    from ..redact import redact_url
-
-    return redact_url(url)

@@ -41,7 +41,7 @@ MAX_TS = 253402300800.0
 
 # -- column rules, derived from the store's tables ----------------------------------------
 
-_INT, _BIG, _FLOAT, _BOOL, _STR, _ANY = range(6)
+INT, BIG, FLOAT, BOOL, STR, ANY = range(6)
 
 
 def _rules(table, names, skip=()) -> tuple[tuple[str, int, int, bool], ...]:
@@ -53,19 +53,19 @@ def _rules(table, names, skip=()) -> tuple[tuple[str, int, int, bool], ...]:
         col = columns[name]
         t = col.type
         if isinstance(t, BigInteger):
-            kind, size = _BIG, 0
+            kind, size = BIG, 0
         elif isinstance(t, Integer):
-            kind, size = _INT, 0
+            kind, size = INT, 0
         elif isinstance(t, Float):
-            kind, size = _FLOAT, 0
+            kind, size = FLOAT, 0
         elif isinstance(t, Boolean):
-            kind, size = _BOOL, 0
+            kind, size = BOOL, 0
         elif isinstance(t, String) and not isinstance(t, Text):
-            kind, size = _STR, t.length or 0
+            kind, size = STR, t.length or 0
         elif isinstance(t, Text):
-            kind, size = _STR, 0
+            kind, size = STR, 0
         elif isinstance(t, JSON):
-            kind, size = _ANY, 0
+            kind, size = ANY, 0
         else:  # pragma: no cover - a new column type must be given a rule
             raise TypeError(f"no decode rule for {col.table.name}.{name}: {t!r}")
         out.append((name, kind, size, bool(col.nullable)))
@@ -73,7 +73,7 @@ def _rules(table, names, skip=()) -> tuple[tuple[str, int, int, bool], ...]:
 
 
 def _measurement_fields() -> tuple[str, ...]:
-    from .db import MEASUREMENT_COLUMNS
+    from .rows import MEASUREMENT_COLUMNS
 
     return MEASUREMENT_COLUMNS
 
@@ -93,18 +93,18 @@ def _value_problem(name: str, v: Any, kind: int, size: int, nullable: bool) -> s
     t = type(v)
     if v is None:
         return None if nullable else f"{name} is missing"
-    if kind == _FLOAT:
+    if kind == FLOAT:
         if t is float or t is int:
             return None if t is int or v == v else f"{name} is NaN"
         return f"{name} must be a number, got {t.__name__}"
-    if kind == _INT or kind == _BIG:
+    if kind == INT or kind == BIG:
         if t is not int:
             return f"{name} must be an integer, got {t.__name__}"
-        top = MAX_INT32 if kind == _INT else MAX_INT64
+        top = MAX_INT32 if kind == INT else MAX_INT64
         return None if -top <= v <= top else f"{name}={v} is out of range"
-    if kind == _BOOL:
+    if kind == BOOL:
         return None if t is bool else f"{name} must be true/false, got {t.__name__}"
-    if kind == _STR:
+    if kind == STR:
         if t is not str:
             return f"{name} must be a string, got {t.__name__}"
         if size and len(v) > size:
@@ -113,6 +113,19 @@ def _value_problem(name: str, v: Any, kind: int, size: int, nullable: bool) -> s
             return f"{name} holds a NUL character"
         return None
     return None
+
+
+def column_test(kind: int, size: int) -> str | None:
+    """Python source true when a present value ``v`` does not fit a column of this kind
+    (None: a JSON column takes anything)."""
+    top = MAX_INT32 if kind == INT else MAX_INT64
+    return {
+        FLOAT: "(type(v) is not float and type(v) is not int) or v != v",
+        INT: f"type(v) is not int or not {-top} <= v <= {top}",
+        BIG: f"type(v) is not int or not {-top} <= v <= {top}",
+        BOOL: "type(v) is not bool",
+        STR: "type(v) is not str or '\\x00' in v" + (f" or len(v) > {size}" if size else ""),
+    }.get(kind)
 
 
 def _checker(rules, label: str):
@@ -128,15 +141,7 @@ def _checker(rules, label: str):
         body.append("    if v is None:")
         body.append("        pass" if nullable else f"        return {name + ' is missing'!r}")
         fail = f"_value_problem({name!r}, v, {kind}, {size}, {nullable})"
-        top = MAX_INT32 if kind == _INT else MAX_INT64
-        test = {
-            _FLOAT: "(type(v) is not float and type(v) is not int) or v != v",
-            _INT: f"type(v) is not int or not {-top} <= v <= {top}",
-            _BIG: f"type(v) is not int or not {-top} <= v <= {top}",
-            _BOOL: "type(v) is not bool",
-            _STR: "type(v) is not str or '\\x00' in v"
-                  + (f" or len(v) > {size}" if size else ""),
-        }.get(kind)
+        test = column_test(kind, size)
         if test is not None:  # JSON columns take anything
             body.append(f"    elif {test}:")
             body.append(f"        return {fail}")
@@ -147,7 +152,7 @@ def _checker(rules, label: str):
 
 
 _check_generation_values = _checker(GENERATION_RULES, "_check_generation_values")
-_check_sample_values = _checker(SAMPLE_RULES, "_check_sample_values")
+check_sample_values = _checker(SAMPLE_RULES, "check_sample_values")
 _check_summary_values = _checker(SUMMARY_RULES, "_check_summary_values")
 
 
@@ -162,7 +167,7 @@ def _knob_value_problem(e: dict) -> str | None:
 _ROLE = re.compile(MODEL_ROLE)
 
 
-def _models_problem(e: dict) -> str | None:
+def models_problem(e: dict) -> str | None:
     """A lineup result's pair (events 1.3): roles, so the store can file it under its pair;
     or the draft-free method it speculated with."""
     method = e.get("method")
@@ -181,7 +186,7 @@ def _models_problem(e: dict) -> str | None:
 
 
 def _check_generation(e: dict) -> str | None:
-    problem = _models_problem(e)
+    problem = models_problem(e)
     if problem:
         return problem
     cfg = e["config"]
@@ -217,14 +222,14 @@ def _check_generation(e: dict) -> str | None:
         for s in samples:
             if type(s) is not dict:
                 return "telemetry samples must be objects"
-            problem = _check_sample_values(s)
+            problem = check_sample_values(s)
             if problem:
                 return f"telemetry: {problem}"
     return None
 
 
 def _check_summary(e: dict) -> str | None:
-    problem = _models_problem(e)
+    problem = models_problem(e)
     if problem:
         return problem
     m = e["metrics"]
@@ -371,13 +376,13 @@ def _json_name(t: type) -> str:
 
 
 # per type: (name, types, required) for every declared field, in declaration order
-_FIELDS = {t: tuple((n, ts, True) for n, ts in d.required.items())
+FIELDS = {t: tuple((n, ts, True) for n, ts in d.required.items())
            + tuple((n, ts, False) for n, ts in d.optional.items()) for t, d in EVENTS.items()}
 _CONTAINERS = {dict, list}
-_ABSENT = object()  # of no JSON type: a required field that is missing fails its check
+ABSENT = object()  # of no JSON type: a required field that is missing fails its check
 
 
-def _too_deep(event: dict, limit: int) -> bool:
+def too_deep(event: dict, limit: int) -> bool:
     """Nested deeper than ``limit`` objects/arrays (the event itself is level 1). Iterative:
     a hostile line must not exhaust the stack that reads it."""
     stack: list[tuple[dict | list, int]] = [(event, 1)]
@@ -439,7 +444,7 @@ def fields_problem(e: dict, text: str) -> str | None:
     against the store's columns. ``text`` is the JSON it was parsed from. May replace a NUL
     in ``output_text`` (model output may hold anything)."""
     typ = e.get("type")
-    fields = _FIELDS.get(typ) if isinstance(typ, str) else None
+    fields = FIELDS.get(typ) if isinstance(typ, str) else None
     if fields is None:
         return f"unknown event type {typ!r}"
     ts = e.get("ts")
@@ -448,13 +453,13 @@ def fields_problem(e: dict, text: str) -> str | None:
     if not 0 <= ts < MAX_TS:
         return f"ts {ts!r} is not a time between 1970 and 9999"
     for name, types, required in fields:
-        v = e.get(name, _ABSENT)
-        if type(v) not in types and (required or v is not None and v is not _ABSENT):
-            got = "nothing" if v is _ABSENT else _json_name(type(v))
+        v = e.get(name, ABSENT)
+        if type(v) not in types and (required or v is not None and v is not ABSENT):
+            got = "nothing" if v is ABSENT else _json_name(type(v))
             return (f"{typ}: field {name!r} must be "
                     f"{'/'.join(_json_name(t) for t in types)}, got {got}")
     # a flat line cannot be deep: count brackets (C speed) before walking
-    if text.count("{") + text.count("[") > MAX_EVENT_DEPTH and _too_deep(e, MAX_EVENT_DEPTH):
+    if text.count("{") + text.count("[") > MAX_EVENT_DEPTH and too_deep(e, MAX_EVENT_DEPTH):
         return f"{typ}: nested deeper than {MAX_EVENT_DEPTH} levels"
     if "\\u0000" in text or "\x00" in text:
         # model output may hold anything (kept, the NUL replaced below); nothing else

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -81,7 +82,14 @@ class Event(Base):
     """Every raw agent event, unique by (sweep, node, seq): ingest twice, store once."""
 
     __tablename__ = "events"
-    __table_args__ = (UniqueConstraint("sweep_id", "node", "seq", name="uq_events_seq"),)
+    __table_args__ = (
+        UniqueConstraint("sweep_id", "node", "seq", name="uq_events_seq"),
+        # the ledger's per-batch look-ups (a node's plan, its end): partial, so the many
+        # other events do not pay for them (migration 0015)
+        *(Index(f"ix_events_{name}", "sweep_id", "node", "seq",
+                sqlite_where=text(f"type = '{kind}'"), postgresql_where=text(f"type = '{kind}'"))
+          for name, kind in (("plan", "plan"), ("finished", "job_finished"))),
+    )
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
                                     primary_key=True, autoincrement=True)
     sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))

@@ -3,7 +3,7 @@ and the downgrade itself (``db`` runs Alembic on the store's engine)."""
 
 from __future__ import annotations
 
-from .db import downgrade, downgrade_losses
+from .migrate import downgrade, downgrade_losses
 
 
 def losses_on_downgrade(store, url: str, revision: str) -> list[str]:

@@ -40,6 +40,7 @@ from ..store.coverage import coverage, ranges_text, seq_ranges
 from ..store.db import result_pair
 from ..store.derived import rederive_measurements
 from .decode import Decoder, Quarantined
+from .jobspec import node_job as build_node_job
 from .pipeline import IngestPipeline
 
 
@@ -351,17 +352,16 @@ class NodeRun:
                 self.say(f"{report.resent_corrupt} weight blob(s) no longer matched their "
                          "sha256 and were sent again")
             models = report.paths
-        node_job = json.loads(json.dumps(job))
-        node_job["job_id"] = self.sweep_id
-        node_job["models"] = {r: {"path": models[r]["path"],
-                                  "fingerprint": doc["models"][r]["fingerprint"]}
-                              for r in model_roles(doc["models"])}
-        if node_job.get("engine"):  # runtime command lines name the node's copies of the pair
+        own: dict = {}
+        if job.get("engine"):  # runtime command lines name the node's copies of the pair
             paths = {"{target}": models["target"]["path"], "{draft}": models["draft"]["path"],
                      "{python}": python}
-            node_job["engine"] = json.loads(_substitute(json.dumps(node_job["engine"]), paths))
+            own["engine"] = json.loads(_substitute(json.dumps(job["engine"]), paths))
         if h.vars.get("specfleet_memory_bandwidth_gbs"):  # per-node roofline override
-            node_job["memory_bandwidth_gbs"] = float(h.vars["specfleet_memory_bandwidth_gbs"])
+            own["memory_bandwidth_gbs"] = float(h.vars["specfleet_memory_bandwidth_gbs"])
+        node_job = build_node_job(job, self.sweep_id, {
+            r: {"path": models[r]["path"], "fingerprint": doc["models"][r]["fingerprint"]}
+            for r in model_roles(doc["models"])}, **own)
         jobs = f"{root}/jobs"
         job_path, journal = f"{jobs}/{self.sweep_id}.json", f"{jobs}/{self.sweep_id}.events.jsonl"
         await t.run(f"mkdir -p {q(jobs)}")

@@ -1,4 +1,6 @@
-"""Building the versioned job spec the controller sends to an agent."""
+"""Building the versioned job spec the controller sends to an agent: through the agent's
+own ``Job`` (agent/job.py), the one definition, so a job the agent would refuse is refused
+here, by field."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 
 from agent import SCHEMA
 from agent.fingerprint import fingerprint
+from agent.job import Job
 from agent.protocol import DEFAULT_SWEEP, KNOBS, normal_config
 
 from ..errors import ConfigError
@@ -131,4 +134,11 @@ def build_job(models_dir: Path, workloads: list[str] | None = None, *,
     job["models"] = models
     if memory_bandwidth_gbs:
         job["memory_bandwidth_gbs"] = memory_bandwidth_gbs
-    return job
+    return Job.from_json(job).to_json()
+
+
+def node_job(template: dict, job_id: str, models: dict[str, dict], **node: object) -> dict:
+    """The job one node runs: a lock's job with the sweep's id, the node's copies of the
+    models and its own settings (``memory_bandwidth_gbs``, an ``engine`` naming its paths),
+    built through the agent's ``Job``, so what is sent is what the node will read."""
+    return Job.from_json({**template, **node, "job_id": job_id, "models": models}).to_json()

@@ -6,10 +6,11 @@ so the last event before a quiet spell is stored without waiting for the next). 
 journal replayed after a reconnect fills whole batches; a live stream of a few events a
 second goes out by time, so what the store shows lags the node by at most ``every_s``.
 
-Measured, not assumed (bench/ingest.py, 2 cores): storing one batch in a thread while
-the next is decoded did not help on either store (SQLite's per-statement steps and
-psycopg's waits hand the GIL back and forth with the decoding thread), and batches
-above ~1000 events were slower on SQLite; hence one batch at a time, at most 1000.
+One batch is stored (in the caller's thread, ``store_batch``) while the next is decoded:
+the database's own work (SQLite's steps and commit, PostgreSQL's COPY and round trips)
+runs without the GIL, so the two overlap (bench/ingest.py: ~1.5x on SQLite on 2 busy
+cores). At most one batch is in flight, so batches reach the store in journal order;
+batches above ~1000 events were slower on SQLite, hence at most 1000.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ class IngestPipeline:
         self._lines: list[str] = []
         self._lock = asyncio.Lock()  # one batch at a time, in journal order
         self._timer: asyncio.TimerHandle | None = None
-        self._timed: asyncio.Future[None] | None = None  # the one flush the timer started
+        # the one batch in flight (sent when full, or by the timer); the next waits for it
+        self._timed: asyncio.Future[None] | None = None
         self.batches = 0  # how many batches went out (the bench reports their mean size)
         self.stored = 0   # events the store took
 
@@ -54,7 +56,9 @@ class IngestPipeline:
         self._events.append(event)
         self._lines.append(line)
         if len(self._events) >= self._size:
-            await self.flush()
+            await self._settle()  # one batch in flight at most; its failure is said here
+            # taken now, not when the task first runs: the next line must not count it
+            self._timed = asyncio.ensure_future(self._send(*self._take()))
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._every, self._on_timer)
 
@@ -70,6 +74,18 @@ class IngestPipeline:
             return  # it failed: the next ``add`` or ``close`` reports it, nothing is dropped
         self._timed = asyncio.ensure_future(self.flush())
 
+    async def _settle(self) -> None:
+        """Wait for the batch in flight; raise what it failed with (it is held again).
+        It stays ``_timed`` while awaited, so the timer starts no batch meanwhile: one
+        batch in flight at most, taken in journal order."""
+        timed = self._timed
+        if timed is not None:
+            try:
+                await timed
+            finally:
+                if self._timed is timed:
+                    self._timed = None
+
     def _surface(self) -> None:
         # a flush the timer started failed (the store stayed down): say so now
         if self._timed is not None and self._timed.done():
@@ -78,15 +94,21 @@ class IngestPipeline:
                 timed.result()
 
     async def flush(self) -> None:
+        if self._events:
+            await self._send(*self._take())
+
+    def _take(self) -> tuple[list[dict], list[str]]:
+        """The oldest batch, out of what is held (a timer set for it is not needed)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        n = min(len(self._events), self._size)
+        events, lines = self._events[:n], self._lines[:n]
+        del self._events[:n], self._lines[:n]
+        return events, lines
+
+    async def _send(self, events: list[dict], lines: list[str]) -> None:
         async with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            if not self._events:
-                return
-            n = min(len(self._events), self._size)
-            events, lines = self._events[:n], self._lines[:n]
-            del self._events[:n], self._lines[:n]
             try:
                 await self._store(events, lines)
             except BaseException:
@@ -94,7 +116,7 @@ class IngestPipeline:
                 self._events[:0], self._lines[:0] = events, lines
                 raise
             self.batches += 1
-            self.stored += n
+            self.stored += len(events)
 
     async def close(self) -> None:
         """Store what is left. Also called when the stream failed: what was read is
@@ -102,8 +124,6 @@ class IngestPipeline:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._timed is not None:
-            timed, self._timed = self._timed, None
-            await timed
+        await self._settle()
         while self._events:
             await self.flush()

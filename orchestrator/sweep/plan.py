@@ -1,28 +1,23 @@
-"""Plan files (YAML) and their locks.
+"""Plan files (YAML): read and checked, every refusal naming its file and line.
 
 A plan says what to measure: pinned environment, model pair, workloads, the sweep
-(base config, knobs, repetitions), gates and which nodes. ``specfleet plan lock``
-freezes it into ``PLAN.lock.json``: exact wheels with sha256 per node platform, weight
-fingerprints and prompt hashes. A sweep runs only from a lock, and a lock that no
-longer matches its plan or files is refused with what changed.
+(base config, knobs, repetitions), gates and which nodes. ``sweep.lock`` freezes it into
+a lock; ``fleet.platforms`` says which node platforms a lock resolves wheels for.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import re
-import sys
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from agent.fingerprint import VERIFY_MAX_AGE_S, manifest, model_files
-from agent.protocol import MAX_ROLES, model_roles
+from agent.fingerprint import VERIFY_MAX_AGE_S, model_files
+from agent.job import SOAK_FIELDS, job_field_types
+from agent.protocol import MAX_ROLES
 
-from ..calibration import calibration_of
 from ..errors import ConfigError
 from ..yamlfile import line_of, load_yaml
 
@@ -36,19 +31,16 @@ SPEC = {
     "models": {"target": "folders", "draft": "folders", "source": str, "revision": str,
                "verify": str},
     "workloads": {"use": [str], "context": [str], "max_tokens": int, "quality": bool},
-    "sweep": {"base": dict, "baseline": dict, "knobs": dict, "repetitions": int,
-              "warmup_tokens": int, "seed": int, "cv_threshold": float,
-              "contention_threshold": float,
-              # stop repeating once the answer is known (tolerance, confidence,
-              # min_repetitions); checked by the agent's parser at lock time
-              "adaptive": dict},
+    # the job's own fields, typed as the job declares them (agent/job.py); adaptive: stop
+    # repeating once the answer is known; each checked by the agent's parser at lock time
+    "sweep": job_field_types("base", "baseline", "knobs", "repetitions", "warmup_tokens",
+                             "seed", "cv_threshold", "contention_threshold", "adaptive"),
     "gates": {"acceptance_floor": float, "min_speedup": float, "itl_p95_ceiling_ms": float,
               "swap_ceiling_bytes": int, "ttft_regression_limit": float},
     "nodes": {"limit": str, "labels": [str]},
     # soak instead of a sweep: back-to-back generations of one config, memory watched
     # (variant: which of an http engine's variants; it must be one the agent starts)
-    "soak": {"duration_s": float, "num_draft_tokens": int, "max_tokens": int, "workload": str,
-             "rss_growth_limit": float, "sample_every_s": float, "variant": str},
+    "soak": SOAK_FIELDS,
     "engine": dict,  # a runtime behind an OpenAI-compatible API (see README); checked by the agent
     # a busy desktop: a bounded co-tenant load during measurement (memory_mb, cpu_workers,
     # disk_mb_s, name); checked by the agent's own parser at lock time
@@ -60,7 +52,39 @@ SPEC = {
 REQUIRED = {"environment": ("python", "packages"), "models": ("target", "draft")}
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true/false",
               dict: "a mapping"}
-LOCK_SCHEMA = 1
+
+
+# Where each part of the job a lock builds comes from in the plan (job key → plan keys):
+# a refusal by the agent's own parser (``JobFileError.field``) is placed at its plan line.
+JOB_FIELD_IN_PLAN: dict[str, tuple[str, ...]] = {
+    **{k: ("sweep", k) for k in ("knobs", "base", "baseline", "repetitions", "warmup_tokens",
+                                 "seed", "cv_threshold", "contention_threshold", "adaptive")},
+    "verify_weights": ("models", "verify"), "python": ("environment", "python"),
+    "pins": ("environment", "packages"), "lineup": ("models",), "models": ("models",),
+    "workloads": ("workloads",), "quality_tasks": ("workloads", "quality"), "mode": ("soak",),
+    **{k: (k,) for k in ("soak", "engine", "background", "load")},
+}
+
+
+def plan_keys(job_field: str | None) -> tuple[str, ...]:
+    """The plan's key path for a field of the job built from it: "knobs.top_p" →
+    ("sweep", "knobs", "top_p"); () when the plan has no place for it (the job's schema)."""
+    if not job_field:
+        return ()
+    head, *rest = re.split(r"[.\[\]]+", job_field.rstrip("]"))
+    place = JOB_FIELD_IN_PLAN.get(head)
+    return (*place, *rest) if place else ()
+
+
+def line_of_keys(data, keys: tuple[str, ...]) -> int | None:
+    """The line of the deepest of ``keys`` the plan writes (a key left to its default is
+    not written: then the line of the section that would hold it)."""
+    line, node = line_of(data), data
+    for k in keys:
+        if not isinstance(node, dict) or k not in node:
+            break
+        line, node = line_of(node, k) or line, node[k]
+    return line
 
 
 def _check(data, spec: dict, path: Path, where: str) -> None:
@@ -190,21 +214,6 @@ def _model_folder(path: Path, data: dict, kind: str, folder: str) -> Path:
     return p
 
 
-def _tier(folder: Path) -> dict:
-    """A model's quantisation tier, and where it came from when specfleet made it."""
-    from agent.checks import quant_tier
-
-    from ..tiers import TIER_FILE
-
-    out: dict = {"tier": quant_tier(folder)}
-    made = folder / TIER_FILE
-    if made.is_file():
-        record = json.loads(made.read_text())
-        out.update({k: record.get(k) for k in ("source_fingerprint", "bits", "group_size",
-                                                "mlx_lm")})
-    return out
-
-
 def _check_vocabularies(target: Path, draft: Path, path: Path, data: dict) -> None:
     """A draft of another vocabulary is refused here, with what differs: at run time it
     is no error, only acceptance near zero."""
@@ -324,239 +333,3 @@ def _check_inert(sweep: dict, path: Path) -> None:
                 if name in block:
                     raise ConfigError(f"sweep.{part}.{name}: {why}", str(path),
                                       line_of(block, name))
-
-
-# -- platforms a lock resolves wheels for ------------------------------------------
-
-def controller_platform() -> str:
-    if sys.platform == "darwin":
-        return f"macos-{platform.mac_ver()[0].split('.')[0]}-{platform.machine()}"
-    libc, version = platform.libc_ver()
-    return f"linux-{platform.machine()}-{libc}{version}"
-
-
-def platform_node(desc: str, python: str) -> dict:
-    """``macos-14-arm64`` / ``linux-x86_64-glibc2.36`` → the probe dict the resolver takes."""
-    parts = desc.split("-")
-    if parts[0] == "macos" and len(parts) == 3:
-        return {"sys_platform": "darwin", "machine": parts[2], "python": python,
-                "python_full": python, "libc": ["", ""], "mac_ver": f"{parts[1]}.0",
-                "implementation": "cpython"}
-    if parts[0] == "linux" and len(parts) == 3 and parts[2].startswith("glibc"):
-        return {"sys_platform": "linux", "machine": parts[1], "python": python,
-                "python_full": python, "libc": ["glibc", parts[2][5:]], "mac_ver": "",
-                "implementation": "cpython"}
-    raise ConfigError(f"environment.platforms: {desc!r} is not macos-MAJOR-ARCH or "
-                      "linux-ARCH-glibcX.Y")
-
-
-def platform_matches(desc: str, node: dict) -> bool:
-    """Can a node with this probe run the wheels locked for ``desc``?"""
-    want = platform_node(desc, node["python"])
-    if want["sys_platform"] != node["sys_platform"] or want["machine"] != node["machine"]:
-        return False
-    if node["sys_platform"] == "darwin":
-        return int(node["mac_ver"].split(".")[0] or 0) >= int(want["mac_ver"].split(".")[0])
-    if node["libc"][0] != "glibc" or not re.fullmatch(r"\d+(\.\d+)*", node["libc"][1]):
-        return False  # musl, or no version read: no glibc lock is known to run there
-    have = tuple(int(x) for x in node["libc"][1].split("."))
-    need = tuple(int(x) for x in want["libc"][1].split("."))
-    return have >= need
-
-
-def _floor(desc: str) -> tuple[int, ...]:
-    """The OS floor a platform names: macOS major, or glibc version."""
-    part = desc.split("-")[1] if desc.startswith("macos-") else desc.split("-")[2][5:]
-    return tuple(int(x) for x in part.split("."))
-
-
-def closest_platform(platforms, node: dict) -> str | None:
-    """The locked platform a node takes: of those it can run, the one built for the same
-    macOS major (or glibc), else the highest below its own; never the first that fits
-    (a macOS 15 node given macOS 14 wheels when 15's are locked too)."""
-    fits = [d for d in platforms if platform_matches(d, node)]
-    return max(fits, key=_floor) if fits else None
-
-
-# -- the lock ----------------------------------------------------------------------
-
-def build_lock(plan: Plan, log=print) -> dict:
-    """Resolve everything a sweep needs into one JSON document."""
-    from ..fleet.wheelhouse import resolve
-    from .jobspec import job_template, plan_workloads
-
-    env = plan.section("environment")
-    # An empty list means unmanaged: nodes bring their own Python, the agent checks pins.
-    platforms = env["platforms"] if "platforms" in env else sorted(
-        {"macos-14-arm64", controller_platform()})
-    locked = {}
-    for desc in platforms:
-        lock = resolve(plan.packages, plan.python, platform_node(desc, plan.python), log)
-        locked[desc] = {"env_id": lock.env_id, "platform_key": lock.platform_key,
-                        "wheels": list(lock.wheels)}
-    models: dict[str, Any] = {role: {"path": str(d), "manifest": manifest(d)}
-                                         for role, d in plan.models.items()}
-    if len(plan.lineup) > 1:
-        models["lineup"] = [list(p) for p in plan.lineup]
-    for m in (models[r] for r in plan.models):
-        m["fingerprint"] = "sha256:" + hashlib.sha256(json.dumps(
-            m["manifest"], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-        m["tier"] = _tier(Path(m["path"]))
-        if calibration := calibration_of(Path(m["path"]), m["fingerprint"]):
-            m["calibration"] = calibration  # a grown target: its series are marked as such
-    w = plan.section("workloads")
-    sources, buckets, workloads = plan_workloads(plan.path.parent, w)
-    sweep = plan.section("sweep")
-    # an http engine sweeps no draft width unless asked (each variant fixes its own)
-    knobs = sweep.get("knobs") or ({} if plan.section("engine") else None)
-    job = job_template(workloads, base=sweep.get("base"), knobs=knobs,
-                       repetitions=sweep.get("repetitions", 1),
-                       warmup_tokens=sweep.get("warmup_tokens", 16), seed=sweep.get("seed", 0),
-                       pins={p.split("==")[0].split("[")[0].strip(): p.split("==")[1].strip()
-                             for p in plan.packages}, quality=bool(w.get("quality")))
-    job["baseline"] = sweep.get("baseline") or {}
-    job["cv_threshold"] = sweep.get("cv_threshold", 0.10)
-    job["contention_threshold"] = sweep.get("contention_threshold", 0.25)
-    if sweep.get("adaptive") is not None:
-        job["adaptive"] = sweep["adaptive"]
-    job["python"] = plan.python  # managed envs are built for it; unmanaged nodes must run it
-    job["verify_weights"] = plan.section("models").get("verify", "daily")
-    if plan.section("engine"):
-        job["engine"] = plan.section("engine")
-    if plan.section("background"):
-        job["background"] = plan.section("background")
-    if plan.section("load"):
-        job["load"] = plan.section("load")
-    if plan.section("soak"):
-        soak = plan.section("soak")
-        names = [r["name"] for r in workloads]
-        if soak.get("workload") is not None and soak["workload"] not in names:
-            raise ConfigError(f"soak.workload: {soak['workload']!r} is not one of the plan's "
-                              f"workloads ({', '.join(names)})", str(plan.path),
-                              line_of(load_yaml(plan.path).get("soak"), "workload"))
-        job["mode"], job["soak"] = "soak", soak
-    if len(plan.lineup) > 1:
-        job["lineup"] = [list(p) for p in plan.lineup]
-    _agent_would_accept(job, plan.path)
-    doc = {"lock_schema": LOCK_SCHEMA, "name": plan.name, "plan_path": str(plan.path.resolve()),
-           "plan_sha256": plan.sha256, "plan": plan.raw,
-           "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "python": plan.python, "packages": list(plan.packages), "platforms": locked,
-           "models": {**models, "source": plan.section("models").get("source"),
-                      "revision": plan.section("models").get("revision"),
-                      "verify": job["verify_weights"]},
-           "prompts": {r["name"]: r["prompt_sha256"] for r in workloads},
-           "prompt_sources": {"use": sources, "context": list(buckets)},
-           "job": job, "gates": plan.section("gates"), "nodes": plan.section("nodes")}
-    doc["lock_id"] = lock_digest(doc)
-    return doc
-
-
-def lock_digest(doc: dict) -> str:
-    """A lock's id: the sha256 of its own canonical content (all but the id and the time it
-    was written), so any edit to the file shows."""
-    return hashlib.sha256(json.dumps(
-        {k: v for k, v in doc.items() if k not in ("created_at", "lock_id")},
-        sort_keys=True).encode()).hexdigest()
-
-
-def _agent_would_accept(job: dict, path: Path) -> None:
-    """Check the job with the agent's own parser now, so a bad engine or soak section
-    stops at `plan lock` with the plan's line instead of on every node at sweep time."""
-    from agent.errors import JobFileError
-    from agent.job import parse_job
-
-    try:
-        parse_job({**job, "job_id": "lock-check",
-                   "models": {r: {"path": r} for p in job.get("lineup") or [["target", "draft"]]
-                              for r in p}})
-    except JobFileError as e:
-        msg = str(e).split(": ", 1)[1]
-        section = re.match(r"[a-z_]*", msg).group(0)  # type: ignore[union-attr]  # [a-z_]* always matches
-        section = "sweep" if section in ("knobs", "base", "baseline", "cv_threshold",
-                                         "contention_threshold", "adaptive") else section
-        raise ConfigError(msg, str(path), line_of(load_yaml(path), section)) from None
-
-
-def lock_path_for(plan_path: Path) -> Path:
-    return plan_path.with_name(plan_path.name + ".lock.json") if plan_path.suffix not in (
-        ".yml", ".yaml") else plan_path.with_suffix(".lock.json")
-
-
-def write_lock(plan: Plan, log=print) -> Path:
-    out = lock_path_for(plan.path)
-    doc = build_lock(plan, log)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    tmp.replace(out)
-    return out
-
-
-def load_lock(path: str | Path) -> dict:
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError("lock file not found; create it with `specfleet plan lock PLAN`",
-                          str(path)) from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"invalid JSON at column {e.colno}: {e.msg}", str(path),
-                          e.lineno) from None
-    if doc.get("lock_schema") != LOCK_SCHEMA:
-        raise ConfigError(f"lock schema {doc.get('lock_schema')!r} is not {LOCK_SCHEMA}; "
-                          "re-lock the plan with this specfleet", str(path))
-    return doc
-
-
-def verify_lock(doc: dict, lock_file: Path) -> None:
-    """Refuse a lock that was edited, or whose plan, weights or prompts changed since it
-    was written."""
-    changes = []
-    if lock_digest(doc) != doc.get("lock_id"):
-        changes.append("the lock file itself was edited after `plan lock` wrote it (its "
-                       "content no longer hashes to its lock_id)")
-    plan_path = Path(doc["plan_path"])
-    if not plan_path.exists():
-        changes.append(f"the plan {plan_path} is gone")
-    elif hashlib.sha256(plan_path.read_bytes()).hexdigest() != doc["plan_sha256"]:
-        try:
-            now = load_plan(plan_path).raw
-        except ConfigError as e:
-            now = {"<invalid>": str(e)}
-        keys = sorted(k for k in set(now) | set(doc["plan"]) if now.get(k) != doc["plan"].get(k))
-        changes.append(f"the plan changed ({', '.join(keys) or 'comments/whitespace'})")
-    for role in model_roles(doc["models"]):
-        m = doc["models"][role]
-        d = Path(m["path"])
-        if not d.is_dir():
-            changes.append(f"{role} model folder {d} is gone")
-            continue
-        now = {f["path"]: f for f in manifest(d)}
-        was = {f["path"]: f for f in m["manifest"]}
-        diff = sorted(p for p in set(now) | set(was) if now.get(p) != was.get(p))
-        if diff:
-            changes.append(f"{role} weights changed: {', '.join(diff)}")
-    from .jobspec import load_workloads
-
-    src = doc["prompt_sources"]
-    try:
-        now = {r["name"]: r["prompt_sha256"] for spec in src["use"]
-               for r in load_workloads(spec, tuple(src["context"]))}
-    except ConfigError as e:
-        now = {}
-        changes.append(f"prompt files no longer load ({e})")
-    for name, sha in doc["prompts"].items():
-        if name not in now:
-            if now:
-                changes.append(f"prompt {name} is gone")
-        elif now[name] != sha:
-            changes.append(f"prompt {name} changed")
-    for name in sorted(set(now) - set(doc["prompts"])):
-        changes.append(f"prompt {name} was added")
-    for w in doc["job"]["workloads"]:  # the lock itself must not have been edited
-        if hashlib.sha256(w["prompt"].encode()).hexdigest() != w["prompt_sha256"]:
-            changes.append(f"the lock's copy of prompt {w['name']} was edited")
-    if changes:
-        raise ConfigError("the lock no longer matches: " + "; ".join(changes) +
-                          ". Re-lock with `specfleet plan lock` and review the change.",
-                          str(lock_file))

@@ -14,10 +14,10 @@ from orchestrator.store import open_store
 from tests.truth.weeks import W20, WEEKS, plant
 
 
-def test_compare_keeps_sampling_settings_apart(tmp_path):
+def test_compare_keeps_sampling_settings_apart(any_url, tmp_path):
     """Five nights at temperature 0.0 (1.5×) and 0.7 (0.9×) at width 3: compare shows each
     config's own row, five nights each, never one pooled "speculative k=3"."""
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(any_url)
     (week,) = [w for w in WEEKS if w.name == "sampling settings apart"]
     plant(store, week)
     c = compare(store, "node=mac-01", "node=mac-01")
@@ -58,7 +58,7 @@ def test_one_label_names_every_knob_away_from_its_default():
         "speculative k=3 · temperature 0.7 · top_p 0.9"
 
 
-def test_repro_compares_each_knob_set_on_its_own(tmp_path):
+def test_repro_compares_each_knob_set_on_its_own(any_url, tmp_path):
     """Two nodes, one sweep, width 3 at temperature 0.0 (150 tok/s) and 0.7 (90 tok/s):
     four configs a node, each compared with its own on the other node (one key per width
     kept only the last of the two, and compared 150 with 90 or not at all)."""
@@ -66,7 +66,7 @@ def test_repro_compares_each_knob_set_on_its_own(tmp_path):
     from orchestrator.review.repro import sweep_values
     from tests.history import C, config_values, night
 
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(any_url)
     sid = None
     for node in ("mac-a", "mac-b"):
         sid = night(store, W20, node=node, chip="Apple M2 Max", pair="p", workload="code",
@@ -81,7 +81,7 @@ def test_repro_compares_each_knob_set_on_its_own(tmp_path):
     assert report["reproducible"] and report["checked"] == 4
 
 
-def test_compare_keeps_each_pair_of_a_lineup_apart_and_names_it(tmp_path):
+def test_compare_keeps_each_pair_of_a_lineup_apart_and_names_it(any_url, tmp_path):
     """A lineup (one target, two drafts, one sweep a night) beside two plain pairs: the
     four baselines (100, 140, 120 and 90 tok/s planted) are four rows, each its own nights,
     named by pair (before: two plain pairs of one node were pooled into one row, and the
@@ -90,7 +90,7 @@ def test_compare_keeps_each_pair_of_a_lineup_apart_and_names_it(tmp_path):
     from orchestrator.review.compare import as_text
     from tests.truth.weeks import Config, Series, Week
 
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(any_url)
     draft = {0: "a", 1: "b"}
     plant(store, Week("lineup", (
         Series("code", (Config("baseline", decode=120.0),)),
