@@ -17,11 +17,11 @@ import urllib.request
 from pathlib import Path
 
 from . import httpengine as h
+from .engine_api import EngineUnavailable, Request, Slot, Variant
 from .engines import ENGINES
 from .job import Job, Workload
 from .journal import Journal
 from .load import Reply
-from .loop import EngineUnavailable, Request, Slot, Variant
 from .protocol import DRAFT_FREE_METHODS, KNOBS
 from .trace import Trace
 

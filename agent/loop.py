@@ -15,117 +15,23 @@ blocks: per repetition, each variant's generations together, baseline first.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from .adaptive import resolved, settle
-from .job import Job, Workload
+from .adaptive import resolved
+from .adaptive_loop import Adaptive
+from .engine_api import Engine, EngineUnavailable, Request, Slot, Variant
+from .job import Job
 from .journal import Journal
 from .protocol import EXIT_CODES, KNOBS, baseline_key, normal_config
 from .summary import emit_summaries, exactness
 from .telemetry.sampler import SAMPLE_KEYS
-from .trace import Trace, metrics, not_applied
+from .trace import metrics, not_applied
 
 SAMPLE_FIELDS = ("ts", *SAMPLE_KEYS)  # one telemetry sample inside a generation event
 # what a background profile causes on purpose (contention, swap, pressure) does not set its
 # runs aside; throttling, battery and Low Power Mode still do
 BUSY_BY_DESIGN = ("contended", "swapped", "memory pressure")
-
-
-class EngineUnavailable(Exception):
-    """A variant cannot be made ready (a runtime that does not start); its generations fail
-    and the others go on."""
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    speculative: bool
-    num_draft_tokens: int | None = None  # fixed by the variant (http); None: the config's
-    reference: str | None = None  # the baseline it is compared with; None: the engine's first
-    models: tuple[str, str | None] | None = None  # (target, draft) roles, in a lineup
-    method: str | None = None  # speculation without a draft model ("prompt-lookup", "mtp")
-
-
-@dataclass(frozen=True)
-class Request:
-    variant: Variant
-    prompt: str
-    max_tokens: int
-    config: dict                  # the sampling knobs and num_draft_tokens
-    seed: int
-    fields: dict = field(default_factory=dict)  # an http runtime's own request fields
-    tools: tuple = ()
-    prompt_key: str | None = None  # a workload's name: lets an engine reuse its prompt ids
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One planned generation."""
-
-    workload: Workload
-    variant: Variant
-    knob: str
-    knob_value: Any
-    config: dict
-    fields: dict
-    repetition: int
-    reference: str | None = None      # the baseline variant of its pairing
-    partner: Variant | None = None    # the candidate of its pairing (itself, for one)
-
-    @property
-    def mode(self) -> str:
-        return "speculative" if self.variant.speculative else "baseline"
-
-
-class Engine(Protocol):
-    name: str                        # its name in the registry (agent/engines.py)
-    variants_are_configs: bool       # each variant fixes its own setup (http runtimes)
-    variants: tuple[Variant, ...]    # the reference (baseline) first, when there is one
-    holds_all_variants: bool         # may switch variant between any two generations
-    field_knobs: dict                # request fields swept like knobs (http runtimes)
-
-    def activate(self, variant: Variant) -> Variant | None:
-        """Make the variant ready (raise EngineUnavailable); the variant to warm up, if
-        anything needs a warm-up now."""
-        ...
-
-    def runtime_pid(self, variant: Variant) -> int | None:
-        """The process whose memory the telemetry should watch (None: the agent's own)."""
-        ...
-
-    def cpu_accounted(self, variant: Variant) -> bool:
-        """Whether all CPU doing this variant's work can be counted as ours (the agent, or
-        a runtime it started); if not, contention by other processes is not judged."""
-        ...
-
-    def prompt_tokens(self, w: Workload) -> int | None: ...
-
-    def generate(self, req: Request) -> Trace: ...
-
-    def extras(self, m: dict, req: Request) -> dict:
-        """Engine-specific fields derived from the metrics (e.g. the memory roofline)."""
-        ...
-
-    def load_sender(self, variant: Variant, w: Workload, config: dict):
-        """For open-loop load levels: a thread-safe ``send(i) -> token arrival times``."""
-        ...
-
-    def closed_loop(self, variant: Variant, w: Workload, config: dict, concurrency: int,
-                    requests: int):
-        """A closed-loop load level: (outcomes, wall seconds) as ``agent.load`` gives them."""
-        ...
-
-    def describe(self, slot: Slot) -> tuple[dict, dict]:
-        """Event fields naming the engine's variant, and the config as events record it."""
-        ...
-
-    def explain(self, e: Exception, variant: Variant) -> str: ...
-
-    def notices(self, job: Job) -> list[dict]: ...
-
-    def close(self) -> None: ...
 
 
 # -- the plan ---------------------------------------------------------------------------
@@ -208,75 +114,6 @@ def compared(g: dict) -> list:
     units: list = (g["token_ids"] if g.get("first_divergence_unit") != "character"
                    else list(g.get("output_text") or ""))
     return units + [json.dumps([c["name"], c["arguments"]]) for c in g.get("tool_calls") or []]
-
-
-# -- stopping when the answer is known ------------------------------------------------------
-
-class Adaptive:
-    """The adaptive sweep inside the one loop: candidates drop out of later repetitions
-    once ``agent.adaptive.settle`` says their answer is known; each drop is journaled with
-    its reason, and the slots it saves are counted, never reported as failures."""
-
-    def __init__(self, job: Job, engine: Engine, journal: Journal):
-        self.job, self.engine, self.journal = job, engine, journal
-        self.spec = resolved(job.adaptive, job.repetitions)
-        self.samples: dict[tuple, dict[tuple, list[float | None]]] = {}
-        self.widths: dict[tuple, int | None] = {}
-        self.baselines: dict[tuple, dict] = {}  # the pairing's baseline, this repetition
-        self.settled: dict[tuple, str] = {}
-        self.round: dict[str, int] = {}
-        self.skipped = 0
-
-    def _key(self, s: Slot) -> tuple:
-        knob = None if s.knob == "variant" else s.knob
-        return (s.workload.name, (s.partner or s.variant).name, knob,
-                json.dumps(s.knob_value if knob else None, default=str),
-                json.dumps(s.fields, sort_keys=True))
-
-    def _group(self, s: Slot) -> tuple:
-        # an http runtime's variants compete with each other; in process, each pair's
-        # widths among themselves (a lineup has one knee per pair)
-        return (s.workload.name, None if self.engine.variants_are_configs
-                else (s.partner or s.variant).name)
-
-    def skip(self, s: Slot) -> bool:
-        w = s.workload.name
-        if s.repetition > self.round.get(w, 0):  # a round of this workload ended: decide
-            self.round[w] = s.repetition
-            for group, samples in self.samples.items():
-                if group[0] != w:
-                    continue
-                live = {k: xs for k, xs in samples.items() if k not in self.settled}
-                for k, why in settle(live, self.widths, self.spec).items():
-                    self.settled[k] = why
-                    self.job_notice(k, why, len(samples[k]))
-        if self._key(s) in self.settled:
-            self.skipped += 1
-            return True
-        return False
-
-    def measured(self, s: Slot, g: dict) -> None:
-        key = self._key(s)
-        candidate = s.variant is s.partner and s.variant.name != s.reference
-        if not candidate:
-            self.baselines[(key, s.repetition)] = g
-            return
-        self.widths[key] = int(s.knob_value) if s.knob == "num_draft_tokens" else None
-        xs = self.samples.setdefault(self._group(s), {}).setdefault(key, [])
-        base = self.baselines.get((key, s.repetition))
-        # only reliable pairs are evidence; an unreliable one is measured and reported,
-        # and holds its round's place (None) so candidates pair the same rounds
-        if base and not g.get("unreliable") and not base.get("unreliable") \
-                and g.get("decode_tok_s") and base.get("decode_tok_s"):
-            xs.append(g["decode_tok_s"] / base["decode_tok_s"])
-        else:
-            xs.append(None)
-
-    def job_notice(self, key: tuple, why: str, n: int) -> None:
-        workload, variant, knob, value, _ = key
-        what = f"{knob}={json.loads(value)}" if knob else variant
-        self.journal.emit("notice", workload=workload, variant=variant, adaptive=True,
-                          repetitions=n, message=f"adaptive: {what} stops repeating: {why}")
 
 
 # -- measuring ----------------------------------------------------------------------------

@@ -12,8 +12,8 @@ import subprocess
 import sys
 from dataclasses import replace
 
+from .engine_api import EngineUnavailable, Request, Slot, Variant
 from .job import Job, Workload
-from .loop import EngineUnavailable, Request, Slot, Variant
 from .roofline import bytes_per_token, chip_bandwidth_gbs, kv_bytes_per_position, model_bytes
 from .roofline import utilisation as bw_utilisation
 from .trace import Trace

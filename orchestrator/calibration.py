@@ -29,10 +29,9 @@ from typing import Any
 from agent.fingerprint import fingerprint
 from agent.stats import acceptance_summary
 
+from .calibration_record import CALIBRATION_FILE, SCHEMA, calibration_of
 from .errors import ConfigError
 
-CALIBRATION_FILE = "specfleet-calibration.json"
-SCHEMA = "specfleet-calibration/1"
 ZEROED = ("self_attn.o_proj.weight", "mlp.down_proj.weight")  # the residual writes
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "tokenizer.model", "chat_template.jinja", "generation_config.json")
@@ -236,21 +235,6 @@ def calibrate(draft: Path, out: Path, layers: int = 32, acceptance: float = 1.0,
         tmp.rename(out)  # a target appears whole or not at all
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return record
-
-
-def calibration_of(folder: Path, fp: str | None = None) -> dict | None:
-    """The calibration record of a model folder, when it is one: its file's recorded
-    fingerprint must be the folder's (weights edited since are no calibration)."""
-    path = Path(folder) / CALIBRATION_FILE
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
-        return None
-    if record.get("fingerprint") != (fp or fingerprint(folder)):
-        return None
     return record
 
 

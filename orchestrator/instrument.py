@@ -83,26 +83,9 @@ def judge(node: str, generations: list[dict], costs: dict | None,
     if not base or not spec:
         return NodeCheck(node, "failed", f"{node}: instrument unverified: no "
                          f"{'baseline' if not base else 'speculative'} generation stored")
-    drafted = sum(g.get("drafted_tokens") or 0 for g in spec)
-    accepted = sum(g.get("accepted_tokens") or 0 for g in spec)
-    acceptance = accepted / drafted if drafted else None
-    # each generation against the baseline of its own prompt (a workload may hold several)
-    ids = {_prompt(g): g.get("token_ids") for g in base}
     problems: list[str] = []
     unverified: list[str] = []
-    unread = [g for g in base + spec if not g.get("token_ids")]
-    if unread:  # nothing to compare is no evidence of identical output
-        differ: list[dict] | None = None
-        unverified.append(f"output identity unverified: no token ids recorded in "
-                          f"{len(unread)} of {len(base) + len(spec)} generations")
-    else:
-        differ = [g for g in spec if g.get("token_ids") != ids.get(_prompt(g))]
-    if acceptance != 1.0:
-        problems.append(f"acceptance {acceptance if acceptance is None else round(acceptance, 4)}"
-                        f" ≠ 1.0 ({drafted - accepted} of {drafted} drafted tokens rejected)")
-    if differ:
-        problems.append(f"output differs from autoregressive in {len(differ)} of {len(spec)} "
-                        f"generations (first at width {differ[0]['num_draft_tokens']})")
+    acceptance, differ = _exactness(base, spec, problems, unverified)
     shaky = [g for g in generations if g.get("unreliable")]
     widths: list[dict] = []
     if speed is not None:
@@ -122,36 +105,46 @@ def judge(node: str, generations: list[dict], costs: dict | None,
     elif costs is None:
         unverified.append("speed unverified: the node's step costs could not be measured")
     else:
-        widths = _predicted_widths(base, spec, costs, acceptance, problems, unverified)
+        widths = _median_widths(base, spec, costs, acceptance, problems, unverified)
     if overhead is None:
         unverified.append("loop overhead unverified")
     elif overhead["ratio"] < OVERHEAD_FLOOR:
         problems.append(f"the agent's loop decodes at {overhead['ratio']:.2f}× a bare mlx-lm "
                         f"loop (floor {OVERHEAD_FLOOR})")
-    speeds = ", ".join(f"k={w['k']} {w['measured']:.2f}×/{w['predicted']:.2f}× "
-                       f"({w['off']:+.0%}" + (f", spread {w['spread'][0] - 1:+.0%} to "
-                                              f"{w['spread'][1] - 1:+.0%}" if "spread" in w
-                                              else "") + ")" for w in widths)
-    loop = f"loop {overhead['ratio']:.2f}× bare" if overhead else ""
-    facts = "; ".join(x for x in (f"measured/predicted {speeds}" if speeds else "", loop) if x)
-    if problems:
-        status, head = "off", "instrument OFF: " + "; ".join(problems + unverified)
-    elif unverified:
-        status, head = "unverified", "instrument unverified: " + "; ".join(unverified) + (
-            " (acceptance 1.0, output identical)" if acceptance == 1.0 and differ == [] else
-            " (acceptance 1.0)" if acceptance == 1.0 else "")
+    status, detail = _verdict(node, problems, unverified, acceptance, differ, widths, overhead)
+    return NodeCheck(node, status, detail, widths, acceptance,
+                     None if differ is None else not differ, overhead, costs)
+
+
+def _exactness(base: list[dict], spec: list[dict], problems: list[str],
+               unverified: list[str]) -> tuple[float | None, list[dict] | None]:
+    """Pooled acceptance, and the speculative generations whose output differs from their
+    prompt's baseline (None: no token ids to compare); what is wrong is added to the lists."""
+    drafted = sum(g.get("drafted_tokens") or 0 for g in spec)
+    accepted = sum(g.get("accepted_tokens") or 0 for g in spec)
+    acceptance = accepted / drafted if drafted else None
+    # each generation against the baseline of its own prompt (a workload may hold several)
+    ids = {_prompt(g): g.get("token_ids") for g in base}
+    unread = [g for g in base + spec if not g.get("token_ids")]
+    if unread:  # nothing to compare is no evidence of identical output
+        differ: list[dict] | None = None
+        unverified.append(f"output identity unverified: no token ids recorded in "
+                          f"{len(unread)} of {len(base) + len(spec)} generations")
     else:
-        status, head = "ok", "instrument ok (acceptance 1.0, output identical)"
-    return NodeCheck(node, status, f"{node}: {head}" + (f" — {facts}" if facts else ""),
-                     widths, acceptance, None if differ is None else not differ, overhead,
-                     costs)
+        differ = [g for g in spec if g.get("token_ids") != ids.get(_prompt(g))]
+    if acceptance != 1.0:
+        problems.append(f"acceptance {acceptance if acceptance is None else round(acceptance, 4)}"
+                        f" ≠ 1.0 ({drafted - accepted} of {drafted} drafted tokens rejected)")
+    if differ:
+        problems.append(f"output differs from autoregressive in {len(differ)} of {len(spec)} "
+                        f"generations (first at width {differ[0]['num_draft_tokens']})")
+    return acceptance, differ
 
 
-def _predicted_widths(base: list[dict], spec: list[dict], costs: dict,
-                      acceptance: float | None, problems: list[str],
-                      unverified: list[str]) -> list[dict]:
-    """Each width's sweep median speedup against the one the node's step costs predict
-    (off by more than ``TOLERANCE``: a problem)."""
+def _median_widths(base: list[dict], spec: list[dict], costs: dict,
+                   acceptance: float | None, problems: list[str],
+                   unverified: list[str]) -> list[dict]:
+    """Per width: the sweep's median speedup against the one ``costs`` predict."""
     widths: list[dict] = []
     b = statistics.median(g["decode_tok_s"] for g in base)
     for k in sorted({g["num_draft_tokens"] for g in spec}):
@@ -168,6 +161,27 @@ def _predicted_widths(base: list[dict], spec: list[dict], costs: dict,
             problems.append(f"width {w['k']} measured {w['measured']:.2f}× vs predicted "
                             f"{w['predicted']:.2f}× ({w['off']:+.0%})")
     return widths
+
+
+def _verdict(node: str, problems: list[str], unverified: list[str],
+             acceptance: float | None, differ: list[dict] | None, widths: list[dict],
+             overhead: dict | None) -> tuple[str, str]:
+    """ok / unverified / off, and the line that says it with the measured facts."""
+    speeds = ", ".join(f"k={w['k']} {w['measured']:.2f}×/{w['predicted']:.2f}× "
+                       f"({w['off']:+.0%}" + (f", spread {w['spread'][0] - 1:+.0%} to "
+                                              f"{w['spread'][1] - 1:+.0%}" if "spread" in w
+                                              else "") + ")" for w in widths)
+    loop = f"loop {overhead['ratio']:.2f}× bare" if overhead else ""
+    facts = "; ".join(x for x in (f"measured/predicted {speeds}" if speeds else "", loop) if x)
+    if problems:
+        status, head = "off", "instrument OFF: " + "; ".join(problems + unverified)
+    elif unverified:
+        status, head = "unverified", "instrument unverified: " + "; ".join(unverified) + (
+            " (acceptance 1.0, output identical)" if acceptance == 1.0 and differ == [] else
+            " (acceptance 1.0)" if acceptance == 1.0 else "")
+    else:
+        status, head = "ok", "instrument ok (acceptance 1.0, output identical)"
+    return status, f"{node}: {head}" + (f" — {facts}" if facts else "")
 
 
 def _prompt(g: dict) -> tuple:

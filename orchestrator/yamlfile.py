@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -14,6 +15,18 @@ class LineDict(dict):
 
     line: int = 0
     key_lines: dict
+
+
+@dataclass(frozen=True)
+class VaultText:
+    """A ``!vault`` scalar as written in the file, decrypted only on use (by ``fleet.vault``,
+    which needs a password: a YAML file is read without one)."""
+
+    ciphertext: str
+    line: int | None = None
+
+    def __str__(self) -> str:  # never leak into a message or a listing
+        return "<vaulted>"
 
 
 class _Loader(yaml.SafeLoader):
@@ -35,8 +48,6 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
 
 
 def _construct_vault(loader: _Loader, node: yaml.ScalarNode):
-    from .fleet.vault import VaultText
-
     return VaultText(loader.construct_scalar(node), node.start_mark.line + 1)
 
 

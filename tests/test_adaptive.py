@@ -206,7 +206,7 @@ def test_plan_lock_refuses_a_bad_adaptive_section_with_its_line(model_pair, tmp_
 
 @pytest.mark.alone  # judges timing: other tests' load scatters it
 def test_planted_runtimes_stop_as_soon_as_their_answer_is_known(model_pair, tmp_path):
-    """Runtimes with fixed token timing (planted: 3 ms, 2 ms and 4.5 ms a token): both
+    """Runtimes with fixed token timing (planted: 6 ms, 4 ms and 9 ms a token): both
     speculative variants stop well before the plan's 12 repetitions, each with its reason,
     and are never measured again."""
 
@@ -217,9 +217,11 @@ def test_planted_runtimes_stop_as_soon_as_their_answer_is_known(model_pair, tmp_
     job = build_job(model_pair, ["code"], max_tokens=24)
     job["workloads"] = job["workloads"][:1]
     job["engine"] = {"type": "http", "runtime": "planted", "ready_timeout_s": 30,
-                     "variants": [planted("plain", "correct", 3),
-                                  planted("fast", "correct", 2, True),
-                                  {**planted("slow", "correct", 4.5, True), "name": "slow"}]}
+                     "variants": [planted("plain", "correct", 6),
+                                  planted("fast", "correct", 4, True),
+                                  {**planted("slow", "correct", 9, True), "name": "slow"}]}
+    # 29 planted tokens at 4 ms: 0.12 s, long enough for the CPU counters to judge
+    # contention over the run itself (a shorter run is "unverified: contention window")
     # ±10%: the planted timing is steady, but the tests share 2 CPUs with each other
     job.update(knobs={}, repetitions=12, quality_tasks=[], cv_threshold=1.0,
                contention_threshold=1.0, adaptive={"tolerance": 0.10})

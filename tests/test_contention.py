@@ -220,6 +220,15 @@ def test_a_run_too_short_to_judge_is_judged_from_the_reading_before_it():
     start = sampler.mark()
     assert sampler.window(start, sampler.mark()).before is None
 
+    # a reading taken while another runtime's process was ours counts "own" differently
+    switched = iter([_reading(100.0, 10.0, 40.0, 1.0), _reading(101.0, 11.9, 42.0, 1.1),
+                     _reading(101.05, 12.0, 42.1, 1.15)])
+    sampler = Sampler(reader=lambda: next(switched))
+    sampler.mark()
+    sampler.watch(4242)  # the agent switched to a runtime it started (its CPU now ours)
+    start = sampler.mark()
+    assert sampler.window(start, sampler.mark()).before is None
+
     # work we cannot count (own CPU unknown) stays not judged, by design
     t = summarise_window([_reading(1.0, 1.0, 2.0, None), _reading(1.05, 1.1, 2.1, None)])
     assert "contention window" not in t["readings_unavailable"]

@@ -185,7 +185,7 @@ def test_the_stop_script_signals_only_an_agent_at_least_as_old_as_its_job(tmp_pa
     """The script as the node's /bin/sh (dash here) runs it: a PID whose process started
     after the agent's job_started is refused, as is one naming another journal; a real one
     under a path with glob characters ends with its whole process group."""
-    from orchestrator.sweep.dispatch import stop_script
+    from orchestrator.sweep.stopping import stop_script
 
     job = str(tmp_path / "b[1]*" / "jobs" / "s1.json")
     journal = str(tmp_path / "b[1]*" / "jobs" / "s1.events.jsonl")

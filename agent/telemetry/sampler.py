@@ -122,6 +122,7 @@ class Sampler:
     def mark(self) -> int:
         """Take a reading now; return its index (use as a window boundary)."""
         snap = self.reader()
+        snap["watched"] = (self.pid, self.accounted)  # whose CPU "own" counts
         if self.pid:
             snap["rss_bytes"] = _rss_bytes(self.pid)
             theirs = process_cpu(self.pid)
@@ -140,7 +141,10 @@ class Sampler:
             own = _capacity(w[0], w[-1]) if len(w) >= 2 else None
             if own is not None and own < MIN_CAPACITY_S:
                 for s in reversed(self.samples[:start]):  # the nearest one that suffices
-                    if w[-1]["ts"] - s.get("ts", 0) > CONTEXT_LOOKBACK_S:
+                    # only readings of the same work: own CPU counted the same way (a
+                    # switch to another runtime's process changes what "ours" sums)
+                    if w[-1]["ts"] - s.get("ts", 0) > CONTEXT_LOOKBACK_S \
+                            or s.get("watched") != w[-1].get("watched"):
                         break
                     if (_capacity(s, w[-1]) or 0) >= MIN_CAPACITY_S:
                         w.before = s

@@ -60,13 +60,19 @@ class _Group(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise  # click's own: usage errors, --help, Ctrl-C
         except Exception as e:
-            # a store failure outside the paths that explain it; sqlalchemy is only looked
-            # up when a command loaded it (importing it costs every command ~0.2 s)
-            exc = sys.modules.get("sqlalchemy.exc")
-            if exc is None or not isinstance(e, exc.SQLAlchemyError):
+            # a store failure outside the paths that explain it; the store's errors are only
+            # looked up when a command loaded sqlalchemy (importing it costs every command
+            # ~0.2 s)
+            failure = None
+            if "sqlalchemy.exc" in sys.modules:
+                from ..store.errors import StoreFull
+                from ..store.errors import failure as store_failure
+
+                failure = store_failure(e)
+            if failure is None:
                 raise click.ClickException(_crash(e)) from None
-            msg = redact(str(e.orig if getattr(e, "orig", None) else e).splitlines()[0])
-            if "disk is full" in msg or "No space left" in msg:
+            msg = redact(failure.driver_message)
+            if isinstance(failure, StoreFull):
                 raise click.ClickException(
                     f"the store is out of disk space ({msg}); nothing stored so far is lost: "
                     "free space and run the command again (a sweep already started: "

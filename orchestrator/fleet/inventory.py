@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..yamlfile import LineDict, load_yaml
+from ..yamlfile import LineDict, VaultText, load_yaml
 from .host_patterns import select_names
 from .inventory_ini import host_pattern, parse_ini
-from .vault import VaultError, VaultText, decrypt, read_password
+from .vault import VaultError, decrypt, read_password
 
 SPECFLEET_VARS = {
     "specfleet_python": "interpreter with mlx-lm on the node (default python3)",

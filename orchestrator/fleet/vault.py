@@ -15,7 +15,6 @@ import hashlib
 import hmac
 import os
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -23,17 +22,6 @@ from ..errors import ConfigError
 
 class VaultError(ConfigError):
     """A vaulted value cannot be decrypted."""
-
-
-@dataclass(frozen=True)
-class VaultText:
-    """A ``!vault`` scalar as written in the file, decrypted only on use."""
-
-    ciphertext: str
-    line: int | None = None
-
-    def __str__(self) -> str:  # never leak into a message or a listing
-        return "<vaulted>"
 
 
 def read_password(path: str | Path | None) -> bytes | None:

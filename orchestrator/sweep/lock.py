@@ -14,7 +14,7 @@ from typing import Any
 from agent.fingerprint import manifest
 from agent.protocol import model_roles
 
-from ..calibration import calibration_of
+from ..calibration_record import calibration_of
 from ..errors import ConfigError
 from ..fleet.platforms import controller_platform, platform_node
 from ..yamlfile import line_of, load_yaml
