@@ -13,12 +13,9 @@ import random
 import uuid
 from datetime import datetime, timedelta
 
-from sqlalchemy import update
-
 from agent.protocol import EVENT_SCHEMA_MAJOR, SAMPLING_DEFAULTS
 from agent.summary import SUMMARY_METRICS, describe
 from orchestrator.store import Store
-from orchestrator.store.models import Sweep
 from orchestrator.sweep.decode import Decoder, Quarantined
 
 BASE_IDENTITY = {"env_id": "env-a", "mlx_version": "0.32.4", "mlx_lm_version": "0.32.2",
@@ -173,8 +170,7 @@ def lock_doc(name: str, models: dict) -> dict:
 
 def new_sweep(store: Store, at: datetime, lock: dict | None = None) -> str:
     """A nightly sweep as the controller starts one (``Store.record_lock`` for its lock,
-    ``Store.create_sweep``), dated ``at``. The date is the one part the controller's path
-    takes from the clock, so it is the one column set here; ``night`` finishes the sweep
+    ``Store.create_sweep``), dated ``at``; ``night`` finishes the sweep
     (``Store.finish_sweep``) once its node's lines are in."""
     sid = uuid.uuid4().hex[:12]
     if lock is not None:
@@ -182,9 +178,8 @@ def new_sweep(store: Store, at: datetime, lock: dict | None = None) -> str:
     models = (lock or {}).get("models") or {}
     store.create_sweep(sid, {"models": {"target": dict(models.get("target") or {}),
                                         "draft": dict(models.get("draft") or {})}}, None,
-                       plan_id=lock["lock_id"] if lock else None, trigger="nightly")
-    with store.engine.begin() as c:
-        c.execute(update(Sweep).where(Sweep.id == sid).values(created_at=at))
+                       plan_id=lock["lock_id"] if lock else None, trigger="nightly",
+                       created_at=at)
     return sid
 
 
