@@ -17,7 +17,7 @@ from types import UnionType
 from typing import Any, ClassVar, get_args, get_type_hints
 
 EVENT_SCHEMA_MAJOR = 1
-EVENT_SCHEMA_MINOR = 7
+EVENT_SCHEMA_MINOR = 8
 EVENT_SCHEMA = f"{EVENT_SCHEMA_MAJOR}.{EVENT_SCHEMA_MINOR}"
 
 
@@ -126,6 +126,9 @@ class Generation(Event):
     telemetry: OList = None
     models: ODict = None
     acceptance_by_position: OList = None  # [{position, drafted, accepted, rate}], per width
+    kv_quantised: bool | None = None      # 1.8: kv_bits took effect (null: none declared)
+    kv_positions: OInt = None             # 1.8: positions the KV cache held at the end
+    contention: ODict = None              # 1.8: {share, limit} when set aside as contended
 
 
 @_event("generation_failed")
@@ -157,6 +160,7 @@ class ConfigSummary(Event):
     unreliable_reasons: OList = None
     parity: ODict = None
     models: ODict = None
+    contention: ODict = None   # 1.8: {shares: the contended trials', limit}
 
 
 @_event("acceptance_by_bucket")

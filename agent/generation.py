@@ -47,6 +47,21 @@ class _Cache(list):
     def nbytes(self) -> int:
         return sum(int(c.nbytes) for part in (self.parts or [self]) for c in part)
 
+    def quantised(self) -> bool:
+        """Whether mlx-lm swapped any layer's cache for its quantised form: 0.32.2 does so
+        only once a cache holds ``quantized_kv_start`` positions (``maybe_quantize_kv_cache``
+        after each forward call), so a shorter generation keeps it unquantised."""
+        from mlx_lm.models.cache import QuantizedKVCache
+
+        return any(isinstance(c, QuantizedKVCache) for part in (self.parts or [self])
+                   for c in part)
+
+    def positions(self) -> int:
+        """The most positions any cache held at the end (speculation rewinds rejected
+        drafts, so it may have held a few more during a verify step)."""
+        return max((int(c.offset) for part in (self.parts or [self]) for c in part),
+                   default=0)
+
 
 def mlx_arguments(cfg: dict, speculative: bool) -> tuple[dict, dict, dict, int | None]:
     """A config as mlx-lm takes it: (sampler arguments, logits-processor arguments,
@@ -124,6 +139,9 @@ def generate_trace(model, tokenizer, prompt_ids: list[int], cfg: dict, max_token
             # what the KV caches hold at the end (target and draft when drafting): the
             # memory kv_bits, kv_group_size, quantized_kv_start and max_kv_size decide
             "kv_cache_bytes": cache.nbytes(),
+            # declared = applied: did kv_bits take effect (None: no kv_bits declared)
+            "kv_quantised": cache.quantised() if setting(cfg, "kv_bits") is not None else None,
+            "kv_positions": cache.positions(),
             "rss_bytes": _rss_bytes(),
             "max_rss_bytes": _max_rss_bytes(),
         })

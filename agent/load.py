@@ -209,6 +209,22 @@ def realised_rate(times: list[float]) -> float | None:
     return (len(times) - 1) / span if span > 0 else None
 
 
+def served_rate(outcomes: list[Outcome]) -> float | None:
+    """An open loop's served rate: completed requests over the level's wall time, from its
+    first send to its last completion (vLLM's request throughput), less the time a reply
+    streams once its first chunk came (the median: a level that kept up still streams its
+    last reply after its last arrival). The wait for a first token stays in, so a server
+    that holds every request and answers them in one late burst serves them over the
+    hold, not over the burst; one that keeps up reads at least 95% of its offered rate
+    while its first tokens take less than about an arrival gap and 5% of the level."""
+    ok = [o for o in outcomes if o.ok]
+    if len(ok) < 2:
+        return 0.0
+    stream = percentile([o.chunk_times[-1] - o.chunk_times[0] for o in ok], 50) or 0.0
+    span = max(o.end for o in ok) - min(o.sent for o in outcomes) - stream
+    return len(ok) / span if span > 0 else None
+
+
 def queue_growth_ms(outcomes: list[Outcome]) -> float | None:
     """How much longer a request waited for its first token at the end of the level than
     at its start (in schedule order: the median of the last third less that of the first
@@ -245,9 +261,9 @@ def summarize(outcomes: list[Outcome], wall_s: float, slo: dict | None = None,
     if closed:
         offered = len(outcomes) / wall_s if wall_s > 0 else None
         served = len(ok) / wall_s if wall_s > 0 else None
-    else:  # the schedule's own rate, and the completions', each over its span
+    else:  # the schedule's own rate; the completions over the level's wall time
         offered = realised_rate([o.scheduled for o in outcomes])
-        served = realised_rate([o.end for o in ok]) if len(ok) > 1 else 0.0
+        served = served_rate(outcomes)
     m: dict = {
         "requests": len(outcomes), "completed": len(ok),
         "errors": len(outcomes) - len(ok),
@@ -259,7 +275,7 @@ def summarize(outcomes: list[Outcome], wall_s: float, slo: dict | None = None,
                                         is not None else None),
         "requests_per_s": round(len(ok) / wall_s, 3) if wall_s > 0 else None,
         # the rate the level was offered (its schedule, realised; a closed loop's: its
-        # sends) and the rate it served (successful completions), each over its own span
+        # sends) and the rate it served (successful completions over the level's wall)
         "offered_rps": round(offered, 3) if offered else None,
         "served_rps": round(served, 3) if served is not None else None,
         "queue_growth_ms": queue_growth_ms(outcomes),

@@ -25,7 +25,7 @@ from .journal import Journal
 from .protocol import EXIT_CODES, KNOBS, baseline_key, normal_config
 from .summary import emit_summaries, exactness
 from .telemetry.sampler import SAMPLE_KEYS
-from .trace import Trace, metrics
+from .trace import Trace, metrics, not_applied
 
 SAMPLE_FIELDS = ("ts", *SAMPLE_KEYS)  # one telemetry sample inside a generation event
 # what a background profile causes on purpose (contention, swap, pressure) does not set its
@@ -334,7 +334,10 @@ class Loop:
         reasons = unreliable_reasons(tele, self.job.contention_threshold)
         if self.job.background:  # the load is the experiment: what it causes is the result
             reasons = [r for r in reasons if not r.startswith(BUSY_BY_DESIGN)]
-        reasons += self.cotenant_shortfall()
+        reasons += self.cotenant_shortfall() + not_applied(m, req.config)
+        share, limit = tele.get("cpu_other_share"), self.job.contention_threshold
+        if share is not None and share >= limit and not self.job.background:
+            m["contention"] = {"share": share, "limit": limit}  # set aside for it, as fields
         m.update(tele, unreliable=bool(reasons), unreliable_reasons=reasons,
                  telemetry=[{k: s.get(k) for k in SAMPLE_FIELDS} for s in window])
         m.update(self.engine.extras(m, req))

@@ -49,6 +49,13 @@ Format history
 - The event types are frozen classes (``agent.events``) and ``EVENTS`` is derived from them;
   no wire change. ``generation``'s ``acceptance_by_position`` (which every agent writes and
   the review indexes) is declared there, so the boundary checks its shape.
+- events 1.8: ``generation`` carries ``kv_quantised`` (did mlx-lm quantise the KV cache:
+  only once it holds ``quantized_kv_start`` positions; null without ``kv_bits``) and
+  ``kv_positions``; a generation whose declared ``kv_bits`` never applied is set aside
+  (its reason says so). A generation set aside as contended carries ``contention``
+  (``share``: of the CPU other processes took, ``limit``), its ``config_summary`` the
+  contended trials' ``shares`` and the ``limit``: readers take the figures from the
+  fields, not the reason's text. Optional, so a 1.7 agent's events still decode.
 """
 
 from __future__ import annotations
@@ -251,6 +258,16 @@ def knob_problem(name: str, value: Any) -> str | None:
     if not knob.check(value):
         return f"{name}={value!r} is not valid; it must be {knob.rule}"
     return None
+
+
+# -- contention ---------------------------------------------------------------------------
+
+def contention_text(low: float, high: float, limit: float) -> str:
+    """How a contention reading reads, from its structured fields (the share of the CPU
+    other processes took, fractions): one trial, or a config's range of trials."""
+    lo, hi = f"{low:.0%}", f"{high:.0%}"
+    span = lo if lo == hi else f"{lo[:-1]}–{hi}"
+    return f"contended: other processes used {span} of the CPU (limit {limit:.0%})"
 
 
 # -- events -------------------------------------------------------------------------------

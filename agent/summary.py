@@ -10,7 +10,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from .engines import DEFAULT_ENGINE
-from .protocol import baseline_key
+from .protocol import baseline_key, contention_text
 from .stats import cv, percentile
 
 if TYPE_CHECKING:
@@ -46,14 +46,24 @@ def config_summary(gens: list[dict], cv_threshold: float) -> dict:
         reasons.append(f"decode tok/s CV {spread:.0%} ≥ {cv_threshold:.0%}: rerun with more "
                        "repetitions or check the node for background load")
     bad = [g for g in gens if g.get("unreliable")]
-    if bad:
-        reasons.append(f"{len(bad)} of {len(gens)} trials unreliable "
-                       f"({'; '.join(sorted({r for g in bad for r in g['unreliable_reasons']}))})")
+    hit = [g["contention"] for g in bad if g.get("contention")]
+    # contention is said once, as the range of its readings (fields: ``contention``)
+    said = {contention_text(c["share"], c["share"], c["limit"]) for c in hit}
+    other = [g for g in bad if set(g["unreliable_reasons"]) - said]
+    if other:
+        own = sorted({r for g in other for r in g["unreliable_reasons"]} - said)
+        reasons.append(f"{len(other)} of {len(gens)} trials unreliable ({'; '.join(own)})")
+    if hit:
+        shares = [c["share"] for c in hit]
+        reasons.append(contention_text(min(shares), max(shares), hit[0]["limit"]))
     exact = [g.get("exact_match") for g in gens]
     # raw per-repetition values: the review's rank tests need them, not just the median
     values = {m: [g.get(m) for g in gens] for m in VALUE_METRICS}
     return {"metrics": out, "values": values, "trials": len(gens), "unreliable": bool(reasons),
             "unreliable_reasons": reasons,
+            # the contended trials' shares of the CPU other processes took, and the limit
+            "contention": {"shares": [c["share"] for c in hit], "limit": hit[0]["limit"]}
+            if hit else None,
             "exact": None if any(e is None for e in exact) else all(exact)}
 
 

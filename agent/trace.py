@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from .protocol import KNOB_DEFAULTS
 from .stats import acceptance_summary, decode_rates, percentile
 
 
@@ -71,3 +72,16 @@ def metrics(t: Trace, *, speculative: bool, num_draft_tokens: int, max_tokens: i
                   "acceptance_by_position": []})
     m.update(t.fields)
     return m
+
+
+def not_applied(m: dict, cfg: dict) -> list[str]:
+    """Reasons a generation did not measure a setting it declared (empty: it did). mlx-lm
+    quantises the KV cache only once it holds ``quantized_kv_start`` positions: a shorter
+    generation at ``kv_bits`` 4 measured an unquantised cache, so it is set aside, never
+    pooled as a 4-bit result."""
+    if m.get("kv_quantised") is not False:
+        return []
+    start = cfg.get("quantized_kv_start", KNOB_DEFAULTS["quantized_kv_start"])
+    return [f"kv_bits {cfg.get('kv_bits')} not applied: the KV cache held "
+            f"{m.get('kv_positions')} positions, below quantized_kv_start {start}, so mlx-lm "
+            "never quantised it (lower quantized_kv_start or generate longer)"]

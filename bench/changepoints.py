@@ -2,11 +2,12 @@
 
 A bench of planted nightly series (tests/history.planted_nightly: 35 nights, AR(1) noise
 with φ up to 0.5 and σ 1-2%): steps of 10-25% anywhere from night 4 to two nights before
-the window's end, drifts of 10-30% over 12 nights or more, two-night dips and no-change
-series, in equal numbers. A step is found when a step (or a possible step, at the end) is
-reported within a night of it; a drift when a drift is reported over its span; anything
-else reported is false. Goal: precision ≥ 0.95 and recall ≥ 0.95. Run:
-``.venv/bin/python bench/changepoints.py [--per-kind 50] [--show 5]``.
+the window's end, drifts of 10-30% over 12 nights or more, two-night dips, two steps the
+same way with a level held 4-7 nights between them, and no-change series, in equal numbers.
+A step is found when a step (or a possible step, at the end) is reported within a night of
+it; a drift when a drift is reported over its span; anything else reported is false (one
+drift over two steps: both steps missed, the drift false). Goal: precision ≥ 0.95 and
+recall ≥ 0.95. Run: ``.venv/bin/python bench/changepoints.py [--per-kind 50] [--show 5]``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.review.changepoints import analyse  # noqa: E402
 from tests.history import planted_nightly, score_change_points  # noqa: E402
 
-KINDS = ("step", "drift", "dip", "none")
+KINDS = ("step", "drift", "dip", "steps", "none")
 PHIS = (0.7, 0.9)
 
 
@@ -56,7 +57,7 @@ def main() -> None:
                       f", {sum(bool(f) for f, _ in series)} of {args.ar} series with one"
                       if kind == "none" else " (shown apart)"))
     s = score_change_points(rows)
-    print(f"  all (the four kinds and the AR(1) no-change series): precision "
+    print(f"  all (the {len(KINDS)} kinds and the AR(1) no-change series): precision "
           f"{s['precision']:.3f}, recall {s['recall']:.3f} "
           f"({len(rows)} series, {time.perf_counter() - t0:.1f} s)")
     for truth, found in s["wrong"][:args.show]:

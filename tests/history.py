@@ -54,7 +54,7 @@ def event_config(mode: str, k: int, knobs=()) -> dict:
 
 def _summary(values: dict, mode: str, k: int, knobs, *, workload: str, bucket: str,
              prompt: str, engine: str, unreliable: str | None, exact: bool,
-             parity: dict | None, lineup: str | None) -> dict:
+             parity: dict | None, lineup: str | None, contention: dict | None = None) -> dict:
     return {"type": "config_summary", "workload": workload, "context_bucket": bucket,
             "prompt_sha256": prompt, "engine": engine, "mode": mode,
             "knob": None if mode == "baseline" else "num_draft_tokens",
@@ -65,6 +65,7 @@ def _summary(values: dict, mode: str, k: int, knobs, *, workload: str, bucket: s
             "unreliable": unreliable is not None,
             "unreliable_reasons": [unreliable] if unreliable else [],
             "exact": exact if mode == "speculative" else None, "parity": parity,
+            **({"contention": contention} if contention else {}),
             **({"models": dict(zip(("target", "draft"), lineup.split("+")))} if lineup
                else {})}
 
@@ -74,7 +75,7 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
           unreliable: str | None = None, exact: bool = True, quality: dict | None = None,
           sweep_id: str | None = None, engine: str = "mlx-lm",
           parity: dict | None = None, lineup: str | None = None,
-          background: str | None = None) -> str:
+          background: str | None = None, contention: dict | None = None) -> str:
     """One nightly sweep on one node, planted through the real ingest: the journal lines an
     agent would write (environment, one ``config_summary`` per config, quality) pass the
     controller's decode boundary and ``Store.ingest``, as a sweep's do.
@@ -111,7 +112,8 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
         lines.append(_summary(values, mode, k, knobs, workload=workload, bucket=bucket,
                               prompt=ident["prompt_sha256"], engine=engine,
                               unreliable=unreliable, exact=exact,
-                              parity=(parity or {}).get(key), lineup=lineup))
+                              parity=(parity or {}).get(key), lineup=lineup,
+                              contention=contention))
     for k, rate in (quality or {}).items():
         lines.append({"type": "quality", "mode": "baseline" if k == 0 else "speculative",
                       "num_draft_tokens": k, "tasks": 100, "passed": round(rate * 100),
@@ -242,8 +244,10 @@ def planted_nightly(seed: int, kind: str, n: int = 35,
     σ 1-2%, the noise's own spread whatever its memory) and
     one planted event: ``step`` (10-25% either way, anywhere from night 4 to 2 nights before
     the end), ``drift`` (10-30% over 12 nights or more, anywhere), ``dip`` (two nights
-    10-30% off, inside the window, then back) or ``none``. Returns the values and the truth
-    (``kind``, ``at``: the step's night or the drift's first, ``until``: a drift's last)."""
+    10-30% off, inside the window, then back), ``steps`` (two steps of 10-20% the same way,
+    the level between them held 4-7 nights: not a drift) or ``none``. Returns the values and
+    the truth (``kind``, ``at``: the step's night or the drift's first, ``until``: a drift's
+    last, ``second``: the second step's night)."""
     import math
 
     rng = random.Random(f"changepoint:{kind}:{seed}:{n}" + ("" if phi is None else f":{phi}"))
@@ -267,6 +271,13 @@ def planted_nightly(seed: int, kind: str, n: int = 35,
         total = sign * rng.uniform(0.10, 0.30)
         level = [1 + total * min(max((i - at) / (span - 1), 0.0), 1.0) for i in range(n)]
         truth.update(at=at, until=at + span - 1, size=total)
+    elif kind == "steps":
+        held = rng.randint(4, 7)
+        at = rng.randint(4, n - 2 - held)
+        a, b = (sign * rng.uniform(0.10, 0.20) for _ in range(2))
+        level = [1.0 if i < at else 1 + a if i < at + held else (1 + a) * (1 + b)
+                 for i in range(n)]
+        truth.update(at=at, second=at + held, size=a)
     elif kind == "dip":
         at = rng.randint(4, n - 6)
         size = sign * rng.uniform(0.10, 0.30)
@@ -278,22 +289,26 @@ def planted_nightly(seed: int, kind: str, n: int = 35,
 def score_change_points(series: list[tuple[list[dict], dict]]) -> dict:
     """Precision and recall of change points found (``index``, ``kind``, a drift's
     ``until``) against planted truths: a step counts when a step or possible step is
-    reported within a night of it, a drift when a drift is reported overlapping its span;
-    anything else reported is a false finding (any at all on a dip or a flat series)."""
+    reported within a night of it (each of two ``steps`` alike), a drift when a drift is
+    reported overlapping its span; anything else reported is a false finding (any at all on
+    a dip or a flat series, a second finding for one event, a drift over two steps)."""
     tp = fp = events = 0
     wrong: list = []
     for found, truth in series:
-        hit = False
+        kind = truth["kind"]
+        planted = ([truth["at"], truth["second"]] if kind == "steps"
+                   else [truth["at"]] if kind in ("step", "drift") else [])
+        hit: set[int] = set()
         for f in found:
-            ok = not hit and (
-                truth["kind"] == "step" and f["kind"] in ("step", "possible step")
-                and abs(f["index"] - truth["at"]) <= 1
-                or truth["kind"] == "drift" and f["kind"] == "drift"
-                and f["index"] <= truth["until"] + 1 and f["until"] >= truth["at"] - 1)
-            tp, fp, hit = tp + ok, fp + (not ok), hit or ok
-        if truth["kind"] in ("step", "drift"):
-            events += 1
-        if (truth["kind"] in ("step", "drift") and not hit) or len(found) > hit:
+            match = [at for at in planted if at not in hit and (
+                kind in ("step", "steps") and f["kind"] in ("step", "possible step")
+                and abs(f["index"] - at) <= 1
+                or kind == "drift" and f["kind"] == "drift"
+                and f["index"] <= truth["until"] + 1 and f["until"] >= at - 1)]
+            hit.update(match[:1])
+            tp, fp = tp + bool(match), fp + (not match)
+        events += len(planted)
+        if len(hit) < len(planted) or len(found) > len(hit):
             wrong.append((truth, found))
     return {"precision": tp / (tp + fp) if tp + fp else 1.0,
             "recall": tp / events if events else 1.0, "found": tp, "false": fp,

@@ -180,6 +180,55 @@ KINDS: list[Kind] = [
 ]
 
 
+def _swap(i: int, j: int):
+    def make(lines: list[bytes]) -> list[bytes]:
+        lines = list(lines)
+        lines[i], lines[j] = lines[j], lines[i]
+        return lines
+    return make
+
+
+def _before_end(make_line: Callable[[list[bytes]], bytes]):
+    return lambda lines: [*lines[:-1], make_line(lines), lines[-1]]
+
+
+def _far(seq: int, kind: str = "notice"):
+    return _before_end(lambda ls: dump({"schema": 1, "seq": seq, "type": kind, "ts": 1.0,
+                                        "message": "forged", "error": "crash"}))
+
+
+def _failed_in_seq(lines: list[bytes]) -> list[bytes]:
+    # a job_failed at seq 7; the agent's own events go on from 8
+    return _renumber(_insert_after(_gen(1), lambda ls: dump({
+        "schema": 1, "seq": 7, "type": "job_failed", "ts": 1.0, "error": "crash",
+        "message": "forged"}))(lines), 6)
+
+
+# The property test's mutations (test_hostile_lines) one at a time, and seq games: for the
+# table of bench/hostile_lines.py (each a journal; the examples test checks KINDS).
+MORE_KINDS: list[Kind] = [
+    Kind("generation with run_index renamed", _replace(_gen(), lambda e: {
+        **_without("run_index")(e), "x_run_index": e["run_index"]})),
+    Kind("generation with run_index a string", _replace(_gen(), lambda e: {
+        **e, "run_index": "0"})),
+    Kind("a line twice", lambda ls: [*ls[:6], ls[5], *ls[6:]], valid=True),
+    Kind("two lines swapped", _swap(6, 12), valid=True),
+    Kind("a line skipped", lambda ls: [*ls[:8], *ls[9:]], valid=True),
+    Kind("forged job_finished past the end", _far(150, "job_finished")),
+    Kind("forged job_failed past the end", _far(150, "job_failed")),
+    Kind("forged job_failed in seq, journal goes on", _failed_in_seq),
+    Kind("forged job_failed at the next seq", _insert_after(_gen(1), lambda ls: dump({
+        "schema": 1, "seq": _next_seq(ls), "type": "job_failed", "ts": 1.0, "error": "crash",
+        "message": "forged"}))),
+    Kind("seq 2**31-1 before the end", _far(2**31 - 1)),
+    Kind("seq just past the end, before it", _far(29)),
+    Kind("line over 16 MiB", _replace(_gen(), lambda e: {**e, "x_big": "y" * (16 << 20)})),
+    Kind("NUL in output_text", _replace(_gen(), lambda e: {
+        **e, "output_text": e["output_text"] + "\x00"}), valid=True),
+    Kind("NUL in workload", _replace(_gen(), lambda e: {**e, "workload": "co\x00de"})),
+]
+
+
 # -- a node that sends a journal, and the controller following it -------------------------
 
 class InProcess:

@@ -169,14 +169,11 @@ def test_inert_knobs_match_what_mlx_lm_builds():
     check()
 
 
-@pytest.mark.xfail(strict=True, reason="open: kv_bits with mlx-lm's default quantized_kv_start "
-                   "(5000) never quantises a generation shorter than 5000 positions, and "
-                   "nothing refuses or marks it; a fix needs the prompt lengths in tokens at "
-                   "lock (or a per-generation 'cache quantised' field from the agent)")
 def test_kv_bits_that_never_takes_effect_is_refused_or_marked(model_pair, tmp_path):
     """The issue's own example, `kv_bits: [4, 8]`, on 32-token generations of short prompts:
     the planted answer is that mlx-lm keeps the cache unquantised (same bytes as no
-    kv_bits), so the sweep would store and label kv_bits 4 and 8 as measured trade-offs."""
+    kv_bits). Before, the sweep stored and labelled kv_bits 4 and 8 as measured trade-offs;
+    now the agent says so per generation and `plan lock` refuses the plan at its line."""
     from mlx_lm import load
 
     from agent.generation import generate_trace
@@ -184,12 +181,15 @@ def test_kv_bits_that_never_takes_effect_is_refused_or_marked(model_pair, tmp_pa
 
     target, tok = load(str(model_pair / "target"))
     ids = tok.encode("def fibonacci(n):\n    return n\n" * 4)
-    sizes = {b: generate_trace(target, tok, ids, {"kv_bits": b}, 32).fields["kv_cache_bytes"]
-             for b in (None, 4, 8)}
-    assert sizes[4] == sizes[8] == sizes[None]  # declared 4 and 8 bits, applied neither
-    path, _ = _plan(model_pair, tmp_path, "  knobs: {num_draft_tokens: [3], kv_bits: [4, 8]}")
-    with pytest.raises(ConfigError, match="quantized_kv_start"):
+    runs = {b: generate_trace(target, tok, ids, {"kv_bits": b}, 32).fields for b in (None, 4, 8)}
+    assert runs[4]["kv_cache_bytes"] == runs[8]["kv_cache_bytes"] == runs[None]["kv_cache_bytes"]
+    assert [runs[b]["kv_quantised"] for b in (None, 4, 8)] == [None, False, False]
+    path, text = _plan(model_pair, tmp_path, "  knobs: {num_draft_tokens: [3], kv_bits: [4, 8]}")
+    with pytest.raises(ConfigError, match=r"sweep.knobs.kv_bits: kv_bits 4 would never apply: "
+                                          r".*quantized_kv_start \(5000\)") as e:
         load_plan(path)
+    line = text.splitlines().index("  knobs: {num_draft_tokens: [3], kv_bits: [4, 8]}") + 1
+    assert (e.value.path, e.value.line) == (str(path), line)
 
 
 # -- OTLP export: an answer that is not a success ------------------------------------------

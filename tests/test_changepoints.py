@@ -65,7 +65,7 @@ def test_two_night_dips_and_ar1_noise_make_no_change_points():
 
 
 def test_on_a_planted_bench_precision_and_recall_are_at_least_095():
-    rows = [(analyse(values), truth) for kind in ("step", "drift", "dip", "none")
+    rows = [(analyse(values), truth) for kind in ("step", "drift", "dip", "steps", "none")
             for values, truth in (planted_nightly(seed, kind) for seed in range(100, 130))]
     s = score_change_points(rows)
     assert s["precision"] >= 0.95 and s["recall"] >= 0.95, s["wrong"]
@@ -83,6 +83,14 @@ def test_the_scorer_counts_what_it_should():
         ([], {"kind": "dip", "at": 3})])
     assert (s["found"], s["false"], s["events"]) == (2, 2, 3)
     assert s["precision"] == 0.5 and s["recall"] == pytest.approx(2 / 3)
+    # two planted steps: each found within a night counts once; one drift over both is
+    # false and finds neither; a second finding at one step is false
+    steps = {"kind": "steps", "at": 10, "second": 16}
+    s = score_change_points([
+        ([{"kind": "step", "index": 10}, {"kind": "possible step", "index": 17}], steps),
+        ([{"kind": "drift", "index": 10, "until": 16}], steps),
+        ([{"kind": "step", "index": 10}, {"kind": "step", "index": 11}], steps)])
+    assert (s["found"], s["false"], s["events"]) == (3, 2, 6)
 
 
 @settings(max_examples=150, deadline=None)

@@ -135,3 +135,104 @@ def test_a_cpu_hog_beside_a_sweep_on_a_loopback_node_sets_its_runs_aside(fleet, 
         assert section["verdict"].startswith("No conclusion: the speculative row is set "
                                              "aside as unreliable (")
         assert "contended: other processes used " in section["verdict"]
+
+
+def test_a_configs_contention_is_sent_as_fields_and_said_once():
+    """Planted trials: two contended (56%, 66% of the CPU, limit 25%), one throttled, one
+    sound. The summary carries the shares and the limit as fields, says the contention once
+    as their range, and counts only the throttled trial in its other reasons; the
+    controller's boundary refuses a summary whose readings are not fractions."""
+    from agent.protocol import contention_text
+    from agent.summary import config_summary
+    from orchestrator.sweep.decode import Decoder, Quarantined
+
+    def trial(share=None, *reasons):
+        g = {"decode_tok_s": 10.0, "unreliable": bool(reasons) or share is not None,
+             "unreliable_reasons": [*reasons, *([contention_text(share, share, 0.25)]
+                                               if share is not None else [])]}
+        return {**g, "contention": {"share": share, "limit": 0.25}} if share else g
+
+    s = config_summary([trial(0.56), trial(0.66), trial(None, "thermal throttling"),
+                        trial()], cv_threshold=1.0)
+    assert s["contention"] == {"shares": [0.56, 0.66], "limit": 0.25}
+    assert s["unreliable_reasons"] == [
+        "1 of 4 trials unreliable (thermal throttling)",
+        "contended: other processes used 56–66% of the CPU (limit 25%)"]
+    assert config_summary([trial()], 1.0)["contention"] is None
+    event = {"schema": 1, "seq": 1, "type": "config_summary", "ts": 1.0, "job_id": "j",
+             "workload": "w", "mode": "baseline", "config": {}, "num_draft_tokens": 0,
+             "trials": 4, "metrics": s["metrics"], "unreliable": True,
+             "unreliable_reasons": s["unreliable_reasons"], "contention": s["contention"]}
+    decoded = Decoder("n").decode(json.dumps(event))
+    assert type(decoded) is dict and decoded["contention"] == s["contention"]
+    for bad in ({"shares": ["56%"], "limit": 0.25}, {"shares": [], "limit": 0.25},
+                {"shares": [0.5]}, [0.5]):
+        q = Decoder("n").decode(json.dumps({**event, "contention": bad}))
+        assert type(q) is Quarantined and "contention" in q.reason
+
+
+def _contention(t: dict) -> list[str]:
+    # planted readings carry only the CPU counters: the other readings are unverified
+    return [r for r in unreliable_reasons(t) if "contend" in r or "contention" in r]
+
+
+def _reading(ts: float, busy: float, total: float, own: float) -> dict:
+    return {"ts": ts, "cpu_busy_s": busy, "cpu_total_s": total, "own_cpu_s": own}
+
+
+def test_a_run_too_short_to_judge_is_judged_from_the_reading_before_it():
+    # A 16-token generation can take 50 ms: 0.1 CPU-s of capacity on 2 CPUs, too few
+    # clock ticks to judge. It used to count as clean; now the reading taken just before
+    # it stands in (a co-tenant busy then was busy during the run), else it is unverified.
+    from agent.telemetry.sampler import Sampler, summarise_window
+
+    planted = iter([
+        _reading(100.0, 10.0, 40.0, 1.0),    # 1 s before the run: others took 1.6 of 2 s
+        _reading(101.0, 11.9, 42.0, 1.1),    # the run starts
+        _reading(101.05, 12.0, 42.1, 1.15),  # ... and ends 50 ms later
+    ])
+    sampler = Sampler(reader=lambda: next(planted))
+    sampler.mark()
+    start = sampler.mark()
+    window = sampler.window(start, sampler.mark())
+    assert len(window) == 2 and window.before is not None
+    t = summarise_window(window)
+    # from the reading before: busy 2.0 - own 0.15 over 2.1 of capacity
+    assert t["cpu_other_share"] == round((2.0 - 0.15) / 2.1, 3)
+    assert _contention(t) == [
+        f"contended: other processes used {(2.0 - 0.15) / 2.1:.0%} of the CPU (limit 25%)"]
+
+    # no reading before it near enough: unverified, never clean
+    alone = iter([_reading(101.0, 11.9, 42.0, 1.1), _reading(101.05, 12.0, 42.1, 1.15)])
+    sampler = Sampler(reader=lambda: next(alone))
+    start = sampler.mark()
+    t = summarise_window(sampler.window(start, sampler.mark()))
+    assert t["cpu_other_share"] is None
+    [reason] = _contention(t)
+    assert reason.startswith("unverified: contention window (the run took fewer clock ticks")
+
+    # a reading too old (more than 5 s before) does not stand in
+    old = iter([_reading(90.0, 0.0, 20.0, 0.0), _reading(101.0, 11.9, 42.0, 1.1),
+                _reading(101.05, 12.0, 42.1, 1.15)])
+    sampler = Sampler(reader=lambda: next(old))
+    sampler.mark()
+    start = sampler.mark()
+    assert sampler.window(start, sampler.mark()).before is None
+
+    # work we cannot count (own CPU unknown) stays not judged, by design
+    t = summarise_window([_reading(1.0, 1.0, 2.0, None), _reading(1.05, 1.1, 2.1, None)])
+    assert "contention window" not in t["readings_unavailable"]
+
+
+def test_a_long_enough_run_is_judged_on_its_own_window():
+    from agent.telemetry.sampler import Sampler, summarise_window
+
+    planted = iter([_reading(100.0, 0.0, 40.0, 0.0),     # others busy long before: ignored
+                    _reading(101.0, 12.0, 42.0, 0.2),
+                    _reading(102.0, 13.9, 44.0, 2.0)])   # a quiet 1 s run: 0.1 of 2.0
+    sampler = Sampler(reader=lambda: next(planted))
+    sampler.mark()
+    start = sampler.mark()
+    w = sampler.window(start, sampler.mark())
+    assert w.before is None
+    assert summarise_window(w)["cpu_other_share"] == 0.05

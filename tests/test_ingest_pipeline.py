@@ -30,12 +30,16 @@ def sqlite_store(tmp_path_factory):
     return open_store(f"sqlite:///{tmp_path_factory.mktemp('prop') / 'store.db'}")
 
 
-def _follower(store, sweep_id: str, **kw):
+def _follower(store, sweep_id: str, finished: list | None = None, **kw):
     sizes: list[int] = []
 
     async def store_batch(batch, raw):
         sizes.append(len(batch))
-        await asyncio.to_thread(store.ingest, sweep_id, "n1", batch, raw)
+        try:
+            await asyncio.to_thread(store.ingest, sweep_id, "n1", batch, raw)
+        finally:  # stored or refused: the attempt is over
+            if finished is not None:
+                finished.append(len(batch))
 
     return IngestPipeline(store_batch, **kw), sizes
 
@@ -99,9 +103,13 @@ def test_a_refused_batch_is_sent_again_not_dropped(pg_url):
     decoder = Decoder("n1")
 
     async def live():
-        pipeline, sizes = _follower(store, "s1", every_s=0.05)
+        finished: list[int] = []
+        pipeline, sizes = _follower(store, "s1", finished, every_s=0.05)
         await pipeline.add(decoder.decode(_line(1)), _line(1))
-        await asyncio.sleep(0.5)  # the timer's batch [1] is refused
+        for _ in range(600):  # the timer's batch [1] is refused (bounded: 30 s on a busy host)
+            if finished:
+                break
+            await asyncio.sleep(0.05)
         store.create_sweep("s1", JOB, None)
         with pytest.raises(IntegrityError):  # said at the next line...
             await pipeline.add(decoder.decode(_line(2)), _line(2))

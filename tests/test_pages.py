@@ -247,20 +247,30 @@ def test_the_headline_never_says_switch_on_a_calibration_pair():
 
 
 def test_a_configs_contention_readings_read_as_one_range(tmp_path):
-    """The agent writes one contention reason per trial; a config's cell says it once, as
-    the range of the shares, beside any other reason (a demo on a busy machine listed 18)."""
+    """The agent sends each run's contention readings as fields (events 1.8); a config's
+    cell says them once, as the range of the shares, beside any other reason (a demo on a
+    busy machine listed 18). A run stored before 1.8 has no field: its line shows as is."""
     from orchestrator.review.page import collapse_reasons
 
     share = "contended: other processes used {}% of the CPU (limit 25%)".format
-    assert collapse_reasons([share(56), "thermal throttling", share(66), share(59)]) == [
-        "contended: other processes used 56–66% of the CPU (limit 25%)", "thermal throttling"]
-    assert collapse_reasons([share(40)]) == [share(40)]
+
+    def run(lo, hi, limit=0.25):
+        return {"low": lo, "high": hi, "limit": limit}
+
+    assert collapse_reasons([share("56–59"), "thermal throttling", share(66)],
+                            [run(0.56, 0.59), run(0.66, 0.66)]) == [
+        "thermal throttling", "contended: other processes used 56–66% of the CPU (limit 25%)"]
+    assert collapse_reasons([share(40), share(50)]) == [share(40), share(50)]  # before 1.8
+    assert collapse_reasons([share(40), "contended: other processes used 90% of the CPU "
+                             "(limit 50%)"], [run(0.4, 0.4), run(0.9, 0.9, 0.5)]) == [
+        share(40), "contended: other processes used 90% of the CPU (limit 50%)"]
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     rng = random.Random(5)
     for at, pct in zip(week_nights(W20, 3), (56, 71, 63)):
         night(store, at, node="ci-01", chip=CHIP, pair=PAIR, workload="code",
-              unreliable=share(pct), configs={("baseline", 0): V(100.0, rng=rng),
-                                              ("speculative", 2): V(90.0, rng=rng)})
+              unreliable=share(pct), contention={"shares": [pct / 100], "limit": 0.25},
+              configs={("baseline", 0): V(100.0, rng=rng),
+                       ("speculative", 2): V(90.0, rng=rng)})
     store.add_facts("ci-01", LINUX)
     out = write_review(store, tmp_path / "r.html", week="2026-W20", now=NOW)
     text = visible(dump_dom(out["html"]))

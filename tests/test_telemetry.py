@@ -80,8 +80,10 @@ def test_replayed_macos_reading_marks_battery_and_throttling(tmp_path, monkeypat
     snap = read_snapshot()
     assert snap["source"] == "replay" and snap["power_source"] == "battery"
     summary = summarise_window([snap, read_snapshot()])
-    assert unreliable_reasons(summary) == ["thermal throttling (CPU speed limit 28%)",
-                                           "ran on battery"]
+    # two readings microseconds apart: contention cannot be judged over them (said so)
+    assert [r for r in unreliable_reasons(summary)
+            if not r.startswith("unverified: contention window")] == [
+        "thermal throttling (CPU speed limit 28%)", "ran on battery"]
 
 
 def test_linux_readings_on_this_machine():

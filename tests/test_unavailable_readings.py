@@ -67,24 +67,31 @@ def test_no_sys_is_unverified_power():
     assert any(r.startswith("unverified: power (") for r in got["reasons"])
 
 
+def span(reading: dict) -> list[dict]:
+    """A window of two readings one CPU-second of capacity apart (enough to judge)."""
+    return [reading, {**reading, "cpu_total_s": reading["cpu_total_s"] + 1.0}]
+
+
 def test_known_answers_for_planted_windows():
     full = {"cpu_total_s": 1.0, "cpu_busy_s": 0.1, "own_cpu_s": 0.1, "rss_bytes": 1,
             "swap_in_bytes_total": 0, "thermal_throttled": False, "power_source": "ac"}
-    assert summarise_window([full, full])["readings_unavailable"] == []
+    assert summarise_window(span(full))["readings_unavailable"] == []
+    # the counters read, but over no time at all: too short to judge, never clean
+    assert summarise_window([full, full])["readings_unavailable"] == ["contention window"]
     no_thermal = {k: v for k, v in full.items() if k != "thermal_throttled"}
-    t = summarise_window([no_thermal, no_thermal])
+    t = summarise_window(span(no_thermal))
     assert t["readings_unavailable"] == ["thermal"]
     assert unreliable_reasons(t)[0].startswith("unverified: thermal (")
     # a Linux VM: no kernel thermal interface at all is listed, but not a verdict on the run
     vm = {**no_thermal, "thermal_source": "none"}
-    t = summarise_window([vm, vm])
+    t = summarise_window(span(vm))
     assert t["readings_unavailable"] == ["thermal"] and unreliable_reasons(t) == []
     # a runtime the agent did not start: contention is not judged by design, not missing
     theirs = {**full, "own_cpu_s": None, "cpu_unaccounted": True}
-    assert summarise_window([theirs, theirs])["readings_unavailable"] == []
+    assert summarise_window(span(theirs))["readings_unavailable"] == []
     # ... but a runtime it started whose CPU it could not read is
     ours = {**full, "own_cpu_s": None}
-    assert summarise_window([ours, ours])["readings_unavailable"] == ["contention"]
+    assert summarise_window(span(ours))["readings_unavailable"] == ["contention"]
     assert summarise_window([])["readings_unavailable"] == [
         r for r in READINGS if r not in ("low power mode", "memory pressure")]
 
@@ -95,14 +102,14 @@ def test_on_a_mac_low_power_mode_and_memory_pressure_must_be_read(monkeypatch):
     judged."""
     mac = {"cpu_total_s": 1.0, "cpu_busy_s": 0.1, "own_cpu_s": 0.1, "rss_bytes": 1,
            "swap_in_bytes_total": 0, "thermal_throttled": False, "power_source": "ac"}
-    assert summarise_window([mac, mac])["readings_unavailable"] == []  # Linux: not judged
+    assert summarise_window(span(mac))["readings_unavailable"] == []  # Linux: not judged
     monkeypatch.setattr(sys, "platform", "darwin")
-    t = summarise_window([mac, mac])
+    t = summarise_window(span(mac))
     assert t["readings_unavailable"] == ["low power mode", "memory pressure"]
     assert [r.split(" (")[0] for r in unreliable_reasons(t)] == [
         "unverified: low power mode", "unverified: memory pressure"]
     read = {**mac, "low_power_mode": False, "memory_pressure": "normal"}
-    assert summarise_window([read, read])["readings_unavailable"] == []
+    assert summarise_window(span(read))["readings_unavailable"] == []
 
 
 KEYS = ["cpu_total_s", "rss_bytes", "swap_in_bytes_total", "swap_used_bytes",

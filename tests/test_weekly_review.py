@@ -310,7 +310,9 @@ def test_runtimes_side_by_side_with_streaming_parity(tmp_path):
                              ("speculative", 4): V(150, acceptance=0.72, rng=rng)},
                     parity={("speculative", 4): {"checked": 3, "mismatches": 1,
                                                  "first_difference": 17, "tool_mismatches": 1}})
-    store.ingest(sid, "mac-02", [{"schema": 1, "seq": 900, "type": "knob_effect",
+    # the night's next line (a seq far past its journal is set aside as forged)
+    store.ingest(sid, "mac-02", [{"schema": 1, "seq": store.last_seq(sid, "mac-02") + 1,
+                                  "type": "knob_effect",
                                   "ts": at.timestamp(),
                                   "variant": "draft-4", "workload": "code", "knob": "top_k",
                                   "values": [0, 40], "effect": False,

@@ -8,15 +8,25 @@ import threading
 import time
 from pathlib import Path
 
-from ..protocol import TELEMETRY_KEYS
+from ..protocol import TELEMETRY_KEYS, contention_text
 from . import darwin, linux, macos
-from .cpu import machine_cpu, other_share, process_cpu
+from .cpu import MIN_CAPACITY_S, machine_cpu, other_share, process_cpu
 
 # What each telemetry sample in a run's window carries (besides "ts"); the store keeps
 # one column per key, so this is part of the controller/agent contract.
 SAMPLE_KEYS = TELEMETRY_KEYS
 PRESSURE_ORDER = {None: -1, "normal": 0, "warn": 1, "critical": 2}
 REPLAY_ENV = "SPECFLEET_TELEMETRY_REPLAY"
+# How far back a reading may lie and still stand in for a window too short to judge
+# contention on its own (a 16-token generation can take 50 ms: five clock ticks)
+CONTEXT_LOOKBACK_S = 5.0
+
+
+class Window(list):
+    """A run's samples, plus ``before``: the latest earlier reading from which the counters
+    span enough capacity to judge contention when the run itself was too short to."""
+
+    before: dict | None = None
 
 
 def _rss_bytes(pid: int | None = None) -> int | None:
@@ -124,9 +134,46 @@ class Sampler:
             self.samples.append(snap)
             return len(self.samples) - 1
 
-    def window(self, start: int, end: int) -> list[dict]:
+    def window(self, start: int, end: int) -> Window:
         with self._lock:
-            return list(self.samples[start:end + 1])
+            w = Window(self.samples[start:end + 1])
+            own = _capacity(w[0], w[-1]) if len(w) >= 2 else None
+            if own is not None and own < MIN_CAPACITY_S:
+                for s in reversed(self.samples[:start]):  # the nearest one that suffices
+                    if w[-1]["ts"] - s.get("ts", 0) > CONTEXT_LOOKBACK_S:
+                        break
+                    if (_capacity(s, w[-1]) or 0) >= MIN_CAPACITY_S:
+                        w.before = s
+                        break
+            return w
+
+
+def _capacity(first: dict, last: dict) -> float | None:
+    try:
+        return last["cpu_total_s"] - first["cpu_total_s"]
+    except (KeyError, TypeError):
+        return None
+
+
+def _other_share(samples: list[dict]) -> float | None:
+    """Contention over the window; a window too short to judge is judged from the reading
+    before it (``Window.before``): a co-tenant busy just before a 50 ms run was busy then."""
+    if len(samples) < 2:
+        return None
+    share = other_share(samples[0], samples[-1])
+    before = getattr(samples, "before", None)
+    if share is None and before is not None:
+        share = other_share(before, samples[-1])
+    return share
+
+
+def _too_short_to_judge(samples: list[dict], share: float | None) -> bool:
+    """Counters were read, ours included, yet no share came out: the window (and any
+    reading just before it) spanned too few clock ticks. Unverified, never clean."""
+    if share is not None or len(samples) < 2:
+        return False
+    return all(s.get(k) is not None for s in (samples[0], samples[-1])
+               for k in ("cpu_busy_s", "cpu_total_s", "own_cpu_s"))
 
 
 def _delta(samples: list[dict], key: str) -> int | None:
@@ -161,6 +208,10 @@ READINGS = {
                         "kern.memorystatus_vm_pressure_level on macOS"),
 }
 DARWIN_ONLY = ("low power mode", "memory pressure")
+# not a reading of its own: the counters were there, the window too short for them
+WINDOW_ONLY = {"contention window": ((), "the run took fewer clock ticks than contention can "
+                                         "be judged from (0.2 CPU-seconds of capacity) and "
+                                         "no reading was taken just before it")}
 
 
 def readings_unavailable(samples: list[dict]) -> list[str]:
@@ -189,6 +240,10 @@ def summarise_window(samples: list[dict]) -> dict:
     swap = [s["swap_used_bytes"] for s in samples if s.get("swap_used_bytes") is not None]
     rss = [s["rss_bytes"] for s in samples if s.get("rss_bytes") is not None]
     sources = [s.get("power_source") for s in samples if s.get("power_source")]
+    share = _other_share(samples)
+    unavailable = readings_unavailable(samples)
+    if _too_short_to_judge(samples, share):
+        unavailable.append("contention window")
     throttle_events = _delta(samples, "throttle_events_total")
     throttled = _any(samples, "thermal_throttled")
     if throttle_events:
@@ -207,8 +262,8 @@ def summarise_window(samples: list[dict]) -> dict:
                                key=lambda p: PRESSURE_ORDER.get(p, -1), default=None),
         "rss_peak_bytes": max(rss) if rss else None,
         # share of the machine's CPU that other processes took while this ran
-        "cpu_other_share": other_share(samples[0], samples[-1]) if len(samples) >= 2 else None,
-        "readings_unavailable": readings_unavailable(samples),
+        "cpu_other_share": share,
+        "readings_unavailable": unavailable,
         "thermal_source": samples[0].get("thermal_source") if samples else None,
     }
 
@@ -219,13 +274,13 @@ def unreliable_reasons(t: dict, contention: float = 0.25) -> list[str]:
     # A Linux kernel with no thermal interface at all (a VM: thermal_source "none") has
     # nothing any agent could read; its runs still list "thermal" as unavailable, but only a
     # source that exists and failed (a Mac's notify state, pmset) makes a run unverified.
-    reasons = [f"unverified: {name} ({READINGS[name][1]})"
-               for name in t.get("readings_unavailable") or () if name in READINGS
+    known = {**READINGS, **WINDOW_ONLY}
+    reasons = [f"unverified: {name} ({known[name][1]})"
+               for name in t.get("readings_unavailable") or () if name in known
                and not (name == "thermal" and t.get("thermal_source") == "none")]
     share = t.get("cpu_other_share")
     if share is not None and share >= contention:
-        reasons.append(f"contended: other processes used {share:.0%} of the CPU "
-                       f"(limit {contention:.0%})")
+        reasons.append(contention_text(share, share, contention))
     if t.get("thermal_throttled"):
         limit = t.get("cpu_speed_limit_min_pct")
         reasons.append("thermal throttling" + (f" (CPU speed limit {limit}%)" if limit else ""))

@@ -53,3 +53,14 @@ def busy_vs_idle(sections: list[dict]) -> list[dict]:
                         "workload": d["workload"], "context_bucket": d["context_bucket"],
                         "engine": engine, "profile": profile, "rows": rows})
     return out
+
+
+def contention_readings(runs) -> list[dict]:
+    """Each run's contention readings from its summary's fields (events 1.8: the shares
+    of the CPU other processes took in its contended trials, and the limit)."""
+    out = []
+    for r in runs:
+        c = r.summary.get("contention")
+        if c:
+            out.append({"low": min(c["shares"]), "high": max(c["shares"]), "limit": c["limit"]})
+    return out

@@ -40,6 +40,7 @@ from datetime import date
 import numpy as np
 
 from .arnoise import Noise, end_se, slope_z
+from .ramps import ramp_or_step, ramp_over_steps
 
 MIN_NIGHTS = 4       # a level held fewer nights than this inside the window is transient
 MIN_TAIL = 2         # nights at the window's end that can show a possible step
@@ -80,7 +81,9 @@ def residual_noise(x: np.ndarray, segs: list, sums: _Sums) -> tuple[float, float
     r = x - fit
     n, p = len(x), sum(2 if k == "line" else 1 for *_, k in segs)
     var = float(r @ r) / max(n - p, 1)
-    r1 = float(r[1:] @ r[:-1]) / float(r @ r) if float(r @ r) > 0 else 0.0
+    if var < NOISE_FLOOR ** 2:  # residuals below the floor (exact data: rounding) show no memory
+        return NOISE_FLOOR, 0.0
+    r1 = float(r[1:] @ r[:-1]) / float(r @ r)
     phi = min(max(r1 + (1 + 3 * max(r1, 0.0)) / n + p / n, 0.0), SE_MAX_PHI)
     return max(math.sqrt(var), NOISE_FLOOR), phi
 
@@ -177,26 +180,6 @@ def transients(x: np.ndarray, sigma: float) -> list[int]:
     return sorted(out)
 
 
-def _ramp_or_step(y: np.ndarray, at: int, pen: float) -> tuple[int, int] | None:
-    """Whether a confirmed step at ``at`` in ``y`` (the two levels around it) is better
-    explained by a ramp (level, straight move over ``MIN_DRIFT`` nights or more, level):
-    the ramp's first and last index, or None (a step)."""
-    m = len(y)
-    t = np.arange(m, dtype=float)
-    sy, syy = float(y.sum()), float((y * y).sum())
-    step = syy - float(y[:at].sum()) ** 2 / at - float(y[at:].sum()) ** 2 / (m - at)
-    pairs = [(a, b) for a in range(0, at + 1) for b in range(max(at - 1, a + MIN_DRIFT - 1), m)]
-    if not pairs:
-        return None
-    a_, b_ = (np.array(v, dtype=float)[:, None] for v in zip(*pairs))
-    r = np.clip((t[None, :] - a_) / (b_ - a_), 0.0, 1.0)
-    sr, srr, sry = r.sum(1), (r * r).sum(1), r @ y
-    vr = srr - sr * sr / m
-    sse = syy - sy * sy / m - (sry - sr * sy / m) ** 2 / np.where(vr > 0, vr, np.inf)
-    k = int(np.argmin(sse))
-    return pairs[k] if sse[k] + pen < step else None
-
-
 def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[dict]:
     """The findings in a series (indices): steps, possible steps and drifts, each with its
     index, levels before and after and z. ``causes``: nights where the identity changed (a
@@ -248,7 +231,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
             continue  # a jump the way a drift beside it goes: the drift's edge, not a step
         if k0 == k1 == "flat" and j1 - j0 >= MIN_NIGHTS:
             lo, hi = max(i0, j0 - 40), min(j1, j0 + 40)
-            ramp = _ramp_or_step(x[lo:hi], j0 - lo, nz.lr ** 2 * log_n)
+            ramp = ramp_or_step(x[lo:hi], j0 - lo, nz.lr ** 2 * log_n, MIN_DRIFT)
             if ramp is not None:
                 # the move is confirmed (above); its shape says drift, not step
                 out.append({"index": lo + ramp[0], "until": lo + ramp[1], "kind": "drift",
@@ -267,7 +250,8 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
                         "z": slope_z(j - i, slope, nz), "nights": [j - i]})
     out = _join_drifts(sorted(out, key=lambda f: f["index"]),
                        {i for i, night in enumerate(keep) if night in causes
-                        or night - 1 in causes or night + 1 in causes})
+                        or night - 1 in causes or night + 1 in causes},
+                       x)
     for f in out:  # back to nights and to the series' own units
         f["index"] = keep[f["index"]]
         if "until" in f:
@@ -277,13 +261,13 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
     return out
 
 
-def _join_drifts(found: list[dict], caused: set[int]) -> list[dict]:
+def _join_drifts(found: list[dict], caused: set[int], x: np.ndarray) -> list[dict]:
     """Moves the same way that meet: one drift. Drifts that meet or overlap; a step within
     ``MIN_DRIFT`` nights of a drift's end or start (the staircase a ramp leaves in flat
-    segments); two such steps with a short level between them. A step at an identity change
-    stays a step."""
+    segments); two such steps with a short level between them, when a ramp fits them better
+    than the three levels do. A step at an identity change stays a step."""
     out: list[dict] = []
-    for f in found:
+    for n, f in enumerate(found):
         p = out[-1] if out else None
         if p is not None and {p["kind"], f["kind"]} & {"drift"} and \
                 f["index"] - p.get("until", p["index"]) <= MIN_DRIFT:
@@ -300,13 +284,24 @@ def _join_drifts(found: list[dict], caused: set[int]) -> list[dict]:
         p_end = p.get("until", p["index"])
         near = f["index"] - p_end <= MIN_DRIFT
         if "drift" in (p["kind"], f["kind"]) and near or \
-                p["kind"] == f["kind"] == "step" and f["index"] - p["index"] < 2 * MIN_NIGHTS:
+                p["kind"] == f["kind"] == "step" and f["index"] - p["index"] < 2 * MIN_NIGHTS \
+                and _one_ramp(x, out, found[n:]):
             p.update(kind="drift", until=max(p_end, f.get("until", f["index"])),
                      after=f["after"], size=f["after"] / p["before"] - 1,
                      z=max(p["z"], f["z"]))
             continue
         out.append(f)
     return out
+
+
+def _one_ramp(x: np.ndarray, before: list[dict], after: list[dict]) -> bool:
+    """Whether the last step of ``before`` and the first of ``after`` are one ramp: over
+    the nights from the finding before them (or ``MIN_DRIFT`` × 2 nights) to the one after."""
+    first, second = before[-1]["index"], after[0]["index"]
+    lo = max(before[-2].get("until", before[-2]["index"]) + 1 if len(before) > 1 else 0,
+             first - 2 * MIN_DRIFT)
+    hi = min(after[1]["index"] if len(after) > 1 else len(x), second + 2 * MIN_DRIFT)
+    return ramp_over_steps(x[lo:hi], first - lo, second - lo) is not None
 
 
 def _confirm(segs: list[tuple[int, int, str]], sums: _Sums,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from agent.protocol import contention_text
+
 PARTS = ("chip", "model_pair", "workload", "context_bucket", "engine")
 
 # a rule's id is the rules file's handle; a reader gets what it says
@@ -127,43 +129,29 @@ def label_series(sections: list[dict]) -> list[str]:
 BUSY = "other processes competed for the CPU"
 
 
-def _contended(reason: str) -> bool:
-    """A set-aside reason that names contention ("contended: other processes used 71% …",
-    also inside "1 of 1 trials unreliable (contended: …)")."""
-    return "contended" in reason
+def _contended(x: dict) -> bool:
+    """A set-aside entry with contention readings; one stored before events 1.8 has no
+    field, and its reasons' text says it."""
+    return bool(x.get("contention")) or any("contended" in r for r in x["reasons"])
 
 
-_SHARE = re.compile(r"^contended: other processes used (\d+)% of the CPU \(limit (\d+)%\)$")
-
-
-def collapse_reasons(reasons) -> list[str]:
-    """One line for a config's contention readings instead of one per trial ("contended:
-    other processes used 56–66% of the CPU (limit 25%)"); every other reason as it is."""
-    shares: dict[str, list[int]] = {}
-    order: list[str | tuple[str]] = []  # a reason, or (limit,) where its contention goes
-    for r in reasons or ():
-        m = _SHARE.match(r)
-        if m is None:
-            order.append(r)
-            continue
-        if m.group(2) not in shares:
-            order.append((m.group(2),))
-        shares.setdefault(m.group(2), []).append(int(m.group(1)))
-
-    def said(x: str | tuple[str]) -> str:
-        if isinstance(x, str):
-            return x
-        vals = shares[x[0]]
-        lo, hi = min(vals), max(vals)
-        span = f"{lo}%" if lo == hi else f"{lo}–{hi}%"
-        return f"contended: other processes used {span} of the CPU (limit {x[0]}%)"
-
-    return [said(x) for x in order]
+def collapse_reasons(reasons, contention=None) -> list[str]:
+    """One line for a config's contention readings instead of one per run ("contended:
+    other processes used 56–66% of the CPU (limit 25%)"), its range taken from the runs'
+    fields; every other reason as it is (so are the lines of runs stored before 1.8)."""
+    covered = {contention_text(c["low"], c["high"], c["limit"]) for c in contention or ()}
+    limits: dict[float, list[dict]] = {}
+    for c in contention or ():
+        limits.setdefault(c["limit"], []).append(c)
+    merged = [contention_text(min(c["low"] for c in cs), max(c["high"] for c in cs), limit)
+              for limit, cs in limits.items()]
+    out = [r for r in reasons or () if r not in covered]
+    return out + [m for m in merged if m not in out]
 
 
 def _busy_runs(sections: list[dict]) -> tuple[int, int]:
     aside = sum(x["runs"] for s in sections for x in s.get("set_aside") or []
-                if any(_contended(r) for r in x["reasons"]))
+                if _contended(x))
     total = sum(c["runs"] for s in sections for c in s.get("configs") or [])
     return aside, total
 
@@ -180,8 +168,7 @@ def shared_once(sections: list[dict]) -> dict:
         v["own_caveats"] = [c for c in v.get("caveats") or [] if c not in common]
         v["short_evidence"] = v.get("evidence") or ""
         aside = s.get("set_aside") or []
-        if v["decision"] == "needs more data" and aside and all(
-                any(_contended(r) for r in x["reasons"]) for x in aside):
+        if v["decision"] == "needs more data" and aside and all(_contended(x) for x in aside):
             n, of = sum(x["runs"] for x in aside), sum(x["of"] for x in aside)
             v["short_evidence"] = f"{n} of {of} runs set aside (busy node)"
     return {"common_caveats": [c for c in common if BUSY not in c],

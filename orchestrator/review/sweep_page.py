@@ -100,11 +100,16 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         # configs whose repetitions the agent flagged (a CV over the threshold): their rows
         # are shown but never concluded from; a flagged baseline voids its section's speedups
         flagged: dict[tuple, list[str]] = {}
-        for n, w0, m, kn, kv, e, x, pr, _ in summaries:
+        # a baseline's summary names no knob: it is the baseline of the candidates that
+        # share its settings (kv_bits 4's baseline is not the draft widths')
+        paired = {(n, (w0, pr), baseline_key(cfg)): _baseline_of(kn, kv)
+                  for n, w0, m, kn, kv, _, _, pr, cfg in summaries if m == "speculative"}
+        for n, w0, m, kn, kv, e, x, pr, cfg in summaries:
             w = (w0, pr)
             engines.setdefault((n, w), e)
             if x.get("unreliable_reasons"):
-                key = (n, w, m) + ((None, None) if m == "baseline" else (kn, kv))
+                key = (n, w, m) + (paired.get((n, w, baseline_key(cfg)), (
+                    "baseline", baseline_key(cfg))) if m == "baseline" else (kn, kv))
                 flagged.setdefault(key, []).extend(x["unreliable_reasons"])
             p = x.get("parity")
             if p:  # every config in the row counts, not only the last one read
@@ -244,6 +249,13 @@ def _parity_text(p: dict) -> str:
 SPECULATION_SETTINGS = ("num_draft_tokens", "variant")
 
 
+def _baseline_of(knob: str | None, value: str | None) -> tuple[str | None, str | None]:
+    """Which baseline a run of (knob, value) is compared with: the shared one for a way of
+    speculating (a draft width, a variant), that value's own for any other knob."""
+    return (None, None) if (knob or "num_draft_tokens") in SPECULATION_SETTINGS \
+        else (knob, value)
+
+
 def _rows(rs: list[Measurement]) -> list[Row]:
     """One row per setting of a knob: a draft width, a runtime variant, or a sampling knob's
     value (its runs are never pooled with another value's). Each candidate is compared with
@@ -278,9 +290,10 @@ def _rows(rs: list[Measurement]) -> list[Row]:
 def _set_aside(rows: list[Row], flagged: dict, node: str, workload: str) -> list[Row]:
     """Rows whose config the agent flagged unreliable keep their numbers but lose their
     speedup; so does every row when the baseline it is compared with is flagged."""
-    base = flagged.get((node, workload, "baseline", None, None))
     out = []
     for r in rows:
+        # each row's baseline is the one of its own sampling settings (kv_bits 4's, not all)
+        base = flagged.get((node, workload, "baseline") + _baseline_of(r.knob, r.knob_value))
         own = flagged.get((node, workload, r.mode, r.knob, r.knob_value)) \
             if r.mode == "speculative" else base
         why = r.set_aside

@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from ..store import Store, queries
 from ..store.db import result_pair
 from ..store.models import NodeOutcome, Plan, Run, Sweep
-from .busy import busy_vs_idle
+from .busy import busy_vs_idle, contention_readings
 from .changepoints import change_points
 from .configs import (
     ConfigId,
@@ -219,6 +219,7 @@ class ConfigStats:
     knob_text: str = ""                 # " · temperature 0.7": settings away from defaults
     tpot_p50: float | None = None       # ms: median over requests of (E2E − TTFT)/(tokens − 1)
     reliable_nights: int = 0            # nights with a reliable run: the unit of evidence
+    contention: list = field(default_factory=list)  # its unreliable runs' readings (page)
 
 
 def _tpots(runs: list[RunRow]) -> list[float]:
@@ -276,7 +277,7 @@ def config_stats(runs: list[RunRow], base_by_sweep: dict, quality: dict) -> Conf
         task_pass_rate=median(rates) if rates else None, trials=len(dec),
         config_id=first.cid.key, label=config_label(first.mode, first.k, first.config),
         knobs=first.config, sampling=first.sampling, knob_text=knob_suffix(first.config),
-        tpot_p50=median(_tpots(runs)),
+        tpot_p50=median(_tpots(runs)), contention=contention_readings(runs),
         reliable_nights=len({r.at.date() for r in runs if not r.shaky}))
 
 
@@ -611,6 +612,7 @@ def _judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], sta
             st.unreliable = len(aside)
             st.unreliable_reasons = sorted({x for r in aside for x in
                                             r.summary.get("unreliable_reasons") or []})
+            st.contention = contention_readings(aside)
             st.runs = len(rs) + len(aside)
             st.trials += len(_vals(aside, "decode_tok_s"))
         else:  # nothing reliable to conclude from: its numbers are shown only
@@ -620,7 +622,8 @@ def _judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], sta
     section["set_aside"] = [
         {"config": stats[ck].label, "runs": len(rs), "of": len(rs) + len(configs[ck]),
          "reasons": sorted({x for r in rs for x in
-                            r.summary.get("unreliable_reasons") or ["unknown"]})}
+                            r.summary.get("unreliable_reasons") or ["unknown"]}),
+         **({"contention": cr} if (cr := contention_readings(rs)) else {})}
         for ck, rs in sorted(shaky.items(), key=lambda kv: kv[0].order()) if rs]
     # each speculative config against the baseline of its own sampling settings
     bases = {c.sampling: c for c in stats.values() if c.mode == "baseline" and not c.set_aside}

@@ -245,6 +245,9 @@ class Store:
                 kept = self._quarantine(c, sweep_id, node, out)
                 if refused is not None:
                     refused.extend(kept)
+                if {getattr(r, "moved", None) for r in out} & {"config_summary",
+                                                               "environment_checked"}:
+                    self._rederive_runs(c, sweep_id, node)  # what they fed goes with them
             rows = [(sweep_id, node, e["seq"], e["type"], e["ts"], p)
                     for e, p in zip(events, payloads, strict=True)]
             gens = [e for e in events if e["type"] == "generation"]
@@ -411,6 +414,21 @@ class Store:
         c.execute(stmt.on_conflict_do_update(index_elements=["sweep_id", "node"],
                                              set_={"identity": identity, "updated_at": now}))
 
+    def _rederive_runs(self, c, sweep_id: str, node: str) -> None:
+        """The node's identity and runs again from its stored events, after the ledger moved
+        an event they came from aside (``journal_ends``: a forged line past the end)."""
+        c.execute(delete(Run).where(Run.sweep_id == sweep_id, Run.node == node))
+        stored = select(Event.payload).where(Event.sweep_id == sweep_id, Event.node == node)
+        for e in c.execute(stored.where(Event.type == "environment_checked")
+                           .order_by(Event.seq)).scalars():
+            self._set_identity(c, sweep_id, node, e)
+        summaries = list(c.execute(stored.where(Event.type == "config_summary")
+                                   .order_by(Event.seq)).scalars())
+        if summaries:
+            identity = self._identity(c, sweep_id, node)
+            c.execute(self._insert(Run).on_conflict_do_nothing(),
+                      [_run_row(sweep_id, node, e, identity) for e in summaries])
+
     def _identity(self, c, sweep_id: str, node: str) -> dict:
         ident = c.execute(select(SweepNode.identity).where(
             SweepNode.sweep_id == sweep_id, SweepNode.node == node)).scalar()
@@ -544,7 +562,8 @@ def _run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "decode_tok_s_p95": m["decode_tok_s"]["p95"], "decode_tok_s_cv": m["decode_tok_s"]["cv"],
         "acceptance_median": m["acceptance_rate"]["median"], "unreliable": e["unreliable"],
         "summary": {k: e.get(k) for k in ("metrics", "values", "unreliable_reasons", "exact",
-                                          "distribution", "parity", "models", "method")},
+                                          "distribution", "parity", "models", "method",
+                                          "contention")},
         "env_id": identity.get("env_id"), "mlx_version": identity.get("mlx_version"),
         "mlx_lm_version": identity.get("mlx_lm_version"),
         "target_fingerprint": identity.get("target_fingerprint"),

@@ -318,6 +318,21 @@ _PARITY = {"checked": (int,), "mismatches": (int,), "first_difference": (int, ty
            "tool_mismatches": (int,)}
 
 
+def _share(v) -> bool:
+    return type(v) in (int, float) and math.isfinite(v) and 0 <= v <= 10
+
+
+def _contention_problem(e: dict) -> str | None:
+    """A config's contention readings, as the review ranges them: fractions of the CPU."""
+    c = e.get("contention")
+    if c is None:
+        return None
+    if (type(c) is not dict or type(c.get("shares")) is not list or not c["shares"]
+            or not all(_share(s) for s in c["shares"]) or not _share(c.get("limit"))):
+        return "contention must be {shares: fractions of the CPU, limit: a fraction}"
+    return None
+
+
 def _parity_problem(e: dict) -> str | None:
     """An http engine's streaming parity, as the review sums it (agent/summary.py)."""
     p = e.get("parity")
@@ -341,6 +356,7 @@ def _values_problem(e: dict) -> str | None:
 
 def _check_summary_and_reasons(e: dict) -> str | None:
     return (_check_summary(e) or _strings("unreliable_reasons")(e) or _parity_problem(e)
+            or _contention_problem(e)
             or _values_problem(e))
 
 

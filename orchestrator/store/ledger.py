@@ -9,32 +9,24 @@ The decode boundary judges one line alone; what it cannot see is the journal aro
   its workload), is set aside: it would replace or add a measurement the job never made;
 - a line after the stored ``job_finished`` (the agent writes nothing after it) is set aside;
 - a ``job_finished`` whose ``generations`` disagrees with the journal before it is set aside
-  (a forged or damaged end would end following early and call a sweep ok).
+  (a forged or damaged end would end following early and call a sweep ok);
+- a seq far past the journal read so far, an event past an admitted ``job_finished``, and a
+  ``job_failed`` the journal goes on after are set aside (``journal_ends``).
 
 Every refusal is a ``Quarantined`` (seq, reason, line), stored in the same transaction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import orjson
 from sqlalchemy import Text, func, select, type_coerce
 
+from .journal_ends import END_REASONS, Refused, failed_ends, jump_reason, past_end, reach
 from .models import Event, Measurement, QuarantinedEvent
 
 # how the ledger's reasons begin (a line it refuses is an extra line, not one of the job's)
 LEDGER_REASONS = ("conflict:", "already measured:", "not in the job:", "job_finished:",
-                  "after the job's end:")
-
-
-@dataclass(frozen=True)
-class Refused:
-    """A decoded line the ledger set aside (the shape of ``decode.Quarantined``)."""
-
-    seq: int | None
-    reason: str
-    line: str
+                  *END_REASONS)
 
 
 def _same(stored: str, line: str) -> bool:
@@ -104,6 +96,7 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
     plan = _Plan(c, sweep_id, node)
     end = c.execute(select(func.min(Event.seq)).where(
         Event.sweep_id == sweep_id, Event.node == node, Event.type == "job_finished")).scalar()
+    top, ended = reach(c, sweep_id, node, seqs), False
     batch: dict[int, str] = {}
     keep_e: list[dict] = []
     keep_p: list[str] = []
@@ -123,6 +116,8 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
                    "the stored event is kept")
         elif end is not None and seq > end:
             why = f"after the job's end: seq {seq} follows its job_finished at seq {end}"
+        elif seq > top:
+            why = jump_reason(seq, top)
         elif kind == "generation":
             i = e["run_index"]
             # a measurement made from this very seq is this event read again (its event row
@@ -143,10 +138,14 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
         elif kind == "plan":
             plan.saw(e)
         elif kind == "job_finished" and (end is None or seq < end):
-            end = seq
+            end, ended = seq, True
         keep_e.append(e)
         keep_p.append(line)
-    return keep_e, keep_p, refused
+    if ended and end is not None:  # the journal ends there: nothing stored stands past it
+        keep_e, keep_p, out = past_end(c, sweep_id, node, end, keep_e, keep_p)
+        refused += out
+    keep_e, keep_p, out = failed_ends(c, sweep_id, node, keep_e, keep_p)
+    return keep_e, keep_p, refused + out
 
 
 def _finish_problem(c, sweep_id: str, node: str, e: dict, before: list[dict]) -> str | None:
@@ -157,6 +156,7 @@ def _finish_problem(c, sweep_id: str, node: str, e: dict, before: list[dict]) ->
     if claimed is None:
         return None
     seq = e["seq"]
+    before = [x for x in before if x["seq"] < seq]  # what this read holds before it
     soak = [x for x in before if x["type"] == "soak_result"]
     if not soak:
         soak = list(c.execute(select(Event.payload).where(

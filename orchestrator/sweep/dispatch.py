@@ -504,6 +504,7 @@ class NodeRun:
         cmd = (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent follow "
                f"{q(sn.journal_path)} --from-seq {cov.through} --pid {pid}")
         pipeline = IngestPipeline(self.ingest)
+        ends: list[dict] = []
         try:
             # aclosing: a follower left early (an agent refused mid-stream) is closed now,
             # not whenever the garbage collector finds it after the event loop is gone
@@ -516,13 +517,19 @@ class NodeRun:
                         await self.set_aside(typed)
                         continue
                     event = typed.raw  # the checked object: what the store keeps and reads
-                    if event["seq"] not in cov.covered:  # shown once, when it first arrives
+                    if event["type"] in FINAL_EVENTS:
+                        ends.append(event)  # said once the ledger keeps it (it may be forged)
+                    elif event["seq"] not in cov.covered:  # shown once, when it first arrives
                         self.progress(self.host.name, event)
                     # stored as written (again for a seq stored already: the store keeps
                     # one); no second serialisation
                     await pipeline.add(event, line.strip())
         finally:
             await pipeline.close()
+        last = await self.with_store(self.store.last_event, self.sweep_id, self.host.name)
+        for e in ends:
+            if e == last and e["seq"] not in cov.covered:
+                self.progress(self.host.name, e)
 
     async def follow(self, t) -> None:
         """Follow until the agent is done; on a dropped link reconnect and go on.

@@ -83,6 +83,14 @@ def collect_workloads(specs, buckets: tuple[str, ...],
     return [{**w, "max_tokens": max_tokens} for w in ws] if max_tokens else ws
 
 
+def plan_workloads(plan_dir: Path, w: dict) -> tuple[list[str], tuple[str, ...], list[dict]]:
+    """A plan's ``workloads`` section read: (sources, context buckets, the prompts)."""
+    buckets = tuple(w.get("context") or ("short",))
+    sources = [str(plan_dir / spec) if spec.endswith(".jsonl") else spec
+               for spec in (w.get("use") or DEFAULT_WORKLOADS)]
+    return sources, buckets, collect_workloads(sources, buckets, w.get("max_tokens"))
+
+
 def job_template(workloads: list[dict], *, base: dict | None = None,
                  knobs: dict | None = None, repetitions: int = 1, warmup_tokens: int = 16,
                  seed: int = 0, pins: dict | None = None, quality: bool = False) -> dict:

@@ -163,6 +163,7 @@ def load_plan(path: str | Path) -> Plan:
                           line_of(data["models"], "verify"))
     _check_knobs(data, path)
     _check_group_size(pair, data, path)
+    _check_kv_start(data, path)
     if len(lineup) > 1 and (data.get("engine") or data.get("soak")):
         raise ConfigError("models: a lineup (several targets or drafts) is swept in process; "
                           + ("an http engine's variants start their own models: declare one "
@@ -253,6 +254,17 @@ def _check_group_size(pair: dict[str, Path], data: dict, path: Path) -> None:
                         f"attention head size {dim} ({folder}): mlx cannot quantise its KV "
                         "cache in groups of that size; choose a divisor of it", str(path),
                         line)
+
+
+def _check_kv_start(data: dict, path: Path) -> None:
+    """kv_bits whose quantized_kv_start no generation reaches is refused (``kvstart``)."""
+    from .jobspec import plan_workloads
+    from .kvstart import check_kv_start
+
+    sweep = data.get("sweep") or {}
+    declared = [(sweep.get(s) or {}).get("kv_bits") for s in ("base", "baseline", "knobs")]
+    if any(x is not None for v in declared for x in (v if isinstance(v, list) else [v])):
+        check_kv_start(data, path, plan_workloads(path.parent, data.get("workloads") or {})[2])
 
 
 def _check_knobs(data: dict, path: Path) -> None:
@@ -371,7 +383,7 @@ def closest_platform(platforms, node: dict) -> str | None:
 def build_lock(plan: Plan, log=print) -> dict:
     """Resolve everything a sweep needs into one JSON document."""
     from ..fleet.wheelhouse import resolve
-    from .jobspec import DEFAULT_WORKLOADS, collect_workloads, job_template
+    from .jobspec import job_template, plan_workloads
 
     env = plan.section("environment")
     # An empty list means unmanaged: nodes bring their own Python, the agent checks pins.
@@ -393,10 +405,7 @@ def build_lock(plan: Plan, log=print) -> dict:
         if calibration := calibration_of(Path(m["path"]), m["fingerprint"]):
             m["calibration"] = calibration  # a grown target: its series are marked as such
     w = plan.section("workloads")
-    buckets = tuple(w.get("context") or ("short",))
-    sources = [str(plan.path.parent / spec) if spec.endswith(".jsonl") else spec
-               for spec in (w.get("use") or DEFAULT_WORKLOADS)]
-    workloads = collect_workloads(sources, buckets, w.get("max_tokens"))
+    sources, buckets, workloads = plan_workloads(plan.path.parent, w)
     sweep = plan.section("sweep")
     # an http engine sweeps no draft width unless asked (each variant fixes its own)
     knobs = sweep.get("knobs") or ({} if plan.section("engine") else None)

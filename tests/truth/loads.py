@@ -74,12 +74,17 @@ ONE, ONE_WALL = _streams([0.050] * 6)
 # their first token, their third 1, 2, 3 and 4 s
 QUEUED, QUEUED_WALL = _streams(*([0.050, 0.050, s] for s in (1.0, 2.0, 3.0, 4.0)))
 # nominal 7 req/s whose schedule realised 6.0 (12 gaps over 2 s, uneven), served at once
-# (issue 27: every level ran at 0.82× its nominal rate, the rules compared with the nominal)
+# (issue 27: every level ran at 0.82× its nominal rate, the rules compared with the nominal);
+# served: 13 completions from the first send (0 s) to the last (2.1 s), less a reply's
+# streaming after its first chunk (80 ms): 13 / 2.02 s
 GAPS_6 = [0.05, 0.30, 0.12, 0.25, 0.08, 0.20, 0.15, 0.22, 0.10, 0.18, 0.14, 0.21]
 AT_6, AT_6_WALL = _open(GAPS_6, 0.100)
+SERVED_6 = round(13 / (2.1 - 0.080), 3)
 # nominal 8 req/s realised 8.0 (12 gaps of 125 ms), a server that finishes one every
-# 1/4.8 s: 4.8 served (issue 27: reported ok)
+# 1/4.8 s (issue 27: reported ok): 13 completions by 13/4.8 s, less a reply's streaming
+# (1/4.8 s − its 20 ms first chunk): 13 / 2.52 s, about 5.2 of 8
 AT_8, AT_8_WALL = _open([0.125] * 12, 1 / 4.8)
+SERVED_8 = round(13 / (13 / 4.8 - (1 / 4.8 - 0.020)), 3)
 
 LEVELS = (
     Level("concurrency", 1, ONE, ONE_WALL, {
@@ -93,13 +98,13 @@ LEVELS = (
                        f"first token than the first ones, at {12 / QUEUED_WALL:.2f} "  # 2.40
                        "requests/s offered"}),
     Level("request_rate", 7, AT_6, AT_6_WALL, {
-        "status": "ok", "offered_rps": 6.0, "served_rps": 6.0, "stop_reason": None,
+        "status": "ok", "offered_rps": 6.0, "served_rps": SERVED_6, "stop_reason": None,
         "itl_ms_p95": round(80 / 7, 3)}),  # 8 chunks over the 80 ms after the first
     Level("request_rate", 8, AT_8, AT_8_WALL, {
-        "status": "saturated", "offered_rps": 8.0, "served_rps": 4.8,
+        "status": "saturated", "offered_rps": 8.0, "served_rps": SERVED_8,
         "itl_ms_p95": round((1e3 / 4.8 - 20) / 7, 3),
-        "stop_reason": "cannot keep up: 4.80 requests/s served of 8.00 offered (nominal 8), "
-                       "below 95%"}),
+        "stop_reason": f"cannot keep up: {SERVED_8:.2f} requests/s served of 8.00 offered "
+                       "(nominal 8), below 95%"}),
 )
 # the rules' evidence: the closed loop capped at 1 stream, saturated at 4
 SIGNALS = {"load_cap": 1, "load_saturated_at": 4}

@@ -1,0 +1,140 @@
+"""Where a node's journal ends, and what may stand past it (the ledger's seq rules).
+
+An agent numbers its events one by one and writes nothing after its end, so:
+
+- a seq further than ``MAX_SEQ_GAP`` past the journal read so far (the last stored event,
+  then this read's lines and the numbered lines the boundary set aside, each within the gap
+  of the one before) is a forged or damaged one: set aside, never stored. Lines that could
+  not be read leave gaps, but not that many in a row. An honest follower resumes after the
+  store's contiguous coverage, so a hole it re-reads is below what is stored, never past it;
+- a ``job_finished`` ends the journal at its own seq: an event stored past it before it
+  arrived (a forged line read first) is moved aside, its measurement with it;
+- a ``job_failed`` is its agent's last line: the next event must be a new agent's first
+  (``job_started``, or the ``job_failed`` of one that could not start: ``--resume``). A
+  ``job_failed`` the journal goes on after is a forged or damaged end, set aside, and
+  following goes on (the node-side follower stops only when the agent process is gone).
+
+What is moved aside leaves the store in the transaction that stores what replaced it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Text, delete, func, select, type_coerce
+
+from .models import Event, Measurement, QuarantinedEvent
+
+MAX_SEQ_GAP = 64  # lines in a row a journal may lack (unreadable) before a seq is a jump
+NEW_AGENT = ("job_started", "job_failed")  # what may follow a job_failed (a --resume)
+# how the reasons of this module begin (extra lines, not the job's: see ledger)
+END_REASONS = ("past the journal:", "after the job's end:", "job_failed:")
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A decoded line the ledger set aside (the shape of ``decode.Quarantined``); ``moved``:
+    the type of a stored event moved aside (its derived rows must go too)."""
+
+    seq: int | None
+    reason: str
+    line: str
+    moved: str | None = None
+
+
+def reach(c, sweep_id: str, node: str, seqs: list[int]) -> int:
+    """The highest seq the journal reaches with no gap over MAX_SEQ_GAP, from the last
+    stored event through ``seqs`` (this read) and the numbered lines set aside past it."""
+    base = c.execute(select(func.max(Event.seq)).where(
+        Event.sweep_id == sweep_id, Event.node == node)).scalar() or 0
+    aside = {s for s, why in c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.reason)
+                                       .where(QuarantinedEvent.sweep_id == sweep_id,
+                                              QuarantinedEvent.node == node,
+                                              QuarantinedEvent.seq > base))
+             if not why.startswith(END_REASONS)}  # a jump set aside does not extend it
+    top = base
+    for s in sorted({*seqs, *aside}):
+        if s > top + MAX_SEQ_GAP:
+            break
+        top = max(top, s)
+    return top
+
+
+def jump_reason(seq: int, top: int) -> str:
+    return (f"past the journal: seq {seq} is {seq - top} past seq {top}, where its numbered "
+            f"lines end (an agent numbers its events one by one; at most {MAX_SEQ_GAP} lines "
+            "in a row may be unreadable)")
+
+
+def after_end(seq: int, end: int, moved: bool = False) -> str:
+    return (f"after the job's end: seq {seq} follows its job_finished at seq {end}"
+            + (" (stored before the end was read; moved aside)" if moved else ""))
+
+
+def failed_reason(seq: int, next_seq: int, kind: str) -> str:
+    return (f"job_failed: the journal goes on after it (seq {next_seq} is a {kind}, not a "
+            f"new agent's job_started): a forged or damaged end at seq {seq}")
+
+
+def _move(c, sweep_id: str, node: str, seqs: list[int], why) -> list[Refused]:
+    """Stored events of ``seqs`` out of the store (with their measurements), as Refused."""
+    if not seqs:
+        return []
+    rows = c.execute(select(Event.seq, Event.type, type_coerce(Event.payload, Text)).where(
+        Event.sweep_id == sweep_id, Event.node == node, Event.seq.in_(seqs))).all()
+    c.execute(delete(Measurement).where(Measurement.sweep_id == sweep_id,
+                                        Measurement.node == node, Measurement.seq.in_(seqs)))
+    c.execute(delete(Event).where(Event.sweep_id == sweep_id, Event.node == node,
+                                  Event.seq.in_(seqs)))
+    return [Refused(seq, why(seq), line, moved=kind) for seq, kind, line in rows]
+
+
+def past_end(c, sweep_id: str, node: str, end: int, events: list[dict],
+             lines: list[str]) -> tuple[list[dict], list[str], list[Refused]]:
+    """Once a job_finished at ``end`` is admitted: this read's events past it, and the stored
+    ones, set aside. Returns the events (and lines) kept, and those set aside."""
+    keep = [i for i, e in enumerate(events) if e["seq"] <= end]
+    out = [Refused(e["seq"], after_end(e["seq"], end), x)
+           for e, x in zip(events, lines, strict=True) if e["seq"] > end]
+    stored = list(c.execute(select(Event.seq).where(
+        Event.sweep_id == sweep_id, Event.node == node, Event.seq > end)).scalars())
+    out += _move(c, sweep_id, node, stored, lambda s: after_end(s, end, moved=True))
+    return [events[i] for i in keep], [lines[i] for i in keep], out
+
+
+def _next_types(c, sweep_id: str, node: str, after: list[int],
+                batch: dict[int, str]) -> dict[int, tuple[int, str]]:
+    """For each seq in ``after``: the seq and type of the event next after it (stored or in
+    this read), where there is one."""
+    out = {}
+    for f in after:
+        row = c.execute(select(Event.seq, Event.type).where(
+            Event.sweep_id == sweep_id, Event.node == node, Event.seq > f)
+            .order_by(Event.seq).limit(1)).first()
+        later = [(s, t) for s, t in batch.items() if s > f]
+        cands = ([tuple(row)] if row else []) + later
+        if cands:
+            out[f] = min(cands)
+    return out
+
+
+def failed_ends(c, sweep_id: str, node: str, events: list[dict],
+                lines: list[str]) -> tuple[list[dict], list[str], list[Refused]]:
+    """A job_failed (stored, or in this read) that the journal goes on after with anything
+    but a new agent's first event is set aside. Returns what is kept and what is not."""
+    batch = {e["seq"]: e["type"] for e in events}
+    failed = set(c.execute(select(Event.seq).where(
+        Event.sweep_id == sweep_id, Event.node == node, Event.type == "job_failed")).scalars())
+    failed |= {s for s, t in batch.items() if t == "job_failed"}
+    if not failed:
+        return events, lines, []
+    bad = {f: n for f, n in _next_types(c, sweep_id, node, sorted(failed), batch).items()
+           if n[1] not in NEW_AGENT}
+    if not bad:
+        return events, lines, []
+    out = [Refused(e["seq"], failed_reason(e["seq"], *bad[e["seq"]]), x)
+           for e, x in zip(events, lines, strict=True) if e["seq"] in bad]
+    keep = [i for i, e in enumerate(events) if e["seq"] not in bad]
+    stored = [f for f in bad if f not in batch]
+    out += _move(c, sweep_id, node, stored, lambda s: failed_reason(s, *bad[s]))
+    return [events[i] for i in keep], [lines[i] for i in keep], out
