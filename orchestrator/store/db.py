@@ -100,11 +100,9 @@ class Store:
                                                  status="failed", detail=reason))
 
     def sweep(self, sweep_id: str) -> Sweep | None:
-        with Session(self.engine) as s:
-            row = s.get(Sweep, sweep_id)
-            if row is not None:
-                s.expunge(row)
-            return row
+        from .runs import detached
+
+        return detached(self.engine, Sweep, sweep_id)
 
     def last_seq(self, sweep_id: str, node: str) -> int:
         with self.engine.connect() as c:

@@ -59,12 +59,17 @@ def runs(store, sweep_id: str | None = None, node: str | None = None,
     return _detached(store, q)
 
 
+def detached(engine, model, key):
+    """One row by primary key, detached from its session (readers keep it after)."""
+    with Session(engine) as s:
+        row = s.get(model, key)
+        if row is not None:
+            s.expunge(row)
+        return row
+
+
 def run(store, run_id: int) -> Run | None:
-    with Session(store.engine) as s:
-        r = s.get(Run, run_id)
-        if r is not None:
-            s.expunge(r)
-        return r
+    return detached(store.engine, Run, run_id)
 
 
 def run_measurements(store, r: Run) -> list[Measurement]:
