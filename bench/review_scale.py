@@ -110,11 +110,11 @@ def main() -> None:
 
                 for _ in range(3):
                     t0 = time.perf_counter()
-                    import orchestrator.review.weekly as weekly
-                    weekly.mann_whitney = timed
+                    import orchestrator.review.regression as regression
+                    regression.mann_whitney = timed
                     write_review(store, Path(d) / label, week="2026-W47",
                                  formats=("html", "md", "json"))
-                    weekly.mann_whitney = real
+                    regression.mann_whitney = real
                     times.append(time.perf_counter() - t0)
                     t0 = time.perf_counter()
                     write_site(store, Path(d) / f"{label}-site", week="2026-W47", now=end)

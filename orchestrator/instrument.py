@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from sqlalchemy import select
-
 from agent.calibrate import predicted_speedup
 from agent.protocol import DEFAULT_SWEEP
 
@@ -41,7 +39,6 @@ from .fleet.fanout import run_fan_out
 from .fleet.node_paths import check_placement, expand_root
 from .fleet.transport import SSHOptions, q
 from .store import Store, queries
-from .store.models import SweepNode
 from .sweep.dispatch import SweepOptions, start_sweep
 from .sweep.lock import load_lock, write_lock
 from .sweep.plan import load_plan
@@ -290,11 +287,7 @@ def check_instrument(hosts, store: Store, workdir: Path, draft: Path, *, layers:
     doc = load_lock(write_lock(load_plan(plan), log))
     result = start_sweep(doc, hosts, store, inventory=inventory, progress=progress,
                          opts=SweepOptions(ssh=ssh or SSHOptions(), provision=False))
-    with store.engine.connect() as c:
-        placed = {n.node: n for n in c.execute(
-            select(SweepNode.node, SweepNode.agent_dir, SweepNode.python, SweepNode.job_path,
-                   SweepNode.root, SweepNode.journal_path)
-            .where(SweepNode.sweep_id == result.sweep_id))}
+    placed = {n.node: n for n in store.sweep_nodes(result.sweep_id)}
     gens: dict[str, list[dict]] = {}  # typed (store.queries); an unreadable one left out
     for s in queries.typed(queries.events(store, [result.sweep_id], ("generation",))):
         gens.setdefault(s.node, []).append(s.event.to_json())

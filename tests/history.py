@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 from agent.protocol import EVENT_SCHEMA_MAJOR, SAMPLING_DEFAULTS
 from agent.summary import SUMMARY_METRICS, describe
 from orchestrator.store import Store
-from orchestrator.store.models import Sweep
 from orchestrator.sweep.decode import Decoder, Quarantined
 
 BASE_IDENTITY = {"env_id": "env-a", "mlx_version": "0.32.4", "mlx_lm_version": "0.32.2",
@@ -75,15 +74,17 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
           unreliable: str | None = None, exact: bool = True, quality: dict | None = None,
           sweep_id: str | None = None, engine: str = "mlx-lm",
           parity: dict | None = None, lineup: str | None = None,
-          background: str | None = None, contention: dict | None = None) -> str:
+          background: str | None = None, contention: dict | None = None,
+          lock: dict | None = None) -> str:
     """One nightly sweep on one node, planted through the real ingest: the journal lines an
     agent would write (environment, one ``config_summary`` per config, quality) pass the
     controller's decode boundary and ``Store.ingest``, as a sweep's do.
 
     ``configs`` maps (mode, k) — or ``C(mode, k, **knobs)`` — to config_values(...).
-    ``lineup``: the pair's roles ("target+draft-2") when the sweep measured several."""
+    ``lineup``: the pair's roles ("target+draft-2") when the sweep measured several.
+    ``lock``: the plan lock the sweep ran (``lock_doc``), recorded as the controller does."""
     ident = {**BASE_IDENTITY, **(identity or {})}
-    sid = sweep_id or new_sweep(store, at)
+    sid = sweep_id or new_sweep(store, at, lock)
     ts = at.timestamp()
     # the node as `fleet facts` saw it (the ingest takes chip and OS build from there)
     store.add_facts(node, {"chip": chip, "os_build": ident["os_build"]})
@@ -119,6 +120,7 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
                       "num_draft_tokens": k, "tasks": 100, "passed": round(rate * 100),
                       "pass_rate": rate})
     ingest_lines(store, sid, node, lines, ts)
+    store.finish_sweep(sid, {node: ("ok", None)})
     return sid
 
 
@@ -158,11 +160,26 @@ def ingest_lines(store: Store, sweep_id: str, node: str, events: list[dict],
         raise AssertionError(f"planted line set aside by the ledger: {refused[0].reason}")
 
 
-def new_sweep(store: Store, at: datetime) -> str:
+def lock_doc(name: str, models: dict) -> dict:
+    """A plan lock as ``Store.record_lock`` keeps one: ``models`` by role (a calibration
+    target's record under its ``calibration``), no platforms of its own."""
+    return {"lock_id": f"lock-{name}", "name": name, "plan": {}, "python": "3.12",
+            "platforms": {}, "models": {role: {"manifest": {}, **m}
+                                        for role, m in models.items()}}
+
+
+def new_sweep(store: Store, at: datetime, lock: dict | None = None) -> str:
+    """A nightly sweep as the controller starts one (``Store.record_lock`` for its lock,
+    ``Store.create_sweep``), dated ``at``; ``night`` finishes the sweep
+    (``Store.finish_sweep``) once its node's lines are in."""
     sid = uuid.uuid4().hex[:12]
-    with store.engine.begin() as c:
-        c.execute(Sweep.__table__.insert().values(id=sid, created_at=at, status="ok", job={},
-                                                  trigger="nightly"))
+    if lock is not None:
+        store.record_lock(lock)
+    models = (lock or {}).get("models") or {}
+    store.create_sweep(sid, {"models": {"target": dict(models.get("target") or {}),
+                                        "draft": dict(models.get("draft") or {})}}, None,
+                       plan_id=lock["lock_id"] if lock else None, trigger="nightly",
+                       created_at=at)
     return sid
 
 

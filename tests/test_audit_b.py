@@ -202,25 +202,20 @@ def test_an_identity_change_without_a_level_change_is_no_change_point():
 def _plant_calibration(store) -> list[str]:
     """Three nights of a perturbed calibration pair (0.80× at width 4, acceptance 0.8),
     each sweep's lock marking its target as a calibration target."""
-    from orchestrator.store.models import Plan, Sweep
+    from tests.history import lock_doc
 
     fp = "sha256:" + "c" * 64
-    lock = {"models": {"target": {"fingerprint": fp, "calibration": {
+    lock = lock_doc("cal", {"target": {"fingerprint": fp, "calibration": {
         "expected_acceptance": 0.8, "construction": {"layers": 16},
-        "draft_fingerprint": "sha256:" + "d" * 64}}}}
-    with store.engine.begin() as c:
-        c.execute(Plan.__table__.insert().values(id="lock-cal", name="cal", created_at=W20,
-                                                 plan={}, lock=lock))
+        "draft_fingerprint": "sha256:" + "d" * 64}}})
     sids = []
     for i in range(3):
         sid = night(store, W20 + timedelta(days=i, hours=2), node="mac-01", chip="Apple M2",
                     pair="grown-16 / draft", workload="code",
-                    identity={"target_fingerprint": fp},
+                    identity={"target_fingerprint": fp}, lock=lock,
                     configs={C("baseline", 0): config_values(100.0, jitter=0.0),
                              C("speculative", 4): config_values(80.0, jitter=0.0,
                                                                 acceptance=0.8)})
-        with store.engine.begin() as c:
-            c.execute(Sweep.__table__.update().where(Sweep.id == sid).values(plan_id="lock-cal"))
         sids.append(sid)
     return sids
 

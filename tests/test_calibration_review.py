@@ -12,8 +12,7 @@ from orchestrator.review.rules import load_rules
 from orchestrator.review.verdict import MIN_RUNS, decide, policy
 from orchestrator.review.weekly import DEFAULT_GATES, analyse
 from orchestrator.store import open_store
-from orchestrator.store.models import Event, Plan, Sweep
-from tests.history import config_values, night, week_nights
+from tests.history import config_values, ingest_lines, lock_doc, night, week_nights
 
 WEEK = "2026-W10"
 MONDAY = datetime(2026, 3, 2, tzinfo=timezone.utc)
@@ -27,33 +26,24 @@ def _plant(store, nights: int) -> None:
     """Per night: the calibration pair (2.4x at width 4, 2.0x at 2, acceptance 1.0) and a
     real pair that loses at every width (0.7x, 0.6x), each in a sweep of its own (as the demo
     sweeps them); the calibration sweep's lock marks its target."""
-    with store.engine.begin() as c:
-        c.execute(Plan.__table__.insert().values(id="lock-cal", name="demo-calibration",
-                                                 created_at=MONDAY, plan={}, lock=CAL_LOCK))
+    lock = lock_doc("demo-calibration", CAL_LOCK["models"])
     for at in week_nights(MONDAY, nights):
         common = dict(node="mac-a", chip="Apple M2", workload="code")
         sid = night(store, at, pair="grown-32 (calibration) / draft", **common,
-                    identity={"target_fingerprint": CAL_FP},
+                    identity={"target_fingerprint": CAL_FP}, lock=lock,
                     configs={("baseline", 0): config_values(40.0),
                              ("speculative", 2): config_values(80.0, acceptance=1.0),
                              ("speculative", 4): config_values(96.0, acceptance=1.0)})
-        with store.engine.begin() as c:
-            c.execute(Sweep.__table__.update().where(Sweep.id == sid).values(plan_id="lock-cal"))
-            c.execute(Event.__table__.insert().values(
-                sweep_id=sid, node="mac-a", seq=10_000, type="notice", ts=0.0, payload={
-                    "schema": 1, "seq": 10_000, "type": "notice", "ts": 0.0,
-                    "message": "adaptive: num_draft_tokens=2 stops repeating: slower than "
-                    "the best", "variant": "speculative", "workload": "code",
-                    "adaptive": True}))
+        ingest_lines(store, sid, "mac-a", [{
+            "type": "notice", "message": "adaptive: num_draft_tokens=2 stops repeating: "
+            "slower than the best", "variant": "speculative", "workload": "code",
+            "adaptive": True}], 0.0)
         real = night(store, at + timedelta(minutes=5), pair="target / draft", **common,
               configs={("baseline", 0): config_values(300.0),
                        ("speculative", 2): config_values(210.0, acceptance=0.6),
                        ("speculative", 4): config_values(180.0, acceptance=0.5)})
-        with store.engine.begin() as c:
-            c.execute(Event.__table__.insert().values(
-                sweep_id=real, node="mac-a", seq=10_000, type="notice", ts=0.0,
-                payload={"schema": 1, "seq": 10_000, "type": "notice", "ts": 0.0,
-                         "message": "a real pair's notice", "workload": "code"}))
+        ingest_lines(store, real, "mac-a", [{"type": "notice", "message": "a real pair's "
+                                             "notice", "workload": "code"}], 0.0)
 
 
 def _review(tmp_path, nights: int) -> dict:
@@ -149,15 +139,11 @@ def test_a_calibration_series_without_a_decision_is_shown_off_in_the_policy_line
     from orchestrator.review.report import calibration_policy, write_review
 
     store = open_store(f"sqlite:///{tmp_path / 'r.db'}")
-    with store.engine.begin() as c:
-        c.execute(Plan.__table__.insert().values(id="lock-cal", name="demo-calibration",
-                                                 created_at=MONDAY, plan={}, lock=CAL_LOCK))
-    sid = night(store, MONDAY + timedelta(hours=1), node="mac-a", chip="Apple M2",
-                workload="code", pair="grown-32 (calibration) / draft",
-                identity={"target_fingerprint": CAL_FP},
-                configs={("speculative", 4): config_values(96.0, acceptance=1.0)})
-    with store.engine.begin() as c:
-        c.execute(Sweep.__table__.update().where(Sweep.id == sid).values(plan_id="lock-cal"))
+    night(store, MONDAY + timedelta(hours=1), node="mac-a", chip="Apple M2",
+          workload="code", pair="grown-32 (calibration) / draft",
+          identity={"target_fingerprint": CAL_FP},
+          lock=lock_doc("demo-calibration", CAL_LOCK["models"]),
+          configs={("speculative", 4): config_values(96.0, acceptance=1.0)})
     a = analyse(store, WEEK, load_rules(), now=MONDAY + timedelta(days=6))
     (p,) = calibration_policy(a)
     assert p["decision"] == "needs more data" and p["speculation"] is False

@@ -346,33 +346,26 @@ def test_the_load_and_busy_rules_fire_from_planted_evidence_and_name_the_level(t
     from orchestrator.review.rules import load_rules
     from orchestrator.review.weekly import analyse
     from orchestrator.store import open_store
-    from orchestrator.store.models import Event
-    from tests.history import config_values, night
+    from tests.history import config_values, ingest_lines, night
 
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     at = datetime.now(timezone.utc).replace(microsecond=0)
 
     def ramp(sid: str, swap_at_4: int) -> None:
-        rows = []
-        for i, (level, rss, swap) in enumerate(((1, 1.0e9, 0), (2, 1.1e9, 0),
-                                                (4, 1.2e9, swap_at_4), (8, 2.0e9, 2**30))):
-            rows.append({"sweep_id": sid, "node": "mac-a", "seq": 500 + i, "type": "load_level",
-                         "ts": at.timestamp(), "payload": {
-                             # a whole event, as the boundary passes it: stored events are
-                             # read through the same check (store.queries)
-                             "schema": 1, "seq": 500 + i, "ts": at.timestamp(),
-                             "type": "load_level", "workload": "code", "variant": "plain",
-                             "mode": "baseline", "load": "concurrency", "level": level,
-                             "status": "ok", "requests": 8, "completed": 8, "errors": 0,
-                             "output_tok_s_total": 100.0 * level ** 0.5,
-                             "requests_per_s": 2.0 * level ** 0.5, "e2e_ms_p95": 900.0,
-                             "rss_peak_bytes": rss, "swap_in_bytes": swap,
-                             # level 8 was contended: shown, never evidence
-                             "unreliable": level == 8, "unreliable_reasons": [
-                                 "contended: other processes used 60% of the CPU (limit "
-                                 "25%)"] if level == 8 else []}})
-        with store.engine.begin() as c:
-            c.execute(Event.__table__.insert(), rows)
+        # the ramp's events as the agent journals them, through the boundary and the ingest
+        ingest_lines(store, sid, "mac-a", [{
+            "type": "load_level", "workload": "code", "variant": "plain",
+            "mode": "baseline", "load": "concurrency", "level": level,
+            "status": "ok", "requests": 8, "completed": 8, "errors": 0,
+            "output_tok_s_total": 100.0 * level ** 0.5,
+            "requests_per_s": 2.0 * level ** 0.5, "e2e_ms_p95": 900.0,
+            "rss_peak_bytes": rss, "swap_in_bytes": swap,
+            # level 8 was contended: shown, never evidence
+            "unreliable": level == 8, "unreliable_reasons": [
+                "contended: other processes used 60% of the CPU (limit "
+                "25%)"] if level == 8 else []}
+            for level, rss, swap in ((1, 1.0e9, 0), (2, 1.1e9, 0), (4, 1.2e9, swap_at_4),
+                                     (8, 2.0e9, 2**30))], at.timestamp())
 
     configs = {("baseline", 0): config_values(100), ("speculative", 3):
                config_values(130, acceptance=0.7)}

@@ -1,12 +1,16 @@
 """Store and controller faults: two controllers, store down at start, PostgreSQL restarted
 mid-sweep, the controller's disk full."""
 
+import signal
 import subprocess
 
 from sqlalchemy import create_engine, inspect
 
 from tests.controller import (
+    hold_sweep,
     journal,
+    journal_path,
+    journaled_generations,
     json_from_log,
     specfleet,
     stored_events,
@@ -58,22 +62,44 @@ def test_store_unreachable_at_start_writes_nothing(fleet, model_pair, tmp_path):
 
 
 def _sweep_under_way(fleet, model_pair, tmp_path, pg_url):
-    """A sweep of node1 into PostgreSQL, two generations in: (controller, sweep id, log,
-    inventory)."""
-    lock = make_lock(tmp_path, model_pair, widths=(2, 3, 4), repetitions=3, max_tokens=96)
+    """A sweep of node1 into PostgreSQL, two generations in and its agent held (SIGSTOP,
+    see ``_hold_at``): (controller, sweep id, log, inventory)."""
+    # 12 short generations: held, the agent has work left whatever this machine's speed
+    # (18 generations of 96 tokens used to buy that: 3x the CPU)
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=3, max_tokens=32)
     inv = tmp_path / "hosts.yml"
     inv.write_text(fleet.inventory_yaml())
     log = tmp_path / "c.log"
     ctl = specfleet("sweep", str(lock), *args(fleet, inv, pg_url, tmp_path), log=log)
     sid = sweep_id_from(log)
-    wait_for(lambda: stored_generations(pg_url, sid, "node1") >= 2, what="first generations")
+    _hold_at(fleet, sid, 2)
+    try:
+        wait_for(lambda: stored_generations(pg_url, sid, "node1") >= 2,
+                 what="first generations")
+    except AssertionError:
+        hold_sweep(sid, signal.SIGCONT)
+        raise
     return ctl, sid, log, inv
+
+
+def _hold_at(fleet, sid: str, generations: int) -> None:
+    """Hold the sweep's agent once node1's journal has ``generations``; it must have work
+    left (the test releases it after its fault, so its next events meet the fault)."""
+    path = journal_path(fleet.nodes[0], sid)
+    wait_for(lambda: journaled_generations(fleet.nodes[0], sid) >= generations,
+             what=f"{generations} generations in {path}")
+    assert hold_sweep(sid), f"no agent of sweep {sid} to hold"
+    assert '"type":"job_finished"' not in path.read_text(errors="replace"), \
+        "the sweep ended before its agent was held: plan more generations"
 
 
 def test_postgresql_restarted_mid_sweep(fleet, model_pair, tmp_path, private_pg):
     pg_url, restart = private_pg  # a server of its own: the shared one serves other tests
     ctl, sid, log, _ = _sweep_under_way(fleet, model_pair, tmp_path, pg_url)
-    restart()
+    try:
+        restart()  # while the agent is held: its next events meet the restarted server
+    finally:
+        hold_sweep(sid, signal.SIGCONT)
     assert ctl.wait(timeout=300) == 0, log.read_text()[-3000:]
     assert stored_events(pg_url, sid, "node1") == journal(fleet.nodes[0], sid)
 
@@ -81,17 +107,24 @@ def test_postgresql_restarted_mid_sweep(fleet, model_pair, tmp_path, private_pg)
 def test_postgresql_restarted_during_a_resume(fleet, model_pair, tmp_path, private_pg):
     """An audit saw `--resume` stop with "terminating connection due to administrator
     command" while PostgreSQL restarted; every path that writes the store must ride it out."""
-    from tests.controller import journal_path, kill_agent, signal_mid_sweep
+    from tests.controller import kill_agent, signal_mid_sweep
 
     pg_url, restart = private_pg
     ctl, sid, _, inv = _sweep_under_way(fleet, model_pair, tmp_path, pg_url)
+    # (signal_mid_sweep holds the held agent again, and releases it after the signal)
     assert signal_mid_sweep(ctl, journal_path(fleet.nodes[0], sid), sid)[0] == 130
     kill_agent(fleet.nodes[0])  # the agent died too: --resume restarts it
+    journaled = journaled_generations(fleet.nodes[0], sid)
     res = specfleet("sweep", "--resume", sid, *args(fleet, inv, pg_url, tmp_path, retry="r2"),
                     log=tmp_path / "r.log")
     before = stored_generations(pg_url, sid, "node1")
-    wait_for(lambda: stored_generations(pg_url, sid, "node1") > before, what="resumed work")
-    restart()
+    _hold_at(fleet, sid, journaled + 1)
+    try:
+        wait_for(lambda: stored_generations(pg_url, sid, "node1") > before,
+                 what="resumed work")
+        restart()  # while the resumed agent is held: its next events meet the new server
+    finally:
+        hold_sweep(sid, signal.SIGCONT)
     assert res.wait(timeout=300) == 0, (tmp_path / "r.log").read_text()[-3000:]
     assert "Traceback" not in (tmp_path / "r.log").read_text()
     assert stored_events(pg_url, sid, "node1") == journal(fleet.nodes[0], sid)

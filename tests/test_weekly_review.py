@@ -195,7 +195,7 @@ def test_the_rank_test_can_confirm_at_the_documented_minimum_even_with_a_tie():
     """7 runs a side is the documented minimum: fully separated samples must reach
     p < 0.002 whether or not a value repeats (the normal approximation gave 0.00214 with
     one tie, so such a regression could never be confirmed)."""
-    from orchestrator.review.weekly import MIN_REPS, REGRESSION_P, regression
+    from orchestrator.review.regression import MIN_REPS, REGRESSION_P, regression
 
     then = [100.0, 101.0, 102.0, 103.0, 104.0, 105.0, 105.0]  # one tie
     now = [80.0, 81.0, 82.0, 83.0, 84.0, 85.0, 86.0]
@@ -211,7 +211,7 @@ def test_the_rank_test_can_confirm_at_the_documented_minimum_even_with_a_tie():
         assert 0 < mann_whitney(a, b)["p"] <= 1
 
     def runs(values):
-        from orchestrator.review.weekly import RunRow
+        from orchestrator.review.week_runs import RunRow
         return [RunRow(i, "s", W20, "n", ("c",), "baseline", 0,
                        {"values": {"decode_tok_s": [v]}}, {}, None, False)
                 for i, v in enumerate(values)]
@@ -219,7 +219,7 @@ def test_the_rank_test_can_confirm_at_the_documented_minimum_even_with_a_tie():
 
 
 def _low_acceptance_case(tmp_path, generations):
-    from orchestrator.review.weekly import failed_window_configs
+    from orchestrator.review.windows import failed_window_configs
     from tests.history import generation, ingest_lines, new_sweep
 
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
@@ -356,29 +356,27 @@ def test_runtimes_side_by_side_with_streaming_parity(tmp_path):
 def test_a_plans_gates_decide_its_series_classification(tmp_path):
     """Declared = applied: the gates a plan writes into its lock are the ones its series
     are judged by (they were once locked and never read), and the page says so."""
-    from orchestrator.store.models import Plan, Sweep
+    from tests.history import lock_doc
 
-    rng = random.Random(7)
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
-    sweeps = [night(store, at, node="mac-07", chip="Apple M4", pair="a/b", workload="code",
-                    configs={("baseline", 0): V(100, rng=rng, jitter=0.001),
-                             ("speculative", 4): V(110, acceptance=0.7, rng=rng,
-                                                   jitter=0.001)})
-              for at in week_nights(W20)]
+    def planted(name: str, lock: dict | None):
+        rng = random.Random(7)  # the same nights in both stores: only the plan differs
+        store = open_store(f"sqlite:///{tmp_path / name}")
+        for at in week_nights(W20):
+            night(store, at, node="mac-07", chip="Apple M4", pair="a/b", workload="code",
+                  lock=lock, configs={("baseline", 0): V(100, rng=rng, jitter=0.001),
+                                      ("speculative", 4): V(110, acceptance=0.7, rng=rng,
+                                                            jitter=0.001)})
+        return store
 
-    def classification() -> tuple[str, str]:
+    def classification(store) -> tuple[str, str]:
         (s,) = analyse(store, "2026-W20", load_rules(), now=NOW)["series"]
         (spec,) = [c for c in s["configs"] if c["mode"] == "speculative"]
         return spec["classification"], s["gates_from"]
 
-    assert classification() == ("just misses: speedup", "defaults")  # 1.10× < 1.16×
-    with store.engine.begin() as c:
-        c.execute(Plan.__table__.insert().values(
-            id="lock-1", name="relaxed", created_at=W20, plan={},
-            lock={"gates": {"min_speedup": 1.05}}))
-        c.execute(Sweep.__table__.update().where(Sweep.id.in_(sweeps)).values(
-            plan_id="lock-1"))
-    assert classification() == ("production candidate", "plan relaxed")
+    # 1.10× < 1.16× by default
+    assert classification(planted("s.db", None)) == ("just misses: speedup", "defaults")
+    store = planted("relaxed.db", lock_doc("relaxed", {}) | {"gates": {"min_speedup": 1.05}})
+    assert classification(store) == ("production candidate", "plan relaxed")
     from orchestrator.review.report import write_review
 
     out = write_review(store, tmp_path / "r.html", week="2026-W20", formats=("html",),

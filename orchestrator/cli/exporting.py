@@ -59,7 +59,7 @@ def export_otlp(endpoint, sweep_ids, week, since, until, timeout_s, db_url):
     """
     from ..export.otlp import export as run_export
     from ..export.points import Selection
-    from ..review.weekly import iso_week_bounds
+    from ..review.week_runs import iso_week_bounds
     from ..store import open_store
 
     if week is not None and (since or until):

@@ -400,11 +400,12 @@ def db_downgrade(revision, yes, db_url):
     import sys
 
     from ..store import open_store
-    from ..store.db import downgrade, downgrade_losses, resolve_url
+    from ..store.db import resolve_url
+    from ..store.revisions import downgrade_store, losses_on_downgrade
 
     url = resolve_url(db_url)
     store = open_store(db_url, migrate=False)
-    losses = downgrade_losses(store.engine, url, revision)
+    losses = losses_on_downgrade(store, url, revision)
     if losses and not yes:
         listing = "".join(f"\n  {x}" for x in losses)
         if not sys.stdin.isatty():
@@ -413,7 +414,7 @@ def db_downgrade(revision, yes, db_url):
                 "add --yes to delete it")
         click.confirm(f"downgrading to {revision} would delete:{listing}\ndelete it?",
                       abort=True)
-    downgrade(store.engine, url, revision)
+    downgrade_store(store, url, revision)
     click.echo(f"store at revision {store.current_revision() or 'base (empty)'}")
 
 

@@ -273,7 +273,7 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
     from ..fleet.fanout import not_ok
     from ..review.repro import compare, sweep_values, verdict
     from ..store import open_store
-    from ..store.models import ReproCheck
+    from ..store.repro_checks import record_repro
     from ..sweep.dispatch import StderrProgress, SweepOptions, start_sweep
 
     doc, _ = lock_from(lock_path, lambda m: None)
@@ -294,10 +294,7 @@ def repro(lock_path, provision, metrics, floor, db_url, failed_hosts_file, as_js
                   set_aside=set_aside)
     report["verdict"] = verdict(report)
     report["reproducible"] = report["verdict"] == "reproducible"
-    with store.engine.begin() as c:
-        c.execute(ReproCheck.__table__.insert().values(
-            sweep_id=result.sweep_id, created_at=datetime.now(timezone.utc),
-            reproducible=report["reproducible"], report=report))
+    record_repro(store, result.sweep_id, report)
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
     else:

@@ -20,20 +20,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
-
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from agent.engines import is_runtime
 
 from ..review import otel
 from ..review.configs import config_label, sampling_key
-from ..review.weekly import calibration_sweeps
+from ..review.week_sweeps import calibration_sweeps
+from ..store import runs as stored
 from ..store.db import Store, config_key, result_pair
 from ..store.eventcheck import event_problem
-from ..store.models import Event, Measurement, Run, Sweep, SweepNode
+from ..store.models import Measurement, Run
 
 # GenAI semantic-convention metric names (development status), in seconds
 TTFT = "gen_ai.server.time_to_first_token"
@@ -112,22 +110,8 @@ def _key(payload: dict) -> str:
     return config_key(result_pair(payload), payload["config"])
 
 
-def _utc(t: datetime) -> datetime:
-    return t.astimezone(timezone.utc) if t.tzinfo else t.replace(tzinfo=timezone.utc)
-
-
 def _sweeps(store: Store, sel: Selection) -> list[str]:
-    q = select(Sweep.id)
-    if sel.sweep_ids:
-        q = q.where(Sweep.id.in_(sel.sweep_ids))
-    # in UTC: SQLite keeps times as UTC text and compares text, so an offset a user gave
-    # (--since 2026-11-24T03:00+02:00) would otherwise be read as 03:00 UTC
-    if sel.since is not None:
-        q = q.where(Sweep.created_at >= _utc(sel.since))
-    if sel.until is not None:
-        q = q.where(Sweep.created_at < _utc(sel.until))
-    with store.engine.connect() as c:
-        return [str(x) for x in c.execute(q.order_by(Sweep.created_at)).scalars()]
+    return stored.sweep_ids(store, sel.sweep_ids, sel.since, sel.until)
 
 
 def _set_aside(unreliable: bool | None, reasons: Iterable[str] | None) -> str | None:
@@ -153,14 +137,9 @@ def read_points(store: Store, sel: Selection) -> tuple[list[str], list[Point]]:
 
 
 def _sweep_points(store: Store, sid: str) -> list[Point]:
-    with Session(store.engine) as c:
-        runs = list(c.execute(select(Run).where(Run.sweep_id == sid)).scalars())
-        idents = {n: i or {} for n, i in c.execute(
-            select(SweepNode.node, SweepNode.identity).where(SweepNode.sweep_id == sid))}
-        rows = c.execute(select(Measurement, Event.payload).join(
-            Event, (Event.sweep_id == Measurement.sweep_id) & (Event.node == Measurement.node)
-            & (Event.seq == Measurement.seq)).where(Measurement.sweep_id == sid)
-            .order_by(Measurement.node, Measurement.run_index)).all()
+    runs = stored.sweep_runs(store, sid)
+    idents = stored.node_identities(store, sid)
+    rows = stored.measurements_with_payloads(store, sid)
     by_key = {(r.node, r.workload, r.mode, r.config_key): r for r in runs}
     out: list[Point] = []
     for m, payload in rows:

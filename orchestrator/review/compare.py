@@ -23,24 +23,19 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from sqlalchemy import select
-
 from agent.engines import DEFAULT_ENGINE
 from agent.stats import median
 
 from ..errors import ConfigError
 from ..store import Store, queries
-from ..store.models import Run, Sweep
+from ..store.runs import RUN_FILTERS, selected_runs
 from .configs import config_label, knobs_of_key
-from .weekly import iso_week_bounds
+from .week_runs import iso_week_bounds
 
 METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate")
 HIGHER_IS_BETTER = {"decode_tok_s": True, "ttft_ms": False, "itl_p95_ms": False,
                     "acceptance_rate": True}
-IDENTITY_KEYS = ("node", "chip", "env_id", "mlx_version", "mlx_lm_version", "os_build",
-                 "target_fingerprint", "draft_fingerprint", "target_quant", "draft_quant",
-                 "prompt_sha256", "model_pair",
-                 "engine", "power_source")
+IDENTITY_KEYS = RUN_FILTERS  # node, chip, versions, fingerprints, tiers, prompts, pair …
 FILTERS = {"sweep", "week", "trigger", *IDENTITY_KEYS}
 SIGNIFICANT_P = 0.01
 
@@ -72,22 +67,11 @@ def _parse(selector: str) -> dict[str, str]:
 
 def select_side(store: Store, selector: str) -> Side:
     filters = _parse(selector)
-    q = select(Run, Sweep.created_at).join(Sweep, Sweep.id == Run.sweep_id)
-    for key, value in filters.items():
-        if key == "sweep":
-            q = q.where(Run.sweep_id == value)
-        elif key == "trigger":  # manual, nightly, repro, demo
-            q = q.where(Sweep.trigger == value)
-        elif key == "week":
-            start, end, _ = iso_week_bounds(value)
-            q = q.where(Sweep.created_at >= start, Sweep.created_at < end)
-        else:
-            q = q.where(getattr(Run, key) == value)
-    from sqlalchemy.orm import Session
-
-    with Session(store.engine) as s:
-        got = list(s.execute(q))
-        s.expunge_all()
+    week = filters.pop("week", None)
+    start, end, _ = iso_week_bounds(week) if week is not None else (None, None, None)
+    got = selected_runs(store, sweep=filters.pop("sweep", None),
+                        trigger=filters.pop("trigger", None), since=start, until=end,
+                        columns=filters)
     if not got:
         raise ConfigError(f"{selector!r} selects no runs in the store")
     rows = [r for r, _ in got]

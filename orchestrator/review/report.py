@@ -71,15 +71,9 @@ def environment(html: bool) -> Environment:
 
 
 def repro_checks(store: Store, start: str, end: str) -> list[dict]:
-    from sqlalchemy import select
+    from ..store.repro_checks import repro_reports
 
-    from ..store.models import ReproCheck
-
-    with store.engine.connect() as c:
-        rows = c.execute(select(ReproCheck.report).where(
-            ReproCheck.created_at >= datetime.fromisoformat(start),
-            ReproCheck.created_at < datetime.fromisoformat(end))).scalars().all()
-    return list(rows)
+    return repro_reports(store, datetime.fromisoformat(start), datetime.fromisoformat(end))
 
 
 def review_analysis(store: Store, *, week: str | None = None,

@@ -14,12 +14,10 @@ import statistics
 from collections import defaultdict
 from itertools import combinations
 
-from sqlalchemy import select
-
 from ..store import Store
-from ..store.models import Run, SweepNode
+from ..store.runs import node_identities, sweep_runs
 from .configs import config_label, knobs_of_key
-from .weekly import IDENTITY, identity_changes
+from .week_runs import IDENTITY, identity_changes
 
 METRICS = ("decode_tok_s", "acceptance_rate", "ttft_ms")
 FACTS = (*(k for k in IDENTITY if k != "node"), "chip", "power_source")
@@ -67,10 +65,8 @@ def compare(per_node: dict[str, dict[tuple, dict]], identities: dict[str, dict],
 def sweep_values(store: Store, sweep_id: str) -> tuple[dict, dict, list[dict]]:
     """Per node, each reliable run's repetition values; the nodes' identities; and the runs
     set aside as unreliable (never compared: a contended node "agreeing" proves nothing)."""
-    with store.engine.connect() as c:
-        runs = c.execute(select(Run).where(Run.sweep_id == sweep_id)).all()
-        nodes = c.execute(select(SweepNode.node, SweepNode.identity).where(
-            SweepNode.sweep_id == sweep_id)).all()
+    runs = sweep_runs(store, sweep_id)
+    nodes = node_identities(store, sweep_id).items()
     per_node: dict[str, dict] = defaultdict(dict)
     idents = {}
     set_aside = []

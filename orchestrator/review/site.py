@@ -26,7 +26,8 @@ from .levels import nightly_levels
 from .page import short_chip, short_pair
 from .report import environment
 from .rules import DEFAULT_RULES, load_rules
-from .weekly import analyse, identity_changes, identity_key
+from .week_runs import identity_changes, identity_key
+from .weekly import analyse
 
 EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 

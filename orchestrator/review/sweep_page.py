@@ -12,8 +12,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from agent.engines import DEFAULT_ENGINE
 from agent.events import GenerationFailed, Quality, SoakSample
@@ -22,8 +20,9 @@ from agent.stats import median
 
 from ..errors import SpecfleetError
 from ..store import Store, queries
+from ..store import runs as stored
 from ..store.db import result_pair
-from ..store.models import Measurement, NodeOutcome, Run, Sweep
+from ..store.models import Measurement
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 
@@ -67,64 +66,27 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     sweep_id = sweep_id or store.latest_sweep_id()
     if sweep_id is None:
         raise SpecfleetError("the store holds no sweeps yet; run `specfleet sweep` first")
-    with Session(store.engine) as c:
-        sweep = c.get(Sweep, sweep_id)
-        if sweep is None:
-            raise SpecfleetError(f"no sweep {sweep_id!r} in the store")
-        runs = list(c.scalars(select(Measurement).where(Measurement.sweep_id == sweep_id)
-                              .order_by(Measurement.node, Measurement.run_index)))
-        outcomes = list(c.scalars(select(NodeOutcome).where(NodeOutcome.sweep_id == sweep_id)
-                                  .order_by(NodeOutcome.node)))
-        # typed (store.queries): an event an older boundary let in malformed is left out
-        # here and shown among the notices, never a KeyError
-        failed = [{"node": s.node, "seq": s.event.seq, "what": " · ".join(
-            v for v in (s.event.variant, s.event.workload, s.event.mode) if v),
-                   "error": s.event.error[:500]}
-                  for s in queries.typed(queries.events(
-                      store, [sweep_id], ("generation_failed",), order=("node", "seq")))
-                  if isinstance(s.event, GenerationFailed)]
-        quality = {(s.node, result_pair(s.event), s.event.num_draft_tokens): s.event.pass_rate
-                   for s in queries.typed(queries.events(store, [sweep_id], ("quality",)))
-                   if isinstance(s.event, Quality)}
-        # a lineup's pairs are sections of their own, named as the weekly review names them
-        pair_names = {p: n for p, n in c.execute(select(Run.pair, Run.model_pair).where(
-            Run.sweep_id == sweep_id, Run.pair.is_not(None)).distinct())}
-        summaries = c.execute(select(Run.node, Run.workload, Run.mode, Run.knob,
-                                     Run.knob_value, Run.engine, Run.summary, Run.pair,
-                                     Run.config)
-                              .where(Run.sweep_id == sweep_id)).all()
-        kv_mb = _kv_cache_mb(summaries)
-        # http runtimes: which one, and streamed vs non-streamed output per config
-        merged: dict[tuple, dict] = {}
-        engines: dict[tuple, str] = {}
-        # configs whose repetitions the agent flagged (a CV over the threshold): their rows
-        # are shown but never concluded from; a flagged baseline voids its section's speedups
-        flagged: dict[tuple, list[str]] = {}
-        # a baseline's summary names no knob: it is the baseline of the candidates that
-        # share its settings (kv_bits 4's baseline is not the draft widths')
-        paired = {(n, (w0, pr), baseline_key(cfg)): _baseline_of(kn, kv)
-                  for n, w0, m, kn, kv, _, _, pr, cfg in summaries if m == "speculative"}
-        for n, w0, m, kn, kv, e, x, pr, cfg in summaries:
-            w = (w0, pr)
-            engines.setdefault((n, w), e)
-            if x.get("unreliable_reasons"):
-                key = (n, w, m) + (paired.get((n, w, baseline_key(cfg)), (
-                    "baseline", baseline_key(cfg))) if m == "baseline" else (kn, kv))
-                flagged.setdefault(key, []).extend(x["unreliable_reasons"])
-            p = x.get("parity")
-            if p:  # every config in the row counts, not only the last one read
-                key = (n, w, m) + ((None, None) if m == "baseline" else (kn, kv))
-                into = merged.setdefault(key, {"checked": 0, "mismatches": 0,
-                                                        "tool_mismatches": 0,
-                                                        "first_difference": None})
-                into["checked"] += p["checked"]
-                into["mismatches"] += p["mismatches"]
-                into["tool_mismatches"] += p.get("tool_mismatches") or 0
-                offs = [o for o in (into["first_difference"], p.get("first_difference"))
-                        if o is not None]
-                into["first_difference"] = min(offs) if offs else None
-        parity = {key: _parity_text(p) for key, p in merged.items()}
-        c.expunge_all()
+    sweep = store.sweep(sweep_id)
+    if sweep is None:
+        raise SpecfleetError(f"no sweep {sweep_id!r} in the store")
+    runs = stored.sweep_measurements(store, sweep_id)
+    outcomes = stored.node_outcomes(store, sweep_id)
+    # typed (store.queries): an event an older boundary let in malformed is left out
+    # here and shown among the notices, never a KeyError
+    failed = [{"node": s.node, "seq": s.event.seq, "what": " · ".join(
+        v for v in (s.event.variant, s.event.workload, s.event.mode) if v),
+               "error": s.event.error[:500]}
+              for s in queries.typed(queries.events(
+                  store, [sweep_id], ("generation_failed",), order=("node", "seq")))
+              if isinstance(s.event, GenerationFailed)]
+    quality = {(s.node, result_pair(s.event), s.event.num_draft_tokens): s.event.pass_rate
+               for s in queries.typed(queries.events(store, [sweep_id], ("quality",)))
+               if isinstance(s.event, Quality)}
+    summaries = stored.sweep_runs(store, sweep_id)
+    # a lineup's pairs are sections of their own, named as the weekly review names them
+    pair_names = {r.pair: r.model_pair for r in summaries if r.pair is not None}
+    kv_mb = _kv_cache_mb(summaries)
+    engines, flagged, parity = _config_marks(summaries)
     groups: dict[tuple, list] = {}
     for r in runs:
         groups.setdefault((r.node, (r.workload, r.pair)), []).append(r)
@@ -162,13 +124,48 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
             "set_aside": store.quarantined(sweep_id), "failed_generations": failed}
 
 
+def _config_marks(summaries) -> tuple[dict, dict, dict]:
+    """From the config summaries: each (node, workload)'s runtime; the configs whose
+    repetitions the agent flagged (a CV over the threshold: their rows are shown but never
+    concluded from; a flagged baseline voids its section's speedups); and, for http
+    runtimes, streamed vs non-streamed output per config."""
+    merged: dict[tuple, dict] = {}
+    engines: dict[tuple, str] = {}
+    flagged: dict[tuple, list[str]] = {}
+    # a baseline's summary names no knob: it is the baseline of the candidates that
+    # share its settings (kv_bits 4's baseline is not the draft widths')
+    paired = {(r.node, (r.workload, r.pair), baseline_key(r.config)): _baseline_of(
+        r.knob, r.knob_value) for r in summaries if r.mode == "speculative"}
+    for r in summaries:
+        n, m, x, w = r.node, r.mode, r.summary, (r.workload, r.pair)
+        key = (n, w, m) + ((None, None) if m == "baseline" else (r.knob, r.knob_value))
+        engines.setdefault((n, w), r.engine)
+        if x.get("unreliable_reasons"):
+            flagged.setdefault((n, w, m) + (paired.get((n, w, baseline_key(r.config)), (
+                "baseline", baseline_key(r.config))) if m == "baseline"
+                else (r.knob, r.knob_value)), []).extend(x["unreliable_reasons"])
+        p = x.get("parity")
+        if p:  # every config in the row counts, not only the last one read
+            into = merged.setdefault(key, {"checked": 0, "mismatches": 0,
+                                           "tool_mismatches": 0, "first_difference": None})
+            into["checked"] += p["checked"]
+            into["mismatches"] += p["mismatches"]
+            into["tool_mismatches"] += p.get("tool_mismatches") or 0
+            offs = [o for o in (into["first_difference"], p.get("first_difference"))
+                    if o is not None]
+            into["first_difference"] = min(offs) if offs else None
+    return engines, flagged, {key: _parity_text(p) for key, p in merged.items()}
+
+
 def _kv_cache_mb(summaries) -> Callable[[str, tuple, Row], float | None]:
     """A row's KV cache memory (MB, median of its config's generations), found through the
     config summaries: a candidate's by its knob and value, a baseline row's as the baseline
     of its candidates' settings (``baseline_key``: every knob but the draft width)."""
     spec: dict[tuple, dict] = {}
     base: dict[tuple, float | None] = {}
-    for n, w0, m, kn, kv, _, x, pr, cfg in summaries:
+    for r in summaries:
+        n, w0, m, kn, kv, x, pr, cfg = (r.node, r.workload, r.mode, r.knob, r.knob_value,
+                                        r.summary, r.pair, r.config)
         mb = ((x.get("metrics") or {}).get("kv_cache_bytes") or {}).get("median")
         mb = mb / 1e6 if isinstance(mb, (int, float)) else None
         if m == "baseline":
@@ -190,11 +187,7 @@ def _kv_cache_mb(summaries) -> Callable[[str, tuple, Row], float | None]:
 
 def _calibration(store: Store, sweep) -> dict | None:
     """The calibration record of the sweep's target, when its lock marks one."""
-    from ..store.models import Plan
-
-    with store.engine.connect() as c:
-        lock = c.execute(select(Plan.lock).where(Plan.id == sweep.plan_id)).scalar() \
-            if sweep.plan_id else None
+    lock = stored.plan_lock(store, sweep.plan_id)
     target = ((lock or {}).get("models") or {}).get("target") or {}
     return target.get("calibration") if isinstance(target, dict) else None
 

@@ -75,10 +75,13 @@ class Store:
 
     def create_sweep(self, sweep_id: str, job: dict, inventory: str | None, *,
                      plan_id: str | None = None, trigger: str = "manual",
-                     controller: str | None = None) -> None:
+                     controller: str | None = None, created_at: datetime | None = None) -> None:
+        """``created_at``: the controller's clock, unless a sweep is replayed (tests plant
+        nights past) or imported with the date it ran."""
         with self.engine.begin() as c:
             c.execute(insert(Sweep).values(
-                id=sweep_id, created_at=datetime.now(timezone.utc), status="running",
+                id=sweep_id, created_at=created_at or datetime.now(timezone.utc),
+                status="running",
                 inventory=inventory, job=job, plan_id=plan_id, trigger=trigger,
                 controller=controller,
                 target_fingerprint=job["models"]["target"].get("fingerprint"),
@@ -97,11 +100,9 @@ class Store:
                                                  status="failed", detail=reason))
 
     def sweep(self, sweep_id: str) -> Sweep | None:
-        with Session(self.engine) as s:
-            row = s.get(Sweep, sweep_id)
-            if row is not None:
-                s.expunge(row)
-            return row
+        from .runs import detached
+
+        return detached(self.engine, Sweep, sweep_id)
 
     def last_seq(self, sweep_id: str, node: str) -> int:
         with self.engine.connect() as c:

@@ -108,7 +108,7 @@ def store_for_schedule(db_url: str | None, secrets: Path, name: str) -> tuple[st
     file (relative to the lock's folder) than the manual runs. A relative SQLite path is
     made absolute; a password leaves the URL for a 0600 PGPASSFILE (libpq reads it), so
     it is never in the plist or unit."""
-    from sqlalchemy.engine import URL, make_url
+    from ..store.urls import URL, make_url
 
     if not db_url:
         raise ConfigError("schedule install: name the store the nightly writes to (--db, "

@@ -8,8 +8,9 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
+from orchestrator.review.config_stats import at_least, at_most
 from orchestrator.review.verdict import gate_text
-from orchestrator.review.weekly import DEFAULT_GATES, _at_least, _at_most
+from orchestrator.review.weekly import DEFAULT_GATES
 
 LIMITS = st.floats(0.01, 1e10, allow_nan=False, allow_infinity=False)
 NUM = r"([0-9.]+)"
@@ -18,7 +19,7 @@ NUM = r"([0-9.]+)"
 @given(limit=st.floats(1.01, 3.0), below=st.floats(1e-7, 0.2))
 def test_a_missed_speedup_reads_below_its_floor(limit, below):
     value = limit * (1 - below)
-    if _at_least(value, limit):  # within the gate's tolerance: it passed, nothing to state
+    if at_least(value, limit):  # within the gate's tolerance: it passed, nothing to state
         return
     text = gate_text("speedup", value, {**DEFAULT_GATES, "min_speedup": limit})
     shown, lim = map(float, re.fullmatch(rf"speedup {NUM} < {NUM}", text).groups())
@@ -28,7 +29,7 @@ def test_a_missed_speedup_reads_below_its_floor(limit, below):
 @given(limit=st.floats(0.01, 0.5), above=st.floats(1e-7, 0.5))
 def test_a_missed_ttft_guard_reads_above_its_limit(limit, above):
     value = limit * (1 + above)
-    if _at_most(value, limit):
+    if at_most(value, limit):
         return
     text = gate_text("ttft_change", value, {**DEFAULT_GATES, "ttft_regression_limit": limit})
     shown, lim = map(float, re.fullmatch(rf"TTFT \+{NUM}% > \+{NUM}%", text).groups())
@@ -38,7 +39,7 @@ def test_a_missed_ttft_guard_reads_above_its_limit(limit, above):
 @given(limit=st.floats(1e6, 1e10), above=st.floats(1e-7, 1.0))
 def test_a_missed_swap_ceiling_reads_above_it(limit, above):
     value = limit * (1 + above)
-    if _at_most(value, limit):
+    if at_most(value, limit):
         return
     text = gate_text("swap_peak_bytes", value, {**DEFAULT_GATES, "swap_ceiling_bytes": limit})
     shown, lim = map(float, re.fullmatch(rf"peak swap {NUM} MB > {NUM} MB", text).groups())

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.review.compare import compare
 from orchestrator.review.configs import MixedConfigs, config_label, group_configs
-from orchestrator.review.weekly import RunRow
+from orchestrator.review.week_runs import RunRow
 from orchestrator.store import open_store
 from tests.truth.weeks import W20, WEEKS, plant
 

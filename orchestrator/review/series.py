@@ -1,0 +1,235 @@
+"""One series' week judged: its configs (one per ingest config key) against the baseline
+of their own sampling settings, gates, the metrics its rules read, signals, regressions,
+change points, the trend of its best config and acceptance by draft position."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+
+from agent.stats import cv, median
+
+from ..store.db import result_pair
+from .busy import contention_readings
+from .changepoints import change_points
+from .config_stats import ConfigStats, classify, config_stats, evaluate_gates
+from .configs import ConfigId, canonical, group_configs
+from .load import load_signals
+from .regression import regression
+from .rules import Rule, fire
+from .week_runs import RunRow, identity_changes, vals
+from .windows import GenRow
+
+
+@dataclass(frozen=True)
+class Week:
+    """What every series of the week is judged with."""
+
+    start: datetime
+    quality: dict            # windows.quality_rates
+    failed: set              # windows.failed_window_configs
+    levels: dict             # levels.nightly_levels (empty: no change points)
+    ramps: list              # load.load_ramps
+    rules: list[Rule]
+    regressions_too: bool
+
+
+@dataclass(frozen=True)
+class Best:
+    """The series' best speculative config, the baseline it is compared with, and the
+    configs that share its sampling settings."""
+
+    best: ConfigStats | None
+    best_id: ConfigId | None
+    base: ConfigStats | None
+    base_id: ConfigId | None
+    family: list[ConfigStats]
+
+
+def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], latest: RunRow,
+          series_gates: dict, week: Week) -> None:
+    """A series' configs this week (one per ingest config key), gates, metrics, signals,
+    regressions and change points, into ``section``."""
+    configs, shaky, stats = _config_table(cur, week.quality)
+    section["set_aside"] = [
+        {"config": stats[ck].label, "runs": len(rs), "of": len(rs) + len(configs[ck]),
+         "reasons": sorted({x for r in rs for x in
+                            r.summary.get("unreliable_reasons") or ["unknown"]}),
+         **({"contention": cr} if (cr := contention_readings(rs)) else {})}
+        for ck, rs in sorted(shaky.items(), key=lambda kv: kv[0].order()) if rs]
+    # each speculative config against the baseline of its own sampling settings
+    bases = {c.sampling: c for c in stats.values() if c.mode == "baseline" and not c.set_aside}
+    for ck, c in sorted(stats.items(), key=lambda kv: kv[0].order()):
+        base = bases.get(c.sampling)
+        if c.mode == "speculative" and base is not None and not c.set_aside:
+            fw = any((r.sweep_id, r.node, key[2], r.pair, canonical(r.config)) in week.failed
+                     for r in configs[ck])
+            c.gates = evaluate_gates(c, base, key[3], series_gates, fw)
+            c.classification = classify(c)
+        section["configs"].append(c.__dict__)
+    b = _best(stats, bases)
+    metrics = _metrics(b, stats, configs)
+    metrics.update(load_signals(week.ramps, {r.sweep_id for r in cur}, latest.node, key[2]))
+    section["metrics"] = metrics
+    section["signals"] = fire(week.rules, metrics)
+    if week.regressions_too:
+        _regressions(section, runs, configs, stats, week.start, latest.identity)
+    section["change_points"] = [
+        {"config": stats[ck].label, "metric": "decode_tok_s", **cp}
+        for ck in sorted(configs, key=ConfigId.order)
+        for cp in change_points(week.levels.get(key, {}).get(ck, []), identity_changes)]
+    section["trend"] = _trend(runs, b.best_id)
+    section["speedup_by_k"] = {c.k: c.speedup for c in b.family}
+    section["itl_p95_values"] = {
+        "baseline": vals(configs[b.base_id], "itl_p95_ms") if b.base_id else [],
+        "best": vals(configs[b.best_id], "itl_p95_ms") if b.best_id else []}
+
+
+def _config_table(cur: list[RunRow], quality: dict
+                  ) -> tuple[dict[ConfigId, list[RunRow]], dict[ConfigId, list[RunRow]],
+                             dict[ConfigId, ConfigStats]]:
+    """This week's runs by config, reliable and set aside, and each config's numbers: an
+    unreliable trial is reported, never averaged in."""
+    base_by_sweep = {}
+    for r in cur:
+        if r.mode == "baseline" and not r.shaky:
+            v = r.summary.get("values") or {}
+            d, t = median(v.get("decode_tok_s") or []), median(v.get("ttft_ms") or [])
+            if d:
+                base_by_sweep[(r.sweep_id, r.node, r.sampling)] = {"decode": d, "ttft": t}
+    configs = group_configs((r for r in cur if not r.shaky), RunRow.whole.fget)  # type: ignore
+    shaky = group_configs((r for r in cur if r.shaky), RunRow.whole.fget)  # type: ignore
+    for ck in shaky:
+        configs.setdefault(ck, [])
+    stats: dict[ConfigId, ConfigStats] = {}
+    for ck, rs in configs.items():
+        st = config_stats(rs or shaky[ck], base_by_sweep, quality)
+        aside = shaky.get(ck, [])
+        if rs:
+            st.unreliable = len(aside)
+            st.unreliable_reasons = sorted({x for r in aside for x in
+                                            r.summary.get("unreliable_reasons") or []})
+            st.contention = contention_readings(aside)
+            st.runs = len(rs) + len(aside)
+            st.trials += len(vals(aside, "decode_tok_s"))
+        else:  # nothing reliable to conclude from: its numbers are shown only
+            st.set_aside, st.speedup = True, None
+            st.classification = "set aside: every run unreliable"
+        stats[ck] = st
+    return configs, shaky, stats
+
+
+def _best(stats: dict[ConfigId, ConfigStats], bases: dict[str, ConfigStats]) -> Best:
+    spec = [c for c in stats.values() if c.mode == "speculative" and c.speedup
+            and not c.set_aside]
+    best = max(spec, key=lambda c: c.speedup or 0.0) if spec else None
+    base = bases.get(best.sampling) if best else next(iter(bases.values()), None)
+    return Best(best, next((ck for ck, c in stats.items() if c is best), None), base,
+                next((ck for ck, c in stats.items() if c is base), None),
+                [c for c in spec if best and c.sampling == best.sampling])  # best's settings
+
+
+def _metrics(b: Best, stats: dict[ConfigId, ConfigStats],
+             configs: dict[ConfigId, list[RunRow]]) -> dict:
+    """What the series' rules read."""
+    best, base = b.best, b.base
+    acc4 = next((c for c in b.family if c.k == 4), None)
+    return {
+        "best_k": best.k if best else None,
+        "best_config": best.config_id if best else None,
+        "best_label": best.label if best else None,
+        "best_speedup": best.speedup if best else None,
+        "best_acceptance": best.acceptance_p50 if best else None,
+        "acceptance_at_4": acc4.acceptance_p50 if acc4 else None,
+        "widest_k": max((c.k for c in b.family), default=None),
+        # the swap rule reads reliable configs only: a set-aside config's swap is shown
+        # beside it, never a rule's evidence
+        "swap_peak_bytes": max((c.swap_peak or 0 for c in stats.values() if not c.set_aside),
+                               default=0),
+        "swap_in_nights": max((c.swap_in_nights for c in stats.values() if not c.set_aside),
+                              default=0),
+        "mem_increase": (best.peak_memory / base.peak_memory - 1)
+        if best and base and best.peak_memory and base.peak_memory else None,
+        "mem_added_bytes": (best.peak_memory - base.peak_memory)
+        if best and base and best.peak_memory and base.peak_memory else None,
+        "decode_share": _decode_share(configs[b.base_id] if b.base_id else []),
+        "itl_spike": (best.itl_p99 / max(base.itl_p95 or 1e-9, 1e-9))
+        if best and base and best.itl_p99 else None,
+        "acceptance_cv": cv(vals(configs[b.best_id], "acceptance_rate"))
+        if b.best_id else None,
+        "candidates": sum(1 for c in stats.values()
+                          if c.classification == "production candidate"),
+    }
+
+
+def _regressions(section: dict, runs: list[RunRow], configs: dict[ConfigId, list[RunRow]],
+                 stats: dict[ConfigId, ConfigStats], start: datetime, ident: dict) -> None:
+    """Each config this week against last week and the four before (reliable runs, one
+    value a night), with the identity changes that may explain a difference."""
+    for ck in sorted(configs, key=ConfigId.order):
+        earlier = [r for r in runs if r.cid == ck and r.at < start and not r.shaky]
+        recent = [r for r in earlier if r.at >= start - timedelta(days=7)]
+        for period, then in (("week over week", recent), ("vs last 4 weeks", earlier)):
+            reg = regression(configs[ck], then, per_night=True)  # the night is the unit
+            section["compared"] += reg["verdict"] != "no data"
+            if reg["verdict"] in ("regression", "improvement", "unconfirmed"):
+                prev = max(then, key=lambda r: r.at).identity if then else {}
+                reg.update(config=stats[ck].label, period=period,
+                           cause=identity_changes(prev, ident) if then else [])
+                section["regressions"].append(reg)
+
+
+def _decode_share(base_runs: list[RunRow]) -> float | None:
+    """Share of a request's time spent decoding (the rest is TTFT), from the baseline."""
+    shares = []
+    for r in base_runs:
+        v = r.summary.get("values") or {}
+        for ttft, rate, n in zip(v.get("ttft_ms") or [], v.get("decode_tok_s") or [],
+                                 v.get("generated_tokens") or []):
+            if ttft is not None and rate and n:
+                decode_s = n / rate
+                shares.append(decode_s / (decode_s + ttft / 1000))
+    return median(shares)
+
+
+def _trend(runs: list[RunRow], best: ConfigId | None) -> list[dict]:
+    """Per night over the whole window: acceptance and decode tok/s of the series' best
+    config (reliable runs only: a set-aside night is no point on the chart)."""
+    nights: dict[date, list[RunRow]] = defaultdict(list)
+    for r in runs:
+        if r.cid == best and not r.shaky:
+            nights[r.at.date()].append(r)
+    return [{"date": d.isoformat(), "acceptance": median(vals(rs, "acceptance_rate")),
+             "decode_tok_s": median(vals(rs, "decode_tok_s"))} for d, rs in sorted(nights.items())]
+
+
+def positions(sections: list[dict], rows: list[GenRow], run_of: dict[tuple, RunRow],
+               top: int = 6) -> None:
+    """Acceptance by draft position for the best config of each series (the busiest
+    ``top`` series this week): drafted and accepted tokens are summed per series and
+    config, so chips, model pairs, runtimes, context buckets and sampling settings never
+    share one curve, and a set-aside run's generations are no part of it."""
+    want = [s for s in sections if s.get("metrics", {}).get("best_k")][:top]
+
+    def key(s: dict) -> tuple:
+        d = s["series"]
+        return (d["chip"], d["model_pair"], d["workload"], d["context_bucket"], d["engine"]), \
+            s["metrics"]["best_config"]
+
+    totals = {key(s): ([0] * s["metrics"]["best_k"], [0] * s["metrics"]["best_k"])
+              for s in want}
+    for sid, node, _, p in rows:  # one pass over the events, not one per section
+        r = run_of.get((sid, node, p.workload, p.get("context_bucket") or "short",
+                        result_pair(p), canonical(p.config)))
+        t = totals.get((r.series, r.cid.key)) if r is not None and not r.shaky else None
+        if t is None:
+            continue
+        for pos in p.acceptance_by_position or []:
+            i = pos["position"] - 1
+            if i < len(t[0]):
+                t[0][i] += pos["drafted"]
+                t[1][i] += pos["accepted"]
+    for s in want:
+        drafted, accepted = totals[key(s)]
+        s["acceptance_by_position"] = [a / d if d else None for a, d in zip(accepted, drafted)]
