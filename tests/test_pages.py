@@ -276,3 +276,39 @@ def test_a_configs_contention_readings_read_as_one_range(tmp_path):
     text = visible(dump_dom(out["html"]))
     assert text.count("contended: other processes used 56–71% of the CPU (limit 25%)") >= 2
     assert share(63) not in text
+
+
+def _cv_reason(cv: int, limit: int = 10) -> str:
+    # the agent's words (agent/summary.py config_summary)
+    return (f"decode tok/s CV {cv}% ≥ {limit}%: rerun with more repetitions or check the node "
+            "for background load")
+
+
+def _needs_data(aside: list[dict]) -> dict:
+    return {"verdict": {"decision": "needs more data", "evidence": "the long text",
+                        "caveats": []}, "set_aside": aside, "configs": []}
+
+
+def test_a_series_set_aside_for_its_spread_says_the_range_once_and_the_advice_at_the_top():
+    from orchestrator.review.page import shared_once
+
+    noisy = _needs_data([
+        {"config": "baseline", "runs": 1, "of": 1, "reasons": [_cv_reason(20)]},
+        {"config": "speculative k=2", "runs": 2, "of": 3, "reasons": [_cv_reason(15)]}])
+    one = _needs_data([{"config": "baseline", "runs": 1, "of": 1, "reasons": [_cv_reason(13)]}])
+    # another reason beside the spread: the row keeps its own evidence, whole
+    mixed = _needs_data([{"config": "baseline", "runs": 1, "of": 1,
+                          "reasons": [_cv_reason(12), "thermal throttling"]}])
+    decided = {**_needs_data([{"config": "baseline", "runs": 1, "of": 2,
+                               "reasons": [_cv_reason(30)]}])}
+    decided["verdict"] = {**decided["verdict"], "decision": "keep autoregressive"}
+    shared = shared_once([noisy, one, mixed, decided])
+    assert shared["noisy"] == 2
+    assert noisy["verdict"]["short_evidence"] == (
+        "3 of 4 runs set aside (decode tok/s varied 15–20% across repetitions; the plan "
+        "allows under 10%)")
+    assert one["verdict"]["short_evidence"].startswith("1 of 1 runs set aside (decode tok/s "
+                                                       "varied 13% across")
+    for s in (mixed, decided):
+        assert s["verdict"]["short_evidence"] == "the long text"
+    assert "rerun with more repetitions" not in noisy["verdict"]["short_evidence"]

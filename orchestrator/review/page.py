@@ -156,6 +156,33 @@ def _busy_runs(sections: list[dict]) -> tuple[int, int]:
     return aside, total
 
 
+# the agent's words for a config whose decode rate varied too much (agent/summary.py)
+_CV = re.compile(r"^decode tok/s CV (\d+)% ≥ (\d+)%: ")
+
+
+def _noisy(x: dict) -> list[tuple[int, int]] | None:
+    """(CV %, limit %) of a set-aside entry whose every reason is a spread past the plan's
+    limit; None when any other reason set it aside."""
+    found = [_CV.match(r) for r in x["reasons"]]
+    if not found or not all(found):
+        return None
+    return [(int(m.group(1)), int(m.group(2))) for m in found if m]
+
+
+def _noisy_evidence(aside: list[dict]) -> str | None:
+    """One short line for a series whose runs were all set aside for their spread."""
+    cvs = [_noisy(x) for x in aside]
+    if not aside or not all(cvs):
+        return None
+    spreads = [c for cs in cvs for c in cs or ()]
+    lo, hi = min(c for c, _ in spreads), max(c for c, _ in spreads)
+    limits = sorted({lim for _, lim in spreads})
+    n, of = sum(x["runs"] for x in aside), sum(x["of"] for x in aside)
+    spread = f"{lo}%" if lo == hi else f"{lo}–{hi}%"
+    return (f"{n} of {of} runs set aside (decode tok/s varied {spread} across repetitions; "
+            f"the plan allows under {'/'.join(f'{x}%' for x in limits)})")
+
+
 def shared_once(sections: list[dict]) -> dict:
     """Caveats every series shares move to the page's top; each row keeps its own. A
     series whose only evidence is runs set aside as contended says so briefly (the
@@ -163,6 +190,7 @@ def shared_once(sections: list[dict]) -> dict:
     cav = [s["verdict"].get("caveats") or [] for s in sections]
     common = [c for c in cav[0] if all(c in x for x in cav[1:])] if len(cav) > 1 else []
     busy_runs, total = _busy_runs(sections)
+    noisy = 0  # series whose runs were all set aside for their spread alone
     for s in sections:
         v = s["verdict"]
         v["own_caveats"] = [c for c in v.get("caveats") or [] if c not in common]
@@ -171,7 +199,11 @@ def shared_once(sections: list[dict]) -> dict:
         if v["decision"] == "needs more data" and aside and all(_contended(x) for x in aside):
             n, of = sum(x["runs"] for x in aside), sum(x["of"] for x in aside)
             v["short_evidence"] = f"{n} of {of} runs set aside (busy node)"
+        elif v["decision"] == "needs more data" and (short := _noisy_evidence(aside)):
+            v["short_evidence"] = short  # the advice is said once, at the top
+            noisy += 1
     return {"common_caveats": [c for c in common if BUSY not in c],
+            "noisy": noisy,
             "any_own_caveats": any(s["verdict"]["own_caveats"] for s in sections),
             "any_rules": any(s["verdict"].get("rules") for s in sections),
             "busy": {"runs": busy_runs, "of": total} if busy_runs else None}
