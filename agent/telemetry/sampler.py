@@ -106,6 +106,9 @@ class Sampler:
         self.pid, self.accounted = pid, accounted
 
     def __enter__(self):
+        # a reading now: the job's first run, often shorter than the counters can judge,
+        # has one from before it to be judged from (the thread's first is an interval away)
+        self.mark()
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
         self._thread.start()
         return self
