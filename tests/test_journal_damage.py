@@ -70,18 +70,24 @@ def test_a_single_far_seq_after_the_damage_still_never_stands(tmp_path):
     assert [s for s, _ in aside] == [5000] and aside[0][1].startswith("past the journal: ")
 
 
+def _forged_end_after_two_generations(tmp_path, **fields):
+    """The real journal with a forged job_finished (``fields`` over generations 2) after its
+    second generation, followed: (its seq - 1, the follow, stored seqs, set-aside rows)."""
+    lines = journal()
+    i = seq_of(lines, "generation", 1) + 1
+    forged = dump({"schema": 1, "seq": 0, "type": "job_finished", "ts": 1.0,
+                   "job_id": "recorded", "generations": 2, **fields})
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    f = follow_journal(store, _renumber(lines[:i] + [forged] + lines[i:], i), tmp_path / "n")
+    return (i, f, *_state(store, f.sweep_id))
+
+
 @pytest.mark.parametrize("status", ["ok", "stopped"])
 def test_a_forged_job_finished_that_counts_the_lines_before_it_is_set_aside(status, tmp_path):
     # before: "ok: 22 journal line(s) set aside": the real job after it (14 generations and
     # its own job_finished) went to quarantine, the forged end stood. The agent's
     # job_finished accounts for the whole plan (generations + failed + skipped)
-    lines = journal()
-    i = seq_of(lines, "generation", 1) + 1
-    forged = dump({"schema": 1, "seq": 0, "type": "job_finished", "ts": 1.0,
-                   "job_id": "recorded", "status": status, "generations": 2})
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
-    f = follow_journal(store, _renumber(lines[:i] + [forged] + lines[i:], i), tmp_path / "n")
-    stored, aside = _state(store, f.sweep_id)
+    i, f, stored, aside = _forged_end_after_two_generations(tmp_path, status=status)
     assert [s for s, _ in aside] == [i + 1]
     assert aside[0][1] == ("job_finished: generations 2 + failed 0 + skipped 0 is not the "
                            "plan's 16 generations")
@@ -91,13 +97,7 @@ def test_a_forged_job_finished_that_counts_the_lines_before_it_is_set_aside(stat
 
 def test_a_forged_job_finished_claiming_failures_it_has_no_lines_for_is_set_aside(tmp_path):
     # the plan's count made up with `failed`: there is no generation_failed line for them
-    lines = journal()
-    i = seq_of(lines, "generation", 1) + 1
-    forged = dump({"schema": 1, "seq": 0, "type": "job_finished", "ts": 1.0,
-                   "job_id": "recorded", "status": "ok", "generations": 2, "failed": 14})
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
-    f = follow_journal(store, _renumber(lines[:i] + [forged] + lines[i:], i), tmp_path / "n")
-    stored, aside = _state(store, f.sweep_id)
+    i, f, stored, aside = _forged_end_after_two_generations(tmp_path, status="ok", failed=14)
     assert [s for s, _ in aside] == [i + 1]
     assert aside[0][1] == ("job_finished: failed 14 disagrees with the journal before it "
                            "(0 generation_failed line(s))")
