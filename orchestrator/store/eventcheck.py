@@ -343,9 +343,11 @@ def _spread_problem(e: dict) -> str | None:
     c = e.get("spread")
     if c is None:
         return None
-    v = c.get("value") if type(c) is dict else None
-    if (type(v) not in (int, float) or not math.isfinite(v) or v < 0
-            or not _share(c.get("limit"))):
+    if type(c) is not dict:
+        return "spread must be {value: a fraction ≥ 0, limit: a fraction}"
+    v = c.get("value")
+    if (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)
+            or v < 0 or not _share(c.get("limit"))):
         return "spread must be {value: a fraction ≥ 0, limit: a fraction}"
     return None
 
