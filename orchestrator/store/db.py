@@ -254,8 +254,9 @@ class Store:
         return new
 
     def quarantine(self, sweep_id: str, node: str, items: list) -> int:
-        """Keep lines the decode boundary set aside (``decode.Quarantined``), once each;
-        returns how many were new."""
+        """Keep lines the decode boundary set aside (``decode.Quarantined``), once per
+        occurrence (identical lines are kept as often as the journal has them; the same
+        occurrence read again is kept once); returns how many were new."""
         with self.engine.begin() as c:
             return len(self._quarantine(c, sweep_id, node, items))
 
@@ -273,7 +274,8 @@ class Store:
             row = {"sweep_id": sweep_id, "node": node, "seq": q.seq,
                    "reason": reason.replace("\x00", "\ufffd"),
                    "line": line.decode("utf-8", "replace")[:65536].replace("\x00", "\ufffd"),
-                   "line_sha256": digest, "received_at": now}
+                   "line_sha256": digest, "occurrence": getattr(q, "occurrence", 1),
+                   "received_at": now}
             if c.execute(self._insert(QuarantinedEvent).values(**row).on_conflict_do_nothing()
                          .returning(QuarantinedEvent.id)).all():
                 new.append(q)

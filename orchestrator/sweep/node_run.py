@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from agent.protocol import FINAL_EVENTS, model_roles
@@ -193,6 +196,10 @@ class NodeRun:
                f"{q(sn.journal_path)} --from-seq {cov.through} --pid {pid}")
         pipeline = IngestPipeline(self.ingest)
         ends: list[dict] = []
+        # each read starts at the journal's top and sends every line without a readable
+        # seq again: the k-th identical set-aside line of this read is the journal's k-th,
+        # so counting per read keeps one row per line and a re-read adds none
+        repeats: Counter[bytes] = Counter()
         try:
             # aclosing: a follower left early (an agent refused mid-stream) is closed now,
             # not whenever the garbage collector finds it after the event loop is gone
@@ -202,7 +209,9 @@ class NodeRun:
                         continue
                     typed = self.decoder.event(line)  # the one boundary; may refuse the agent
                     if isinstance(typed, Quarantined):
-                        await self.set_aside(typed)
+                        key = hashlib.sha256(typed.line.encode("utf-8", "replace")).digest()
+                        repeats[key] += 1
+                        await self.set_aside(replace(typed, occurrence=repeats[key]))
                         continue
                     event = typed.raw  # the checked object: what the store keeps and reads
                     if event["type"] in FINAL_EVENTS:
