@@ -215,7 +215,8 @@ class Store:
         return status
 
     def ingest(self, sweep_id: str, node: str, events: list[dict],
-               raw: list[str] | None = None, refused: list | None = None) -> int:
+               raw: list[str] | None = None, refused: list | None = None,
+               open_end: bool = False) -> int:
         """Store events (and their measurements, telemetry, runs) once; returns how many
         events were new. ``raw`` are the journal lines the events were parsed from: stored
         as they are, they need not be serialised again (ingest is the hot path).
@@ -223,12 +224,13 @@ class Store:
         Append-only (``ledger.admit``): a line that conflicts with what is stored, measures
         a run again or outside the plan, or ends the job with counts the journal does not
         hold is set aside with its reason, in the same transaction; the newly set-aside
-        ones are appended to ``refused``."""
+        ones are appended to ``refused``. ``open_end``: the node's agent may still be
+        writing (see ``ledger.admit``)."""
         if not events:
             return 0
         payloads = raw or [json.dumps(e, separators=(",", ":")) for e in events]
         with self.engine.begin() as c:
-            events, payloads, out = admit(c, sweep_id, node, events, payloads)
+            events, payloads, out = admit(c, sweep_id, node, events, payloads, open_end)
             if out:
                 kept = self._quarantine(c, sweep_id, node, out)
                 if refused is not None:

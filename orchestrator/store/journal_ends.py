@@ -27,6 +27,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+import orjson
+
 from sqlalchemy import Text, delete, func, select, type_coerce
 
 from .models import Event, Measurement, QuarantinedEvent
@@ -128,20 +130,46 @@ def move_aside(c, sweep_id: str, node: str, seqs: list[int], why) -> list[Refuse
     return [Refused(seq, why(seq), line, moved=kind) for seq, kind, line in rows]
 
 
-def last_word(events: list[dict], end: int | None) -> int | None:
-    """The seq of this read's last job_finished when the journal went on to it: it is the
-    read's last in journal order and the highest (over the stored end too). The lines up to
-    it are judged as the journal's, not as lines after an earlier end: an agent writes one
-    job_finished, as its last line, so an earlier one the journal goes on after (its counts
-    agreeing with the lines before it or not) was not the agent's last word."""
+def last_word(c, sweep_id: str, node: str, events: list[dict], end: int | None,
+              open_end: bool) -> tuple[int | None, dict[int, str]]:
+    """The seq of this read's last job_finished when the journal went on to it (``open_end``:
+    its agent may still be writing; it is the read's last in journal order and the highest,
+    over the stored end too), and the ends already set aside as not the last word (read
+    again, they stay aside). The lines up to that job_finished are judged as the journal's,
+    not as lines after an earlier end: an agent writes one job_finished, as its last line,
+    so an earlier one the journal goes on after was not its last word, whatever it counts."""
     ends = [e["seq"] for e in events if e["type"] == "job_finished"]
-    if not ends or ends[-1] != max(ends) or (end is not None and ends[-1] <= end):
-        return None
-    return ends[-1]
+    if not ends:
+        return None, {}
+    replaced = dict(c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.reason).where(
+        QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+        QuarantinedEvent.seq.in_(ends), QuarantinedEvent.reason.startswith(NOT_LAST))).all())
+    if not open_end or ends[-1] != max(ends) or (end is not None and ends[-1] <= end):
+        return None, replaced
+    return ends[-1], replaced
+
+
+def with_set_aside(c, sweep_id: str, node: str, end: int, events: list[dict],
+                   lines: list[str]) -> tuple[list[dict], list[str]]:
+    """This read, after the lines set aside as past the stored ``end`` in earlier reads
+    (a later job_finished shows the journal went on: they are judged again as the
+    journal's). A line kept whole comes back from its set-aside row; one kept cut or
+    altered (64 KiB, NUL) stays a hole, which the follower reads again from the node."""
+    rows = c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.line,
+                            QuarantinedEvent.line_sha256).where(
+        QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+        QuarantinedEvent.seq > end, QuarantinedEvent.seq < min(e["seq"] for e in events),
+        QuarantinedEvent.reason.startswith(END_REASONS[1])).order_by(QuarantinedEvent.seq))
+    back = [(orjson.loads(x), x) for _, x, h in rows
+            if hashlib.sha256(x.encode("utf-8", "replace")).hexdigest() == h]
+    return [e for e, _ in back] + events, [x for _, x in back] + lines
+
+
+NOT_LAST = "job_finished: not the agent's last word:"
 
 
 def not_last(seq: int, end: int) -> str:
-    return (f"job_finished: not the agent's last word: the journal goes on after it to the "
+    return (f"{NOT_LAST} the journal goes on after it to the "
             f"job_finished at seq {end} (a forged or damaged end at seq {seq})")
 
 

@@ -31,6 +31,7 @@ from .journal_ends import (
     jump_reason,
     last_word,
     move_aside,
+    with_set_aside,
     past_end,
     reach,
     withdraw_jumps,
@@ -128,19 +129,32 @@ def _before_plan(c, sweep_id: str, node: str, plan: _Plan, events: list[dict],
     return [events[i] for i in keep], [lines[i] for i in keep], out
 
 
-def admit(c, sweep_id: str, node: str, events: list[dict],
-          payloads: list[str]) -> tuple[list[dict], list[str], list[Refused]]:
-    """The events (and their lines) the store may append, and the refused ones."""
-    seqs = [e["seq"] for e in events]
+def _stored_lines(c, sweep_id: str, node: str, seqs: list[int]) -> dict[int, str]:
+    """seq -> stored line, for the seqs of this read the store holds already."""
     # usually none is stored (the follower reads on from the last stored seq): look up the
     # numbers first, and read back only the events a line collides with
     hits = set(c.execute(select(Event.seq).where(
         Event.sweep_id == sweep_id, Event.node == node,
         Event.seq.between(min(seqs), max(seqs)))).scalars()) & set(seqs)
     # as text: a re-read line is the stored text exactly, compared without parsing
-    stored: dict[int, str] = dict(c.execute(select(Event.seq, type_coerce(
-        Event.payload, Text)).where(Event.sweep_id == sweep_id, Event.node == node,
-                                    Event.seq.in_(hits))).all()) if hits else {}
+    return dict(c.execute(select(Event.seq, type_coerce(Event.payload, Text)).where(
+        Event.sweep_id == sweep_id, Event.node == node,
+        Event.seq.in_(hits))).all()) if hits else {}
+
+
+def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
+          open_end: bool = False) -> tuple[list[dict], list[str], list[Refused]]:
+    """The events (and their lines) the store may append, and the refused ones.
+    ``open_end``: the node's agent may still be writing (its end not yet recorded), so a
+    job_finished the journal goes on after, in order, to a later one is not its end; once
+    the end is recorded, lines appended after it (a later job_finished too) are set aside."""
+    end = c.execute(select(func.min(Event.seq)).where(
+        Event.sweep_id == sweep_id, Event.node == node, IS_FINISHED)).scalar()
+    final, replaced = last_word(c, sweep_id, node, events, end, open_end)
+    if final is not None and end is not None:  # what was set aside past the stored end
+        events, payloads = with_set_aside(c, sweep_id, node, end, events, payloads)
+    seqs = [e["seq"] for e in events]
+    stored = _stored_lines(c, sweep_id, node, seqs)
     gens = [e["run_index"] for e in events if e["type"] == "generation"]
     measured: dict[int, int] = {}
     if gens:
@@ -148,10 +162,7 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
             Measurement.sweep_id == sweep_id, Measurement.node == node,
             Measurement.run_index.between(min(gens), max(gens)))).all())
     plan = _Plan(c, sweep_id, node)
-    end = c.execute(select(func.min(Event.seq)).where(
-        Event.sweep_id == sweep_id, Event.node == node, IS_FINISHED)).scalar()
     top, ended, olds = reach(c, sweep_id, node, seqs), False, []
-    final = last_word(events, end)
     batch: dict[int, str] = {}
     keep_e: list[dict] = []
     keep_p: list[str] = []
@@ -183,7 +194,7 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
             else:
                 why = plan.problem(e)
         elif kind == "job_finished":
-            why = _finish_problem(c, sweep_id, node, e, keep_e)
+            why = replaced.get(seq) or _finish_problem(c, sweep_id, node, e, keep_e)
         if why is not None:
             refused.append(Refused(seq, why, line))
             continue

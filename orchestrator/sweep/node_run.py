@@ -47,6 +47,7 @@ class NodeRun:
         self.stopped = False  # --stop ended its agent: the node is free again
         self._home: str | None = None  # the node's $HOME, asked once
         self.decoder = Decoder(host.name)
+        self.open_end = False  # whether the agent followed may still write (follow_once)
 
     async def set_aside(self, q: Quarantined) -> None:
         """A line that failed the decode boundary: kept with its reason, said once, and the
@@ -170,7 +171,8 @@ class NodeRun:
 
         def store_batch() -> list:
             refused: list = []  # fresh per attempt: a rolled-back attempt said nothing
-            self.store.ingest(self.sweep_id, self.host.name, batch, raw, refused)
+            self.store.ingest(self.sweep_id, self.host.name, batch, raw, refused,
+                              open_end=self.open_end)
             return refused
 
         for r in await self.with_store(store_batch):
@@ -192,6 +194,9 @@ class NodeRun:
                      f"node (seq {ranges_text(cov.holes)})")
         # a finished agent's pid may be another process's by now: read to the end and stop
         pid = 0 if sn.state == "finished" else sn.pid or 0
+        # until the node's end is recorded its agent may still be writing: a job_finished
+        # the journal goes on after is not its last word (after, lines past it are forged)
+        self.open_end = sn.state in ("launching", "running")
         cmd = (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent follow "
                f"{q(sn.journal_path)} --from-seq {cov.through} --pid {pid}")
         pipeline = IngestPipeline(self.ingest)
