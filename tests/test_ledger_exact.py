@@ -291,3 +291,26 @@ def test_a_forged_job_failed_at_a_read_edge_is_moved_aside_by_the_next(any_url):
     assert [s for s, _ in aside] == [j + 1]
     assert store.last_event(sid, "n1")["type"] == "job_finished"
 
+
+
+def test_a_downgrade_below_0016_says_the_later_occurrences_it_deletes(any_url):
+    # three set-aside lines, two of them alike: the older store keeps one row per content,
+    # so going back deletes one row, said and refused without --yes; the default-valued
+    # occurrence column itself carries nothing the older store lacks
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+    from orchestrator.sweep.decode import Quarantined
+
+    store = open_store(any_url)
+    store.create_sweep("s1", JOB, None)
+    store.quarantine("s1", "n1", [Quarantined(None, "not JSON", "}}"),
+                                  Quarantined(None, "not JSON", "}}", occurrence=2),
+                                  Quarantined(None, "not JSON", "{{")])
+    r = CliRunner().invoke(main, ["db", "downgrade", "0015", "--db", any_url])
+    assert r.exit_code == 1, r.output
+    assert "would delete:\n  table quarantined_events: 1 row(s)\n" in r.output, r.output
+    assert store.quarantined_count("s1", "n1") == 3
+    r = CliRunner().invoke(main, ["db", "downgrade", "0015", "--yes", "--db", any_url])
+    assert r.exit_code == 0 and r.output.strip() == "store at revision 0015", r.output
+    assert open_store(any_url).quarantined_count("s1", "n1") == 2  # upgraded back
