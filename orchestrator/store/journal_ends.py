@@ -28,7 +28,6 @@ import hashlib
 from dataclasses import dataclass
 
 import orjson
-
 from sqlalchemy import Text, delete, func, select, type_coerce
 
 from .models import Event, Measurement, QuarantinedEvent

@@ -31,9 +31,9 @@ from .journal_ends import (
     jump_reason,
     last_word,
     move_aside,
-    with_set_aside,
     past_end,
     reach,
+    with_set_aside,
     withdraw_jumps,
 )
 from .models import Event, Measurement, QuarantinedEvent, Sweep
@@ -56,6 +56,12 @@ def _same(stored: str, line: str) -> bool:
         return orjson.loads(stored) == orjson.loads(line)
     except orjson.JSONDecodeError:
         return False
+
+
+def _names(workloads) -> list[str]:
+    """The workload names a plan event or a job spec lists."""
+    return [n for w in workloads or [] if isinstance(w, dict)
+            and isinstance(n := w.get("name"), str)]
 
 
 class _Plan:
@@ -87,7 +93,7 @@ class _Plan:
         if self._spec is None:
             job = self.c.execute(select(Sweep.job).where(Sweep.id == self.sweep_id)).scalar()
             ws = job.get("workloads") if isinstance(job, dict) else None
-            self._spec = [w.get("name") for w in ws or [] if isinstance(w, dict)]
+            self._spec = _names(ws)
         return self._spec
 
     def problem(self, e: dict) -> str | None:
@@ -99,8 +105,7 @@ class _Plan:
             if type(total) is int and not 0 <= i < total:
                 return (f"not in the job: run_index {i} is outside the plan's {total} "
                         f"generations (0-{total - 1})")
-            names = [w.get("name") for w in plan.get("workloads") or []
-                     if isinstance(w, dict)]
+            names = _names(plan.get("workloads"))
             whose = "plan"
         if names and e["workload"] not in names:
             return (f"not in the job: workload {str(e['workload'])[:60]!r} is not one of the "
