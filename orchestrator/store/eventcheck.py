@@ -338,6 +338,18 @@ def _contention_problem(e: dict) -> str | None:
     return None
 
 
+def _spread_problem(e: dict) -> str | None:
+    """The spread that set a config aside (events 1.9), as the pages word it: fractions."""
+    c = e.get("spread")
+    if c is None:
+        return None
+    v = c.get("value") if type(c) is dict else None
+    if (type(v) not in (int, float) or not math.isfinite(v) or v < 0
+            or not _share(c.get("limit"))):
+        return "spread must be {value: a fraction ≥ 0, limit: a fraction}"
+    return None
+
+
 def _parity_problem(e: dict) -> str | None:
     """An http engine's streaming parity, as the review sums it (agent/summary.py)."""
     p = e.get("parity")
@@ -361,7 +373,7 @@ def _values_problem(e: dict) -> str | None:
 
 def _check_summary_and_reasons(e: dict) -> str | None:
     return (_check_summary(e) or _strings("unreliable_reasons")(e) or _parity_problem(e)
-            or _contention_problem(e)
+            or _contention_problem(e) or _spread_problem(e)
             or _values_problem(e))
 
 
