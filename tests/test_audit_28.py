@@ -122,6 +122,34 @@ def test_a_generation_for_a_config_the_job_never_had_is_set_aside(any_url, tmp_p
     _agent_lines_kept(store, f.sweep_id, planted)
 
 
+def _stored_events(store, sid: str) -> dict[int, dict]:
+    with store.engine.connect() as c:
+        return {seq: (p if isinstance(p, dict) else json.loads(p)) for seq, p in c.execute(
+            select(Event.seq, Event.payload).where(Event.sweep_id == sid))}
+
+
+@pytest.mark.xfail(strict=True, reason="audit 28: a forged line that takes a seq the agent "
+                   "writes later (within 64 of the journal) is stored; the agent's own event at "
+                   "that seq arrives second and is set aside as a 'conflict' (run 15 at 99999 "
+                   "tok/s, or a forged config summary; outcome ok, verify complete)")
+@pytest.mark.parametrize("kind", ["generation", "config_summary"])
+def test_a_forged_line_ahead_of_the_agent_does_not_take_its_seq(any_url, tmp_path, kind):
+    real = journal()
+    # the agent's line it copies, its seq kept: 20 (run 15) or 21 (the first summary)
+    forged = event(real[seq_of(real, kind, 15 if kind == "generation" else 0)])
+    if kind == "generation":
+        forged["decode_tok_s"] = FORGED_SPEED
+    else:
+        forged["metrics"]["decode_tok_s"] = {**forged["metrics"]["decode_tok_s"],
+                                             "median": FORGED_SPEED}
+    at = seq_of(real, "generation", 1) + 1  # between the agent's seq 6 and 7
+    lines = real[:at] + [dump(forged)] + real[at:]
+    store = open_store(any_url)
+    f = follow_journal(store, lines, tmp_path / "node")
+    assert _stored_events(store, f.sweep_id) == {event(x)["seq"]: event(x) for x in real}
+    assert _speeds(store, f.sweep_id) == _real_speeds()
+
+
 # -- 2. a forged end through a forged soak_result ------------------------------------------
 
 
