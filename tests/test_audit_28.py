@@ -277,6 +277,26 @@ def test_verify_of_a_repeated_line_does_not_send_the_user_to_a_backup(sqlite_url
     assert r.exit_code == 0, r.output
 
 
+@pytest.mark.xfail(strict=True, reason="audit 28: a 19 MiB line that is not JSON, whose "
+                   "first 16 MiB are a valid notice (6 M two-byte characters) and spaces, is "
+                   "stored as that notice (outcome ok; verify: conflict): the boundary counts "
+                   "characters against a limit in bytes, and parses the cut head")
+def test_the_cut_head_of_an_overlong_line_is_never_stored(sqlite_url, tmp_path):
+    from agent.protocol import MAX_EVENT_BYTES
+
+    lines, planted = _planted(seq_of(journal(), "generation", 1) + 1, b"{}")
+    at = planted[0] - 1
+    head = json.dumps({"schema": 1, "seq": planted[0], "type": "notice", "ts": 1.0,
+                       "message": "\u00e9" * 6_000_000}, ensure_ascii=False,
+                      separators=(",", ":")).encode()
+    # longer than the limit by more than the follower's 1 MiB read: the head goes out cut
+    lines[at] = head + b" " * (MAX_EVENT_BYTES - len(head) + (3 << 20)) + b"not JSON"
+    store = open_store(sqlite_url)
+    f = follow_journal(store, lines, tmp_path / "node")
+    stored, aside = _state(store, f.sweep_id)
+    assert planted[0] not in stored and len(aside) == 1, (stored, aside)
+
+
 # -- guards: what held --------------------------------------------------------------------
 
 
