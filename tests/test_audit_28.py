@@ -297,6 +297,28 @@ def test_the_cut_head_of_an_overlong_line_is_never_stored(sqlite_url, tmp_path):
     assert planted[0] not in stored and len(aside) == 1, (stored, aside)
 
 
+@pytest.mark.xfail(strict=True, reason="audit 28: on SQLite a generation with its "
+                   "'telemetry' key twice is judged by the last (the agent's) but the "
+                   "telemetry_samples view reads the first: ts 'evil', rss_bytes a string, a "
+                   "500-character memory_pressure reach SQL readers past the typed boundary")
+def test_a_duplicate_key_cannot_feed_the_telemetry_view_what_the_boundary_never_saw(
+        sqlite_url, tmp_path):
+    from orchestrator.store.models import TelemetrySample
+
+    lines = journal()
+    k = seq_of(lines, "generation")
+    real = event(lines[k])["telemetry"]
+    lines[k] = (b'{"telemetry":[{"ts":"evil","rss_bytes":"not a number","memory_pressure":"'
+                + b"A" * 500 + b'"}],' + lines[k][1:])  # orjson, like JSON.parse: last wins
+    store = open_store(sqlite_url)
+    f = follow_journal(store, lines, tmp_path / "node")
+    with store.engine.connect() as c:
+        rows = c.execute(select(TelemetrySample.c.ts, TelemetrySample.c.rss_bytes).where(
+            TelemetrySample.c.sweep_id == f.sweep_id, TelemetrySample.c.seq == k + 1)
+            .order_by(TelemetrySample.c.idx)).all()
+    assert [tuple(r) for r in rows] == [(t["ts"], t["rss_bytes"]) for t in real], rows
+
+
 # -- guards: what held --------------------------------------------------------------------
 
 
