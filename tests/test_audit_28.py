@@ -251,14 +251,14 @@ def _cli_verify(store_url: str, sid: str, root: Path, *extra: str):
                    "set aside (outcome ok) but `sweeps verify` says 'incomplete: 1 missing: "
                    "seq 5' (exit 1) and sends the user to --attach, which never mends it: the "
                    "digest script hashes U+FFFD where the store hashes the line as kept")
-def test_verify_accounts_for_a_line_that_is_not_utf8(sqlite_url, tmp_path):
+def test_verify_accounts_for_a_line_that_is_not_utf8(any_url, tmp_path):
     lines = journal()
     k = seq_of(lines, "generation")
     lines[k] = lines[k].replace(b'"code"', b'"c\xffde"')
-    store = open_store(sqlite_url)
+    store = open_store(any_url)
     f = follow_journal(store, lines, tmp_path / "node")
     assert f.outcome.startswith("ok: 1 journal line(s) set aside"), f.outcome
-    r = _cli_verify(sqlite_url, f.sweep_id, tmp_path / "node", "--json")
+    r = _cli_verify(any_url, f.sweep_id, tmp_path / "node", "--json")
     out = json.loads(r.stdout)
     assert (r.exit_code, out["complete"], out["nodes"][0]["set_aside"]) == (0, True, 1), out
 
@@ -266,13 +266,13 @@ def test_verify_accounts_for_a_line_that_is_not_utf8(sqlite_url, tmp_path):
 @pytest.mark.xfail(strict=True, reason="audit 28: a journal line repeated byte for byte "
                    "(stored once, outcome ok): `sweeps verify` exits 1 and advises restoring "
                    "the store from a backup")
-def test_verify_of_a_repeated_line_does_not_send_the_user_to_a_backup(sqlite_url, tmp_path):
+def test_verify_of_a_repeated_line_does_not_send_the_user_to_a_backup(any_url, tmp_path):
     lines = journal()
     k = seq_of(lines, "generation", 3)
     lines = lines[:k + 1] + [lines[k]] + lines[k + 1:]
-    store = open_store(sqlite_url)
+    store = open_store(any_url)
     f = follow_journal(store, lines, tmp_path / "node")
-    r = _cli_verify(sqlite_url, f.sweep_id, tmp_path / "node")
+    r = _cli_verify(any_url, f.sweep_id, tmp_path / "node")
     assert "restore the store from a backup" not in r.output, r.output
     assert r.exit_code == 0, r.output
 
