@@ -212,6 +212,38 @@ def test_a_forged_second_plan_does_not_set_the_agents_end_aside(any_url, tmp_pat
     assert f.outcome.startswith("ok"), f.outcome
 
 
+# -- 3b. a forged environment -----------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="audit 28: a second, forged environment_checked "
+                   "(other model fingerprints, mlx 9.9.9) mid-journal is stored and becomes the "
+                   "node's identity: every run is filed under a model pair the job never sent, "
+                   "shown so in review and site; outcome ok, verify complete")
+def test_a_forged_environment_does_not_rename_the_models_measured(any_url, tmp_path):
+    from orchestrator.store.models import Run, SweepNode
+    from tests.hostile import JOB
+
+    real = journal()
+    e = event(real[seq_of(real, "environment_checked")])
+    forged = dump({**e, "seq": 0, "versions": {"mlx": "9.9.9", "mlx-lm": "9.9.9"},
+                   "fingerprints": {"target": "sha256:" + "f" * 64,
+                                    "draft": "sha256:" + "e" * 64}})
+    lines, planted = _planted(seq_of(real, "generation", 1) + 1, forged)
+    store = open_store(any_url)
+    f = follow_journal(store, lines, tmp_path / "node")
+    sent = JOB["models"]["target"]["fingerprint"]
+    assert e["fingerprints"]["target"] == sent  # the agent's own line names the job's model
+    with store.engine.connect() as c:
+        identity = c.execute(select(SweepNode.identity).where(
+            SweepNode.sweep_id == f.sweep_id)).scalar()
+        filed = set(c.execute(select(Run.target_fingerprint).where(
+            Run.sweep_id == f.sweep_id)).scalars())
+    assert (identity["target_fingerprint"], identity["mlx_version"]) == (
+        sent, e["versions"]["mlx"]), identity
+    assert filed == {sent}, filed
+    _agent_lines_kept(store, f.sweep_id, planted)
+
+
 # -- 4. the outcome and `sweeps verify` disagree ---------------------------------------------
 
 
