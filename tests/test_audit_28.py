@@ -212,6 +212,30 @@ def test_a_forged_second_plan_does_not_set_the_agents_end_aside(any_url, tmp_pat
     assert f.outcome.startswith("ok"), f.outcome
 
 
+@pytest.mark.xfail(strict=True, reason="audit 28: a forged config_summary (median 99999 "
+                   "tok/s) ahead of the agent's own for the same config becomes that config's "
+                   "runs row; the agent's summary is stored as an event but its row is dropped "
+                   "(on conflict do nothing); outcome ok, verify complete")
+def test_a_forged_summary_ahead_of_the_agents_own_is_not_the_configs_run(any_url, tmp_path):
+    from orchestrator.store.models import Run
+
+    real = journal()
+    at = seq_of(real, "config_summary")
+    mine = event(real[at])
+    forged = json.loads(json.dumps(mine))
+    forged["seq"], forged["metrics"]["decode_tok_s"]["median"] = 0, FORGED_SPEED
+    lines, planted = _planted(at, dump(forged))
+    store = open_store(any_url)
+    f = follow_journal(store, lines, tmp_path / "node")
+    with store.engine.connect() as c:
+        medians = set(c.execute(select(Run.decode_tok_s_median).where(
+            Run.sweep_id == f.sweep_id)).scalars())
+    want = {event(x)["metrics"]["decode_tok_s"]["median"] for x in real
+            if event(x)["type"] == "config_summary"}
+    assert medians == want, medians
+    _agent_lines_kept(store, f.sweep_id, planted)
+
+
 # -- 3b. a forged environment -----------------------------------------------------------
 
 
