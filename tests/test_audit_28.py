@@ -303,10 +303,6 @@ def _cli_verify(store_url: str, sid: str, root: Path, *extra: str):
                                      store_url, *extra])
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: a line with bytes that are not UTF-8 is "
-                   "set aside (outcome ok) but `sweeps verify` says 'incomplete: 1 missing: "
-                   "seq 5' (exit 1) and sends the user to --attach, which never mends it: the "
-                   "digest script hashes U+FFFD where the store hashes the line as kept")
 def test_verify_accounts_for_a_line_that_is_not_utf8(any_url, tmp_path):
     lines = journal()
     k = seq_of(lines, "generation")
@@ -333,10 +329,6 @@ def test_verify_of_a_repeated_line_does_not_send_the_user_to_a_backup(any_url, t
     assert r.exit_code == 0, r.output
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: a 19 MiB line that is not JSON, whose "
-                   "first 16 MiB are a valid notice (6 M two-byte characters) and spaces, is "
-                   "stored as that notice (outcome ok; verify: conflict): the boundary counts "
-                   "characters against a limit in bytes, and parses the cut head")
 def test_the_cut_head_of_an_overlong_line_is_never_stored(sqlite_url, tmp_path):
     from agent.protocol import MAX_EVENT_BYTES
 

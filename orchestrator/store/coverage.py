@@ -114,6 +114,20 @@ def line_sha256(text: str) -> str:
     return hashlib.sha256(text.strip().encode("utf-8", "replace")).hexdigest()
 
 
+def kept_line_sha256(line: str) -> str:
+    """A set-aside line's content hash: the line as it is (a line that is UTF-8, as ever);
+    one with bytes that were not UTF-8 (arrived escaped) as the journal holds those bytes,
+    stripped, as `sweeps verify`'s digest script hashes it on the node."""
+    try:
+        return hashlib.sha256(line.encode("utf-8")).hexdigest()
+    except UnicodeEncodeError:
+        pass
+    try:
+        return hashlib.sha256(line.strip().encode("utf-8", "surrogateescape")).hexdigest()
+    except UnicodeEncodeError:  # a surrogate no byte was escaped to: as before, replaced
+        return hashlib.sha256(line.encode("utf-8", "replace")).hexdigest()
+
+
 def stored_line_hashes(store, sweep_id: str, node: str) -> dict[int, str]:
     """seq -> content hash of each stored event's line (kept as the text it arrived as)."""
     with store.engine.connect() as c:

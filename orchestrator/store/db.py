@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from agent.protocol import model_roles, role_kind
 
+from .coverage import kept_line_sha256
 from .ledger import admit
 from .migrate import (  # noqa: F401  (re-exported)
     alembic_config,
@@ -264,14 +265,13 @@ class Store:
 
     def _quarantine(self, c, sweep_id: str, node: str, items: list) -> list:
         """Insert set-aside lines; returns the ones that were not kept already."""
-        import hashlib
-
         now = datetime.now(timezone.utc)
         new = []
         for q in items:  # rare: one statement per line, to know what is new
-            # a line with bytes that were not UTF-8 arrives with them escaped: kept replaced
+            # a line with bytes that were not UTF-8 arrives with them escaped: kept replaced,
+            # hashed as the journal holds them (as `sweeps verify` hashes it on the node)
             line = q.line.encode("utf-8", "replace")
-            digest = hashlib.sha256(line).hexdigest()
+            digest = kept_line_sha256(q.line)
             reason = q.reason.encode("utf-8", "replace").decode()
             row = {"sweep_id": sweep_id, "node": node, "seq": q.seq,
                    "reason": reason.replace("\x00", "\ufffd"),

@@ -54,6 +54,18 @@ class Quarantined:
     occurrence: int = 1  # the how-manieth line of this content in the read (the follower's)
 
 
+def line_bytes(text: str) -> int:
+    """The line's length in bytes as the journal holds it (its escaped bytes that were not
+    UTF-8 one each); below a quarter of the limit its characters stand in (within it
+    either way), so a usual line is never encoded to be measured."""
+    if len(text) * 4 <= MAX_LINE_BYTES:  # at most 4 bytes a character: within it
+        return len(text)
+    try:
+        return len(text.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:  # a surrogate no byte was escaped to: 3 bytes, as passed
+        return len(text.encode("utf-8", "surrogatepass"))
+
+
 class Decoder:
     """Decodes one node's journal lines; remembers the agent version it announced."""
 
@@ -74,9 +86,12 @@ class Decoder:
         if isinstance(line, bytes):
             line = line.decode("utf-8", "surrogateescape")
         text = line[:-1] if line.endswith("\n") else line  # kept as the journal holds it
-        if len(text) > MAX_LINE_BYTES:
-            return Quarantined(None, f"line of {len(text)} characters is longer than "
-                                     f"{MAX_LINE_BYTES}", text)
+        size = line_bytes(text)
+        if size > MAX_LINE_BYTES:
+            # a line cut by the node's follower or the transport (MAX + 1 bytes) is never
+            # parsed: its head may be a valid event the line never was
+            return Quarantined(None, f"line of {size} bytes or more is longer than the "
+                                     f"limit of {MAX_LINE_BYTES} bytes", text)
         try:
             e = orjson.loads(text)
         except orjson.JSONDecodeError as err:

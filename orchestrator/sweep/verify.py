@@ -37,7 +37,9 @@ with open(sys.argv[1], "rb") as f:
         if not raw.endswith(b"\n"):
             partial = 1
             break
-        text = raw.decode("utf-8", "replace").strip()
+        # bytes that are not UTF-8 kept as they are (escaped, then restored): the store
+        # hashes such a line as the journal holds it, never with U+FFFD in their place
+        text = raw.decode("utf-8", "surrogateescape").strip()
         if not text:
             continue
         n += 1
@@ -46,7 +48,8 @@ with open(sys.argv[1], "rb") as f:
         except Exception:
             seq = None
         seq = seq if type(seq) is int else "-"
-        out.append("%s %s\n" % (seq, hashlib.sha256(text.encode("utf-8")).hexdigest()))
+        out.append("%s %s\n" % (seq, hashlib.sha256(
+            text.encode("utf-8", "surrogateescape")).hexdigest()))
 sys.stdout.write("".join(out))
 sys.stdout.write("end %d %d\n" % (n, partial))
 """
