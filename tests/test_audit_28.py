@@ -104,9 +104,6 @@ def test_a_forged_run_ahead_of_the_agent_does_not_take_its_measurement(any_url, 
     _agent_lines_kept(store, f.sweep_id, planted)
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: a generation for a config the job never "
-                   "had (num_draft_tokens 7; the job's knob is 2 or 3) is stored as a "
-                   "measurement")
 def test_a_generation_for_a_config_the_job_never_had_is_set_aside(any_url, tmp_path):
     g = event(journal()[seq_of(journal(), "generation", 15)])
     forged = _future_run(num_draft_tokens=7, knob_value=7,
@@ -271,10 +268,6 @@ def test_a_forged_environment_does_not_rename_the_models_measured(any_url, tmp_p
 # -- 4. the outcome and `sweeps verify` disagree ---------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: a journal line repeated (the same bytes, "
-                   "or the same JSON spaced otherwise) is stored once and the node is 'ok', "
-                   "but `sweeps verify` says incomplete ('repeats seq N ... not set aside') "
-                   "and advises restoring the store from a backup")
 @pytest.mark.parametrize("spacing", ["same bytes", "other spacing"])
 def test_a_repeated_line_leaves_outcome_and_verify_agreeing(sqlite_url, tmp_path, spacing):
     lines = journal()
@@ -315,9 +308,6 @@ def test_verify_accounts_for_a_line_that_is_not_utf8(any_url, tmp_path):
     assert (r.exit_code, out["complete"], out["nodes"][0]["set_aside"]) == (0, True, 1), out
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: a journal line repeated byte for byte "
-                   "(stored once, outcome ok): `sweeps verify` exits 1 and advises restoring "
-                   "the store from a backup")
 def test_verify_of_a_repeated_line_does_not_send_the_user_to_a_backup(any_url, tmp_path):
     lines = journal()
     k = seq_of(lines, "generation", 3)
@@ -345,10 +335,6 @@ def test_the_cut_head_of_an_overlong_line_is_never_stored(sqlite_url, tmp_path):
     assert planted[0] not in stored and len(aside) == 1, (stored, aside)
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: on SQLite a generation with its "
-                   "'telemetry' key twice is judged by the last (the agent's) but the "
-                   "telemetry_samples view reads the first: ts 'evil', rss_bytes a string, a "
-                   "500-character memory_pressure reach SQL readers past the typed boundary")
 def test_a_duplicate_key_cannot_feed_the_telemetry_view_what_the_boundary_never_saw(
         sqlite_url, tmp_path):
     from orchestrator.store.models import TelemetrySample

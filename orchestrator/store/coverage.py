@@ -15,7 +15,20 @@ from dataclasses import dataclass
 
 from sqlalchemy import Text, and_, cast, exists, func, select
 
+from .dupkeys import REWRITTEN
 from .models import Event, QuarantinedEvent
+
+# how the reason of a journal line that repeats a stored event begins (the same event again:
+# accounted for, not lost, not a conflict)
+REPEAT = "repeat:"
+# rows of the quarantine table that are no line set aside from the job: a repeat of a stored
+# event, and the journal line of an event stored written again
+NOT_ASIDE = (REPEAT, REWRITTEN)
+
+
+def repeat_reason(seq: int) -> str:
+    return (f"{REPEAT} a repeat of stored seq {seq} (the same event again; the journal "
+            "holds it twice, the store once)")
 
 
 def seq_ranges(seqs: list[int]) -> list[tuple[int, int]]:
@@ -129,11 +142,25 @@ def kept_line_sha256(line: str) -> str:
 
 
 def stored_line_hashes(store, sweep_id: str, node: str) -> dict[int, str]:
-    """seq -> content hash of each stored event's line (kept as the text it arrived as)."""
+    """seq -> content hash of each stored event's line (kept as the text it arrived as; for
+    an event stored written again, the hash of the journal's line kept beside it)."""
     with store.engine.connect() as c:
         rows = c.execute(select(Event.seq, cast(Event.payload, Text)).where(
             Event.sweep_id == sweep_id, Event.node == node))
-        return {seq: line_sha256(text) for seq, text in rows}
+        out = {seq: line_sha256(text) for seq, text in rows}
+        again = c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.line_sha256).where(
+            QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+            QuarantinedEvent.reason.startswith(REWRITTEN)))
+        out.update((seq, h) for seq, h in again if seq in out)
+        return out
+
+
+def repeated_seqs(store, sweep_id: str, node: str) -> list[int]:
+    """The stored seqs the node's journal repeats (the same event again), in order."""
+    with store.engine.connect() as c:
+        return sorted(s for s in c.execute(select(QuarantinedEvent.seq).where(
+            QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+            QuarantinedEvent.reason.startswith(REPEAT))).scalars() if s is not None)
 
 
 def set_aside_lines(store, sweep_id: str, node: str) -> tuple[set[int], Counter[str]]:
@@ -145,7 +172,9 @@ def set_aside_lines(store, sweep_id: str, node: str) -> tuple[set[int], Counter[
     with store.engine.connect() as c:
         for seq, digest, line in c.execute(select(
                 QuarantinedEvent.seq, QuarantinedEvent.line_sha256, QuarantinedEvent.line).where(
-                QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)):
+                QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+                # the journal line of an event stored written again is that event's
+                ~QuarantinedEvent.reason.startswith(REWRITTEN))):
             if seq is not None:
                 seqs.add(seq)
             hashes.update({digest, line_sha256(line)})

@@ -18,8 +18,9 @@ from sqlalchemy.orm import Session
 
 from agent.protocol import model_roles, role_kind
 
-from .coverage import kept_line_sha256
-from .ledger import admit
+from .coverage import NOT_ASIDE, kept_line_sha256
+from .journal_ends import Refused
+from .ledger import admit, repeat_problem
 from .migrate import (  # noqa: F401  (re-exported)
     alembic_config,
     downgrade,
@@ -286,7 +287,20 @@ class Store:
     def quarantined_count(self, sweep_id: str, node: str) -> int:
         with self.engine.connect() as c:
             return c.execute(select(func.count()).select_from(QuarantinedEvent).where(
-                QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)).scalar() or 0
+                QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+                *[~QuarantinedEvent.reason.startswith(p) for p in NOT_ASIDE])).scalar() or 0
+
+    def repeat(self, sweep_id: str, node: str, event: dict, line: str,
+               occurrence: int = 1) -> bool:
+        """A line the journal holds again for ``event``'s seq (in one read): when it is the
+        stored event again, kept as a repeat of it (accounted for, not set aside); False
+        when it is not (the ledger then judges it as any line)."""
+        with self.engine.begin() as c:
+            why = repeat_problem(c, sweep_id, node, event["seq"], line)
+            if why is not None:
+                self._quarantine(c, sweep_id, node, [Refused(event["seq"], why, line,
+                                                             occurrence=occurrence)])
+            return why is not None
 
     def set_aside_generations(self, sweep_id: str, node: str) -> tuple[int, int, list[str]]:
         """(generations measured, how many were set aside as unreliable, their reasons by

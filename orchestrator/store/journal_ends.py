@@ -48,6 +48,7 @@ class Refused:
     reason: str
     line: str
     moved: str | None = None
+    occurrence: int = 1  # the how-manieth line of this content in the read (a repeat's)
 
 
 def reach(c, sweep_id: str, node: str, seqs: list[int]) -> int:

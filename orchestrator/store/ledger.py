@@ -36,6 +36,8 @@ from .journal_ends import (
     with_set_aside,
     withdraw_jumps,
 )
+from .coverage import NOT_ASIDE, repeat_reason
+from .job_configs import Allowed, allowed_values, config_problem
 from .models import Event, Measurement, QuarantinedEvent, Sweep
 
 # the type as literal SQL, not a bound value: both databases then use the partial index
@@ -45,7 +47,7 @@ IS_FINISHED = text("events.type = 'job_finished'")
 
 # how the ledger's reasons begin (a line it refuses is an extra line, not one of the job's)
 LEDGER_REASONS = ("conflict:", "already measured:", "not in the job:", "job_finished:",
-                  *END_REASONS)
+                  *END_REASONS, *NOT_ASIDE)
 
 
 def _same(stored: str, line: str) -> bool:
@@ -56,6 +58,13 @@ def _same(stored: str, line: str) -> bool:
         return orjson.loads(stored) == orjson.loads(line)
     except orjson.JSONDecodeError:
         return False
+
+
+def repeat_problem(c, sweep_id: str, node: str, seq: int, line: str) -> str | None:
+    """Why ``line``, which the journal holds after another line of ``seq``, is a repeat of
+    the stored event (the same event again), or None when it is not one."""
+    stored = _stored_lines(c, sweep_id, node, [seq]).get(seq)
+    return repeat_reason(seq) if stored is not None and _same(stored, line) else None
 
 
 def _names(workloads) -> list[str]:
@@ -73,6 +82,8 @@ class _Plan:
         self._event: dict | None = None
         self._looked = False
         self._spec: list[str] | None = None
+        self._job: object = None
+        self._allowed: Allowed | None = None
 
     def event(self) -> dict | None:
         if not self._looked:
@@ -89,11 +100,18 @@ class _Plan:
             return True
         return False
 
+    def job(self) -> object:
+        """The job the controller sent (the sweep's job spec), read once."""
+        if self._job is None:
+            self._job = self.c.execute(select(Sweep.job).where(
+                Sweep.id == self.sweep_id)).scalar() or {}
+            self._allowed = allowed_values(self._job)
+        return self._job
+
     def spec_workloads(self) -> list[str]:
         if self._spec is None:
-            job = self.c.execute(select(Sweep.job).where(Sweep.id == self.sweep_id)).scalar()
-            ws = job.get("workloads") if isinstance(job, dict) else None
-            self._spec = _names(ws)
+            job = self.job()
+            self._spec = _names(job.get("workloads") if isinstance(job, dict) else None)
         return self._spec
 
     def problem(self, e: dict) -> str | None:
@@ -110,7 +128,8 @@ class _Plan:
         if names and e["workload"] not in names:
             return (f"not in the job: workload {str(e['workload'])[:60]!r} is not one of the "
                     f"{whose}'s ({', '.join(map(str, names))})")
-        return None
+        self.job()  # the knob values the job gives: a config it never had is not its run
+        return config_problem(self._allowed, e) if self._allowed is not None else None
 
 
 def _before_plan(c, sweep_id: str, node: str, plan: _Plan, events: list[dict],

@@ -24,6 +24,7 @@ from agent.events import Event
 from agent.protocol import EVENT_SCHEMA, EVENT_SCHEMA_MAJOR, MAX_EVENT_BYTES
 
 from ..errors import SpecfleetError
+from ..store.dupkeys import duplicate_key
 from ..store.eventcheck import (  # noqa: F401  (re-exported: the rules' historical home)
     GENERATION_RULES,
     MAX_INT32,
@@ -72,6 +73,7 @@ class Decoder:
     def __init__(self, node: str):
         self.node = node
         self.agent_version: str | None = None
+        self.duplicate: str | None = None  # the last line's key held twice (dupkeys)
 
     def event(self, line: str | bytes) -> Event | Quarantined:
         """The typed event, or why the line was set aside. Raises ``ProtocolMismatch``
@@ -83,6 +85,7 @@ class Decoder:
     def decode(self, line: str | bytes) -> dict | Quarantined:
         """The checked JSON object of the event (its wire form), or why the line was set
         aside. Raises ``ProtocolMismatch`` for an agent of another major schema version."""
+        self.duplicate = None
         if isinstance(line, bytes):
             line = line.decode("utf-8", "surrogateescape")
         text = line[:-1] if line.endswith("\n") else line  # kept as the journal holds it
@@ -102,6 +105,9 @@ class Decoder:
         if type(e) is not dict:
             return Quarantined(None, f"an event must be a JSON object, got "
                                      f"{type(e).__name__}", text)
+        # a key twice: readers of the line would disagree (SQLite's JSON reads the first,
+        # orjson the last); the follower stores the object checked here, written again
+        self.duplicate = duplicate_key(text, e)
         typ = e.get("type")
         fast = FAST_CHECKS.get(typ) if type(typ) is str else None
         if fast is not None and fast(e, text):  # nearly every line: valid, nothing to word

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import orjson
+
 from agent.protocol import FINAL_EVENTS, model_roles
 
 from ..errors import RemoteError, SpecfleetError, UnreachableError
@@ -25,6 +27,7 @@ from ..fleet.transport import connect, q
 from ..store import Store
 from ..store.coverage import coverage, ranges_text, seq_ranges
 from ..store.derived import rederive_measurements
+from ..store.dupkeys import rewritten_reason
 from ..store.errors import StoreFailure, translated
 from .decode import Decoder, Quarantined
 from .lease import hold_lease
@@ -178,6 +181,24 @@ class NodeRun:
         for r in await self.with_store(store_batch):
             self.say(f"set aside a journal line (seq {r.seq}): {r.reason[:160]}")
 
+    async def rewritten(self, event: dict, text: str, repeats: Counter[bytes]) -> str:
+        """A line holding a key twice: its event is stored written again from the checked
+        object, the line kept beside it (for `sweeps verify`). Returns what is stored."""
+        key = self.decoder.duplicate or ""
+        repeats[k := hashlib.sha256(text.encode("utf-8", "replace")).digest()] += 1
+        q = Quarantined(event["seq"], rewritten_reason(key, event["seq"]), text, repeats[k])
+        if await self.with_store(self.store.quarantine, self.sweep_id, self.host.name, [q]):
+            self.say(f"seq {event['seq']} holds key {key[:60]!r} twice: stored with each key's "
+                     "last value, as checked")
+        return orjson.dumps(event).decode()
+
+    async def repeated(self, event: dict, text: str, repeats: Counter[bytes]) -> bool:
+        """A second line of a seq in one read: a repeat of the stored event is kept as one
+        (True); anything else goes on to the ledger, which judges it (False)."""
+        repeats[k := hashlib.sha256(text.encode("utf-8", "replace")).digest()] += 1
+        return await self.with_store(self.store.repeat, self.sweep_id, self.host.name,
+                                     event, text, repeats[k])
+
     async def stored_whole(self) -> bool:
         """The store holds the node's journal to its final event, with no hole below it."""
         cov = await self.with_store(coverage, self.store, self.sweep_id, self.host.name)
@@ -205,6 +226,7 @@ class NodeRun:
         # seq again: the k-th identical set-aside line of this read is the journal's k-th,
         # so counting per read keeps one row per line and a re-read adds none
         repeats: Counter[bytes] = Counter()
+        read: set[int] = set()  # the seqs of this read's events: a second line is a repeat
         try:
             # aclosing: a follower left early (an agent refused mid-stream) is closed now,
             # not whenever the garbage collector finds it after the event loop is gone
@@ -219,13 +241,21 @@ class NodeRun:
                         await self.set_aside(replace(typed, occurrence=repeats[key]))
                         continue
                     event = typed.raw  # the checked object: what the store keeps and reads
+                    text = line.strip()
+                    if self.decoder.duplicate is not None:  # stored as checked (dupkeys)
+                        text = await self.rewritten(event, text, repeats)
+                    if event["seq"] in read:
+                        await pipeline.close()  # the first line of the seq, stored now
+                        if await self.repeated(event, text, repeats):
+                            continue
+                    read.add(event["seq"])
                     if event["type"] in FINAL_EVENTS:
                         ends.append(event)  # said once the ledger keeps it (it may be forged)
                     elif event["seq"] not in cov.covered:  # shown once, when it first arrives
                         self.progress(self.host.name, event)
                     # stored as written (again for a seq stored already: the store keeps
                     # one); no second serialisation
-                    await pipeline.add(event, line.strip())
+                    await pipeline.add(event, text)
         finally:
             await pipeline.close()
         last = await self.with_store(self.store.last_event, self.sweep_id, self.host.name)

@@ -23,7 +23,13 @@ from ..fleet.inventory import Host
 from ..fleet.node_paths import check_placement, expand_root
 from ..fleet.transport import SSHOptions, q
 from ..store import Store
-from ..store.coverage import ranges_text, seq_ranges, set_aside_lines, stored_line_hashes
+from ..store.coverage import (
+    ranges_text,
+    repeated_seqs,
+    seq_ranges,
+    set_aside_lines,
+    stored_line_hashes,
+)
 from ..store.derived import measurement_mismatches
 
 # Runs on the node with the agent's Python (standard library only). One output line per
@@ -71,6 +77,7 @@ class NodeLedger:
     journal_sha256: str | None = None  # over the journal's events (lines not set aside)
     store_sha256: str | None = None    # over the stored events; equal when complete
     partial_line: bool = False
+    repeats: list[int] = field(default_factory=list)  # stored seqs the journal repeats
     detail: str | None = None
     journal_path: str | None = None
 
@@ -84,6 +91,9 @@ class NodeLedger:
             return f"{self.node:<20} unverified  {self.detail}"
         text = (f"{self.node:<20} {self.status:<11} {self.journal_lines} journal line(s): "
                 f"{self.stored} stored, {self.set_aside} set aside")
+        if self.repeats:  # accounted for (among those set aside): listed, never a conflict
+            text += (f"; {len(self.repeats)} repeated line(s) of stored events (seq "
+                     f"{ranges_text(seq_ranges(self.repeats))}), each stored once")
         if self.holes:
             text += f"; {self.missing} missing: seq {ranges_text(self.holes)}"
         for c in self.conflicts[:10]:
@@ -162,7 +172,13 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
     # identical unreadable lines need five rows (one row is not all five)
     left = Counter(aside_hashes)
     events: list[tuple[int, str]] = []  # the journal's lines the store should hold as events
+    repeats: list[int] = []
     for i, (seq, sha) in enumerate(journal, 1):
+        have = stored.get(seq) if seq is not None else None
+        if have == sha and seq not in matched:  # the stored event (a repeat of it, next,
+            matched.add(seq)                    # is accounted for by its own row)
+            events.append((seq, sha))
+            continue
         if left[sha] > 0 or (seq is not None and sha in aside_hashes):
             left[sha] -= 1
             aside += 1  # set aside, with its reason
@@ -171,10 +187,8 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
             conflicts.append({"line": i, "seq": None, "problem": f"journal line {i} has no "
                               "readable seq and was neither stored nor set aside"})
             continue
-        have = stored.get(seq)
-        if have == sha and seq not in matched:
-            matched.add(seq)
-            events.append((seq, sha))
+        if have == sha:  # the stored event's very bytes again, kept before repeats were:
+            repeats.append(seq)  # nothing lost, nothing differs
         elif have is None and seq in aside_seqs:
             aside += 1  # set aside under its seq (the boundary kept part of a long line)
         elif have is None:
@@ -199,7 +213,8 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
     s_hash = _digest(list(stored.items()), list(stored))
     complete = not holes and not conflicts and j_hash == s_hash
     return NodeLedger(node, "complete" if complete else "incomplete", len(journal),
-                      len(stored), aside, seq_ranges(holes), conflicts, j_hash, s_hash)
+                      len(stored), aside, seq_ranges(holes), conflicts, j_hash, s_hash,
+                      repeats=repeats)
 
 
 def parse_digest(text: str) -> tuple[list[JournalLine], bool]:
@@ -252,6 +267,8 @@ def verify_sweep(store: Store, sweep_id: str, hosts: list[Host],
                 raise RemoteError(h.name, "journal digest", r.exit_status, str(e)) from None
         out = compare(h.name, journal, stored, aside_seqs, aside_hashes)
         out.partial_line = partial
+        out.repeats = sorted({*out.repeats, *await asyncio.to_thread(
+            repeated_seqs, store, sweep_id, h.name)})
         out.journal_path = sn.journal_path
         # the derived rows too: a measurement must be what its stored event says
         derived = await asyncio.to_thread(measurement_mismatches, store, sweep_id, h.name)
