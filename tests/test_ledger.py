@@ -261,13 +261,15 @@ def test_verify_refuses_an_unknown_sweep_and_marks_nodes_it_cannot_reach(swept, 
 def test_the_node_side_digest_hashes_each_line_as_the_store_keeps_it(tmp_path_factory, lines,
                                                                      tail):
     """DIGEST_SCRIPT (run on the node) against what the follower stores for the same bytes:
-    agent follow decodes UTF-8 with replacement, the controller strips the line; blank lines
-    are skipped and a last line without its newline is not complete yet."""
+    the controller strips the line; a line with bytes that are not UTF-8 (set aside) is
+    hashed as the journal holds them on both sides, never with U+FFFD in their place (audit
+    28, finding 9); blank lines are skipped and a last line without its newline is not
+    complete yet."""
     import contextlib
     import io
     import sys
 
-    from orchestrator.store.coverage import line_sha256
+    from orchestrator.store.coverage import kept_line_sha256, line_sha256
     from orchestrator.sweep.verify import DIGEST_SCRIPT, parse_digest
 
     path = tmp_path_factory.mktemp("digest") / "j.events.jsonl"
@@ -282,14 +284,17 @@ def test_the_node_side_digest_hashes_each_line_as_the_store_keeps_it(tmp_path_fa
     got, partial = parse_digest(out.getvalue())
     want = []
     for raw in lines:
-        text = raw.decode("utf-8", "replace")
+        text = raw.decode("utf-8", "surrogateescape")  # as the transport hands it over
         if not text.strip():
             continue
         try:
             seq = json.loads(text)["seq"]
         except (ValueError, TypeError, KeyError):
             seq = None
-        want.append((seq if type(seq) is int else None, line_sha256(text)))
+        utf8 = raw.decode("utf-8", "ignore").encode() == raw
+        # a UTF-8 line as the store keeps it (stripped); any other as its set-aside row
+        want.append((seq if type(seq) is int else None,
+                     line_sha256(text) if utf8 else kept_line_sha256(text)))
     assert got == want
     assert partial == bool(tail)
 

@@ -19,8 +19,7 @@ from sqlalchemy.orm import Session
 from agent.protocol import model_roles, role_kind
 
 from .coverage import NOT_ASIDE, kept_line_sha256
-from .journal_ends import Refused
-from .ledger import admit, repeat_problem
+from .ledger import admit
 from .migrate import (  # noqa: F401  (re-exported)
     alembic_config,
     downgrade,
@@ -218,7 +217,7 @@ class Store:
 
     def ingest(self, sweep_id: str, node: str, events: list[dict],
                raw: list[str] | None = None, refused: list | None = None,
-               open_end: bool = False) -> int:
+               open_end: bool = False, twice: frozenset[int] = frozenset()) -> int:
         """Store events (and their measurements, telemetry, runs) once; returns how many
         events were new. ``raw`` are the journal lines the events were parsed from: stored
         as they are, they need not be serialised again (ingest is the hot path).
@@ -227,12 +226,13 @@ class Store:
         a run again or outside the plan, or ends the job with counts the journal does not
         hold is set aside with its reason, in the same transaction; the newly set-aside
         ones are appended to ``refused``. ``open_end``: the node's agent may still be
-        writing (see ``ledger.admit``)."""
+        writing; ``twice``: seqs the follower's read holds more than one line of (see
+        ``ledger.admit``)."""
         if not events:
             return 0
         payloads = raw or [json.dumps(e, separators=(",", ":")) for e in events]
         with self.engine.begin() as c:
-            events, payloads, out = admit(c, sweep_id, node, events, payloads, open_end)
+            events, payloads, out = admit(c, sweep_id, node, events, payloads, open_end, twice)
             if out:
                 kept = self._quarantine(c, sweep_id, node, out)
                 if refused is not None:
@@ -289,18 +289,6 @@ class Store:
             return c.execute(select(func.count()).select_from(QuarantinedEvent).where(
                 QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
                 *[~QuarantinedEvent.reason.startswith(p) for p in NOT_ASIDE])).scalar() or 0
-
-    def repeat(self, sweep_id: str, node: str, event: dict, line: str,
-               occurrence: int = 1) -> bool:
-        """A line the journal holds again for ``event``'s seq (in one read): when it is the
-        stored event again, kept as a repeat of it (accounted for, not set aside); False
-        when it is not (the ledger then judges it as any line)."""
-        with self.engine.begin() as c:
-            why = repeat_problem(c, sweep_id, node, event["seq"], line)
-            if why is not None:
-                self._quarantine(c, sweep_id, node, [Refused(event["seq"], why, line,
-                                                             occurrence=occurrence)])
-            return why is not None
 
     def set_aside_generations(self, sweep_id: str, node: str) -> tuple[int, int, list[str]]:
         """(generations measured, how many were set aside as unreliable, their reasons by

@@ -60,13 +60,6 @@ def _same(stored: str, line: str) -> bool:
         return False
 
 
-def repeat_problem(c, sweep_id: str, node: str, seq: int, line: str) -> str | None:
-    """Why ``line``, which the journal holds after another line of ``seq``, is a repeat of
-    the stored event (the same event again), or None when it is not one."""
-    stored = _stored_lines(c, sweep_id, node, [seq]).get(seq)
-    return repeat_reason(seq) if stored is not None and _same(stored, line) else None
-
-
 def _names(workloads) -> list[str]:
     """The workload names a plan event or a job spec lists."""
     return [n for w in workloads or [] if isinstance(w, dict)
@@ -167,11 +160,15 @@ def _stored_lines(c, sweep_id: str, node: str, seqs: list[int]) -> dict[int, str
 
 
 def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
-          open_end: bool = False) -> tuple[list[dict], list[str], list[Refused]]:
+          open_end: bool = False, twice: frozenset[int] = frozenset(),
+          ) -> tuple[list[dict], list[str], list[Refused]]:
     """The events (and their lines) the store may append, and the refused ones.
     ``open_end``: the node's agent may still be writing (its end not yet recorded), so a
     job_finished the journal goes on after, in order, to a later one is not its end; once
-    the end is recorded, lines appended after it (a later job_finished too) are set aside."""
+    the end is recorded, lines appended after it (a later job_finished too) are set aside.
+    ``twice``: seqs the follower's read holds more than one line of: a second line of a
+    stored event there is the journal repeating it (kept as a repeat, so `sweeps verify`
+    accounts for the line), not the same line read again."""
     end = c.execute(select(func.min(Event.seq)).where(
         Event.sweep_id == sweep_id, Event.node == node, IS_FINISHED)).scalar()
     final, replaced = last_word(c, sweep_id, node, events, end, open_end)
@@ -194,9 +191,10 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
     for e, line in zip(events, payloads, strict=True):
         seq, kind = e["seq"], e["type"]
         why = None
-        if seq in batch:
-            if _same(batch[seq], line):
-                continue  # the same line twice: stored once
+        if seq in batch or seq in stored and seq in twice:
+            if _same(batch.get(seq) or stored[seq], line):
+                refused.append(Refused(seq, repeat_reason(seq), line))
+                continue  # the journal holds the event twice: stored once
             why = f"conflict: seq {seq} arrived earlier in this read with other content"
         elif seq in stored:
             if _same(stored[seq], line):

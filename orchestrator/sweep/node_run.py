@@ -50,6 +50,7 @@ class NodeRun:
         self.stopped = False  # --stop ended its agent: the node is free again
         self._home: str | None = None  # the node's $HOME, asked once
         self.decoder = Decoder(host.name)
+        self.twice: set[int] = set()  # seqs the current read holds more than one line of
         self.open_end = False  # whether the agent followed may still write (follow_once)
 
     async def set_aside(self, q: Quarantined) -> None:
@@ -172,10 +173,12 @@ class NodeRun:
         if not batch:
             return
 
+        twice = frozenset(self.twice)  # seqs this read has more than one line of
+
         def store_batch() -> list:
             refused: list = []  # fresh per attempt: a rolled-back attempt said nothing
             self.store.ingest(self.sweep_id, self.host.name, batch, raw, refused,
-                              open_end=self.open_end)
+                              open_end=self.open_end, twice=twice)
             return refused
 
         for r in await self.with_store(store_batch):
@@ -191,13 +194,6 @@ class NodeRun:
             self.say(f"seq {event['seq']} holds key {key[:60]!r} twice: stored with each key's "
                      "last value, as checked")
         return orjson.dumps(event).decode()
-
-    async def repeated(self, event: dict, text: str, repeats: Counter[bytes]) -> bool:
-        """A second line of a seq in one read: a repeat of the stored event is kept as one
-        (True); anything else goes on to the ledger, which judges it (False)."""
-        repeats[k := hashlib.sha256(text.encode("utf-8", "replace")).digest()] += 1
-        return await self.with_store(self.store.repeat, self.sweep_id, self.host.name,
-                                     event, text, repeats[k])
 
     async def stored_whole(self) -> bool:
         """The store holds the node's journal to its final event, with no hole below it."""
@@ -227,6 +223,7 @@ class NodeRun:
         # so counting per read keeps one row per line and a re-read adds none
         repeats: Counter[bytes] = Counter()
         read: set[int] = set()  # the seqs of this read's events: a second line is a repeat
+        self.twice.clear()
         try:
             # aclosing: a follower left early (an agent refused mid-stream) is closed now,
             # not whenever the garbage collector finds it after the event loop is gone
@@ -244,10 +241,8 @@ class NodeRun:
                     text = line.strip()
                     if self.decoder.duplicate is not None:  # stored as checked (dupkeys)
                         text = await self.rewritten(event, text, repeats)
-                    if event["seq"] in read:
-                        await pipeline.close()  # the first line of the seq, stored now
-                        if await self.repeated(event, text, repeats):
-                            continue
+                    if event["seq"] in read:  # the ledger judges it as a line repeated
+                        self.twice.add(event["seq"])
                     read.add(event["seq"])
                     if event["type"] in FINAL_EVENTS:
                         ends.append(event)  # said once the ledger keeps it (it may be forged)
