@@ -24,6 +24,8 @@ from __future__ import annotations
 import orjson
 from sqlalchemy import Text, func, select, text, type_coerce
 
+from .coverage import NOT_ASIDE, repeat_reason
+from .job_configs import Allowed, allowed_values, config_problem
 from .journal_ends import (
     END_REASONS,
     Refused,
@@ -36,8 +38,6 @@ from .journal_ends import (
     with_set_aside,
     withdraw_jumps,
 )
-from .coverage import NOT_ASIDE, repeat_reason
-from .job_configs import Allowed, allowed_values, config_problem
 from .models import Event, Measurement, QuarantinedEvent, Sweep
 
 # the type as literal SQL, not a bound value: both databases then use the partial index

@@ -175,8 +175,8 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
     repeats: list[int] = []
     for i, (seq, sha) in enumerate(journal, 1):
         have = stored.get(seq) if seq is not None else None
-        if have == sha and seq not in matched:  # the stored event (a repeat of it, next,
-            matched.add(seq)                    # is accounted for by its own row)
+        if seq is not None and have == sha and seq not in matched:
+            matched.add(seq)  # the stored event (a repeat of it, next, has a row of its own)
             events.append((seq, sha))
             continue
         if left[sha] > 0 or (seq is not None and sha in aside_hashes):
