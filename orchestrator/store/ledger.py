@@ -166,9 +166,8 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
     ``open_end``: the node's agent may still be writing (its end not yet recorded), so a
     job_finished the journal goes on after, in order, to a later one is not its end; once
     the end is recorded, lines appended after it (a later job_finished too) are set aside.
-    ``twice``: seqs the follower's read holds more than one line of: a second line of a
-    stored event there is the journal repeating it (kept as a repeat, so `sweeps verify`
-    accounts for the line), not the same line read again."""
+    ``twice``: seqs the follower's read has more than one line of: there a stored event's
+    line again is a repeat in the journal (kept as one, for `sweeps verify`), no re-read."""
     end = c.execute(select(func.min(Event.seq)).where(
         Event.sweep_id == sweep_id, Event.node == node, IS_FINISHED)).scalar()
     final, replaced = last_word(c, sweep_id, node, events, end, open_end)
