@@ -35,9 +35,6 @@ def test_a_server_with_constant_first_token_latency_keeps_up():
     assert saturation([m], "request_rate", 8.0) is None, m["served_rps"]
 
 
-@pytest.mark.xfail(strict=True, reason="gap (issue 27, 5): a step followed by a drift is "
-                   "reported as the drift alone, from the new level: an 11% step at night 10 "
-                   "(an identity change that night) is dropped")
 def test_a_step_then_a_drift_reports_the_step():
     rng = np.random.default_rng(1)
     n = 28

@@ -40,7 +40,7 @@ from datetime import date
 import numpy as np
 
 from .arnoise import Noise, end_se, slope_z
-from .ramps import ramp_or_step, ramp_over_steps
+from .ramps import ramp_or_step, ramp_over_steps, sharp_jump
 
 MIN_NIGHTS = 4       # a level held fewer nights than this inside the window is transient
 MIN_TAIL = 2         # nights at the window's end that can show a possible step
@@ -227,10 +227,11 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
         if abs(size) < MIN_CHANGE or abs(after - before) / se < Z:
             continue  # a drift's start or end
         drifting = [sums.fit(i, j, k)[1] for i, j, k in (a, b) if k == "line"]
-        if drifting and all((s > 0) == (size > 0) for s in drifting):
+        lo, hi = max(i0, j0 - 40), min(j1, j0 + 40)
+        sharp = bool(drifting) and all((s > 0) == (size > 0) for s in drifting)
+        if sharp and not sharp_jump(x[lo:hi], j0 - lo, (k0, k1), nz.lr ** 2 * log_n):
             continue  # a jump the way a drift beside it goes: the drift's edge, not a step
         if k0 == k1 == "flat" and j1 - j0 >= MIN_NIGHTS:
-            lo, hi = max(i0, j0 - 40), min(j1, j0 + 40)
             ramp = ramp_or_step(x[lo:hi], j0 - lo, nz.lr ** 2 * log_n, MIN_DRIFT)
             if ramp is not None:
                 # the move is confirmed (above); its shape says drift, not step
@@ -238,8 +239,9 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
                             "before": before, "after": after, "size": size,
                             "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
                 continue
+        # sharp: a step a drift beside it cannot explain; it stays a step (_join_drifts)
         out.append({"index": j0, "kind": "step" if j1 - j0 >= MIN_NIGHTS else "possible step",
-                    "before": before, "after": after, "size": size,
+                    "before": before, "after": after, "size": size, "sharp": sharp,
                     "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
     for i, j, kind in segs:
         if kind == "line":
@@ -248,11 +250,12 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
             out.append({"index": i, "until": j - 1, "kind": "drift", "before": level,
                         "after": end, "size": end / level - 1,
                         "z": slope_z(j - i, slope, nz), "nights": [j - i]})
+    caused = {i for i, night in enumerate(keep)
+              if night in causes or night - 1 in causes or night + 1 in causes}
     out = _join_drifts(sorted(out, key=lambda f: f["index"]),
-                       {i for i, night in enumerate(keep) if night in causes
-                        or night - 1 in causes or night + 1 in causes},
-                       x)
+                       caused | {f["index"] for f in out if f.get("sharp")}, x)
     for f in out:  # back to nights and to the series' own units
+        f.pop("sharp", None)
         f["index"] = keep[f["index"]]
         if "until" in f:
             f["until"] = keep[f["until"]]
@@ -265,7 +268,8 @@ def _join_drifts(found: list[dict], caused: set[int], x: np.ndarray) -> list[dic
     """Moves the same way that meet: one drift. Drifts that meet or overlap; a step within
     ``MIN_DRIFT`` nights of a drift's end or start (the staircase a ramp leaves in flat
     segments); two such steps with a short level between them, when a ramp fits them better
-    than the three levels do. A step at an identity change stays a step."""
+    than the three levels do. A step at an identity change (or a sharp one: ``caused``
+    holds both) stays a step."""
     out: list[dict] = []
     for n, f in enumerate(found):
         p = out[-1] if out else None
@@ -458,7 +462,9 @@ def change_points(nights: list[tuple[date, float, dict]], labels) -> list[dict]:
     values = [v for _, v, _ in nights]
     causes = frozenset(i for i in range(1, len(nights)) if labels(nights[i - 1][2], nights[i][2]))
     out = []
-    for f in analyse(values, causes):
+    found = analyse(values, causes)
+    stepped = {f["index"] for f in found if f["kind"] != "drift"}
+    for f in found:
         at = f["index"]
         if f["kind"] != "drift":
             # the cause is the date: an identity change within a night of the break moves it
@@ -466,8 +472,8 @@ def change_points(nights: list[tuple[date, float, dict]], labels) -> list[dict]:
                     if 0 < i < len(nights) and labels(nights[i - 1][2], nights[i][2])]
             at = near[0] if near else at
             changed = labels(nights[at - 1][2], nights[at][2]) if at > 0 else []
-        else:
-            changed = labels(nights[max(at - 1, 0)][2], nights[f["until"]][2])
+        else:  # over its span; a step the night it starts names that night's change
+            changed = labels(nights[max(at - 1 + (at in stepped), 0)][2], nights[f["until"]][2])
         p = math.erfc(f["z"] / math.sqrt(2))
         cp = {"date": nights[at][0].isoformat(), "kind": f["kind"], "before": f["before"],
               "after": f["after"], "size": f["size"], "z": round(f["z"], 2), "p": p,
