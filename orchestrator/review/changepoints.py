@@ -53,6 +53,9 @@ QUIET_WEIGHT = 0.25   # … the share of it a first look asks of one change, to 
 NOISE_FLOOR = 0.005  # relative night-to-night noise assumed at least this (planted data is exact)
 MAX_PHI = 0.7        # the most memory a first look (differences) and the scores assume
 SE_MAX_PHI = 0.9     # … and the standard errors (exact AR(1) variance: short runs keep power)
+# times one parameter's price (long-run variance × log n) a jump beside a drift must save
+# over a continuous bend: at 1×, 2.5× the bench's drifts gained 3, 2 false edge steps; at 5× none
+JUMP_WEIGHT = 5.0
 POSSIBLE = "confirm on the next nights"
 
 
@@ -229,7 +232,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
         drifting = [sums.fit(i, j, k)[1] for i, j, k in (a, b) if k == "line"]
         lo, hi = max(i0, j0 - 40), min(j1, j0 + 40)
         sharp = bool(drifting) and all((s > 0) == (size > 0) for s in drifting)
-        if sharp and not sharp_jump(x[lo:hi], j0 - lo, (k0, k1), nz.lr ** 2 * log_n):
+        if sharp and not sharp_jump(x[lo:hi], j0 - lo, (k0, k1), JUMP_WEIGHT * nz.lr ** 2 * log_n):
             continue  # a jump the way a drift beside it goes: the drift's edge, not a step
         if k0 == k1 == "flat" and j1 - j0 >= MIN_NIGHTS:
             ramp = ramp_or_step(x[lo:hi], j0 - lo, nz.lr ** 2 * log_n, MIN_DRIFT)
