@@ -220,14 +220,16 @@ def served_rate(outcomes: list[Outcome]) -> float | None:
     rate is: (n − 1) gaps. Against 8 requests/s and a server finishing one every 1/4.8 s
     the lag grows 2/3 s a second: 4.8 served.
 
-    A lag that shrank while fewer than half the requests had their first token before the
-    last arrival is a backlog released at once (a server that holds requests and answers
-    them in one late burst: the later ones wait less for the same release), which shows no
-    pace; there, and where the completions span no time, the served rate is vLLM's request
-    throughput: completions over the level's wall time from its first send to its last
-    completion, less the median time a reply streams after its first chunk (a reply that
-    keeps up still streams after the last arrival); the wait for the first tokens stays
-    in, so a held burst is served over the hold, not over the burst."""
+    A lag that shrank by over half the arrivals' span while fewer than half the requests had
+    their first token before the last arrival is a backlog released at once (a server that
+    holds requests and answers them in one late burst: the later ones wait less for the same
+    release), which shows no pace; there, and where the completions span no time, the
+    served rate is vLLM's request throughput: completions over the level's wall time from
+    its first send to its last completion, less the median time a reply streams after its
+    first chunk (a reply that keeps up still streams after the last arrival); the wait for
+    the first tokens stays in, so a held burst is served over the hold, not over the burst.
+    A level whose replies' times vary by more than a few percent of its arrivals' span
+    shows no steady pace either way: give it more requests."""
     ok = sorted((o for o in outcomes if o.ok), key=lambda o: o.scheduled)
     if len(ok) < 2:
         return 0.0
@@ -236,8 +238,10 @@ def served_rate(outcomes: list[Outcome]) -> float | None:
     grew = (percentile(lags[-k:], 50) or 0.0) - (percentile(lags[:k], 50) or 0.0)
     last = max(o.scheduled for o in outcomes)
     answered = sum(o.sent + o.chunk_times[0] <= last for o in ok)
-    held = grew < 0 and 2 * answered < len(ok)  # a backlog released at once: no pace
-    if not held and (span := ok[-1].scheduled - ok[0].scheduled + grew) > 0:
+    arrivals = ok[-1].scheduled - ok[0].scheduled
+    # a backlog released at once: completions at over twice the arrivals' pace, after them
+    held = grew < -arrivals / 2 and 2 * answered < len(ok)
+    if not held and (span := arrivals + grew) > 0:
         return (len(ok) - 1) / span
     stream = percentile([o.chunk_times[-1] - o.chunk_times[0] for o in ok], 50) or 0.0
     span = max(o.end for o in ok) - min(o.sent for o in outcomes) - stream

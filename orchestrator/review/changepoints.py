@@ -219,33 +219,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
         if kept == segs:
             break
         segs = kept
-    out: list[dict] = []
-    for a, b in zip(segs, segs[1:]):
-        (i0, i1, k0), (j0, j1, k1) = a, b
-        l0, s0 = sums.fit(i0, i1, k0)
-        l1, s1 = sums.fit(j0, j1, k1)
-        before, after = l0 + s0 * (i1 - 1 - i0), l1
-        size = after / before - 1
-        se = math.hypot(end_se(i1 - i0, k0, nz), end_se(j1 - j0, k1, nz))
-        if abs(size) < MIN_CHANGE or abs(after - before) / se < Z:
-            continue  # a drift's start or end
-        drifting = [sums.fit(i, j, k)[1] for i, j, k in (a, b) if k == "line"]
-        lo, hi = max(i0, j0 - 40), min(j1, j0 + 40)
-        sharp = bool(drifting) and all((s > 0) == (size > 0) for s in drifting)
-        if sharp and not sharp_jump(x[lo:hi], j0 - lo, (k0, k1), JUMP_WEIGHT * nz.lr ** 2 * log_n):
-            continue  # a jump the way a drift beside it goes: the drift's edge, not a step
-        if k0 == k1 == "flat" and j1 - j0 >= MIN_NIGHTS:
-            ramp = ramp_or_step(x[lo:hi], j0 - lo, nz.lr ** 2 * log_n, MIN_DRIFT)
-            if ramp is not None:
-                # the move is confirmed (above); its shape says drift, not step
-                out.append({"index": lo + ramp[0], "until": lo + ramp[1], "kind": "drift",
-                            "before": before, "after": after, "size": size,
-                            "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
-                continue
-        # sharp: a step a drift beside it cannot explain; it stays a step (_join_drifts)
-        out.append({"index": j0, "kind": "step" if j1 - j0 >= MIN_NIGHTS else "possible step",
-                    "before": before, "after": after, "size": size, "sharp": sharp,
-                    "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
+    out = _breaks(x, segs, sums, nz, log_n)
     for i, j, kind in segs:
         if kind == "line":
             level, slope = sums.fit(i, j, kind)
@@ -264,6 +238,41 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
             f["until"] = keep[f["until"]]
         f["before"] *= scale
         f["after"] *= scale
+    return out
+
+
+def _breaks(x: np.ndarray, segs: list, sums: _Sums, nz: Noise, log_n: float) -> list[dict]:
+    """The findings at the breaks between segments: steps (possible steps at the end), and
+    drifts where a step's shape is a ramp. A jump the way a drift beside it goes is the
+    drift's edge unless no continuous bend fits it (then ``sharp``: a step of its own)."""
+    out: list[dict] = []
+    for a, b in zip(segs, segs[1:]):
+        (i0, i1, k0), (j0, j1, k1) = a, b
+        l0, s0 = sums.fit(i0, i1, k0)
+        l1, s1 = sums.fit(j0, j1, k1)
+        before, after = l0 + s0 * (i1 - 1 - i0), l1
+        size = after / before - 1
+        se = math.hypot(end_se(i1 - i0, k0, nz), end_se(j1 - j0, k1, nz))
+        if abs(size) < MIN_CHANGE or abs(after - before) / se < Z:
+            continue  # a drift's start or end
+        drifting = [sums.fit(i, j, k)[1] for i, j, k in (a, b) if k == "line"]
+        lo, hi = max(i0, j0 - 40), min(j1, j0 + 40)
+        sharp = bool(drifting) and sharp_jump(x[lo:hi], j0 - lo, (k0, k1),
+                                              JUMP_WEIGHT * nz.lr ** 2 * log_n)
+        if drifting and all((s > 0) == (size > 0) for s in drifting) and not sharp:
+            continue  # a jump the way a drift beside it goes: the drift's edge, not a step
+        if k0 == k1 == "flat" and j1 - j0 >= MIN_NIGHTS:
+            ramp = ramp_or_step(x[lo:hi], j0 - lo, nz.lr ** 2 * log_n, MIN_DRIFT)
+            if ramp is not None:
+                # the move is confirmed (above); its shape says drift, not step
+                out.append({"index": lo + ramp[0], "until": lo + ramp[1], "kind": "drift",
+                            "before": before, "after": after, "size": size,
+                            "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
+                continue
+        # sharp: a step a drift beside it cannot explain; it stays a step (_join_drifts)
+        out.append({"index": j0, "kind": "step" if j1 - j0 >= MIN_NIGHTS else "possible step",
+                    "before": before, "after": after, "size": size, "sharp": sharp,
+                    "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
     return out
 
 
