@@ -103,8 +103,9 @@ def test_any_clear_step_then_drift_is_both(n, data, size, slope, sign, sigma, se
     over 10 nights or more, σ ≤ 1%: a step within a night of its night, and a drift.
     (Without the identity change the jump must also beat every continuous bend: 1 of 6,000
     such random series missed it, a drift cut short at the window's end, and Hypothesis
-    found a step 4 nights from the start whose jump a bend explained. A drift of 0.5% a night after a 25% step may be taken into the step's new
-    level: the fit does not always keep it.)"""
+    found a step 4 nights from the start whose jump a bend explained. A drift of 0.5% a
+    night after a 25% step may be taken into the step's new level: the fit does not always
+    keep it.)"""
     at = data.draw(st.integers(4, n - 10))
     level = [1 + sign * (size + (i - at) * slope) * (i >= at) for i in range(n)]
     found = analyse(_noisy(seed, level, sigma), frozenset({at}))

@@ -190,14 +190,14 @@ def test_open_loop_overload_against_a_planted_runtime(model_pair, tmp_path):
 
 def test_a_long_prefill_keeps_up_and_a_held_burst_does_not_against_planted_runtimes(
         model_pair, tmp_path):
-    """Issue 27, through the agent and two planted runtimes at 8 requests/s for 4 s: one
+    """Issue 27, through the agent and two planted runtimes at 8 requests/s for 5 s: one
     whose first token always comes 1 s after the request (a long prefill; it serves each
     request apart, so it keeps up with any rate) is ok, its served rate the offered one
     (before: about 6.8 of 8, "cannot keep up"); one that holds every request until none
     has come for 1.5 s and then answers all at once is saturated (served over the hold)."""
     ev = run_load(model_pair, tmp_path, [planted("plain", "prefill", 5, wait_ms=1000),
                                          planted("draft", "hold", 5, True, wait_ms=1500)],
-                  {"request_rate": [8.0], "arrivals": "constant", "requests": 32},
+                  {"request_rate": [8.0], "arrivals": "constant", "requests": 40},
                   max_tokens=8)
     (prefill,) = levels(ev, "plain", "request_rate").values()
     (held,) = levels(ev, "draft", "request_rate").values()
@@ -206,8 +206,8 @@ def test_a_long_prefill_keeps_up_and_a_held_burst_does_not_against_planted_runti
     assert prefill["served_rps"] >= 0.95 * prefill["offered_rps"], prefill
     assert 1000 <= prefill["ttft_ms_p50"] < 1300
     assert held["status"] == "saturated", held
-    # 32 answered in one burst 1.5 s after the last arrival (3.875 s): at most 32 / 5.4 s
-    assert held["served_rps"] < 6.0 and held["stop_reason"].startswith("cannot keep up: ")
+    # 40 answered in one burst 1.5 s after the last arrival (4.875 s): about 40 / 6.4 s
+    assert held["served_rps"] < 7.0 and held["stop_reason"].startswith("cannot keep up: ")
 
 
 @settings(max_examples=200, deadline=None)
@@ -269,7 +269,8 @@ def test_any_long_latency_that_varies_little_keeps_up(seed, rate, n, share, stre
 def test_any_serial_server_slower_than_its_arrivals_is_saturated(rate, n, load, first):
     """Constant arrivals at ``rate`` to a server that serves one at a time, each taking
     ``load`` / rate (10% to 4× more than the gap; its first chunk at any share of it):
-    served is below 95% of offered, within 10% of the server's own rate, saturated."""
+    served is below 95% of offered and never below the server's own rate (the ends'
+    medians see less of the lag's growth, never more), saturated."""
     service, free, outs = load / rate, 0.0, []
     for i in range(n):
         start = max(i / rate, free)
@@ -278,5 +279,5 @@ def test_any_serial_server_slower_than_its_arrivals_is_saturated(rate, n, load, 
                                                              free - i / rate], end=free))
     m = summarize(outs, free)
     assert m["served_rps"] < 0.95 * m["offered_rps"], m
-    assert m["served_rps"] == pytest.approx(1 / service, rel=0.10), m
+    assert m["served_rps"] >= 1 / service - 0.002, m
     assert saturation([m], "request_rate", rate).startswith("cannot keep up: "), m
