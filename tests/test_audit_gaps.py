@@ -1,5 +1,5 @@
 """Gaps an audit of issues 27 and 28 found and left open, each a strict xfail naming it
-(each passes once the gap is closed). Inputs are written here, answers known by
+until it was closed (all are now: each passes). Inputs are written here, answers known by
 construction; all are pure functions or one in-process follow (seconds)."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 from agent.load import Outcome, saturation, summarize
 from orchestrator.review.changepoints import analyse

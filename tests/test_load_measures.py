@@ -117,11 +117,13 @@ def serial_send(service_s: float):
 def test_an_open_loop_the_server_cannot_keep_up_with_is_saturated():
     """40 requests/s offered to a server that serves 20 a second (one at a time, 50 ms
     each): served ≈ 20 of 40 offered, and the queue grows (every wait is at the server,
-    so the client's queue was empty: before, this level was ok)."""
+    so the client's queue was empty: before, this level was ok). Exactly timed, it reads
+    22: the medians of the first and last three requests see the lag grow over 9 of the
+    11 gaps (11 / (0.275 + 9 × 0.025) s)."""
     out, wall = open_loop(serial_send(0.05), 40.0, 12, "constant", 16)
     m = summarize(out, wall)
     assert m["offered_rps"] == pytest.approx(40.0, rel=0.001)
-    assert 15 <= m["served_rps"] <= 21 and m["queue_growth_ms"] > 150
+    assert 15 <= m["served_rps"] <= 23 and m["queue_growth_ms"] > 150
     assert m["queued_ms_p99"] < 50  # nothing waited at the client
     why = saturation([m], "request_rate", 40.0)
     assert why.startswith(f"cannot keep up: {m['served_rps']:.2f} requests/s served of "
