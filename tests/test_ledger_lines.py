@@ -147,3 +147,48 @@ def test_a_width_is_the_jobs_exactly_when_the_job_gives_it(widths, base, other):
     for w in [*widths, base]:
         assert config_problem(allowed, at(w)) is None
     assert (config_problem(allowed, at(other)) is None) == (other in [*widths, base])
+
+
+def _digest_pairs(lines: list[bytes]) -> list:
+    out = []
+    for x in lines:
+        text = x.decode("utf-8", "surrogateescape").strip()
+        out.append((json.loads(text)["seq"], hashlib.sha256(
+            text.encode("utf-8", "surrogateescape")).hexdigest()))
+    return out
+
+
+def test_a_line_with_a_key_twice_is_stored_as_checked_and_verify_accounts_for_it(
+        any_url, tmp_path):
+    """The agent's generation with 'telemetry' twice (forged first): the store holds the
+    object the boundary checked (the agent's telemetry), verify finds the journal line;
+    the same forged line reusing that seq after it is set aside, and verify agrees."""
+    from sqlalchemy import select
+
+    from orchestrator.store import open_store
+    from orchestrator.store.coverage import set_aside_lines, stored_line_hashes
+    from orchestrator.store.models import Event
+    from tests.hostile import follow_journal, seq_of
+
+    lines = journal()
+    k = seq_of(lines, "generation")
+    real = event(lines[k])
+    lines[k] = b'{"telemetry":[{"ts":"evil"}],' + lines[k][1:]
+    again = b'{"decode_tok_s":1,' + lines[k + 1][1:]  # seq k+2's line, a key twice
+    forged = (b'{"telemetry":[],' + json.dumps({**real, "decode_tok_s": 99999.0},
+                                               separators=(",", ":")).encode()[1:])
+    lines = lines[:k + 2] + [forged] + lines[k + 2:]
+    lines[k + 1] = again
+    store = open_store(any_url)
+    f = follow_journal(store, lines, tmp_path / "node")
+    assert f.stopped is None
+    with store.engine.connect() as c:
+        payload = dict(c.execute(select(Event.seq, Event.payload).where(
+            Event.sweep_id == f.sweep_id)).all())
+    got = {s: p if isinstance(p, dict) else json.loads(p) for s, p in payload.items()}
+    assert got[real["seq"]] == real  # the agent's own values, as the boundary checked them
+    assert got[real["seq"] + 1] == event(journal()[k + 1])
+    assert sorted(got) == list(range(1, 29))  # the forged line (seq 5 again) set aside
+    status = compare("n1", _digest_pairs(lines), stored_line_hashes(store, f.sweep_id, "n1"),
+                     *set_aside_lines(store, f.sweep_id, "n1"))
+    assert status.status == "complete", status.line()

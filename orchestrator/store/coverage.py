@@ -13,6 +13,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass
 
+import orjson
 from sqlalchemy import Text, and_, cast, exists, func, select
 
 from .dupkeys import REWRITTEN
@@ -145,13 +146,19 @@ def stored_line_hashes(store, sweep_id: str, node: str) -> dict[int, str]:
     """seq -> content hash of each stored event's line (kept as the text it arrived as; for
     an event stored written again, the hash of the journal's line kept beside it)."""
     with store.engine.connect() as c:
-        rows = c.execute(select(Event.seq, cast(Event.payload, Text)).where(
-            Event.sweep_id == sweep_id, Event.node == node))
-        out = {seq: line_sha256(text) for seq, text in rows}
-        again = c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.line_sha256).where(
+        texts = dict(c.execute(select(Event.seq, cast(Event.payload, Text)).where(
+            Event.sweep_id == sweep_id, Event.node == node)).all())
+        out = {seq: line_sha256(text) for seq, text in texts.items()}
+        again = c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.line_sha256,
+                                 QuarantinedEvent.line).where(
             QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
             QuarantinedEvent.reason.startswith(REWRITTEN)))
-        out.update((seq, h) for seq, h in again if seq in out)
+        for seq, digest, line in again:
+            # only for the event that line became (kept whole, the same object): a line of
+            # that seq the ledger refused must not stand for the event stored there
+            if seq in texts and line_sha256(line) == digest and \
+                    orjson.loads(line) == orjson.loads(texts[seq]):
+                out[seq] = digest
         return out
 
 
@@ -172,9 +179,9 @@ def set_aside_lines(store, sweep_id: str, node: str) -> tuple[set[int], Counter[
     with store.engine.connect() as c:
         for seq, digest, line in c.execute(select(
                 QuarantinedEvent.seq, QuarantinedEvent.line_sha256, QuarantinedEvent.line).where(
-                QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
-                # the journal line of an event stored written again is that event's
-                ~QuarantinedEvent.reason.startswith(REWRITTEN))):
+                # the journal line of an event stored written again is among them: where
+                # the ledger refused that event, the line is accounted for by it
+                QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)):
             if seq is not None:
                 seqs.add(seq)
             hashes.update({digest, line_sha256(line)})
