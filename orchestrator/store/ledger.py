@@ -20,7 +20,7 @@ Every refusal is a ``Quarantined`` (seq, reason, line), stored in the same trans
 from __future__ import annotations
 
 import orjson
-from sqlalchemy import Text, func, select, text, type_coerce
+from sqlalchemy import Text, func, select, type_coerce
 
 from .journal_ends import (
     END_REASONS,
@@ -31,12 +31,8 @@ from .journal_ends import (
     reach,
     withdraw_jumps,
 )
-from .models import Event, Measurement, QuarantinedEvent
-
-# the type as literal SQL, not a bound value: both databases then use the partial index
-# for it (migration 0015), where a parameter leaves the planner a scan of the node's events
-IS_PLAN = text("events.type = 'plan'")
-IS_FINISHED = text("events.type = 'job_finished'")
+from .ledger_context import read_context
+from .models import Event, QuarantinedEvent
 
 # how the ledger's reasons begin (a line it refuses is an extra line, not one of the job's)
 LEDGER_REASONS = ("conflict:", "already measured:", "not in the job:", "job_finished:",
@@ -56,21 +52,14 @@ def _same(stored: str, line: str) -> bool:
 class _Plan:
     """The job's plan as its first ``plan`` event said it (None until one is seen)."""
 
-    def __init__(self, c, sweep_id: str, node: str):
-        self.c, self.sweep_id, self.node = c, sweep_id, node
-        self._event: dict | None = None
-        self._looked = False
+    def __init__(self, stored: dict | None):
+        self._event = stored  # the node's stored plan event (ledger_context), if any
 
     def event(self) -> dict | None:
-        if not self._looked:
-            self._looked = True
-            self._event = self.c.execute(select(Event.payload).where(
-                Event.sweep_id == self.sweep_id, Event.node == self.node,
-                IS_PLAN).order_by(Event.seq).limit(1)).scalar()
         return self._event
 
     def saw(self, e: dict) -> None:
-        if self.event() is None:
+        if self._event is None:
             self._event = e
 
     def problem(self, e: dict) -> str | None:
@@ -92,25 +81,19 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
           payloads: list[str]) -> tuple[list[dict], list[str], list[Refused]]:
     """The events (and their lines) the store may append, and the refused ones."""
     seqs = [e["seq"] for e in events]
-    # usually none is stored (the follower reads on from the last stored seq): look up the
-    # numbers first, and read back only the events a line collides with
-    hits = set(c.execute(select(Event.seq).where(
-        Event.sweep_id == sweep_id, Event.node == node,
-        Event.seq.between(min(seqs), max(seqs)))).scalars()) & set(seqs)
+    gens = [e["run_index"] for e in events if e["type"] == "generation"]
+    # every look-up of the batch in one round trip; usually none of it is stored (the
+    # follower reads on from the last stored seq), and only a collision reads more
+    ctx = read_context(c, sweep_id, node, seqs, gens, END_REASONS[0])
+    hits = ctx.hits & set(seqs)
     # as text: a re-read line is the stored text exactly, compared without parsing
     stored: dict[int, str] = dict(c.execute(select(Event.seq, type_coerce(
         Event.payload, Text)).where(Event.sweep_id == sweep_id, Event.node == node,
                                     Event.seq.in_(hits))).all()) if hits else {}
-    gens = [e["run_index"] for e in events if e["type"] == "generation"]
-    measured: dict[int, int] = {}
-    if gens:
-        measured = dict(c.execute(select(Measurement.run_index, Measurement.seq).where(
-            Measurement.sweep_id == sweep_id, Measurement.node == node,
-            Measurement.run_index.between(min(gens), max(gens)))).all())
-    plan = _Plan(c, sweep_id, node)
-    end = c.execute(select(func.min(Event.seq)).where(
-        Event.sweep_id == sweep_id, Event.node == node, IS_FINISHED)).scalar()
-    top, ended = reach(c, sweep_id, node, seqs), False
+    measured = ctx.measured
+    plan = _Plan(ctx.plan)
+    end = ctx.end
+    top, ended = reach(ctx.base, ctx.aside, seqs), False
     batch: dict[int, str] = {}
     keep_e: list[dict] = []
     keep_p: list[str] = []
@@ -158,8 +141,10 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
     if ended and end is not None:  # the journal ends there: nothing stored stands past it
         keep_e, keep_p, out = past_end(c, sweep_id, node, end, keep_e, keep_p)
         refused += out
-    keep_e, keep_p, out = failed_ends(c, sweep_id, node, keep_e, keep_p)
-    withdraw_jumps(c, sweep_id, node, keep_e, keep_p)
+    # past_end may have moved stored events aside: then the stored job_failed are read again
+    keep_e, keep_p, out = failed_ends(c, sweep_id, node, keep_e, keep_p,
+                                      None if ended else ctx.failed)
+    withdraw_jumps(c, keep_e, keep_p, ctx.jumps)
     return keep_e, keep_p, refused + out
 
 
