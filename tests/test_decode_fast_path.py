@@ -13,7 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.protocol import GENERATION_METRICS
-from orchestrator.store.eventcheck import GENERATION_RULES, SAMPLE_RULES, event_problem
+from orchestrator.store.eventcheck import (
+    GENERATION_RULES,
+    SAMPLE_RULES,
+    event_problem,
+    openings,
+)
 from orchestrator.store.fastcheck import FAST_CHECKS
 from orchestrator.store.typedcheck import GenerationShape
 from orchestrator.sweep.decode import Decoder
@@ -153,3 +158,15 @@ def test_the_typed_shape_is_derived_from_the_columns():
     assert {r[0] for r in GENERATION_RULES} | set(GENERATION_METRICS) <= set(names)
     assert "max_length=128" in repr(names["workload"].type)  # measurements.workload
     assert names["output_text"].required and not names["knob"].required
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=()), max_size=200))
+def test_openings_counts_every_opening_bracket_of_any_text(text):
+    # surrogates too (a line read with surrogateescape), and every other character
+    assert openings(text) == text.count("{") + text.count("[")
+
+
+def test_openings_planted():
+    assert openings('{"a":[1,{"b":"[é{"}],"c":"\udcff"}') == 5
+    assert openings("") == 0

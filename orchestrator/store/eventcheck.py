@@ -382,6 +382,16 @@ _CONTAINERS = {dict, list}
 ABSENT = object()  # of no JSON type: a required field that is missing fails its check
 
 
+_NOT_OPENING = bytes(b for b in range(256) if b not in b"{[")
+
+
+def openings(text: str) -> int:
+    """How many objects and arrays a JSON text opens (brackets in strings too): a bound on
+    its depth, so a line with fewer cannot be too deep. In UTF-8 no other character holds
+    these bytes; ``translate`` counts both in one pass, twice ``str.count``'s speed."""
+    return len(text.encode("utf-8", "surrogatepass").translate(None, _NOT_OPENING))
+
+
 def too_deep(event: dict, limit: int) -> bool:
     """Nested deeper than ``limit`` objects/arrays (the event itself is level 1). Iterative:
     a hostile line must not exhaust the stack that reads it."""
@@ -459,7 +469,7 @@ def fields_problem(e: dict, text: str) -> str | None:
             return (f"{typ}: field {name!r} must be "
                     f"{'/'.join(_json_name(t) for t in types)}, got {got}")
     # a flat line cannot be deep: count brackets (C speed) before walking
-    if text.count("{") + text.count("[") > MAX_EVENT_DEPTH and too_deep(e, MAX_EVENT_DEPTH):
+    if openings(text) > MAX_EVENT_DEPTH and too_deep(e, MAX_EVENT_DEPTH):
         return f"{typ}: nested deeper than {MAX_EVENT_DEPTH} levels"
     if "\\u0000" in text or "\x00" in text:
         # model output may hold anything (kept, the NUL replaced below); nothing else

@@ -25,6 +25,7 @@ from .eventcheck import (
     MAX_INT32,
     MAX_TS,
     models_problem,
+    openings,
     too_deep,
 )
 from .typedcheck import GenerationShape
@@ -40,7 +41,7 @@ def _generation_ok(e: dict, text: str) -> bool:
         convert(e, GenerationShape)
     except ValidationError:
         return False
-    if text.count("{") + text.count("[") > MAX_EVENT_DEPTH and too_deep(e, MAX_EVENT_DEPTH):
+    if openings(text) > MAX_EVENT_DEPTH and too_deep(e, MAX_EVENT_DEPTH):
         return False
     if "\\u0000" in text or "\x00" in text:
         return False  # a NUL in model output is kept, replaced: eventcheck's to do
@@ -68,7 +69,7 @@ def _type_source(typ: str, fields: tuple) -> list[str]:
             body += [f"    v = get({name!r})",
                      f"    if v is not None and type(v) not in T{i}: return False"]
     body += [
-        "    if text.count('{') + text.count('[') > MAX_DEPTH and too_deep(e, MAX_DEPTH):",
+        "    if openings(text) > MAX_DEPTH and too_deep(e, MAX_DEPTH):",
         "        return False",
         "    if NUL_ESCAPED in text or NUL in text: return False",
         "    return deep(e)",
@@ -90,7 +91,8 @@ def _passes(check: Callable[[dict], str | None] | None) -> Callable[[dict], bool
 
 def _build() -> dict[str, FastCheck]:
     base = {"ABSENT": ABSENT, "MAX_TS": MAX_TS, "MAX_DEPTH": MAX_EVENT_DEPTH,
-            "too_deep": too_deep, "NUL": "\x00", "NUL_ESCAPED": "\\u0000"}
+            "too_deep": too_deep, "openings": openings, "NUL": "\x00",
+            "NUL_ESCAPED": "\\u0000"}
     out: dict[str, FastCheck] = {}
     for typ, fields in FIELDS.items():
         namespace = {**base, "deep": _passes(DEEP_CHECKS.get(typ)),
