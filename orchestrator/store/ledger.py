@@ -53,7 +53,11 @@ class _Plan:
     """The job's plan as its first ``plan`` event said it (None until one is seen)."""
 
     def __init__(self, stored: dict | None):
-        self._event = stored  # the node's stored plan event (ledger_context), if any
+        self._event: dict | None = None
+        self._total: int | None = None
+        self._names: list = []
+        if stored is not None:  # the node's stored plan event (ledger_context)
+            self.saw(stored)
 
     def event(self) -> dict | None:
         return self._event
@@ -61,16 +65,20 @@ class _Plan:
     def saw(self, e: dict) -> None:
         if self._event is None:
             self._event = e
+            # read once, not per generation judged (ingest's hot path)
+            total = e.get("total_generations")
+            self._total = total if type(total) is int else None
+            self._names = [w.get("name") for w in e.get("workloads") or []
+                           if isinstance(w, dict)]
 
     def problem(self, e: dict) -> str | None:
-        plan = self.event()
-        if plan is None:  # a journal from before plans, or one still to come: not judged
+        if self._event is None:  # a journal from before plans, or one still to come
             return None
-        total, i = plan.get("total_generations"), e["run_index"]
-        if type(total) is int and not 0 <= i < total:
+        total, i = self._total, e["run_index"]
+        if total is not None and not 0 <= i < total:
             return (f"not in the job: run_index {i} is outside the plan's {total} "
                     f"generations (0-{total - 1})")
-        names = [w.get("name") for w in plan.get("workloads") or [] if isinstance(w, dict)]
+        names = self._names
         if names and e["workload"] not in names:
             return (f"not in the job: workload {str(e['workload'])[:60]!r} is not one of the "
                     f"plan's ({', '.join(map(str, names))})")
