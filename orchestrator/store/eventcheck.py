@@ -338,6 +338,20 @@ def _contention_problem(e: dict) -> str | None:
     return None
 
 
+def _spread_problem(e: dict) -> str | None:
+    """The spread that set a config aside (events 1.9), as the pages word it: fractions."""
+    c = e.get("spread")
+    if c is None:
+        return None
+    if type(c) is not dict:
+        return "spread must be {value: a fraction ≥ 0, limit: a fraction}"
+    v = c.get("value")
+    if (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)
+            or v < 0 or not _share(c.get("limit"))):
+        return "spread must be {value: a fraction ≥ 0, limit: a fraction}"
+    return None
+
+
 def _parity_problem(e: dict) -> str | None:
     """An http engine's streaming parity, as the review sums it (agent/summary.py)."""
     p = e.get("parity")
@@ -361,7 +375,7 @@ def _values_problem(e: dict) -> str | None:
 
 def _check_summary_and_reasons(e: dict) -> str | None:
     return (_check_summary(e) or _strings("unreliable_reasons")(e) or _parity_problem(e)
-            or _contention_problem(e)
+            or _contention_problem(e) or _spread_problem(e)
             or _values_problem(e))
 
 

@@ -6,7 +6,9 @@ The decode boundary judges one line alone; what it cannot see is the journal aro
 - a seq already stored (or earlier in the batch) with other content is a *conflict*: the
   stored event is kept, the new line set aside (the same line again is a harmless re-read);
 - a generation for a run index already measured, or outside the job's plan (its run index,
-  its workload), is set aside: it would replace or add a measurement the job never made;
+  its workload), is set aside: it would replace or add a measurement the job never made.
+  Before the plan event is read, the workloads of the sweep's job spec judge it; once the
+  plan is read, the generations admitted before it are judged again by it;
 - a line after the stored ``job_finished`` (the agent writes nothing after it) is set aside;
 - a ``job_finished`` whose ``generations`` disagrees with the journal before it, or that
   does not account for its plan (generations + failed + skipped), is set aside (a forged or
@@ -27,12 +29,15 @@ from .journal_ends import (
     Refused,
     failed_ends,
     jump_reason,
+    last_word,
+    move_aside,
     past_end,
     reach,
+    with_set_aside,
     withdraw_jumps,
 )
-from .ledger_context import read_context
-from .models import Event, QuarantinedEvent
+from .ledger_context import Context, read_context
+from .models import Event, QuarantinedEvent, Sweep
 
 # how the ledger's reasons begin (a line it refuses is an extra line, not one of the job's)
 LEDGER_REASONS = ("conflict:", "already measured:", "not in the job:", "job_finished:",
@@ -49,59 +54,121 @@ def _same(stored: str, line: str) -> bool:
         return False
 
 
-class _Plan:
-    """The job's plan as its first ``plan`` event said it (None until one is seen)."""
+def _names(workloads) -> list[str]:
+    """The workload names a plan event or a job spec lists."""
+    return [n for w in workloads or [] if isinstance(w, dict)
+            and isinstance(n := w.get("name"), str)]
 
-    def __init__(self, stored: dict | None):
+
+class _Plan:
+    """The job's plan as its first ``plan`` event said it (None until one is seen); before
+    it, the workloads of the job the controller sent (the sweep's job spec)."""
+
+    def __init__(self, c, sweep_id: str, node: str, stored: dict | None):
+        self.c, self.sweep_id, self.node = c, sweep_id, node
         self._event: dict | None = None
+        self._spec: list[str] | None = None
         self._total: int | None = None
-        self._names: list = []
+        self._names: list[str] = []
         if stored is not None:  # the node's stored plan event (ledger_context)
             self.saw(stored)
 
     def event(self) -> dict | None:
         return self._event
 
-    def saw(self, e: dict) -> None:
-        if self._event is None:
-            self._event = e
-            # read once, not per generation judged (ingest's hot path)
-            total = e.get("total_generations")
-            self._total = total if type(total) is int else None
-            self._names = [w.get("name") for w in e.get("workloads") or []
-                           if isinstance(w, dict)]
+    def saw(self, e: dict) -> bool:
+        """Take ``e`` as the plan when none was known; whether it was the first."""
+        if self._event is not None:
+            return False
+        self._event = e
+        # read once, not per generation judged (ingest's hot path)
+        total = e.get("total_generations")
+        self._total = total if type(total) is int else None
+        self._names = _names(e.get("workloads"))
+        return True
+
+    def spec_workloads(self) -> list[str]:
+        if self._spec is None:
+            job = self.c.execute(select(Sweep.job).where(Sweep.id == self.sweep_id)).scalar()
+            ws = job.get("workloads") if isinstance(job, dict) else None
+            self._spec = _names(ws)
+        return self._spec
 
     def problem(self, e: dict) -> str | None:
-        if self._event is None:  # a journal from before plans, or one still to come
-            return None
-        total, i = self._total, e["run_index"]
-        if total is not None and not 0 <= i < total:
-            return (f"not in the job: run_index {i} is outside the plan's {total} "
-                    f"generations (0-{total - 1})")
-        names = self._names
+        if self._event is None:  # not yet read (or a journal from before plans): the job sent
+            names, whose = self.spec_workloads(), "sweep's job"
+        else:
+            total, i = self._total, e["run_index"]
+            if total is not None and not 0 <= i < total:
+                return (f"not in the job: run_index {i} is outside the plan's {total} "
+                        f"generations (0-{total - 1})")
+            names, whose = self._names, "plan"
         if names and e["workload"] not in names:
             return (f"not in the job: workload {str(e['workload'])[:60]!r} is not one of the "
-                    f"plan's ({', '.join(map(str, names))})")
+                    f"{whose}'s ({', '.join(map(str, names))})")
         return None
 
 
-def admit(c, sweep_id: str, node: str, events: list[dict],
-          payloads: list[str]) -> tuple[list[dict], list[str], list[Refused]]:
-    """The events (and their lines) the store may append, and the refused ones."""
-    seqs = [e["seq"] for e in events]
-    gens = [e["run_index"] for e in events if e["type"] == "generation"]
-    # every look-up of the batch in one round trip; usually none of it is stored (the
-    # follower reads on from the last stored seq), and only a collision reads more
-    ctx = read_context(c, sweep_id, node, seqs, gens, END_REASONS[0])
-    hits = ctx.hits & set(seqs)
-    # as text: a re-read line is the stored text exactly, compared without parsing
-    stored: dict[int, str] = dict(c.execute(select(Event.seq, type_coerce(
-        Event.payload, Text)).where(Event.sweep_id == sweep_id, Event.node == node,
-                                    Event.seq.in_(hits))).all()) if hits else {}
-    measured = ctx.measured
-    plan = _Plan(ctx.plan)
+def _before_plan(c, sweep_id: str, node: str, plan: _Plan, events: list[dict],
+                 lines: list[str]) -> tuple[list[dict], list[str], list[Refused]]:
+    """The plan, first read now, judges the generations admitted before it (stored, or kept
+    earlier in this read): an agent plans before it measures, so a run its plan does not
+    have that came first is a forged or damaged line, set aside (stored ones moved aside)."""
+    out: list[Refused] = []
+    keep = []
+    for i, (e, x) in enumerate(zip(events, lines, strict=True)):
+        why = plan.problem(e) if e["type"] == "generation" else None
+        if why is None:
+            keep.append(i)
+        else:
+            out.append(Refused(e["seq"], why, x))
+    rows = c.execute(select(Event.seq, Event.payload).where(
+        Event.sweep_id == sweep_id, Event.node == node, Event.type == "generation")).all()
+    why_stored = {seq: f"{why} (stored before the plan was read; moved aside)"
+                  for seq, g in rows if (why := plan.problem(g)) is not None}
+    out += move_aside(c, sweep_id, node, list(why_stored), why_stored.__getitem__)
+    return [events[i] for i in keep], [lines[i] for i in keep], out
+
+
+def _stored_lines(c, sweep_id: str, node: str, seqs: list[int],
+                  hits: set[int]) -> dict[int, str]:
+    """seq -> stored line, for the seqs of this read the store holds already (``hits``:
+    the stored seqs in the read's range, from ``ledger_context``)."""
+    hits = hits & set(seqs)
+    # usually none is stored (the follower reads on from the last stored seq): only the
+    # events a line collides with are read back, as text: a re-read line is the stored
+    # text exactly, compared without parsing
+    return dict(c.execute(select(Event.seq, type_coerce(Event.payload, Text)).where(
+        Event.sweep_id == sweep_id, Event.node == node,
+        Event.seq.in_(hits))).all()) if hits else {}
+
+
+def _context(c, sweep_id: str, node: str, events: list[dict]) -> Context:
+    return read_context(c, sweep_id, node, [e["seq"] for e in events],
+                        [e["run_index"] for e in events if e["type"] == "generation"],
+                        END_REASONS[0])
+
+
+def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
+          open_end: bool = False) -> tuple[list[dict], list[str], list[Refused]]:
+    """The events (and their lines) the store may append, and the refused ones.
+    ``open_end``: the node's agent may still be writing (its end not yet recorded), so a
+    job_finished the journal goes on after, in order, to a later one is not its end; once
+    the end is recorded, lines appended after it (a later job_finished too) are set aside."""
+    # every look-up of the batch in one round trip (read again only if the read grows)
+    ctx = _context(c, sweep_id, node, events)
     end = ctx.end
-    top, ended = reach(ctx.base, ctx.aside, seqs), False
+    final, replaced = last_word(c, sweep_id, node, events, end, open_end)
+    if final is not None and end is not None:  # what was set aside past the stored end
+        grown = with_set_aside(c, sweep_id, node, end, events, payloads)
+        if len(grown[0]) != len(events):
+            events, payloads = grown
+            ctx = _context(c, sweep_id, node, events)
+    seqs = [e["seq"] for e in events]
+    stored = _stored_lines(c, sweep_id, node, seqs, ctx.hits)
+    measured = ctx.measured
+    plan = _Plan(c, sweep_id, node, ctx.plan)
+    top, ended, olds = reach(ctx.base, ctx.aside, seqs), False, []
     batch: dict[int, str] = {}
     keep_e: list[dict] = []
     keep_p: list[str] = []
@@ -119,7 +186,7 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
             kind_stored = orjson.loads(stored[seq]).get("type")
             why = (f"conflict: seq {seq} is stored with other content ({kind_stored}); "
                    "the stored event is kept")
-        elif end is not None and seq > end:
+        elif end is not None and seq > end and (final is None or seq > final):
             why = f"after the job's end: seq {seq} follows its job_finished at seq {end}"
         elif seq > top:
             why = jump_reason(seq, top)
@@ -133,25 +200,31 @@ def admit(c, sweep_id: str, node: str, events: list[dict],
             else:
                 why = plan.problem(e)
         elif kind == "job_finished":
-            why = _finish_problem(c, sweep_id, node, e, keep_e)
+            why = replaced.get(seq) or _finish_problem(c, sweep_id, node, e, keep_e)
         if why is not None:
             refused.append(Refused(seq, why, line))
             continue
         batch[seq] = line
         if kind == "generation":
             measured[e["run_index"]] = seq
-        elif kind == "plan":
-            plan.saw(e)
-        elif kind == "job_finished" and (end is None or seq < end):
+        elif kind == "plan" and plan.saw(e):
+            keep_e, keep_p, out = _before_plan(c, sweep_id, node, plan, keep_e, keep_p)
+            refused += out
+            gone = {r.seq for r in out}
+            measured = {i: s for i, s in measured.items() if s not in gone}
+            batch = {s: x for s, x in batch.items() if s not in gone}
+        elif kind == "job_finished":  # the earlier in seq, or the journal went on to it
+            olds += [end] if end is not None and seq > end else []
             end, ended = seq, True
         keep_e.append(e)
         keep_p.append(line)
     if ended and end is not None:  # the journal ends there: nothing stored stands past it
-        keep_e, keep_p, out = past_end(c, sweep_id, node, end, keep_e, keep_p)
+        keep_e, keep_p, out = past_end(c, sweep_id, node, end, olds, keep_e, keep_p)
         refused += out
-    # past_end may have moved stored events aside: then the stored job_failed are read again
+    # a plan or an end read may have moved stored events aside: then read them again
+    moved = ended or any(r.moved for r in refused)
     keep_e, keep_p, out = failed_ends(c, sweep_id, node, keep_e, keep_p,
-                                      None if ended else ctx.failed)
+                                      None if moved else ctx.failed)
     withdraw_jumps(c, keep_e, keep_p, ctx.jumps)
     return keep_e, keep_p, refused + out
 

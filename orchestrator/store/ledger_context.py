@@ -24,7 +24,7 @@ _I, _T = "CAST(NULL AS BIGINT)", "CAST(NULL AS TEXT)"
 _PARTS = {
     "hit": f"SELECT 'hit', seq, {_I}, {_T} FROM events WHERE {_NODE} "
            "AND seq BETWEEN :lo AND :hi",
-    # the type as literal SQL: both databases then use its partial index (0015, 0016)
+    # the type as literal SQL: both databases then use its partial index (0015, 0017)
     "end": f"SELECT 'end', (SELECT min(seq) FROM events WHERE {_NODE} "
            f"AND type = 'job_finished'), {_I}, {_T}",
     "plan": f"SELECT 'plan', {_I}, {_I}, (SELECT payload FROM events WHERE {_NODE} "

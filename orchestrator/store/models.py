@@ -85,7 +85,7 @@ class Event(Base):
     __table_args__ = (
         UniqueConstraint("sweep_id", "node", "seq", name="uq_events_seq"),
         # the ledger's per-batch look-ups (a node's plan, its end, its failed ends): partial,
-        # so the many other events do not pay for them (migrations 0015, 0016)
+        # so the many other events do not pay for them (migrations 0015, 0017)
         *(Index(f"ix_events_{name}", "sweep_id", "node", "seq",
                 sqlite_where=text(f"type = '{kind}'"), postgresql_where=text(f"type = '{kind}'"))
           for name, kind in (("plan", "plan"), ("finished", "job_finished"),
@@ -105,8 +105,9 @@ class QuarantinedEvent(Base):
     """A journal line a node sent that the decode boundary set aside, with the reason."""
 
     __tablename__ = "quarantined_events"
-    __table_args__ = (UniqueConstraint("sweep_id", "node", "line_sha256",
-                                       name="uq_quarantined_line"),)
+    # once per occurrence of its content: five identical unreadable lines are five lines
+    __table_args__ = (UniqueConstraint("sweep_id", "node", "line_sha256", "occurrence",
+                                       name="uq_quarantined_line_occurrence"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
     node: Mapped[str] = mapped_column(String(255))
@@ -114,6 +115,8 @@ class QuarantinedEvent(Base):
     reason: Mapped[str] = mapped_column(Text)
     line: Mapped[str] = mapped_column(Text)  # the first 64 KiB, NUL characters replaced
     line_sha256: Mapped[str] = mapped_column(String(64))
+    # the how-manieth line of this content in the journal (counted per read, from 1)
+    occurrence: Mapped[int] = mapped_column(Integer, server_default="1")
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 

@@ -6,16 +6,16 @@ job_failed; without an index that read every event the node had stored so far, s
 sweep's ingest slowed as it grew (SQLite, 5,000 generations: 4 µs of every event's ingest,
 twice that at 20,000). Partial, like 0015's: the generation rows do not pay for it.
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-11-27 21:00:00
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0016"
-down_revision = "0015"
+revision = "0017"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
