@@ -17,9 +17,9 @@ from orchestrator.store.eventcheck import (
     GENERATION_RULES,
     SAMPLE_RULES,
     event_problem,
-    openings,
 )
 from orchestrator.store.fastcheck import FAST_CHECKS
+from orchestrator.store.jsondepth import openings
 from orchestrator.store.typedcheck import GenerationShape
 from orchestrator.sweep.decode import Decoder
 from tests.hostile import journal

@@ -31,6 +31,7 @@ from agent.protocol import (
     role_kind,
 )
 
+from .jsondepth import openings, too_deep
 from .models import Measurement, Run, TelemetrySample
 
 MAX_INT32 = 2**31 - 1
@@ -392,33 +393,7 @@ def _json_name(t: type) -> str:
 # per type: (name, types, required) for every declared field, in declaration order
 FIELDS = {t: tuple((n, ts, True) for n, ts in d.required.items())
            + tuple((n, ts, False) for n, ts in d.optional.items()) for t, d in EVENTS.items()}
-_CONTAINERS = {dict, list}
 ABSENT = object()  # of no JSON type: a required field that is missing fails its check
-
-
-_NOT_OPENING = bytes(b for b in range(256) if b not in b"{[")
-
-
-def openings(text: str) -> int:
-    """How many objects and arrays a JSON text opens (brackets in strings too): a bound on
-    its depth, so a line with fewer cannot be too deep. In UTF-8 no other character holds
-    these bytes; ``translate`` counts both in one pass, twice ``str.count``'s speed."""
-    return len(text.encode("utf-8", "surrogatepass").translate(None, _NOT_OPENING))
-
-
-def too_deep(event: dict, limit: int) -> bool:
-    """Nested deeper than ``limit`` objects/arrays (the event itself is level 1). Iterative:
-    a hostile line must not exhaust the stack that reads it."""
-    stack: list[tuple[dict | list, int]] = [(event, 1)]
-    while stack:
-        o, depth = stack.pop()
-        values = o.values() if type(o) is dict else o
-        if not _CONTAINERS.intersection(map(type, values)):  # C speed for flat arrays
-            continue
-        if depth >= limit:
-            return True
-        stack.extend((v, depth + 1) for v in values if type(v) is dict or type(v) is list)
-    return False
 
 
 def _nul_at(o: Any, path: str) -> str | None:

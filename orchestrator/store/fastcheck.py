@@ -25,9 +25,8 @@ from .eventcheck import (
     MAX_INT32,
     MAX_TS,
     models_problem,
-    openings,
-    too_deep,
 )
+from .jsondepth import openings, too_deep
 from .typedcheck import GenerationShape
 
 FastCheck = Callable[[dict, str], bool]
