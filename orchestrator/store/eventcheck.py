@@ -342,13 +342,9 @@ def _contention_problem(e: dict) -> str | None:
 def _spread_problem(e: dict) -> str | None:
     """The spread that set a config aside (events 1.9), as the pages word it: fractions."""
     c = e.get("spread")
-    if c is None:
-        return None
-    if type(c) is not dict:
-        return "spread must be {value: a fraction ≥ 0, limit: a fraction}"
-    v = c.get("value")
-    if (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)
-            or v < 0 or not _share(c.get("limit"))):
+    v = c.get("value") if type(c) is dict else None
+    if c is not None and not (isinstance(v, (int, float)) and type(v) is not bool
+                              and math.isfinite(v) and v >= 0 and _share(c.get("limit"))):
         return "spread must be {value: a fraction ≥ 0, limit: a fraction}"
     return None
 
