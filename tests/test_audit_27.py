@@ -94,7 +94,8 @@ def test_itl_is_the_chunk_gap_and_tpot_the_formula_against_a_real_server():
         assert o.tokens == 9
 
 
-@pytest.mark.xfail(strict=True, reason="audit 27: every-other-slow server (keeps up) reads 'cannot keep up' at 16 requests")
+@pytest.mark.xfail(strict=True, reason="audit 27: a server that keeps up, every other reply "
+                   "slow, reads 'cannot keep up' at 16 requests")
 def test_a_server_that_serves_every_other_request_slowly_keeps_up():
     """Audit 27 finding (load, high). A real server that answers every request on its own
     thread: even requests in 0.1 s, odd ones in 0.7 s (two reply lengths: at temperature
@@ -198,9 +199,15 @@ def test_poisson_levels_report_their_realised_rate_and_rules_use_it():
 
 
 def test_a_closed_loop_on_a_serial_server_stops_the_ramp():
-    """Guard. A server that answers one request at a time (60 ms each), closed loop at 1
-    then 8 streams, 16 requests: 8 streams bring no throughput and ~8× the latency: the
-    ramp stops at 8 ("latency growing without throughput")."""
+    """Guard. A server that answers one request at a time (60 ms each), closed loop at 1,
+    2, 4, 8 streams (a rising ramp, as the agent runs it), 16 requests a level: by 8
+    streams the ramp stops ("latency growing without throughput": e2e ~8× the first
+    level's, tokens/s no more than the level before), and the ramp says concurrency
+    brought no gain. (Against 1 then 8 streams only, the rule compares 8 with 1, where the
+    client's own per-request cost at one stream makes 8 streams read ~5% faster: it fired
+    in one run of two under a loaded CPU.)"""
+    from agent.load import no_gain
+
     lock = threading.Lock()
 
     def reply(n: int) -> tuple[float, float, int]:
@@ -208,227 +215,13 @@ def test_a_closed_loop_on_a_serial_server_stops_the_ramp():
             time.sleep(0.06)
         return (0.0, 0.0, 1)
 
-    ramp = []
+    ramp: list[dict] = []
+    why = None
     with server(reply) as url:
-        for c in (1, 8):
+        for c in (1, 2, 4, 8):
             out, wall = closed_loop(sender(url), c, 16)
             ramp.append(summarize(out, wall, closed=True))
-    assert saturation(ramp[:1], "concurrency") is None
-    assert saturation(ramp, "concurrency").startswith("latency growing without throughput")
-
-
-# -- change points: nightly series of the auditor's own, through the real ingest ------------
-
-def _my_series(seed: int, kind: str, n: int = 35) -> tuple[list[float], dict]:
-    """Nightly levels around 100, white noise σ 1.5% (numpy, seeded by ``seed`` and a
-    fixed number per kind), and one planted event: ``weekly-step`` (weekend nights 10%
-    lower, every week, and a 15% drop at night 8..26), ``late-drift`` (+12% over the last
-    8 nights, a straight ramp), ``weekly`` (the weekend pattern alone: no change)."""
-    import numpy as np
-
-    rng = np.random.default_rng([seed, {"weekly-step": 1, "late-drift": 2, "weekly": 3}[kind]])
-    t = np.arange(n)
-    e = rng.normal(0, 0.015, n)
-    truth: dict = {"kind": "none"}
-    level = np.ones(n)
-    if kind.startswith("weekly"):
-        level = np.where(t % 7 >= 5, 0.90, 1.0)
-    if kind == "weekly-step":
-        at = int(rng.integers(8, n - 8))
-        level[at:] *= 0.85
-        truth = {"kind": "step", "at": at}
-    elif kind == "late-drift":
-        at = n - 8
-        level = 1 + 0.12 * np.clip((t - at) / 7, 0, 1)
-        truth = {"kind": "drift", "at": at, "until": n - 1}
-    return [float(v) for v in 100 * level * (1 + e)], truth
-
-
-def _ingest_and_review(tmp_path, values: list[float], bump_at: int | None = None) -> list:
-    from datetime import datetime, timedelta, timezone
-
-    from orchestrator.review.rules import load_rules
-    from orchestrator.review.weekly import analyse as weekly
-    from orchestrator.store import open_store
-    from tests.history import config_values, night
-
-    w20 = datetime(2026, 5, 11, tzinfo=timezone.utc)
-    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
-    start = w20 - timedelta(days=len(values) - 7)
-    nights = [start + timedelta(days=i, hours=2) for i in range(len(values))]
-    for i, (at, v) in enumerate(zip(nights, values)):
-        night(store, at, node="mac-01", chip="Apple M2 Max", pair="p", workload="w",
-              configs={("baseline", 0): config_values(v, jitter=0.0)},
-              identity={"mlx_lm_version": "0.33.0" if bump_at is not None and i >= bump_at
-                        else "0.32.2"})
-    a = weekly(store, "2026-W20", load_rules(), now=w20 + timedelta(days=6, hours=12))
-    (s,) = a["series"]
-    return [(cp, nights) for cp in s["change_points"]] or [(None, nights)]
-
-
-def test_a_step_two_nights_before_the_end_with_a_bump_is_a_possible_step_at_its_night(
-        tmp_path):
-    """Guard. 35 nights, my own noise (σ 1.5%, seed 4); an mlx-lm bump on night 33 (two
-    nights before the end) takes the level down 14%: through the ingest and the weekly
-    review, one possible step dated night 33, "confirm on the next nights", naming the
-    bump."""
-    values, _ = _my_series(4, "weekly")
-    values = [100.0 * (1 + (v / 100 - (0.9 if i % 7 >= 5 else 1.0))) *
-              (0.86 if i >= 33 else 1.0) for i, v in enumerate(values)]
-    ((cp, nights),) = _ingest_and_review(tmp_path, values, bump_at=33)
-    assert cp is not None and cp["kind"] == "possible step", cp
-    assert cp["note"] == "confirm on the next nights"
-    assert cp["date"] == nights[33].date().isoformat()
-    assert cp["changed"] == ["mlx-lm 0.32.2 → 0.33.0"]
-
-
-@pytest.mark.xfail(strict=True, reason="audit 27: +12% over the last 8 nights (8σ) is "
-                   "reported as nothing through the ingest and the review")
-def test_a_drift_over_the_last_eight_nights_is_reported_as_a_drift(tmp_path):
-    """Audit 27 finding (change points, medium). Seed 1 of my late drift: flat at 100 for
-    27 nights, then +12% in a straight ramp over the last 8 (σ 1.5%: the last two nights
-    read 111 and 110). Issue 27 item 5: a drift is labelled drift. Today the weekly
-    review reports no change point at all (over 60 seeds of this series, analyse() finds
-    nothing on 15 and calls a step on 10)."""
-    values, _ = _my_series(1, "late-drift")
-    found = _ingest_and_review(tmp_path, values)
-    assert [cp["kind"] for cp, _ in found if cp] == ["drift"], found
-
-
-@pytest.mark.xfail(strict=True, reason="audit 27: a weekly (weekend) pattern hides 15% steps "
-                   "(recall well under 0.95)")
-def test_a_step_on_a_weekly_pattern_is_found_within_a_night():
-    """Audit 27 finding (change points, medium). Weekend nights 10% lower every week (a
-    backup job, a shared machine's weekend load), σ 1.5%, and a 15% drop somewhere in
-    nights 8-26: 40 series. Recall within a night should be ≥ 0.95 as item 5 asks of its
-    bench; today 0.725 (steps missed outright, or a drift from night 0 reported instead):
-    the model has no season, so the weekend nights inflate the noise and the step hides."""
-    from orchestrator.review.changepoints import analyse
-    from tests.history import score_change_points
-
-    runs = [(analyse(v), truth) for v, truth in (_my_series(s, "weekly-step") for s in range(40))]
-    assert score_change_points(runs)["recall"] >= 0.95
-
-
-# -- the robust spread: is 1.48 × MAD / median ≥ cv_threshold a sound reliability gate? ----
-
-def _summary(decode: list[float]) -> dict:
-    from agent.summary import config_summary
-
-    return config_summary([{"decode_tok_s": x} for x in decode], 0.10)
-
-
-@pytest.mark.xfail(strict=True, reason="audit 27: two of five repetitions 40% faster leave "
-                   "the config reliable (spread 2.9%)")
-def test_two_of_five_repetitions_in_another_mode_set_the_config_aside():
-    """Audit 27 finding (spread, high). Decode tok/s 100, 101, 99, 140, 142 at cv_threshold
-    10%: two of five repetitions ran 40% faster (a second machine state, not a cold
-    start). The median 101 would be 140 on a rerun whenever three of five land high
-    (p = 0.4 each: 32% of reruns), so it is not reliable. Today: MAD = 2, spread 2.9%,
-    reliable, the headline 101."""
-    s = _summary([100.0, 101.0, 99.0, 140.0, 142.0])
-    assert s["unreliable"], s["metrics"]["decode_tok_s"]
-
-
-@pytest.mark.xfail(strict=True, reason="audit 27: a 4/3 bimodal split of 7 repetitions reads "
-                   "spread 0% and reliable")
-def test_a_bimodal_split_of_seven_sets_the_config_aside():
-    """Audit 27 finding (spread, high). Four repetitions at 100 tok/s and three at 140 (a
-    bimodal node): MAD is 0 whenever the larger mode holds over half the values, so the
-    spread reads 0% and the config is reliable at 100 — a coin toss from reading 140."""
-    s = _summary([100.0, 100.2, 99.8, 100.1, 140.0, 140.3, 139.9])
-    assert s["unreliable"], s["metrics"]["decode_tok_s"]
-
-
-@pytest.mark.xfail(strict=True, reason="audit 27: two repetitions 14% apart are reliable "
-                   "(spread 9.7% < 10%)")
-def test_two_repetitions_fourteen_percent_apart_are_not_a_reliable_median():
-    """Audit 27 finding (spread, medium). n = 2, 100 and 114 tok/s: the spread is
-    1.48 × 7 / 107 = 9.7%, under 10%, so the median 107 is headline evidence. Two values
-    give no confidence interval for a median at all (the widest order-statistic interval,
-    min..max, covers it half the time); a statistician asks for n ≥ 3 (5 for a 94% min..max
-    interval) before calling a median reliable."""
-    assert _summary([100.0, 114.0])["unreliable"]
-
-
-@pytest.mark.xfail(strict=True, reason="audit 27: at twice the threshold's noise (CV 20%), "
-                   "n=3..5 repetitions are set aside only ~50-70% of the time")
-def test_noise_twice_the_threshold_is_set_aside_at_small_n():
-    """Audit 27 finding (spread, medium). Gaussian repetitions with a true CV of 20% (twice
-    cv_threshold 10%), n = 3, 4, 5, 1,000 seeded draws each: such a config should be set
-    aside nearly always (≥ 90%). Today 52%, 68%, 71%: MAD of 3-5 values is a very noisy
-    and (without its small-sample factor, 1.5× at n = 3) low estimate of σ; a point
-    estimate of the spread compared with the limit lets half the bad configs through."""
-    from agent.stats import robust_cv
-
-    for n in (3, 4, 5):
-        rng = random.Random(n)
-        hit = sum(robust_cv([100 * (1 + rng.gauss(0, 0.20)) for _ in range(n)]) >= 0.10
-                  for _ in range(1000))
-        assert hit >= 900, (n, hit)
-
-
-def test_one_cold_repetition_of_five_does_not_set_a_steady_config_aside():
-    """Guard (the design's intent, issue 27's example): 184, 667, 674, 688, 690 tok/s is
-    one cold start among steady repetitions: reliable, median 674, spread ≈ 2%."""
-    s = _summary([184.0, 667.0, 674.0, 688.0, 690.0])
-    assert not s["unreliable"] and s["metrics"]["decode_tok_s"]["median"] == 674.0
-    assert s["metrics"]["decode_tok_s"]["spread"] == pytest.approx(1.4826 * 14 / 674, abs=1e-3)
-
-
-def test_a_spread_of_the_middle_half_sets_twelve_repetitions_aside():
-    """Guard. Twelve repetitions evenly from 80 to 124 tok/s (middle half ±11%): spread
-    1.48 × 12 / 102 ≈ 17% ≥ 10%: set aside, with the reason naming the 12 repetitions."""
-    s = _summary([80.0 + 4 * i for i in range(12)])
-    assert s["unreliable"] and "over 12 repetitions" in s["unreliable_reasons"][0]
-
-
-# -- compare: the night is the unit, but are nights independent? ---------------------------
-
-def _pairs_ar1(phi: float, pairs: int = 200, seed: int = 1) -> tuple[int, int]:
-    """``pairs`` planted pairs at a true ratio of 1.0: two weeks of 5 nightly sweeps with
-    a weekend between, each night's level log-normal (σ 5%) with AR(1) memory ``phi``
-    from night to night (stationary), 3 repetitions a night (σ 1%), each night reduced to
-    its median as compare does; verdicts as compare gives them (p < 0.01 and the 95%
-    interval off 1.0). Returns (false claims, intervals covering 1.0)."""
-    import math
-    import statistics
-
-    from orchestrator.review.compare import SIGNIFICANT_P, night_ratio
-
-    rng = random.Random(seed)
-    claims = covered = 0
-    for _ in range(pairs):
-        e, levels = rng.gauss(0, 0.05), []
-        for _ in range(12):  # Mon-Fri, the weekend, Mon-Fri
-            levels.append(e)
-            e = phi * e + rng.gauss(0, 0.05 * math.sqrt(1 - phi * phi))
-        a, b = ([statistics.median(100 * math.exp(x + rng.gauss(0, 0.01)) for _ in range(3))
-                 for x in side] for side in (levels[:5], levels[7:]))
-        r = night_ratio(a, b)
-        inside = r["ci"][0] <= 1.0 <= r["ci"][1]
-        claims += r["p"] < SIGNIFICANT_P and not inside
-        covered += inside
-    return claims, covered
-
-
-def test_compare_with_independent_nights_meets_the_issue_targets():
-    """Guard (item 3 as the issue planted it: nights independent). 200 pairs, φ = 0:
-    false claims ≤ 12 (6%), coverage ≥ 186 (93%)."""
-    claims, covered = _pairs_ar1(0.0)
-    assert claims <= 12 and covered >= 186, (claims, covered)
-
-
-@pytest.mark.xfail(strict=True, reason="audit 27: with AR(1) night noise (φ 0.5) compare "
-                   "claims ~8% false differences and covers ~78%")
-def test_compare_with_nights_that_remember_meets_the_issue_targets():
-    """Audit 27 finding (compare, high). The same 200 pairs with night-to-night memory
-    φ = 0.5 — the noise the change-point module itself assumes (AR(1), "a machine's state
-    carries over", φ up to 0.9 believed). Welch's t on five nightly medians a side treats
-    the nights as independent, so the nights of one week agree with each other more than
-    with the other week's and the interval is too narrow. Issue 27 item 3: ≤ 6% false
-    claims and ≥ 93% coverage. Today (2,000 pairs): φ 0.3: 3.5% / 87.8%; φ 0.5: 8.2% /
-    78.2%; φ 0.7: 16.9% / 67.4%; these 200 pairs at φ 0.5: 18 claims (9%), 146 covered
-    (73%)."""
-    claims, covered = _pairs_ar1(0.5)
-    assert claims <= 12 and covered >= 186, (claims, covered)
+            if (why := saturation(ramp, "concurrency")) is not None:
+                break
+    assert why is not None and why.startswith("latency growing without throughput"), ramp
+    assert no_gain(ramp, [1, 2, 4, 8]) is not None
