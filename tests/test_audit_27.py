@@ -225,3 +225,96 @@ def test_a_closed_loop_on_a_serial_server_stops_the_ramp():
                 break
     assert why is not None and why.startswith("latency growing without throughput"), ramp
     assert no_gain(ramp, [1, 2, 4, 8]) is not None
+
+
+# -- change points: nightly series of the auditor's own, through the real ingest ------------
+
+def _my_series(seed: int, kind: str, n: int = 35) -> tuple[list[float], dict]:
+    """Nightly levels around 100, white noise σ 1.5% (numpy, seeded by ``seed`` and a
+    fixed number per kind), and one planted event: ``weekly-step`` (weekend nights 10%
+    lower, every week, and a 15% drop at night 8..26), ``late-drift`` (+12% over the last
+    8 nights, a straight ramp), ``weekly`` (the weekend pattern alone: no change)."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, {"weekly-step": 1, "late-drift": 2, "weekly": 3}[kind]])
+    t = np.arange(n)
+    e = rng.normal(0, 0.015, n)
+    truth: dict = {"kind": "none"}
+    level = np.ones(n)
+    if kind.startswith("weekly"):
+        level = np.where(t % 7 >= 5, 0.90, 1.0)
+    if kind == "weekly-step":
+        at = int(rng.integers(8, n - 8))
+        level[at:] *= 0.85
+        truth = {"kind": "step", "at": at}
+    elif kind == "late-drift":
+        at = n - 8
+        level = 1 + 0.12 * np.clip((t - at) / 7, 0, 1)
+        truth = {"kind": "drift", "at": at, "until": n - 1}
+    return [float(v) for v in 100 * level * (1 + e)], truth
+
+
+def _ingest_and_review(tmp_path, values: list[float], bump_at: int | None = None) -> list:
+    from datetime import datetime, timedelta, timezone
+
+    from orchestrator.review.rules import load_rules
+    from orchestrator.review.weekly import analyse as weekly
+    from orchestrator.store import open_store
+    from tests.history import config_values, night
+
+    w20 = datetime(2026, 5, 11, tzinfo=timezone.utc)
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    start = w20 - timedelta(days=len(values) - 7)
+    nights = [start + timedelta(days=i, hours=2) for i in range(len(values))]
+    for i, (at, v) in enumerate(zip(nights, values)):
+        night(store, at, node="mac-01", chip="Apple M2 Max", pair="p", workload="w",
+              configs={("baseline", 0): config_values(v, jitter=0.0)},
+              identity={"mlx_lm_version": "0.33.0" if bump_at is not None and i >= bump_at
+                        else "0.32.2"})
+    a = weekly(store, "2026-W20", load_rules(), now=w20 + timedelta(days=6, hours=12))
+    (s,) = a["series"]
+    return [(cp, nights) for cp in s["change_points"]] or [(None, nights)]
+
+
+def test_a_step_two_nights_before_the_end_with_a_bump_is_a_possible_step_at_its_night(
+        tmp_path):
+    """Guard. 35 nights, my own noise (σ 1.5%, seed 4); an mlx-lm bump on night 33 (two
+    nights before the end) takes the level down 14%: through the ingest and the weekly
+    review, one possible step dated night 33, "confirm on the next nights", naming the
+    bump."""
+    values, _ = _my_series(4, "weekly")
+    values = [100.0 * (1 + (v / 100 - (0.9 if i % 7 >= 5 else 1.0))) *
+              (0.86 if i >= 33 else 1.0) for i, v in enumerate(values)]
+    ((cp, nights),) = _ingest_and_review(tmp_path, values, bump_at=33)
+    assert cp is not None and cp["kind"] == "possible step", cp
+    assert cp["note"] == "confirm on the next nights"
+    assert cp["date"] == nights[33].date().isoformat()
+    assert cp["changed"] == ["mlx-lm 0.32.2 → 0.33.0"]
+
+
+@pytest.mark.xfail(strict=True, reason="audit 27: +12% over the last 8 nights (8σ) is "
+                   "reported as nothing through the ingest and the review")
+def test_a_drift_over_the_last_eight_nights_is_reported_as_a_drift(tmp_path):
+    """Audit 27 finding (change points, medium). Seed 1 of my late drift: flat at 100 for
+    27 nights, then +12% in a straight ramp over the last 8 (σ 1.5%: the last two nights
+    read 111 and 110). Issue 27 item 5: a drift is labelled drift. Today the weekly
+    review reports no change point at all (over 60 seeds of this series, analyse() finds
+    nothing on 15 and calls a step on 10)."""
+    values, _ = _my_series(1, "late-drift")
+    found = _ingest_and_review(tmp_path, values)
+    assert [cp["kind"] for cp, _ in found if cp] == ["drift"], found
+
+
+@pytest.mark.xfail(strict=True, reason="audit 27: a weekly (weekend) pattern hides 15% steps "
+                   "(recall well under 0.95)")
+def test_a_step_on_a_weekly_pattern_is_found_within_a_night():
+    """Audit 27 finding (change points, medium). Weekend nights 10% lower every week (a
+    backup job, a shared machine's weekend load), σ 1.5%, and a 15% drop somewhere in
+    nights 8-26: 40 series. Recall within a night should be ≥ 0.95 as item 5 asks of its
+    bench; today 0.725 (steps missed outright, or a drift from night 0 reported instead):
+    the model has no season, so the weekend nights inflate the noise and the step hides."""
+    from orchestrator.review.changepoints import analyse
+    from tests.history import score_change_points
+
+    runs = [(analyse(v), truth) for v, truth in (_my_series(s, "weekly-step") for s in range(40))]
+    assert score_change_points(runs)["recall"] >= 0.95
