@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import math
 import random
 import threading
 import time
@@ -149,6 +150,41 @@ def test_where_a_failure_falls_does_not_change_the_verdict():
                 for i in range(16)]
         verdicts.add(saturation([summarize(outs, 2.0)], "request_rate", 8.0) is None)
     assert len(verdicts) == 1, verdicts
+
+def ticking(first_tick_s: float, period_s: float):
+    """A server that answers in batches: every request waits for the scheduler's next tick
+    (the first ``first_tick_s`` after the first request, then every ``period_s``) and is
+    answered then. It keeps up with any rate: no request waits more than one period."""
+    start: list[float] = []
+    lock = threading.Lock()
+
+    def reply(n: int) -> tuple[float, float, int]:
+        now = time.monotonic()
+        with lock:
+            if not start:
+                start.append(now)
+        since = now - start[0] - first_tick_s
+        return (max(first_tick_s + period_s * math.ceil(since / period_s) - (now - start[0]),
+                    0.0), 0.01, 3)
+
+    return reply
+
+
+@pytest.mark.xfail(strict=True, reason="audit 27: a batching server that keeps up (1 s "
+                   "ticks) reads 'cannot keep up' at 16 requests")
+def test_a_server_that_answers_on_a_tick_keeps_up():
+    """Audit 27 finding (load, medium). A real server that answers requests in batches on
+    a 1 s tick (the first 0.45 s after the first request): every request is answered within
+    a second of its arrival, whatever the rate. 16 requests at 8/s constant: the first
+    three wait for the 0.45 s tick or the 1.45 s one, the last three for the 2.45 s one,
+    so the ends' medians differ by a tick's phase, not by any growth: served 6.7 of 8,
+    "cannot keep up". Synthetic over 100 phases: 63% of 16-request levels and 37% of
+    40-request levels read saturated."""
+    with server(ticking(0.45, 1.0)) as url:
+        out, wall = open_loop(sender(url), 8.0, 16, "constant", 64, seed=0)
+    m = summarize(out, wall)
+    assert m["completed"] == 16
+    assert saturation([m], "request_rate", 8.0) is None, m
 
 def serial_after(first: int, service_s: float):
     """Each request answered at once (20 ms) until ``first`` have come, then one at a
