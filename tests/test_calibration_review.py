@@ -73,7 +73,11 @@ def test_one_night_gives_each_decision_provisional_with_its_count(tmp_path):
     assert p["series"][0]["provisional"] == {"nights": 1, "needed": 3}
     asked = {s["model_pair"]: s for s in policy(by["_a"], calibration=True)["series"]}
     c = asked["grown-32 (calibration) / draft"]
-    assert c["calibration"] is True and c["speculation"] is True and c["num_draft_tokens"] == 4
+    # one night names the candidate but does not switch it on (as a one-night ladder rung
+    # is not: audit 27); three nights do
+    assert c["calibration"] is True and c["speculation"] is False
+    assert c["candidate"]["num_draft_tokens"] == 4 and c["provisional"] == {"nights": 1,
+                                                                             "needed": 3}
     # what the review page says the policy would do if asked: that series only
     from orchestrator.review.report import calibration_policy
 
