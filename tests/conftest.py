@@ -7,16 +7,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests import blas
+from tests import blas, store_templates
 from tests.fleet import add_netns_node, start_fleet, stop_fleet
 from tests.machine import cpu_ticks
 
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 # Tests run in parallel workers: each worker process is a machine of its own for local
 # agents, also in module-scoped fixtures that run before the per-test lock below.
 os.environ["SPECFLEET_MACHINE_LOCK"] = str(
@@ -100,21 +98,29 @@ def netns_fleet():
         stop_fleet(f)
 
 
-@pytest.fixture
-def pg_url():
-    """A fresh PostgreSQL database, dropped afterwards."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.pool import NullPool
+@pytest.fixture(scope="session")
+def pg_template():
+    """This worker's PostgreSQL database at head, the template ``pg_url`` copies."""
+    name = store_templates.migrated_pg_template()
+    yield name
+    store_templates.drop_pg_database(name)
 
-    name = f"specfleet_test_{uuid.uuid4().hex[:10]}"
-    # NullPool: a test may restart PostgreSQL, which kills pooled connections
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    with admin.connect() as c:
-        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+
+@pytest.fixture
+def pg_url(pg_template):
+    """A fresh PostgreSQL database at head (a copy of ``pg_template``), dropped afterwards."""
+    name = store_templates.new_pg_database(template=pg_template)
+    yield store_templates.PG_BASE + name
+    store_templates.drop_pg_database(name)
+
+
+@pytest.fixture
+def empty_pg_url():
+    """A fresh, empty PostgreSQL database (no tables: for the tests of migrating itself),
+    dropped afterwards."""
+    name = store_templates.new_pg_database()
+    yield store_templates.PG_BASE + name
+    store_templates.drop_pg_database(name)
 
 
 class PrivatePG:
@@ -183,14 +189,23 @@ def private_pg(private_pg_server):
 
 @pytest.fixture
 def sqlite_url(tmp_path):
-    return f"sqlite:///{tmp_path / 'store.db'}"
+    """A fresh SQLite store at head (a copy of one migrated per worker)."""
+    return store_templates.fresh_sqlite(tmp_path / "store.db")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def any_url(request, tmp_path):
+def any_url(request):
+    """A fresh store at head, on SQLite and on PostgreSQL."""
+    return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_any_url(request, tmp_path):
+    """A URL with no store behind it yet (SQLite) or an empty database (PostgreSQL): for the
+    tests of migrating itself."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store.db'}"
-    return request.getfixturevalue("pg_url")
+    return request.getfixturevalue("empty_pg_url")
 
 
 # Modules that take a minute or more, started first: with one module per worker
