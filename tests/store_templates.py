@@ -57,6 +57,10 @@ def migrated_pg_template() -> str:
 
     name = new_pg_database("specfleet_template")
     open_store(PG_BASE + name).engine.dispose()
+    admin = pg_admin()
+    with admin.connect() as c:  # nor autovacuum: a copy fails while anyone is connected
+        c.execute(text(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false'))
+    admin.dispose()
     return name
 
 
