@@ -17,7 +17,7 @@ from types import UnionType
 from typing import Any, ClassVar, get_args, get_type_hints
 
 EVENT_SCHEMA_MAJOR = 1
-EVENT_SCHEMA_MINOR = 8
+EVENT_SCHEMA_MINOR = 9
 EVENT_SCHEMA = f"{EVENT_SCHEMA_MAJOR}.{EVENT_SCHEMA_MINOR}"
 
 
@@ -161,6 +161,7 @@ class ConfigSummary(Event):
     parity: ODict = None
     models: ODict = None
     contention: ODict = None   # 1.8: {shares: the contended trials', limit}
+    spread: ODict = None       # 1.9: {value: decode tok/s robust CV, limit} when set aside
 
 
 @_event("acceptance_by_bucket")

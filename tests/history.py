@@ -53,7 +53,8 @@ def event_config(mode: str, k: int, knobs=()) -> dict:
 
 def _summary(values: dict, mode: str, k: int, knobs, *, workload: str, bucket: str,
              prompt: str, engine: str, unreliable: str | None, exact: bool,
-             parity: dict | None, lineup: str | None, contention: dict | None = None) -> dict:
+             parity: dict | None, lineup: str | None, contention: dict | None = None,
+             spread: dict | None = None) -> dict:
     return {"type": "config_summary", "workload": workload, "context_bucket": bucket,
             "prompt_sha256": prompt, "engine": engine, "mode": mode,
             "knob": None if mode == "baseline" else "num_draft_tokens",
@@ -65,6 +66,7 @@ def _summary(values: dict, mode: str, k: int, knobs, *, workload: str, bucket: s
             "unreliable_reasons": [unreliable] if unreliable else [],
             "exact": exact if mode == "speculative" else None, "parity": parity,
             **({"contention": contention} if contention else {}),
+            **({"spread": spread} if spread else {}),
             **({"models": dict(zip(("target", "draft"), lineup.split("+")))} if lineup
                else {})}
 
@@ -75,7 +77,7 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
           sweep_id: str | None = None, engine: str = "mlx-lm",
           parity: dict | None = None, lineup: str | None = None,
           background: str | None = None, contention: dict | None = None,
-          lock: dict | None = None) -> str:
+          lock: dict | None = None, spread: dict | None = None) -> str:
     """One nightly sweep on one node, planted through the real ingest: the journal lines an
     agent would write (environment, one ``config_summary`` per config, quality) pass the
     controller's decode boundary and ``Store.ingest``, as a sweep's do.
@@ -114,7 +116,7 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
                               prompt=ident["prompt_sha256"], engine=engine,
                               unreliable=unreliable, exact=exact,
                               parity=(parity or {}).get(key), lineup=lineup,
-                              contention=contention))
+                              contention=contention, spread=spread))
     for k, rate in (quality or {}).items():
         lines.append({"type": "quality", "mode": "baseline" if k == 0 else "speculative",
                       "num_draft_tokens": k, "tasks": 100, "passed": round(rate * 100),

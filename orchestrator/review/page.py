@@ -156,13 +156,17 @@ def _busy_runs(sections: list[dict]) -> tuple[int, int]:
     return aside, total
 
 
-# the agent's words for a config whose decode rate varied too much (agent/summary.py)
+# how an agent before events 1.9 worded a config whose decode rate varied too much
 _CV = re.compile(r"^decode tok/s CV (\d+)% ≥ (\d+)%: ")
 
 
 def _noisy(x: dict) -> list[tuple[int, int]] | None:
-    """(CV %, limit %) of a set-aside entry whose every reason is a spread past the plan's
-    limit; None when any other reason set it aside."""
+    """(spread %, limit %) of a set-aside entry whose every run was set aside for its spread
+    alone; None when any other reason set one aside. Runs since events 1.9 carry the spread
+    as fields; older ones only as the agent's words."""
+    spreads = x.get("spreads") or []
+    if spreads and all(spreads):
+        return [(round(100 * s["value"]), round(100 * s["limit"])) for s in spreads]
     found = [_CV.match(r) for r in x["reasons"]]
     if not found or not all(found):
         return None

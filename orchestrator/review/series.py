@@ -47,6 +47,12 @@ class Best:
     family: list[ConfigStats]
 
 
+def _spread_alone(r: RunRow) -> dict | None:
+    """The spread that set a run aside when it is the run's only reason."""
+    s = r.summary or {}
+    return s.get("spread") if len(s.get("unreliable_reasons") or []) == 1 else None
+
+
 def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], latest: RunRow,
           series_gates: dict, week: Week) -> None:
     """A series' configs this week (one per ingest config key), gates, metrics, signals,
@@ -56,7 +62,10 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
         {"config": stats[ck].label, "runs": len(rs), "of": len(rs) + len(configs[ck]),
          "reasons": sorted({x for r in rs for x in
                             r.summary.get("unreliable_reasons") or ["unknown"]}),
-         **({"contention": cr} if (cr := contention_readings(rs)) else {})}
+         **({"contention": cr} if (cr := contention_readings(rs)) else {}),
+         # events 1.9: the spread that set each run aside, as fields (None: another reason
+         # too, or a run stored before 1.9)
+         **({"spreads": sp} if any(sp := [_spread_alone(r) for r in rs]) else {})}
         for ck, rs in sorted(shaky.items(), key=lambda kv: kv[0].order()) if rs]
     # each speculative config against the baseline of its own sampling settings
     bases = {c.sampling: c for c in stats.values() if c.mode == "baseline" and not c.set_aside}

@@ -126,7 +126,7 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
 
 def _config_marks(summaries) -> tuple[dict, dict, dict]:
     """From the config summaries: each (node, workload)'s runtime; the configs whose
-    repetitions the agent flagged (a CV over the threshold: their rows are shown but never
+    repetitions the agent flagged (a spread over the threshold: their rows are shown but never
     concluded from; a flagged baseline voids its section's speedups); and, for http
     runtimes, streamed vs non-streamed output per config."""
     merged: dict[tuple, dict] = {}

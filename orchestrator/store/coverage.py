@@ -10,6 +10,7 @@ each time it is asked, so there is no second record that could disagree with the
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import dataclass
 
 from sqlalchemy import Text, and_, cast, exists, func, select
@@ -121,16 +122,17 @@ def stored_line_hashes(store, sweep_id: str, node: str) -> dict[int, str]:
         return {seq: line_sha256(text) for seq, text in rows}
 
 
-def set_aside_lines(store, sweep_id: str, node: str) -> tuple[set[int], set[str]]:
+def set_aside_lines(store, sweep_id: str, node: str) -> tuple[set[int], Counter[str]]:
     """The seqs and content hashes of the node's set-aside lines (the hash as the boundary
-    recorded it, and of the kept text, which the boundary may have hashed unstripped)."""
+    recorded it, and of the kept text, which the boundary may have hashed unstripped), each
+    hash with how many lines it was kept for (identical lines are one row each)."""
     seqs: set[int] = set()
-    hashes: set[str] = set()
+    hashes: Counter[str] = Counter()
     with store.engine.connect() as c:
         for seq, digest, line in c.execute(select(
                 QuarantinedEvent.seq, QuarantinedEvent.line_sha256, QuarantinedEvent.line).where(
                 QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)):
             if seq is not None:
                 seqs.add(seq)
-            hashes.update((digest, line_sha256(line)))
+            hashes.update({digest, line_sha256(line)})
     return seqs, hashes

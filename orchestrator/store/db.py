@@ -215,7 +215,8 @@ class Store:
         return status
 
     def ingest(self, sweep_id: str, node: str, events: list[dict],
-               raw: list[str] | None = None, refused: list | None = None) -> int:
+               raw: list[str] | None = None, refused: list | None = None,
+               open_end: bool = False) -> int:
         """Store events (and their measurements, telemetry, runs) once; returns how many
         events were new. ``raw`` are the journal lines the events were parsed from: stored
         as they are, they need not be serialised again (ingest is the hot path).
@@ -223,12 +224,13 @@ class Store:
         Append-only (``ledger.admit``): a line that conflicts with what is stored, measures
         a run again or outside the plan, or ends the job with counts the journal does not
         hold is set aside with its reason, in the same transaction; the newly set-aside
-        ones are appended to ``refused``."""
+        ones are appended to ``refused``. ``open_end``: the node's agent may still be
+        writing (see ``ledger.admit``)."""
         if not events:
             return 0
         payloads = raw or [json.dumps(e, separators=(",", ":")) for e in events]
         with self.engine.begin() as c:
-            events, payloads, out = admit(c, sweep_id, node, events, payloads)
+            events, payloads, out = admit(c, sweep_id, node, events, payloads, open_end)
             if out:
                 kept = self._quarantine(c, sweep_id, node, out)
                 if refused is not None:
@@ -254,8 +256,9 @@ class Store:
         return new
 
     def quarantine(self, sweep_id: str, node: str, items: list) -> int:
-        """Keep lines the decode boundary set aside (``decode.Quarantined``), once each;
-        returns how many were new."""
+        """Keep lines the decode boundary set aside (``decode.Quarantined``), once per
+        occurrence (identical lines are kept as often as the journal has them; the same
+        occurrence read again is kept once); returns how many were new."""
         with self.engine.begin() as c:
             return len(self._quarantine(c, sweep_id, node, items))
 
@@ -273,7 +276,8 @@ class Store:
             row = {"sweep_id": sweep_id, "node": node, "seq": q.seq,
                    "reason": reason.replace("\x00", "\ufffd"),
                    "line": line.decode("utf-8", "replace")[:65536].replace("\x00", "\ufffd"),
-                   "line_sha256": digest, "received_at": now}
+                   "line_sha256": digest, "occurrence": getattr(q, "occurrence", 1),
+                   "received_at": now}
             if c.execute(self._insert(QuarantinedEvent).values(**row).on_conflict_do_nothing()
                          .returning(QuarantinedEvent.id)).all():
                 new.append(q)

@@ -338,6 +338,16 @@ def _contention_problem(e: dict) -> str | None:
     return None
 
 
+def _spread_problem(e: dict) -> str | None:
+    """The spread that set a config aside (events 1.9), as the pages word it: fractions."""
+    c = e.get("spread")
+    v = c.get("value") if type(c) is dict else None
+    if c is not None and not (isinstance(v, (int, float)) and type(v) is not bool
+                              and math.isfinite(v) and v >= 0 and _share(c.get("limit"))):
+        return "spread must be {value: a fraction ≥ 0, limit: a fraction}"
+    return None
+
+
 def _parity_problem(e: dict) -> str | None:
     """An http engine's streaming parity, as the review sums it (agent/summary.py)."""
     p = e.get("parity")
@@ -361,7 +371,7 @@ def _values_problem(e: dict) -> str | None:
 
 def _check_summary_and_reasons(e: dict) -> str | None:
     return (_check_summary(e) or _strings("unreliable_reasons")(e) or _parity_problem(e)
-            or _contention_problem(e)
+            or _contention_problem(e) or _spread_problem(e)
             or _values_problem(e))
 
 

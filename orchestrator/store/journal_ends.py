@@ -11,7 +11,9 @@ An agent numbers its events one by one and writes nothing after its end, so:
   forged or bit-flipped seq is one line). An honest follower resumes after the store's
   contiguous coverage, so a hole it re-reads is below what is stored, never past it;
 - a ``job_finished`` ends the journal at its own seq: an event stored past it before it
-  arrived (a forged line read first) is moved aside, its measurement with it;
+  arrived (a forged line read first) is moved aside, its measurement with it. One the
+  journal goes on after, in order, to a later ``job_finished`` was not the agent's last
+  word: set aside (moved aside when stored), and the lines after it are the journal's;
 - a ``job_failed`` is its agent's last line: the next event must be a new agent's first
   (``job_started``, or the ``job_failed`` of one that could not start: ``--resume``). A
   ``job_failed`` the journal goes on after is a forged or damaged end, set aside, and
@@ -25,6 +27,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+import orjson
 from sqlalchemy import Text, delete, func, select, type_coerce
 
 from .models import Event, Measurement, QuarantinedEvent
@@ -113,7 +116,7 @@ def failed_reason(seq: int, next_seq: int, kind: str) -> str:
             f"new agent's job_started): a forged or damaged end at seq {seq}")
 
 
-def _move(c, sweep_id: str, node: str, seqs: list[int], why) -> list[Refused]:
+def move_aside(c, sweep_id: str, node: str, seqs: list[int], why) -> list[Refused]:
     """Stored events of ``seqs`` out of the store (with their measurements), as Refused."""
     if not seqs:
         return []
@@ -126,16 +129,68 @@ def _move(c, sweep_id: str, node: str, seqs: list[int], why) -> list[Refused]:
     return [Refused(seq, why(seq), line, moved=kind) for seq, kind, line in rows]
 
 
-def past_end(c, sweep_id: str, node: str, end: int, events: list[dict],
+def last_word(c, sweep_id: str, node: str, events: list[dict], end: int | None,
+              open_end: bool) -> tuple[int | None, dict[int, str]]:
+    """The seq of this read's last job_finished when the journal went on to it (``open_end``:
+    its agent may still be writing; it is the read's last in journal order and the highest,
+    over the stored end too), and the ends already set aside as not the last word (read
+    again, they stay aside). The lines up to that job_finished are judged as the journal's,
+    not as lines after an earlier end: an agent writes one job_finished, as its last line,
+    so an earlier one the journal goes on after was not its last word, whatever it counts."""
+    ends = [e["seq"] for e in events if e["type"] == "job_finished"]
+    if not ends:
+        return None, {}
+    replaced = dict(c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.reason).where(
+        QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+        QuarantinedEvent.seq.in_(ends), QuarantinedEvent.reason.startswith(NOT_LAST))).all())
+    if not open_end or ends[-1] != max(ends) or (end is not None and ends[-1] <= end):
+        return None, replaced
+    return ends[-1], replaced
+
+
+def with_set_aside(c, sweep_id: str, node: str, end: int, events: list[dict],
+                   lines: list[str]) -> tuple[list[dict], list[str]]:
+    """This read, after the lines set aside as past the stored ``end`` in earlier reads
+    (a later job_finished shows the journal went on: they are judged again as the
+    journal's). A line kept whole comes back from its set-aside row; one kept cut or
+    altered (64 KiB, NUL) stays a hole, which the follower reads again from the node."""
+    rows = c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.line,
+                            QuarantinedEvent.line_sha256).where(
+        QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+        QuarantinedEvent.seq > end, QuarantinedEvent.seq < min(e["seq"] for e in events),
+        QuarantinedEvent.reason.startswith(END_REASONS[1])).order_by(QuarantinedEvent.seq))
+    back = [(orjson.loads(x), x) for _, x, h in rows
+            if hashlib.sha256(x.encode("utf-8", "replace")).hexdigest() == h]
+    return [e for e, _ in back] + events, [x for _, x in back] + lines
+
+
+NOT_LAST = "job_finished: not the agent's last word:"
+
+
+def not_last(seq: int, end: int) -> str:
+    return (f"{NOT_LAST} the journal goes on after it to the "
+            f"job_finished at seq {end} (a forged or damaged end at seq {seq})")
+
+
+def past_end(c, sweep_id: str, node: str, end: int, olds: list[int], events: list[dict],
              lines: list[str]) -> tuple[list[dict], list[str], list[Refused]]:
     """Once a job_finished at ``end`` is admitted: this read's events past it, and the stored
-    ones, set aside. Returns the events (and lines) kept, and those set aside."""
-    keep = [i for i, e in enumerate(events) if e["seq"] <= end]
-    out = [Refused(e["seq"], after_end(e["seq"], end), x)
-           for e, x in zip(events, lines, strict=True) if e["seq"] > end]
+    ones, set aside; so are the earlier ends ``olds`` the journal went on after, and the
+    lines set aside as past those are read again (the follower resumes at the hole).
+    Returns the events (and lines) kept, and those set aside."""
+    keep = [i for i, e in enumerate(events) if e["seq"] <= end and e["seq"] not in olds]
+    out = [Refused(e["seq"], after_end(e["seq"], end) if e["seq"] > end else
+                   not_last(e["seq"], end), x)
+           for i, (e, x) in enumerate(zip(events, lines, strict=True)) if i not in keep]
     stored = list(c.execute(select(Event.seq).where(
         Event.sweep_id == sweep_id, Event.node == node, Event.seq > end)).scalars())
-    out += _move(c, sweep_id, node, stored, lambda s: after_end(s, end, moved=True))
+    out += move_aside(c, sweep_id, node, stored, lambda s: after_end(s, end, moved=True))
+    if olds:
+        out += move_aside(c, sweep_id, node, olds, lambda s: not_last(s, end))
+        c.execute(delete(QuarantinedEvent).where(
+            QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+            QuarantinedEvent.seq > min(olds), QuarantinedEvent.seq < end,
+            QuarantinedEvent.reason.startswith(END_REASONS[1])))
     return [events[i] for i in keep], [lines[i] for i in keep], out
 
 
@@ -185,5 +240,5 @@ def failed_ends(c, sweep_id: str, node: str, events: list[dict],
            for e, x in zip(events, lines, strict=True) if e["seq"] in bad]
     keep = [i for i, e in enumerate(events) if e["seq"] not in bad]
     stored = [f for f in bad if f not in batch]
-    out += _move(c, sweep_id, node, stored, lambda s: failed_reason(s, *bad[s]))
+    out += move_aside(c, sweep_id, node, stored, lambda s: failed_reason(s, *bad[s]))
     return [events[i] for i in keep], [lines[i] for i in keep], out

@@ -113,29 +113,42 @@ def _downgrading(engine: Engine, url: str, revision: str):
 def downgrade_losses(engine: Engine, url: str, revision: str) -> list[str]:
     """What a downgrade to ``revision`` would delete, found by doing it in a transaction
     and rolling it back (both stores migrate in transactions): each dropped table with its
-    rows and each dropped column with its values, where there are any."""
+    rows, each dropped column with its values where there are any (a value equal to the
+    column's default says nothing the older store cannot), and rows a step deletes."""
     from sqlalchemy import inspect
 
-    def shape(conn) -> dict[str, set[str]]:
+    def shape(conn) -> dict[str, dict[str, str | None]]:
         insp = inspect(conn)
-        return {t: {c["name"] for c in insp.get_columns(t)} for t in insp.get_table_names()
-                if t != "alembic_version"}
+        return {t: {c["name"]: c.get("default") for c in insp.get_columns(t)}
+                for t in insp.get_table_names() if t != "alembic_version"}
+
+    def rows(conn, tables) -> dict[str, int]:
+        return {t: conn.exec_driver_sql(f'SELECT count(*) FROM "{t}"').scalar() or 0
+                for t in tables}
 
     with engine.connect() as conn:
         before = shape(conn)
+        counted = rows(conn, before)
     with _downgrading(engine, url, revision) as conn:
         after = shape(conn)
+        left = rows(conn, after)
         conn.rollback()
     losses = []
     with engine.connect() as conn:
         for table, cols in sorted(before.items()):
             if table not in after:
-                n = conn.exec_driver_sql(f'SELECT count(*) FROM "{table}"').scalar() or 0
-                if n:
-                    losses.append(f"table {table}: {n} row(s)")
+                if counted[table]:
+                    losses.append(f"table {table}: {counted[table]} row(s)")
                 continue
-            for col in sorted(cols - after[table]):
-                n = conn.exec_driver_sql(f'SELECT count("{col}") FROM "{table}"').scalar() or 0
+            if left[table] < counted[table]:
+                losses.append(f"table {table}: {counted[table] - left[table]} row(s)")
+            for col in sorted(set(cols) - set(after[table])):
+                where = f'"{col}" IS NOT NULL'
+                default = (cols[col] or "").strip("()'\"")
+                if default:
+                    where += f""" AND CAST("{col}" AS TEXT) <> '{default.replace("'", "''")}'"""
+                n = conn.exec_driver_sql(
+                    f'SELECT count(*) FROM "{table}" WHERE {where}').scalar() or 0
                 if n:
                     losses.append(f"column {table}.{col}: {n} value(s)")
     return losses

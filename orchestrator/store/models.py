@@ -104,8 +104,9 @@ class QuarantinedEvent(Base):
     """A journal line a node sent that the decode boundary set aside, with the reason."""
 
     __tablename__ = "quarantined_events"
-    __table_args__ = (UniqueConstraint("sweep_id", "node", "line_sha256",
-                                       name="uq_quarantined_line"),)
+    # once per occurrence of its content: five identical unreadable lines are five lines
+    __table_args__ = (UniqueConstraint("sweep_id", "node", "line_sha256", "occurrence",
+                                       name="uq_quarantined_line_occurrence"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
     node: Mapped[str] = mapped_column(String(255))
@@ -113,6 +114,8 @@ class QuarantinedEvent(Base):
     reason: Mapped[str] = mapped_column(Text)
     line: Mapped[str] = mapped_column(Text)  # the first 64 KiB, NUL characters replaced
     line_sha256: Mapped[str] = mapped_column(String(64))
+    # the how-manieth line of this content in the journal (counted per read, from 1)
+    occurrence: Mapped[int] = mapped_column(Integer, server_default="1")
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 

@@ -93,7 +93,7 @@ def run_row(sweep_id: str, node: str, e: dict, identity: dict) -> dict:
         "acceptance_median": m["acceptance_rate"]["median"], "unreliable": e["unreliable"],
         "summary": {k: e.get(k) for k in ("metrics", "values", "unreliable_reasons", "exact",
                                           "distribution", "parity", "models", "method",
-                                          "contention")},
+                                          "contention", "spread")},
         "env_id": identity.get("env_id"), "mlx_version": identity.get("mlx_version"),
         "mlx_lm_version": identity.get("mlx_lm_version"),
         "target_fingerprint": identity.get("target_fingerprint"),

@@ -51,6 +51,7 @@ class Quarantined:
     seq: int | None
     reason: str
     line: str
+    occurrence: int = 1  # the how-manieth line of this content in the read (the follower's)
 
 
 class Decoder:

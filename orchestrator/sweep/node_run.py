@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from agent.protocol import FINAL_EVENTS, model_roles
@@ -44,6 +47,7 @@ class NodeRun:
         self.stopped = False  # --stop ended its agent: the node is free again
         self._home: str | None = None  # the node's $HOME, asked once
         self.decoder = Decoder(host.name)
+        self.open_end = False  # whether the agent followed may still write (follow_once)
 
     async def set_aside(self, q: Quarantined) -> None:
         """A line that failed the decode boundary: kept with its reason, said once, and the
@@ -167,7 +171,8 @@ class NodeRun:
 
         def store_batch() -> list:
             refused: list = []  # fresh per attempt: a rolled-back attempt said nothing
-            self.store.ingest(self.sweep_id, self.host.name, batch, raw, refused)
+            self.store.ingest(self.sweep_id, self.host.name, batch, raw, refused,
+                              open_end=self.open_end)
             return refused
 
         for r in await self.with_store(store_batch):
@@ -189,10 +194,17 @@ class NodeRun:
                      f"node (seq {ranges_text(cov.holes)})")
         # a finished agent's pid may be another process's by now: read to the end and stop
         pid = 0 if sn.state == "finished" else sn.pid or 0
+        # until the node's end is recorded its agent may still be writing: a job_finished
+        # the journal goes on after is not its last word (after, lines past it are forged)
+        self.open_end = sn.state in ("launching", "running")
         cmd = (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent follow "
                f"{q(sn.journal_path)} --from-seq {cov.through} --pid {pid}")
         pipeline = IngestPipeline(self.ingest)
         ends: list[dict] = []
+        # each read starts at the journal's top and sends every line without a readable
+        # seq again: the k-th identical set-aside line of this read is the journal's k-th,
+        # so counting per read keeps one row per line and a re-read adds none
+        repeats: Counter[bytes] = Counter()
         try:
             # aclosing: a follower left early (an agent refused mid-stream) is closed now,
             # not whenever the garbage collector finds it after the event loop is gone
@@ -202,7 +214,9 @@ class NodeRun:
                         continue
                     typed = self.decoder.event(line)  # the one boundary; may refuse the agent
                     if isinstance(typed, Quarantined):
-                        await self.set_aside(typed)
+                        key = hashlib.sha256(typed.line.encode("utf-8", "replace")).digest()
+                        repeats[key] += 1
+                        await self.set_aside(replace(typed, occurrence=repeats[key]))
                         continue
                     event = typed.raw  # the checked object: what the store keeps and reads
                     if event["type"] in FINAL_EVENTS:

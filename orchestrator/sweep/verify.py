@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from ..errors import RemoteError, SpecfleetError
@@ -145,16 +147,21 @@ def _digest(journal: list[tuple[int, str]], seqs: list[int]) -> str:
 
 
 def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
-            aside_seqs: set[int], aside_hashes: set[str]) -> NodeLedger:
+            aside_seqs: set[int], aside_hashes: Iterable[str] | Counter[str]) -> NodeLedger:
     """The journal's lines (in journal order) against the stored events (seq -> content
-    hash) and the set-aside lines (their seqs and content hashes)."""
+    hash) and the set-aside lines (their seqs, and their content hashes with how many
+    rows hold each: a set counts each once)."""
     holes: list[int] = []
     conflicts: list[dict] = []
     matched: set[int] = set()
     aside = 0
+    # a line with no readable seq is accounted for only by a set-aside row of its own: five
+    # identical unreadable lines need five rows (one row is not all five)
+    left = Counter(aside_hashes)
     events: list[tuple[int, str]] = []  # the journal's lines the store should hold as events
     for i, (seq, sha) in enumerate(journal, 1):
-        if sha in aside_hashes:
+        if left[sha] > 0 or (seq is not None and sha in aside_hashes):
+            left[sha] -= 1
             aside += 1  # set aside, with its reason
             continue
         if seq is None:
