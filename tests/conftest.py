@@ -99,19 +99,19 @@ def netns_fleet():
 
 
 @pytest.fixture(scope="session")
-def pg_template():
-    """This worker's PostgreSQL database at head, the template ``pg_url`` copies."""
-    name = store_templates.migrated_pg_template()
-    yield name
-    store_templates.drop_pg_database(name)
+def pg_databases():
+    """This worker's PostgreSQL databases at head (tests/store_templates.py)."""
+    pool = store_templates.PgDatabases()
+    yield pool
+    pool.close()
 
 
 @pytest.fixture
-def pg_url(pg_template):
-    """A fresh PostgreSQL database at head (a copy of ``pg_template``), dropped afterwards."""
-    name = store_templates.new_pg_database(template=pg_template)
+def pg_url(pg_databases):
+    """A fresh PostgreSQL database at head, of this test's own, set aside afterwards."""
+    name = pg_databases.take()
     yield store_templates.PG_BASE + name
-    store_templates.drop_pg_database(name)
+    pg_databases.give_back(name)
 
 
 @pytest.fixture

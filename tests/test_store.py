@@ -77,6 +77,50 @@ def test_a_copied_store_is_the_one_the_migrations_build(kind, request, tmp_path)
         assert all(c.scalar(select(func.count()).select_from(sa_table(t))) == 0
                    for t in inspect(c).get_table_names() if t != "alembic_version")
 
+
+def test_a_reused_postgresql_database_is_as_new(tmp_path):
+    """A test's PostgreSQL database is set aside after it and emptied for the next one
+    (tests/store_templates.py): the next test sees no row of it, ids from 1 again, the
+    schema at head; the old name is gone (nothing left running writes into the new one);
+    a database left at another revision is not reused."""
+    from tests.store_templates import PG_BASE, PgDatabases
+
+    pool = PgDatabases()
+    try:
+        first = pool.take()
+        store = open_store(PG_BASE + first)
+        planted = _events()
+        store.create_sweep("s1", JOB, None)
+        store.ingest("s1", "n1", planted, [json.dumps(e) for e in planted])
+        with store.engine.connect() as c:
+            ids = c.execute(select(Event.id).order_by(Event.id)).scalars().all()
+        assert len(ids) == 4
+        held = store.engine.connect()  # a connection a test left open
+        pool.give_back(first)
+        second = pool.take()
+        assert second != first and pool.spare == []
+        with pytest.raises(Exception, match="does not exist"):
+            create_engine(PG_BASE + first).connect()
+        again = open_store(PG_BASE + second, migrate=False)
+        assert again.current_revision() == HEAD and again.latest_sweep_id() is None
+        again.create_sweep("s2", JOB, None)
+        again.ingest("s2", "n1", planted, [json.dumps(e) for e in planted])
+        with again.engine.connect() as c:
+            assert c.execute(select(Event.id).order_by(Event.id)).scalars().all() == ids
+        fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+        open_store(fresh)
+        assert {t for t, v in _schema(PG_BASE + second).items() if t != "views"} == {
+            t for t, v in _schema(fresh).items() if t != "views"}
+        again.engine.dispose()
+        downgrade(open_store(PG_BASE + second, migrate=False).engine, PG_BASE + second, "0012")
+        pool.give_back(second)
+        third = pool.take()  # not the downgraded one: a new copy at head
+        assert open_store(PG_BASE + third, migrate=False).current_revision() == HEAD
+        pool.give_back(third)
+        held.close()
+    finally:
+        pool.close()
+
 def test_ingest_twice_stores_once(any_url):
     store = open_store(any_url)
     store.create_sweep("s1", JOB, None)
