@@ -211,18 +211,19 @@ def empty_any_url(request, tmp_path):
 # Modules that take 40 s or more, longest first: with one module per worker (--dist
 # loadscope, so module fixtures run once), a long module started last would hold the whole
 # run up after every other worker is done. Measured one module at a time on the 2-core host
-# (wall s under other load, 2026-11-27; CONTRIBUTING.md says how): the hostile-journal
-# property ~105, first provision ~105 (with an empty wheel cache), the store outages ~105
-# (mostly waiting), README ~80, store/controller faults ~80, agent faults ~70, --help
-# examples ~65, machine lock ~65, weekly review ~60, load ~50, demo and calibration demo
-# ~50, knobs ~50, lint ~45, then 40 and under.
-SLOW_FIRST = ("test_hostile_lines.py", "test_provision.py", "test_store_outage.py",
-              "test_docs.py", "test_sweep_faults.py", "test_agent_faults.py",
-              "test_help_examples.py", "test_machine_lock.py", "test_weekly_review.py",
-              "test_load.py", "test_demo_example.py", "test_calibration_demo.py",
-              "test_knobs.py", "test_lint.py", "test_http_sweep.py", "test_otlp_export.py",
-              "test_hostile_examples.py", "test_sweep_lifecycle.py",
-              "test_planted_runtimes.py")
+# under other load (wall s, 2026-11-27; CONTRIBUTING.md says how): the 200-series site
+# ~140, the hostile-journal property, first provision (an empty wheel cache) and the store
+# outages (mostly waiting) ~105, the --fail-on/JUnit/notify reviews ~85, README and store
+# faults ~80, weekly review ~75, agent faults, --help examples and the machine lock ~65,
+# sweeps over SSH ~60, then 40-55 s each.
+SLOW_FIRST = ("test_site.py", "test_hostile_lines.py", "test_provision.py",
+              "test_store_outage.py", "test_review_ci.py", "test_docs.py",
+              "test_sweep_faults.py", "test_weekly_review.py", "test_agent_faults.py",
+              "test_help_examples.py", "test_machine_lock.py", "test_sweep_ssh.py",
+              "test_load.py", "test_schedule.py", "test_demo_example.py",
+              "test_calibration_demo.py", "test_knobs.py", "test_wheel_install.py",
+              "test_lint.py", "test_http_sweep.py", "test_otlp_export.py",
+              "test_hostile_examples.py", "test_sweep_lifecycle.py")
 
 
 def pytest_collection_modifyitems(config, items):
