@@ -23,7 +23,8 @@ from sqlalchemy import delete, select
 
 from orchestrator.store import open_store
 from orchestrator.store.coverage import coverage
-from orchestrator.store.journal_ends import MAX_SEQ_GAP
+from orchestrator.store.journal_ends import CONTINUED, MAX_SEQ_GAP
+from orchestrator.store.journal_ends import _runs as seq_runs
 from orchestrator.store.models import Event, QuarantinedEvent, Run
 from tests.hostile import (
     JOB,
@@ -39,6 +40,7 @@ from tests.hostile import (
     placed,
     seq_of,
 )
+from tests.store_templates import fresh_sqlite
 
 FAILED = {"schema": 1, "type": "job_failed", "ts": 1.0, "error": "crash", "message": "forged"}
 
@@ -89,7 +91,7 @@ def test_a_forged_job_failed_mid_journal_is_set_aside_and_the_node_ends_ok(
         make, forged, reason, tmp_path):
     # it was stored and the node's outcome was "failed: agent: forged" (the next seq: it was
     # the last event) or "ok" with a job_failed among the stored events (its own seq)
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     f = follow_journal(store, make(journal()), tmp_path / "node")
     assert f.stopped is None
     assert f.outcome == ("ok: 1 journal line(s) set aside (`specfleet review --sweep "
@@ -129,7 +131,7 @@ class _Node:
 def test_a_forged_job_failed_stored_before_the_journal_went_on_is_moved_aside(tmp_path):
     # read while the agent runs: the forged end is the last line for a while (stored, the
     # node would fail on it); the agent's next lines show it false, and it is moved aside
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     lines = _in_seq(journal())
     node = _Node(store, tmp_path / "node")
     assert node.append_and_follow(lines[:7]) == "failed: agent: forged"
@@ -151,7 +153,7 @@ def _resumed(lines: list[bytes]) -> list[bytes]:
 
 
 def test_an_honest_job_failed_before_a_resume_is_kept(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     lines = _resumed(journal())
     f = follow_journal(store, lines, tmp_path / "node")
     assert f.stopped is None and f.outcome == "ok"
@@ -162,7 +164,7 @@ def test_an_honest_job_failed_before_a_resume_is_kept(tmp_path):
 
 
 def test_an_honest_job_failed_at_the_end_is_stored_and_said(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     lines = journal()
     i = seq_of(lines, "generation", 2)
     end = dump({**FAILED, "seq": i + 1, "message": "RuntimeError: out of memory"})
@@ -181,7 +183,7 @@ def _runs(store, sid: str) -> list[tuple]:
 
 
 def test_a_forged_summary_past_the_end_stored_first_is_moved_aside_with_its_run(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     real = journal()
     events = [event(x) for x in real]
     clean = uuid.uuid4().hex[:12]
@@ -211,7 +213,7 @@ _STORE: dict = {}
 
 def _store(tmp_path_factory):
     if "s" not in _STORE:  # one store for every example (opening one migrates it)
-        _STORE["s"] = open_store(f"sqlite:///{tmp_path_factory.mktemp('ends') / 's.db'}")
+        _STORE["s"] = open_store(fresh_sqlite(tmp_path_factory.mktemp('ends') / 's.db'))
     return _STORE["s"]
 
 
@@ -281,3 +283,32 @@ def test_the_real_journal_has_no_gap_the_rule_would_refuse():
     # the rule's premise, on the journal the agent wrote: seqs 1, 2, 3 … one by one
     seqs = [json.loads(x)["seq"] for x in BASE]
     assert seqs == list(range(1, len(BASE) + 1))
+
+
+def _runs_by_window(seqs: list[int]) -> set[int]:
+    """The rule as worded: every seq in some CONTINUED lines in a row, each one past the
+    one before (a window at a time, as the ledger first judged it)."""
+    out: set[int] = set()
+    for k in range(len(seqs) - CONTINUED + 1):
+        w = seqs[k:k + CONTINUED]
+        if all(b - a == 1 for a, b in zip(w, w[1:])):
+            out.update(w)
+    return out
+
+
+def test_runs_planted():
+    # 1-4 is a run, 7 alone is not, 10-12 is too short, 20-25 is one, 3 again breaks nothing
+    seqs = [1, 2, 3, 4, 7, 10, 11, 12, 20, 21, 22, 23, 24, 25, 3]
+    assert seq_runs(seqs) == {1, 2, 3, 4, 20, 21, 22, 23, 24, 25}
+    assert seq_runs(list(range(5, 1005))) == set(range(5, 1005))
+    assert seq_runs([1, 2, 3]) == set()
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.one_of(st.integers(1, 40), st.just(None)), max_size=60))
+def test_runs_is_the_windowed_rule_for_any_read(steps):
+    # reads built from runs and jumps (None: the next seq; a number: a jump to it)
+    seqs: list[int] = []
+    for s in steps:
+        seqs.append(s if s is not None else (seqs[-1] + 1 if seqs else 1))
+    assert seq_runs(seqs) == _runs_by_window(seqs)
