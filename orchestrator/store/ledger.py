@@ -161,15 +161,16 @@ def _context(c, sweep_id: str, node: str, events: list[dict]) -> Context:
                         END_REASONS[0])
 
 
+Admitted = tuple[list[dict], list[str], list[Refused]]  # kept events, their lines, refused
+
+
 def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
-          open_end: bool = False, twice: frozenset[int] = frozenset(),
-          ) -> tuple[list[dict], list[str], list[Refused]]:
+          open_end: bool = False, twice: frozenset[int] = frozenset()) -> Admitted:
     """The events (and their lines) the store may append, and the refused ones.
     ``open_end``: the node's agent may still be writing (its end not yet recorded), so a
     job_finished the journal goes on after, in order, to a later one is not its end; once
     the end is recorded, lines appended after it (a later job_finished too) are set aside.
-    ``twice``: seqs the follower's read has more than one line of: there a stored event's
-    line again is a repeat in the journal (kept as one, for `sweeps verify`), no re-read."""
+    ``twice``: seqs the read has 2+ lines of (a stored event's line again: a repeat)."""
     # every look-up of the batch in one round trip (read again only if the read grows)
     ctx = _context(c, sweep_id, node, events)
     end = ctx.end
@@ -191,10 +192,10 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
     for e, line in zip(events, payloads, strict=True):
         seq, kind = e["seq"], e["type"]
         why = None
-        if seq in batch or seq in stored and seq in twice:
+        if seq in batch or seq in stored and seq in twice:  # the event twice: stored once
             if _same(batch.get(seq) or stored[seq], line):
                 refused.append(Refused(seq, repeat_reason(seq), line))
-                continue  # the journal holds the event twice: stored once
+                continue
             why = f"conflict: seq {seq} arrived earlier in this read with other content"
         elif seq in stored:
             if _same(stored[seq], line):
