@@ -22,6 +22,7 @@ import orjson
 
 from agent.events import Event
 from agent.protocol import EVENT_SCHEMA, EVENT_SCHEMA_MAJOR, MAX_EVENT_BYTES
+from agent.signing import signed
 
 from ..errors import SpecfleetError
 from ..store.eventcheck import (  # noqa: F401  (re-exported: the rules' historical home)
@@ -38,6 +39,7 @@ from ..store.eventcheck import (  # noqa: F401  (re-exported: the rules' histori
 from ..store.fastcheck import FAST_CHECKS
 
 MAX_LINE_BYTES = MAX_EVENT_BYTES  # a journal line longer than this is quarantined, not read
+UNSIGNED = "not written by this job's agent (no valid signature)"
 
 
 class ProtocolMismatch(SpecfleetError):
@@ -55,10 +57,16 @@ class Quarantined:
 
 
 class Decoder:
-    """Decodes one node's journal lines; remembers the agent version it announced."""
+    """Decodes one node's journal lines; remembers the agent version it announced.
 
-    def __init__(self, node: str):
+    With ``key`` (the sweep node's journal key, ``agent.signing``) a line without a valid
+    MAC is set aside before anything in it is believed: it takes no seq, run, plan or end.
+    Without one (a node launched before keys, a recorded journal) lines are read as before.
+    """
+
+    def __init__(self, node: str, key: bytes | None = None):
         self.node = node
+        self.key = key
         self.agent_version: str | None = None
 
     def event(self, line: str | bytes) -> Event | Quarantined:
@@ -77,6 +85,9 @@ class Decoder:
         if len(text) > MAX_LINE_BYTES:
             return Quarantined(None, f"line of {len(text)} characters is longer than "
                                      f"{MAX_LINE_BYTES}", text)
+        if self.key is not None and not signed(self.key, text.encode("utf-8",
+                                                                      "surrogateescape")):
+            return Quarantined(_claimed_seq(text), UNSIGNED, text)
         try:
             e = orjson.loads(text)
         except orjson.JSONDecodeError as err:
@@ -114,3 +125,12 @@ class Decoder:
         if e["type"] == "job_started" and type(e.get("agent_version")) is str:
             self.agent_version = e["agent_version"]
         return e
+
+
+def _claimed_seq(text: str) -> int | None:
+    """The seq an unsigned line claims, for its quarantine row (it takes none)."""
+    try:
+        e = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return seq_of(e) if type(e) is dict else None
