@@ -14,7 +14,6 @@ import signal
 import subprocess
 from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
