@@ -17,6 +17,11 @@ Modes:
 - ``explode``: each token takes ``--token-ms`` × (requests in flight)³: latency grows
   much faster than the load past a few streams.
 - ``overload``: answers HTTP 503 to a request that finds 2 or more already in flight.
+- ``prefill``: like ``correct``, but every reply's first token comes ``--wait-ms`` after
+  the request (a long prompt's prefill), whatever else is in flight: it keeps up with any
+  rate, each answer a fixed time late.
+- ``hold``: like ``correct``, but holds every request until none has come for
+  ``--wait-ms``, then answers them all at once (a server that queues, then drains).
 
 ``--token-ms`` spaces the streamed tokens (default 0), as a model's decode would.
 """
@@ -32,6 +37,7 @@ import time
 
 INFLIGHT = [0]
 INFLIGHT_LOCK = threading.Lock()
+LAST_ARRIVAL = [0.0]  # when the last request came (``hold``)
 SERIAL = threading.Lock()
 
 GREEDY = ("def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n"
@@ -71,7 +77,7 @@ def answer(body: dict, tokens: Tokens) -> list[str]:
     return tokens.split(text)[:n]
 
 
-def make_handler(mode: str, tokens: Tokens, token_ms: float = 0.0):
+def make_handler(mode: str, tokens: Tokens, token_ms: float = 0.0, wait_ms: float = 0.0):
     global GREEDY
     if mode == "diverge":
         GREEDY = GREEDY[:12] + "X" + GREEDY[13:]
@@ -99,7 +105,13 @@ def make_handler(mode: str, tokens: Tokens, token_ms: float = 0.0):
             with INFLIGHT_LOCK:
                 INFLIGHT[0] += 1
                 busy = INFLIGHT[0]
+                LAST_ARRIVAL[0] = time.monotonic()
             try:
+                if mode == "prefill":
+                    time.sleep(wait_ms / 1e3)
+                while mode == "hold" and (quiet := time.monotonic() - LAST_ARRIVAL[0]) \
+                        < wait_ms / 1e3:
+                    time.sleep(wait_ms / 1e3 - quiet)
                 if mode == "serial":
                     with SERIAL:
                         self.reply(busy)
@@ -155,8 +167,10 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--mode", default="correct",
                     choices=["correct", "fail", "surrogate", "double-usage", "diverge",
-                             "serial", "explode", "overload"])
+                             "serial", "explode", "overload", "prefill", "hold"])
     ap.add_argument("--token-ms", type=float, default=0.0, help="milliseconds per token")
+    ap.add_argument("--wait-ms", type=float, default=0.0,
+                    help="prefill: before the first token; hold: the quiet that releases")
     ap.add_argument("--tokenizer", default=None, help="a tokenizer.json to count tokens with")
     ap.add_argument("--ballast-mb", type=int, default=0,
                     help="hold this much memory, touched, as weights would be")
@@ -164,7 +178,7 @@ def main() -> None:
     ballast = bytearray(b"\x01" * (args.ballast_mb * 2**20))  # noqa: F841  # held, not read
     server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port),
                                              make_handler(args.mode, Tokens(args.tokenizer),
-                                                          args.token_ms))
+                                                          args.token_ms, args.wait_ms))
     server.serve_forever()
 
 

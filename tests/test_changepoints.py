@@ -57,6 +57,62 @@ def test_a_drift_is_one_drift(seed):
     assert (f["size"] > 0) == (truth["size"] > 0)
 
 
+def test_a_step_then_a_drift_is_the_step_at_its_night_with_its_cause_and_the_drift():
+    """An mlx-lm bump at night 10 moves the level 11%, then it drifts 1% a night (issue 27:
+    before, one drift from the new level, the step and its cause dropped): the step at
+    night 10 naming the bump, and the drift after it, naming nothing more."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    t = np.arange(28)
+    values = 100 * (1 + rng.normal(0, 0.01, 28) + np.where(t >= 10, 0.11 + (t - 10) * 0.01, 0))
+    step, drift = change_points(series(list(values), bump_at=10), words)
+    assert (step["kind"], step["date"]) == ("step", (START + timedelta(days=10)).isoformat())
+    assert step["changed"] == ["mlx_lm_version 0.32.2 → 0.33.0"]
+    assert step["size"] == pytest.approx(0.11, abs=0.02)
+    assert (drift["kind"], drift["date"], drift["until"]) == (
+        "drift", step["date"], (START + timedelta(days=27)).isoformat())
+    assert drift["changed"] == [] and drift["size"] == pytest.approx(0.17 / 1.11, abs=0.03)
+
+
+def _noisy(seed: int, level: list[float], sigma: float) -> list[float]:
+    import numpy as np
+
+    return list(100 * np.asarray(level) * (1 + np.random.default_rng(seed).normal(0, sigma,
+                                                                                  len(level))))
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.integers(16, 60), st.data(), st.floats(0.12, 0.30), st.sampled_from((-1, 1)),
+       st.floats(0.0, 0.01), st.integers(0, 2**32 - 1))
+def test_any_clear_step_is_found_at_its_night(n, data, size, sign, sigma, seed):
+    """A step of 12-30% either way with white noise of σ ≤ 1% (≥ 12σ), at least 4 nights
+    on each side: one finding, a step, within a night of it. (Below that it is not always
+    so: at 10.9% and σ 1.2% on 16 nights, a step at night 4 is explained as the noise's
+    memory; at 10% and σ 1.5%, 1-9% of steps near either end are missed.)"""
+    at = data.draw(st.integers(4, n - 5))
+    found = analyse(_noisy(seed, [1 + sign * size * (i >= at) for i in range(n)], sigma))
+    assert [f["kind"] for f in found] == ["step"] and abs(found[0]["index"] - at) <= 1, found
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(24, 60), st.data(), st.floats(0.10, 0.30), st.floats(0.01, 0.02),
+       st.sampled_from((-1, 1)), st.floats(0.0, 0.01), st.integers(0, 2**32 - 1))
+def test_any_clear_step_then_drift_is_both(n, data, size, slope, sign, sigma, seed):
+    """A step of 10-30% at an identity change, then a drift the same way of 1-2% a night
+    over 10 nights or more, σ ≤ 1%: a step within a night of its night, and a drift.
+    (Without the identity change the jump must also beat every continuous bend: 1 of 6,000
+    such random series missed it, a drift cut short at the window's end, and Hypothesis
+    found a step 4 nights from the start whose jump a bend explained. A drift of 0.5% a
+    night after a 25% step may be taken into the step's new level: the fit does not always
+    keep it.)"""
+    at = data.draw(st.integers(4, n - 10))
+    level = [1 + sign * (size + (i - at) * slope) * (i >= at) for i in range(n)]
+    found = analyse(_noisy(seed, level, sigma), frozenset({at}))
+    assert any(f["kind"] == "step" and abs(f["index"] - at) <= 1 for f in found), found
+    assert any(f["kind"] == "drift" for f in found), found
+
+
 def test_two_night_dips_and_ar1_noise_make_no_change_points():
     """Before: 7 of 60 AR(1) no-change series had one."""
     dips = [analyse(planted_nightly(seed, "dip")[0]) for seed in range(30)]

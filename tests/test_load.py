@@ -15,11 +15,12 @@ from tests.test_agent import run_agent
 from tests.test_planted_runtimes import PLANTED
 
 
-def planted(name: str, mode: str, token_ms: float, speculative: bool = False) -> dict:
+def planted(name: str, mode: str, token_ms: float, speculative: bool = False,
+            wait_ms: float = 0.0) -> dict:
     port = free_port()
     return {"name": name, "base_url": f"http://127.0.0.1:{port}",
             "command": [sys.executable, str(PLANTED), "--port", str(port), "--mode", mode,
-                        "--token-ms", str(token_ms)],
+                        "--token-ms", str(token_ms), "--wait-ms", str(wait_ms)],
             **({"speculative": True, "num_draft_tokens": 3} if speculative else {})}
 
 

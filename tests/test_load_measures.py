@@ -117,11 +117,13 @@ def serial_send(service_s: float):
 def test_an_open_loop_the_server_cannot_keep_up_with_is_saturated():
     """40 requests/s offered to a server that serves 20 a second (one at a time, 50 ms
     each): served ≈ 20 of 40 offered, and the queue grows (every wait is at the server,
-    so the client's queue was empty: before, this level was ok)."""
+    so the client's queue was empty: before, this level was ok). Exactly timed, it reads
+    22: the medians of the first and last three requests see the lag grow over 9 of the
+    11 gaps (11 / (0.275 + 9 × 0.025) s)."""
     out, wall = open_loop(serial_send(0.05), 40.0, 12, "constant", 16)
     m = summarize(out, wall)
     assert m["offered_rps"] == pytest.approx(40.0, rel=0.001)
-    assert 15 <= m["served_rps"] <= 21 and m["queue_growth_ms"] > 150
+    assert 15 <= m["served_rps"] <= 23 and m["queue_growth_ms"] > 150
     assert m["queued_ms_p99"] < 50  # nothing waited at the client
     why = saturation([m], "request_rate", 40.0)
     assert why.startswith(f"cannot keep up: {m['served_rps']:.2f} requests/s served of "
@@ -186,3 +188,98 @@ def test_open_loop_overload_against_a_planted_runtime(model_pair, tmp_path):
     assert parallel["served_rps"] > 0.85 * parallel["offered_rps"]
     # ITL is the chunk gap: about the planted 26 ms, never the doubled gap
     assert 20 <= parallel["itl_ms_p50"] <= 45
+
+
+def test_a_long_prefill_keeps_up_and_a_held_burst_does_not_against_planted_runtimes(
+        model_pair, tmp_path):
+    """Issue 27, through the agent and two planted runtimes at 8 requests/s for 5 s: one
+    whose first token always comes 1 s after the request (a long prefill; it serves each
+    request apart, so it keeps up with any rate) is ok, its served rate the offered one
+    (before: about 6.8 of 8, "cannot keep up"); one that holds every request until none
+    has come for 1.5 s and then answers all at once is saturated (served over the hold)."""
+    ev = run_load(model_pair, tmp_path, [planted("plain", "prefill", 5, wait_ms=1000),
+                                         planted("draft", "hold", 5, True, wait_ms=1500)],
+                  {"request_rate": [8.0], "arrivals": "constant", "requests": 40},
+                  max_tokens=8)
+    (prefill,) = levels(ev, "plain", "request_rate").values()
+    (held,) = levels(ev, "draft", "request_rate").values()
+    assert prefill["offered_rps"] == pytest.approx(8.0, rel=0.01)
+    assert prefill["status"] == "ok" and prefill["stop_reason"] is None, prefill
+    assert prefill["served_rps"] >= 0.95 * prefill["offered_rps"], prefill
+    assert 1000 <= prefill["ttft_ms_p50"] < 1300
+    assert held["status"] == "saturated", held
+    # 40 answered in one burst 1.5 s after the last arrival (4.875 s): about 40 / 6.4 s
+    assert held["served_rps"] < 7.0 and held["stop_reason"].startswith("cannot keep up: ")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 20.0), st.floats(0.0, 2.0), st.floats(0.0, 30.0),
+                          st.floats(0.0, 10.0), st.booleans()), min_size=2, max_size=60))
+def test_no_open_loop_serves_more_than_it_was_offered(requests):
+    """Any requests (scheduled, waited for a slot, first chunk, streaming, failed or not):
+    the served rate is never above the offered one, and never negative."""
+    outs = [Outcome(t, t + wait, chunk_times=[] if failed else [first, first + stream],
+                    end=t + wait + first + stream, error="reset" if failed else None)
+            for t, wait, first, stream, failed in requests]
+    m = summarize(outs, max(o.end for o in outs) + 0.1)
+    if m["offered_rps"] is not None and m["served_rps"] is not None:
+        assert 0.0 <= m["served_rps"] <= m["offered_rps"], m
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.floats(0.5, 50.0), st.integers(4, 120), st.floats(0.0, 0.5), st.floats(0.0, 30.0),
+       st.integers(1, 20))
+def test_any_constant_first_token_latency_under_half_the_level_keeps_up(
+        rate, n, share, stream_s, chunks):
+    """Constant arrivals answered a fixed time after each (first token after any share of
+    the arrivals' span up to half, then any streaming): served is what was offered, ok."""
+    span = (n - 1) / rate
+    times = [share * span + stream_s * k / max(chunks - 1, 1) for k in range(chunks)]
+    outs = [Outcome(i / rate, i / rate, chunk_times=times, end=i / rate + times[-1])
+            for i in range(n)]
+    m = summarize(outs, span + times[-1])
+    assert m["served_rps"] == pytest.approx(m["offered_rps"], abs=0.002), m
+    assert saturation([m], "request_rate", rate) is None, m
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**31), st.floats(0.5, 50.0), st.integers(2, 120), st.floats(0.0, 0.5),
+       st.floats(0.0, 30.0))
+def test_any_long_latency_that_varies_little_keeps_up(seed, rate, n, share, stream_s):
+    """Any Poisson schedule, each reply's first token after any share of the arrivals' span
+    up to half, then ``stream_s`` of streaming, both varying by at most 5% of the span
+    together: ok, served at least 95% of offered (before: 2,652 of 3,000 such levels read
+    'cannot keep up')."""
+    sched = arrival_times(rate, n, "poisson", seed)
+    span = sched[-1] - sched[0]
+    if span <= 0:
+        return
+    rng = random.Random(seed)
+    outs = []
+    for t in sched:
+        a = rng.uniform(0.0, 0.05 * span)
+        b = rng.uniform(0.0, 0.05 * span - a)
+        times = [share * span + a, share * span + a + stream_s + b]
+        outs.append(Outcome(t, t, chunk_times=times, end=t + times[-1]))
+    m = summarize(outs, sched[-1] + span + stream_s)
+    assert m["served_rps"] >= 0.95 * m["offered_rps"] - 0.002, m
+    assert saturation([m], "request_rate", rate) is None, m
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.floats(0.5, 50.0), st.integers(8, 120), st.floats(1.1, 4.0), st.floats(0.0, 0.9))
+def test_any_serial_server_slower_than_its_arrivals_is_saturated(rate, n, load, first):
+    """Constant arrivals at ``rate`` to a server that serves one at a time, each taking
+    ``load`` / rate (10% to 4× more than the gap; its first chunk at any share of it):
+    served is below 95% of offered and never below the server's own rate (the ends'
+    medians see less of the lag's growth, never more), saturated."""
+    service, free, outs = load / rate, 0.0, []
+    for i in range(n):
+        start = max(i / rate, free)
+        free = start + service
+        outs.append(Outcome(i / rate, i / rate, chunk_times=[start - i / rate + first * service,
+                                                             free - i / rate], end=free))
+    m = summarize(outs, free)
+    assert m["served_rps"] < 0.95 * m["offered_rps"], m
+    assert m["served_rps"] >= 1 / service - 0.002, m
+    assert saturation([m], "request_rate", rate).startswith("cannot keep up: "), m

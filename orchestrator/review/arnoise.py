@@ -11,10 +11,22 @@ lets φ be taken at its word.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Protocol
 
 import numpy as np
+
+NOISE_FLOOR = 0.005  # relative night-to-night noise assumed at least this (planted data is exact)
+MAX_PHI = 0.7        # the most memory a first look (differences) and the scores assume
+SE_MAX_PHI = 0.9     # … and the standard errors (exact AR(1) variance: short runs keep power)
+
+
+class _Fits(Protocol):
+    """A segmentation's fits: (level at i, slope) of segment [i, j) of a kind."""
+
+    def fit(self, i: int, j: int, kind: str) -> tuple[float, float]: ...
 
 
 @dataclass(frozen=True)
@@ -56,3 +68,35 @@ def end_se(m: int, kind: str, nz: Noise) -> float:
 
 def slope_z(m: int, slope: float, nz: Noise) -> float:
     return abs(slope) / (nz.sigma * math.sqrt(_ar_gain(m, "slope", round(nz.phi, 3))))
+
+
+def noise(x: np.ndarray) -> tuple[float, float]:
+    """(σ, φ) of AR(1) noise around a level, from the robust spreads of the one- and
+    two-night differences, each about its own running median (a step moves one or two
+    differences, a drift their local centre, neither their spread)."""
+    def spread(d: np.ndarray) -> float:
+        if len(d) < 3:
+            return 0.0
+        ds = [float(v) for v in d]
+        local = np.array([statistics.median(ds[max(0, i - 4):i + 5]) for i in range(len(ds))])
+        return 1.4826 * float(np.median(np.abs(d - local)))
+
+    s1, s2 = spread(np.diff(x)), spread(x[2:] - x[:-2])
+    phi = min(max(s2 ** 2 / s1 ** 2 - 1, 0.0), MAX_PHI) if s1 > 0 else 0.0
+    sigma = max(s1 / math.sqrt(2 * (1 - phi)), NOISE_FLOOR)
+    return sigma, phi
+
+
+def residual_noise(x: np.ndarray, segs: list, sums: _Fits) -> tuple[float, float]:
+    """(σ, φ) of the residuals around a fit: their spread (for the parameters fitted) and
+    their lag-1 autocorrelation, corrected for its small-sample bias (−(1 + 3φ)/n)."""
+    fit = np.concatenate([sums.fit(i, j, k)[0] + sums.fit(i, j, k)[1] * np.arange(j - i)
+                          for i, j, k in segs])
+    r = x - fit
+    n, p = len(x), sum(2 if k == "line" else 1 for *_, k in segs)
+    var = float(r @ r) / max(n - p, 1)
+    if var < NOISE_FLOOR ** 2:  # residuals below the floor (exact data: rounding) show no memory
+        return NOISE_FLOOR, 0.0
+    r1 = float(r[1:] @ r[:-1]) / float(r @ r)
+    phi = min(max(r1 + (1 + 3 * max(r1, 0.0)) / n + p / n, 0.0), SE_MAX_PHI)
+    return max(math.sqrt(var), NOISE_FLOOR), phi

@@ -13,7 +13,9 @@ the series' own noise. Each finding is then confirmed against that noise, taken 
 - a **possible step**: the same in the window's last 2-3 nights, reported so, "confirm on
   the next nights" (too few nights after it to be sure);
 - a **drift**: a straight segment whose change over its span is at least ``MIN_CHANGE`` and
-  ``Z`` standard errors of the slope: one finding, from its first night to its last;
+  ``Z`` standard errors of the slope: one finding, from its first night to its last; a
+  jump beside it the way it goes is its edge, unless no continuous bend fits the jump
+  (``ramps.sharp_jump``): then a step and the drift after it are both reported;
 - a short segment inside the window (fewer than ``MIN_NIGHTS`` nights: a one- or two-night
   dip or spike) whose neighbours agree is no finding; one night at the very end is none
   either (an outlier cannot be told from a step on one night).
@@ -39,8 +41,16 @@ from datetime import date
 
 import numpy as np
 
-from .arnoise import Noise, end_se, slope_z
-from .ramps import ramp_or_step, ramp_over_steps
+from .arnoise import (
+    MAX_PHI,
+    NOISE_FLOOR,
+    Noise,
+    end_se,
+    noise,
+    residual_noise,
+    slope_z,
+)
+from .ramps import ramp_or_step, ramp_over_steps, sharp_jump
 
 MIN_NIGHTS = 4       # a level held fewer nights than this inside the window is transient
 MIN_TAIL = 2         # nights at the window's end that can show a possible step
@@ -50,42 +60,10 @@ Z = 4.0  # standard errors (long-run) a step or a drift must clear
 BIC_WEIGHT = 2.5     # times BIC's log n per level or break in the AR(1) score
 SLOPE_WEIGHT = 3.0   # … and per slope (a slow wander of strongly remembering noise fits one)
 QUIET_WEIGHT = 0.25   # … the share of it a first look asks of one change, to skip the search
-NOISE_FLOOR = 0.005  # relative night-to-night noise assumed at least this (planted data is exact)
-MAX_PHI = 0.7        # the most memory a first look (differences) and the scores assume
-SE_MAX_PHI = 0.9     # … and the standard errors (exact AR(1) variance: short runs keep power)
+# times one parameter's price (long-run variance × log n) a jump beside a drift must save
+# over a continuous bend: at 1×, 2.5× the bench's drifts gained 3, 2 false edge steps; at 5× none
+JUMP_WEIGHT = 5.0
 POSSIBLE = "confirm on the next nights"
-
-
-def noise(x: np.ndarray) -> tuple[float, float]:
-    """(σ, φ) of AR(1) noise around a level, from the robust spreads of the one- and
-    two-night differences, each about its own running median (a step moves one or two
-    differences, a drift their local centre, neither their spread)."""
-    def spread(d: np.ndarray) -> float:
-        if len(d) < 3:
-            return 0.0
-        ds = [float(v) for v in d]
-        local = np.array([statistics.median(ds[max(0, i - 4):i + 5]) for i in range(len(ds))])
-        return 1.4826 * float(np.median(np.abs(d - local)))
-
-    s1, s2 = spread(np.diff(x)), spread(x[2:] - x[:-2])
-    phi = min(max(s2 ** 2 / s1 ** 2 - 1, 0.0), MAX_PHI) if s1 > 0 else 0.0
-    sigma = max(s1 / math.sqrt(2 * (1 - phi)), NOISE_FLOOR)
-    return sigma, phi
-
-
-def residual_noise(x: np.ndarray, segs: list, sums: _Sums) -> tuple[float, float]:
-    """(σ, φ) of the residuals around a fit: their spread (for the parameters fitted) and
-    their lag-1 autocorrelation, corrected for its small-sample bias (−(1 + 3φ)/n)."""
-    fit = np.concatenate([sums.fit(i, j, k)[0] + sums.fit(i, j, k)[1] * np.arange(j - i)
-                          for i, j, k in segs])
-    r = x - fit
-    n, p = len(x), sum(2 if k == "line" else 1 for *_, k in segs)
-    var = float(r @ r) / max(n - p, 1)
-    if var < NOISE_FLOOR ** 2:  # residuals below the floor (exact data: rounding) show no memory
-        return NOISE_FLOOR, 0.0
-    r1 = float(r[1:] @ r[:-1]) / float(r @ r)
-    phi = min(max(r1 + (1 + 3 * max(r1, 0.0)) / n + p / n, 0.0), SE_MAX_PHI)
-    return max(math.sqrt(var), NOISE_FLOOR), phi
 
 
 class _Sums:
@@ -216,8 +194,35 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
         if kept == segs:
             break
         segs = kept
+    caused = {i for i, night in enumerate(keep)
+              if night in causes or night - 1 in causes or night + 1 in causes}
+    out = _breaks(x, segs, sums, nz, log_n, caused)
+    for i, j, kind in segs:
+        if kind == "line":
+            level, slope = sums.fit(i, j, kind)
+            end = level + slope * (j - 1 - i)
+            out.append({"index": i, "until": j - 1, "kind": "drift", "before": level,
+                        "after": end, "size": end / level - 1,
+                        "z": slope_z(j - i, slope, nz), "nights": [j - i]})
+    out = _join_drifts(sorted(out, key=lambda f: f["index"]), caused, x)
+    for f in out:  # back to nights and to the series' own units
+        f.pop("sharp", None)
+        f["index"] = keep[f["index"]]
+        if "until" in f:
+            f["until"] = keep[f["until"]]
+        f["before"] *= scale
+        f["after"] *= scale
+    return out
+
+
+def _breaks(x: np.ndarray, segs: list, sums: _Sums, nz: Noise, log_n: float,
+            caused: set[int]) -> list[dict]:
+    """The findings at the breaks between segments: steps (possible steps at the end), and
+    drifts where a step's shape is a ramp. A jump the way a drift beside it goes is the
+    drift's edge unless no continuous bend fits it (then ``sharp``: a step of its own) or
+    the identity changed that night (``caused``)."""
     out: list[dict] = []
-    for a, b in zip(segs, segs[1:]):
+    for n, (a, b) in enumerate(zip(segs, segs[1:])):
         (i0, i1, k0), (j0, j1, k1) = a, b
         l0, s0 = sums.fit(i0, i1, k0)
         l1, s1 = sums.fit(j0, j1, k1)
@@ -227,10 +232,14 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
         if abs(size) < MIN_CHANGE or abs(after - before) / se < Z:
             continue  # a drift's start or end
         drifting = [sums.fit(i, j, k)[1] for i, j, k in (a, b) if k == "line"]
-        if drifting and all((s > 0) == (size > 0) for s in drifting):
+        lo, hi = max(i0, j0 - 40), min(j1, j0 + 40)
+        pen = JUMP_WEIGHT * nz.lr ** 2 * log_n
+        sharp = sharp_jump(x[lo:hi], j0 - lo, (k0, k1), pen) if drifting else \
+            _sharp_before_drift(x, segs, n, pen)
+        if drifting and all((s > 0) == (size > 0) for s in drifting) and not sharp \
+                and j0 not in caused:
             continue  # a jump the way a drift beside it goes: the drift's edge, not a step
         if k0 == k1 == "flat" and j1 - j0 >= MIN_NIGHTS:
-            lo, hi = max(i0, j0 - 40), min(j1, j0 + 40)
             ramp = ramp_or_step(x[lo:hi], j0 - lo, nz.lr ** 2 * log_n, MIN_DRIFT)
             if ramp is not None:
                 # the move is confirmed (above); its shape says drift, not step
@@ -238,47 +247,51 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
                             "before": before, "after": after, "size": size,
                             "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
                 continue
+        # sharp: a step a drift beside it cannot explain; it stays a step (_join_drifts)
         out.append({"index": j0, "kind": "step" if j1 - j0 >= MIN_NIGHTS else "possible step",
-                    "before": before, "after": after, "size": size,
+                    "before": before, "after": after, "size": size, "sharp": sharp,
                     "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
-    for i, j, kind in segs:
-        if kind == "line":
-            level, slope = sums.fit(i, j, kind)
-            end = level + slope * (j - 1 - i)
-            out.append({"index": i, "until": j - 1, "kind": "drift", "before": level,
-                        "after": end, "size": end / level - 1,
-                        "z": slope_z(j - i, slope, nz), "nights": [j - i]})
-    out = _join_drifts(sorted(out, key=lambda f: f["index"]),
-                       {i for i, night in enumerate(keep) if night in causes
-                        or night - 1 in causes or night + 1 in causes},
-                       x)
-    for f in out:  # back to nights and to the series' own units
-        f["index"] = keep[f["index"]]
-        if "until" in f:
-            f["until"] = keep[f["until"]]
-        f["before"] *= scale
-        f["after"] *= scale
     return out
+
+
+def _sharp_before_drift(x: np.ndarray, segs: list, n: int, pen: float) -> bool:
+    """Whether the step between flat segments ``n`` and ``n + 1`` stands apart from a drift
+    that starts a few nights after it: the nights from the step to the drift's end taken
+    as one line, the jump must beat every continuous bend (the staircase a ramp cut into
+    flat pieces leaves fits one; a step the drift then continues from does not). The
+    other way round (a drift, a short hold, a step) stays the drift's edge: on the bench,
+    noise at a ramp's end made such false steps."""
+    (i0, _, _), (j0, j1, _) = segs[n], segs[n + 1]
+    if n + 2 < len(segs) and segs[n + 2][2] == "line" and j1 - j0 <= MIN_DRIFT:
+        lo = max(i0, j0 - 40)
+        return sharp_jump(x[lo:segs[n + 2][1]], j0 - lo, ("flat", "line"), pen)
+    return False
 
 
 def _join_drifts(found: list[dict], caused: set[int], x: np.ndarray) -> list[dict]:
     """Moves the same way that meet: one drift. Drifts that meet or overlap; a step within
     ``MIN_DRIFT`` nights of a drift's end or start (the staircase a ramp leaves in flat
     segments); two such steps with a short level between them, when a ramp fits them better
-    than the three levels do. A step at an identity change stays a step."""
+    than the three levels do. A step at an identity change (``caused``), or a sharp one
+    (no bend of the drift beside it fits it), stays a step; a small one the other way at a
+    drift's edge goes unless caused."""
+    kept = caused | {f["index"] for f in found if f.get("sharp")}
     out: list[dict] = []
     for n, f in enumerate(found):
         p = out[-1] if out else None
         if p is not None and {p["kind"], f["kind"]} & {"drift"} and \
                 f["index"] - p.get("until", p["index"]) <= MIN_DRIFT:
-            # a small step the other way at a drift's edge: the ramp's fit overshot
+            # a small step at a drift's edge: the ramp's fit overshot (the other way) or a
+            # corner of it (its way, unless sharp)
             drift, other = (p, f) if p["kind"] == "drift" else (f, p)
+            its_way = (other["size"] > 0) == (drift["size"] > 0)
             if "step" in other["kind"] and other["index"] not in caused and \
+                    not (its_way and other.get("sharp")) and \
                     abs(other["size"]) < abs(drift["size"]) / 3:
                 out[-1] = drift
                 continue
         if p is None or (f["size"] > 0) != (p["size"] > 0) or "step" in f["kind"] \
-                and f["index"] in caused or "step" in p["kind"] and p["index"] in caused:
+                and f["index"] in kept or "step" in p["kind"] and p["index"] in kept:
             out.append(f)
             continue
         p_end = p.get("until", p["index"])
@@ -458,7 +471,9 @@ def change_points(nights: list[tuple[date, float, dict]], labels) -> list[dict]:
     values = [v for _, v, _ in nights]
     causes = frozenset(i for i in range(1, len(nights)) if labels(nights[i - 1][2], nights[i][2]))
     out = []
-    for f in analyse(values, causes):
+    found = analyse(values, causes)
+    stepped = {f["index"] for f in found if f["kind"] != "drift"}
+    for f in found:
         at = f["index"]
         if f["kind"] != "drift":
             # the cause is the date: an identity change within a night of the break moves it
@@ -466,8 +481,8 @@ def change_points(nights: list[tuple[date, float, dict]], labels) -> list[dict]:
                     if 0 < i < len(nights) and labels(nights[i - 1][2], nights[i][2])]
             at = near[0] if near else at
             changed = labels(nights[at - 1][2], nights[at][2]) if at > 0 else []
-        else:
-            changed = labels(nights[max(at - 1, 0)][2], nights[f["until"]][2])
+        else:  # over its span; a step the night it starts names that night's change
+            changed = labels(nights[max(at - 1 + (at in stepped), 0)][2], nights[f["until"]][2])
         p = math.erfc(f["z"] / math.sqrt(2))
         cp = {"date": nights[at][0].isoformat(), "kind": f["kind"], "before": f["before"],
               "after": f["after"], "size": f["size"], "z": round(f["z"], 2), "p": p,

@@ -60,3 +60,32 @@ def ramp_over_steps(y: np.ndarray, first: int, second: int) -> tuple[int, int] |
         return None
     sse, span = ramp
     return span if sse < levels_sse(y, [first, second]) else None
+
+
+def _bend_basis(t: np.ndarray, knot: int, kinds: tuple[str, str]) -> np.ndarray:
+    """Columns of a continuous fit that bends at ``knot``: flat then straight, straight
+    then flat, or straight with a change of slope."""
+    after, before = np.maximum(t - knot, 0.0), np.minimum(t - knot, 0.0)
+    cols = {("flat", "line"): [after], ("line", "flat"): [before],
+            ("line", "line"): [t, after]}[kinds]
+    return np.column_stack([np.ones_like(t), *cols])
+
+
+def _sse(design: np.ndarray, y: np.ndarray) -> float:
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    r = y - design @ coef
+    return float(r @ r)
+
+
+def sharp_jump(y: np.ndarray, at: int, kinds: tuple[str, str], pen: float) -> bool:
+    """Whether the jump at ``at`` between two parts of ``y`` (each flat or straight, at
+    least one straight) is a step of its own: the two parts fitted apart beat every
+    continuous bend (at any night: the corner of a ramp the fit cut late) by ``pen``, the
+    jump's one parameter. A ramp cut into a level and a line leaves a small jump a bend
+    fits as well; a step with a drift after it leaves one no bend can (issue 27)."""
+    m = len(y)
+    t = np.arange(m, dtype=float)
+    apart = sum(_sse(np.column_stack([np.ones(j - i), *([t[i:j]] if k == "line" else [])]),
+                     y[i:j]) for i, j, k in ((0, at, kinds[0]), (at, m, kinds[1])))
+    bent = min(_sse(_bend_basis(t, knot, kinds), y) for knot in range(1, m - 1))
+    return bent - apart > pen

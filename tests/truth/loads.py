@@ -75,16 +75,18 @@ ONE, ONE_WALL = _streams([0.050] * 6)
 QUEUED, QUEUED_WALL = _streams(*([0.050, 0.050, s] for s in (1.0, 2.0, 3.0, 4.0)))
 # nominal 7 req/s whose schedule realised 6.0 (12 gaps over 2 s, uneven), served at once
 # (issue 27: every level ran at 0.82× its nominal rate, the rules compared with the nominal);
-# served: 13 completions from the first send (0 s) to the last (2.1 s), less a reply's
-# streaming after its first chunk (80 ms): 13 / 2.02 s
+# served: every request ends 100 ms after its arrival (no gap is shorter), so the
+# completions keep the arrivals' pace: 12 gaps over 2 s, 6.0
 GAPS_6 = [0.05, 0.30, 0.12, 0.25, 0.08, 0.20, 0.15, 0.22, 0.10, 0.18, 0.14, 0.21]
 AT_6, AT_6_WALL = _open(GAPS_6, 0.100)
-SERVED_6 = round(13 / (2.1 - 0.080), 3)
+SERVED_6 = 6.0
 # nominal 8 req/s realised 8.0 (12 gaps of 125 ms), a server that finishes one every
-# 1/4.8 s (issue 27: reported ok): 13 completions by 13/4.8 s, less a reply's streaming
-# (1/4.8 s − its 20 ms first chunk): 13 / 2.52 s, about 5.2 of 8
+# 1/4.8 s (issue 27: reported ok): the k-th ends (k + 1)/4.8 s in, arrived k/8 s in, so its
+# lag grows 1/4.8 − 1/8 s a request; the completions span the arrivals' 1.5 s plus the
+# growth between the medians of the first and last three (requests 1 and 11): 12 gaps over
+# 1.5 + 10 × (1/4.8 − 1/8) s, 5.14 (the server's own 4.8, seen over 10 of 12 gaps)
 AT_8, AT_8_WALL = _open([0.125] * 12, 1 / 4.8)
-SERVED_8 = round(13 / (13 / 4.8 - (1 / 4.8 - 0.020)), 3)
+SERVED_8 = round(12 / (1.5 + 10 * (1 / 4.8 - 1 / 8)), 3)
 
 LEVELS = (
     Level("concurrency", 1, ONE, ONE_WALL, {
