@@ -143,10 +143,10 @@ def decode_rates(events: list[dict]) -> tuple[float, float, float, float]:
     building the typed event vs the same unsigned vs the bare json.loads the follower did
     before."""
     plain = [json.dumps(e, separators=(",", ":")) for e in events]
-    lines = [sign(KEY, x) for x in plain]
+    keyed = [sign(KEY, x) for x in plain]
     decoder, unkeyed = Decoder("bench-node", key=KEY), Decoder("bench-node")
     rates = []
-    for fn, lines in ((decoder.event, lines), (decoder.decode, lines),
+    for fn, lines in ((decoder.event, keyed), (decoder.decode, keyed),
                       (unkeyed.event, plain), (json.loads, plain)):
         best = 0.0
         for _ in range(3):  # best of 3: the machine is shared

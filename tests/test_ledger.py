@@ -350,8 +350,9 @@ def test_lines_after_the_end_are_set_aside_and_edited_measurements_derived_again
                                                                                 fleet):
     """F8: lines appended to a journal after its job_finished (a forged generation at
     55555 tok/s, a notice, a second job_finished) are each set aside with their seq and
-    reason by --attach (unsigned: the sweep's agent signs its lines), and verify is then complete; a measurement edited in the store is a
-    conflict verify names, and --attach derives it again from its stored event."""
+    reason by --attach (unsigned: the sweep's agent signs its lines), and verify is then
+    complete; a measurement edited in the store is a conflict verify names, and --attach
+    derives it again from its stored event."""
     from orchestrator.store.models import Measurement, QuarantinedEvent
 
     sid, db, common = swept
