@@ -32,7 +32,20 @@ def sign(key: bytes, line: str) -> str:
 
 def signed(key: bytes, line: bytes) -> bool:
     """Whether ``line`` (no newline) ends with a valid MAC of the bytes before it."""
-    at = len(line) - SUFFIX_BYTES
-    if at < 1 or line[at:at + len(TAG)] != TAG or line[-2:] != b'"}':
-        return False
-    return hmac.compare_digest(mac(key, line[:at]).encode(), line[at + len(TAG):-2])
+    return Verifier(key)(line)
+
+
+class Verifier:
+    """``signed`` for many lines under one key: the key's HMAC state is made once and
+    copied per line (a third of a short line's MAC time)."""
+
+    def __init__(self, key: bytes):
+        self._base = hmac.new(key, digestmod=hashlib.sha256)
+
+    def __call__(self, line: bytes) -> bool:
+        at = len(line) - SUFFIX_BYTES
+        if at < 1 or line[at:at + len(TAG)] != TAG or line[-2:] != b'"}':
+            return False
+        h = self._base.copy()
+        h.update(line[:at])
+        return hmac.compare_digest(h.hexdigest().encode(), line[at + len(TAG):-2])

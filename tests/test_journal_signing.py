@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from agent.journal import Journal
 from agent.protocol import MAX_EVENT_BYTES
-from agent.signing import SUFFIX_BYTES, sign, signed
+from agent.signing import SUFFIX_BYTES, TAG, Verifier, mac, sign, signed
 from orchestrator.sweep.decode import UNSIGNED, Decoder, Quarantined
 from tests.controller import (
     hold_sweep,
@@ -61,6 +61,18 @@ def test_any_line_the_agent_signs_verifies_and_any_changed_byte_does_not(
     assert not signed(key, changed)
     assert not signed(bytes(b ^ 1 for b in key), line)  # another key
     assert not signed(key, line + b" ") and not signed(key, line[:-1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.binary(min_size=1, max_size=200), body=st.binary(max_size=3000),
+       hexed=st.booleans())
+def test_the_reused_hmac_state_answers_as_a_fresh_hmac_for_any_key_and_line(key, body,
+                                                                              hexed):
+    # the decoder's Verifier copies one HMAC state per line; hmac.digest starts afresh
+    tail = mac(key, body) if hexed else "0" * 64
+    line = body + TAG + tail.encode() + b'"}'
+    v = Verifier(key)
+    assert v(line) == v(line) == (hexed and len(body) >= 1)
 
 
 def test_a_keyed_agents_largest_event_still_fits_the_boundary(tmp_path):

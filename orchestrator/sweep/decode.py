@@ -22,7 +22,7 @@ import orjson
 
 from agent.events import Event
 from agent.protocol import EVENT_SCHEMA, EVENT_SCHEMA_MAJOR, MAX_EVENT_BYTES
-from agent.signing import signed
+from agent.signing import Verifier
 
 from ..errors import SpecfleetError
 from ..store.eventcheck import (  # noqa: F401  (re-exported: the rules' historical home)
@@ -64,10 +64,22 @@ class Decoder:
     Without one (a node launched before keys, a recorded journal) lines are read as before.
     """
 
+    _key: bytes | None
+    _signed: Verifier | None
+
     def __init__(self, node: str, key: bytes | None = None):
         self.node = node
         self.key = key
         self.agent_version: str | None = None
+
+    @property
+    def key(self) -> bytes | None:
+        return self._key
+
+    @key.setter
+    def key(self, key: bytes | None) -> None:
+        self._key = key
+        self._signed = None if key is None else Verifier(key)
 
     def event(self, line: str | bytes) -> Event | Quarantined:
         """The typed event, or why the line was set aside. Raises ``ProtocolMismatch``
@@ -85,8 +97,8 @@ class Decoder:
         if len(text) > MAX_LINE_BYTES:
             return Quarantined(None, f"line of {len(text)} characters is longer than "
                                      f"{MAX_LINE_BYTES}", text)
-        if self.key is not None and not signed(self.key, text.encode("utf-8",
-                                                                      "surrogateescape")):
+        signed = self._signed
+        if signed is not None and not signed(text.encode("utf-8", "surrogateescape")):
             return Quarantined(_claimed_seq(text), UNSIGNED, text)
         try:
             e = orjson.loads(text)
