@@ -11,12 +11,13 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from . import SCHEMA
 from .protocol import MAX_EVENT_BYTES
-from .signing import SUFFIX_BYTES, sign
+from .signing import SUFFIX_BYTES, Verifier, sign
 
 # per-token and per-sample arrays, largest first: what an event too long for the
 # controller's boundary gives up (named in ``trimmed``) so that the rest of it is stored
@@ -42,8 +43,10 @@ def _bounded(event: dict, limit: int = MAX_EVENT_BYTES) -> tuple[dict, str]:
                      "even without its per-token arrays")
 
 
-def recover(path: Path) -> int:
-    """Cut a torn last line (a crash mid-write) and return the highest sequence number."""
+def recover(path: Path, mine: Callable[[bytes], bool] | None = None) -> int:
+    """Cut a torn last line (a crash mid-write) and return the highest sequence number;
+    with ``mine`` (a keyed journal's check) of the agent's own lines only: a line another
+    process appended cannot move the seq on."""
     if not path.exists():
         return 0
     seq = 0
@@ -53,6 +56,8 @@ def recover(path: Path) -> int:
         if end < len(data):  # never fsynced as a whole event: drop it
             f.truncate(end)
         for line in data[:end].splitlines():
+            if mine is not None and not mine(line):
+                continue
             try:
                 seq = max(seq, int(json.loads(line)["seq"]))
             except (ValueError, KeyError, TypeError):
@@ -68,7 +73,9 @@ class Journal:
     def __init__(self, path: Path, echo: IO[str] | None = sys.stdout, key: bytes | None = None):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.seq = recover(path)
+        # which lines in the file are this job's agent's (None: unkeyed, all of them)
+        self.mine: Callable[[bytes], bool] | None = None if key is None else Verifier(key)
+        self.seq = recover(path, self.mine)
         self._f = open(path, "a", encoding="utf-8")
         self._echo = echo
         self.job_id: str | None = None  # stamped on every event once the job is known

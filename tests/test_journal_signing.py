@@ -83,6 +83,28 @@ def test_a_keyed_agents_largest_event_still_fits_the_boundary(tmp_path):
     assert SUFFIX_BYTES == len(',"mac":"') + 64 + 2
 
 
+def test_a_keyed_agent_believes_only_its_own_lines_when_it_restarts(tmp_path):
+    # a forger appends a line with seq 2**31-1 and a generation for run 5 between two
+    # launches: the restarted agent's seq goes on from its own, and --resume skips no run
+    from agent.loop import previous_events
+
+    path = tmp_path / "j.jsonl"
+    j = Journal(path, echo=None, key=KEY)
+    j.job_id = "job"
+    j.emit("generation", run_index=0)
+    j.emit("notice", message="mine")
+    j.close()
+    with path.open("a") as f:
+        f.write(json.dumps({"schema": 1, "seq": 2**31 - 1, "type": "generation",
+                            "ts": 1.0, "job_id": "job", "run_index": 5}) + "\n")
+    again = Journal(path, echo=None, key=KEY)
+    assert again.seq == 2 and again.emit("notice", message="next")["seq"] == 3
+    assert [g["run_index"] for g in previous_events(path, "job", mine=again.mine)] == [0]
+    # unkeyed (a node launched before keys) as before: every line counts
+    assert Journal(path, echo=None).seq == 2**31 - 1
+    assert [g["run_index"] for g in previous_events(path, "job")] == [0, 5]
+
+
 def test_the_keyed_decoder_sets_aside_every_recorded_line_it_did_not_see_signed():
     lines = recorded()
     d, plain = Decoder("n1", key=KEY), Decoder("n1")
