@@ -17,6 +17,12 @@ the same batches, with no decoding, no checks and no SQLAlchemy. ``of floor`` is
 as a share of it. Each store is run ``--repeat`` times, interleaved, and the median is
 quoted (the machine is shared). ``decode boundary`` is the boundary's own rate.
 
+``CPU`` is the same share counted in CPU seconds rather than wall time: this process's
+(every thread) plus, on PostgreSQL, the server processes serving the bench's database. A
+loaded machine gives each side whatever share of the cores it gets, which moves the wall
+ratio by more than any change to the code; the CPU ratio stays put (it does not count the
+overlap of decoding with the database's own work that a free core allows).
+
     .venv/bin/python bench/ingest.py [--events 20000] [--repeat 3]
 """
 
@@ -26,6 +32,7 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import secrets
 import statistics
 import sys
@@ -46,6 +53,25 @@ from orchestrator.sweep.pipeline import IngestPipeline  # noqa: E402
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 KEY = secrets.token_bytes(32)  # the sweep node's journal key (a keyed launch's)
+_admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(url: str) -> float:
+    """CPU used so far by this process and by the PostgreSQL backends of ``url``'s database
+    (those connected now: read before the store is disposed of)."""
+    total = time.process_time()
+    if url.startswith("postgresql"):
+        with _admin.connect() as c:
+            pids = c.execute(text("SELECT pid FROM pg_stat_activity WHERE datname = :d"),
+                             {"d": url.rsplit("/", 1)[1]}).scalars().all()
+        for pid in pids:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile, or a server on another machine
+                continue
+            total += (int(stat[11]) + int(stat[12])) / _TICK  # utime + stime
+    return total
 
 
 def sample_events(n: int) -> list[dict]:
@@ -73,7 +99,8 @@ def light_events(n: int) -> list[dict]:
              "swap_used_bytes": 0, "memory_pressure": "normal"} for i in range(n)]
 
 
-def floor(url: str, events: list[dict], lines: list[str], batch: int = 1000) -> float:
+def floor(url: str, events: list[dict], lines: list[str],
+          batch: int = 1000) -> tuple[float, float]:
     """The same rows into the same tables by the bare driver: the database's own rate."""
     from orchestrator.store.rows import EVENT_COLUMNS, MEASUREMENT_TABLE_COLUMNS, measurement_tuple
 
@@ -85,7 +112,7 @@ def floor(url: str, events: list[dict], lines: list[str], batch: int = 1000) -> 
     tables = (("events", EVENT_COLUMNS, ev_rows),
               ("measurements", MEASUREMENT_TABLE_COLUMNS, m_rows))
     raw = store.engine.raw_connection().driver_connection
-    t0 = time.perf_counter()
+    cpu0, t0 = cpu_seconds(url), time.perf_counter()
     for i in range(0, len(ev_rows), batch):
         if url.startswith("sqlite"):
             raw.execute("BEGIN")
@@ -102,17 +129,20 @@ def floor(url: str, events: list[dict], lines: list[str], batch: int = 1000) -> 
                             cp.write_row(row)
             raw.commit()
     rate = len(ev_rows) / (time.perf_counter() - t0)
+    cpu = (cpu_seconds(url) - cpu0) / len(ev_rows)
     raw.close()
     store.engine.dispose()
-    return rate
+    return rate, cpu
 
 
-def run(url: str, events: list[dict], lines: list[str]) -> tuple[float, float, float]:
-    """New events/s, already-stored events/s, mean batch size."""
+def run(url: str, events: list[dict],
+        lines: list[str]) -> tuple[float, float, float, float]:
+    """New events/s, already-stored events/s, mean batch size, CPU s per new event."""
     store = open_store(url)
     sid = uuid.uuid4().hex[:12]
     store.create_sweep(sid, {"models": {"target": {}, "draft": {}}}, None)
     sizes: list[int] = []
+    cpu: list[float] = []
 
     async def follow(expect_new: bool) -> float:
         decoder = Decoder("bench-node", key=KEY)
@@ -123,19 +153,21 @@ def run(url: str, events: list[dict], lines: list[str]) -> tuple[float, float, f
             sizes.append(len(batch))
 
         pipeline = IngestPipeline(store_batch)
-        t0 = time.perf_counter()
+        cpu0, t0 = cpu_seconds(url), time.perf_counter()
         for line in lines:
             event = decoder.event(line)  # typed (agent.events), as a follower decodes
             assert not isinstance(event, Quarantined), event
             await pipeline.add(event.raw, line)
         await pipeline.close()
-        return len(lines) / (time.perf_counter() - t0)
+        rate = len(lines) / (time.perf_counter() - t0)
+        cpu.append((cpu_seconds(url) - cpu0) / len(lines))
+        return rate
 
     first = asyncio.run(follow(True))
     batch = statistics.mean(sizes)
     again = asyncio.run(follow(False))
     store.engine.dispose()
-    return first, again, batch
+    return first, again, batch, cpu[0]
 
 
 def decode_rates(events: list[dict]) -> tuple[float, float, float, float]:
@@ -176,8 +208,8 @@ def main() -> None:
         size = len(lines[0])
         print(f"\n{len(events)} {label} events of {size} bytes each, x{args.repeat} per store"
               + (" (each also writes a measurement row)" if label == "generation" else ""))
-        results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in targets}
-        floors: dict[str, list[float]] = {k: [] for k in targets}
+        results: dict[str, list[tuple[float, float, float, float]]] = {k: [] for k in targets}
+        floors: dict[str, list[tuple[float, float]]] = {k: [] for k in targets}
         for _ in range(args.repeat):
             name = f"specfleet_bench_{uuid.uuid4().hex[:8]}"
             with admin.connect() as c:
@@ -198,15 +230,18 @@ def main() -> None:
               f"{boundary / unsigned:.2f}x) vs bare json.loads {bare:,.0f} "
               f"events/s ({boundary / bare:.2f}x)")
         print(f"{'store':<12}{'new events/s (median; runs)':>40}{'vs target':>10}"
-              f"{'floor':>9}{'of floor':>9}{'again/s':>9}{'batch':>7}")
+              f"{'floor':>9}{'of floor':>9}{'again/s':>9}{'batch':>7}{'CPU':>6}")
         for k, runs in results.items():
             new = [r[0] for r in runs]
-            med, low = statistics.median(new), statistics.median(floors[k])
+            med, low = statistics.median(new), statistics.median(f[0] for f in floors[k])
+            # CPU per event: the floor's over ours (medians), as "of floor" is the rates'
+            by_cpu = (statistics.median(f[1] for f in floors[k])
+                      / statistics.median(r[3] for r in runs))
             spread = ", ".join(f"{x / 1000:.1f}k" for x in new)
             print(f"{k:<12}{med:>10,.0f} ({spread:>26}){med / targets[k]:>9.2f}x"
                   f"{low:>9,.0f}{med / low:>8.2f}x"
                   f"{statistics.median(r[1] for r in runs):>9,.0f}"
-                  f"{statistics.median(r[2] for r in runs):>7,.0f}")
+                  f"{statistics.median(r[2] for r in runs):>7,.0f}{by_cpu:>5.2f}x")
         gc.unfreeze()
 
 

@@ -23,7 +23,8 @@ from sqlalchemy import delete, select
 
 from orchestrator.store import open_store
 from orchestrator.store.coverage import coverage
-from orchestrator.store.journal_ends import MAX_SEQ_GAP
+from orchestrator.store.journal_ends import CONTINUED, MAX_SEQ_GAP
+from orchestrator.store.journal_ends import _runs as seq_runs
 from orchestrator.store.models import Event, QuarantinedEvent, Run
 from tests.hostile import (
     JOB,
@@ -281,3 +282,32 @@ def test_the_real_journal_has_no_gap_the_rule_would_refuse():
     # the rule's premise, on the journal the agent wrote: seqs 1, 2, 3 … one by one
     seqs = [json.loads(x)["seq"] for x in BASE]
     assert seqs == list(range(1, len(BASE) + 1))
+
+
+def _runs_by_window(seqs: list[int]) -> set[int]:
+    """The rule as worded: every seq in some CONTINUED lines in a row, each one past the
+    one before (a window at a time, as the ledger first judged it)."""
+    out: set[int] = set()
+    for k in range(len(seqs) - CONTINUED + 1):
+        w = seqs[k:k + CONTINUED]
+        if all(b - a == 1 for a, b in zip(w, w[1:])):
+            out.update(w)
+    return out
+
+
+def test_runs_planted():
+    # 1-4 is a run, 7 alone is not, 10-12 is too short, 20-25 is one, 3 again breaks nothing
+    seqs = [1, 2, 3, 4, 7, 10, 11, 12, 20, 21, 22, 23, 24, 25, 3]
+    assert seq_runs(seqs) == {1, 2, 3, 4, 20, 21, 22, 23, 24, 25}
+    assert seq_runs(list(range(5, 1005))) == set(range(5, 1005))
+    assert seq_runs([1, 2, 3]) == set()
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.one_of(st.integers(1, 40), st.just(None)), max_size=60))
+def test_runs_is_the_windowed_rule_for_any_read(steps):
+    # reads built from runs and jumps (None: the next seq; a number: a jump to it)
+    seqs: list[int] = []
+    for s in steps:
+        seqs.append(s if s is not None else (seqs[-1] + 1 if seqs else 1))
+    assert seq_runs(seqs) == _runs_by_window(seqs)

@@ -31,6 +31,7 @@ from agent.protocol import (
     role_kind,
 )
 
+from .jsondepth import openings, too_deep
 from .models import Measurement, Run, TelemetrySample
 
 MAX_INT32 = 2**31 - 1
@@ -388,23 +389,7 @@ def _json_name(t: type) -> str:
 # per type: (name, types, required) for every declared field, in declaration order
 FIELDS = {t: tuple((n, ts, True) for n, ts in d.required.items())
            + tuple((n, ts, False) for n, ts in d.optional.items()) for t, d in EVENTS.items()}
-_CONTAINERS = {dict, list}
 ABSENT = object()  # of no JSON type: a required field that is missing fails its check
-
-
-def too_deep(event: dict, limit: int) -> bool:
-    """Nested deeper than ``limit`` objects/arrays (the event itself is level 1). Iterative:
-    a hostile line must not exhaust the stack that reads it."""
-    stack: list[tuple[dict | list, int]] = [(event, 1)]
-    while stack:
-        o, depth = stack.pop()
-        values = o.values() if type(o) is dict else o
-        if not _CONTAINERS.intersection(map(type, values)):  # C speed for flat arrays
-            continue
-        if depth >= limit:
-            return True
-        stack.extend((v, depth + 1) for v in values if type(v) is dict or type(v) is list)
-    return False
 
 
 def _nul_at(o: Any, path: str) -> str | None:
@@ -469,7 +454,7 @@ def fields_problem(e: dict, text: str) -> str | None:
             return (f"{typ}: field {name!r} must be "
                     f"{'/'.join(_json_name(t) for t in types)}, got {got}")
     # a flat line cannot be deep: count brackets (C speed) before walking
-    if text.count("{") + text.count("[") > MAX_EVENT_DEPTH and too_deep(e, MAX_EVENT_DEPTH):
+    if openings(text) > MAX_EVENT_DEPTH and too_deep(e, MAX_EVENT_DEPTH):
         return f"{typ}: nested deeper than {MAX_EVENT_DEPTH} levels"
     if "\\u0000" in text or "\x00" in text:
         # model output may hold anything (kept, the NUL replaced below); nothing else

@@ -3,7 +3,8 @@
 ``eventcheck`` words *why* an event is not valid, check by check; that is most of ingest's
 time per line when nearly every line is valid. Here each event type gets one generated
 function (from the same declaration and the same column rules) that answers only whether
-the event passes every check. It is never more lenient than ``eventcheck``: anything it
+the event passes every check; a generation, nearly every line, is checked as one msgspec
+type (``typedcheck``), in C. It is never more lenient than ``eventcheck``: anything it
 does not pass (a NUL, deep nesting, any doubt) goes to ``eventcheck``, which decides and
 says why (tests/test_decode_fast_path.py holds the two to each other on damaged journals).
 """
@@ -12,71 +13,41 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent.protocol import EVENT_SCHEMA_MAJOR, GENERATION_METRICS, MAX_EVENT_DEPTH
+from msgspec import ValidationError, convert
+
+from agent.protocol import EVENT_SCHEMA_MAJOR, MAX_EVENT_DEPTH
 
 from .eventcheck import (
     ABSENT,
-    BIG,
     DEEP_CHECKS,
     FIELDS,
-    FLOAT,
-    GENERATION_RULES,
-    INT,
     KNOB_VALUE_MAX,
     MAX_INT32,
     MAX_TS,
-    check_sample_values,
-    column_test,
     models_problem,
-    too_deep,
 )
+from .jsondepth import openings, too_deep
+from .typedcheck import GenerationShape
 
 FastCheck = Callable[[dict, str], bool]
 
 
-def _generation_source() -> list[str]:
-    """The body of ``generation_ok``: every check of ``eventcheck._check_generation``."""
-    body = ["def generation_ok(e):", "    get = e.get"]
-    metrics = set(GENERATION_METRICS)
-    for name, kind, size, nullable in GENERATION_RULES:
-        body.append(f"    v = get({name!r})")
-        if not nullable:
-            body.append("    if v is None: return False")
-        test = column_test(kind, size)
-        if name in metrics and kind in (FLOAT, INT, BIG):
-            test = f"({test}) or v < 0"  # a metric is a non-negative number too
-        if test is not None:
-            body.append(f"    if v is not None and ({test}): return False")
-    for name in GENERATION_METRICS:
-        if name not in {r[0] for r in GENERATION_RULES}:
-            body += [f"    v = get({name!r})",
-                     "    if v is not None and ((type(v) is not float and type(v) is not int)"
-                     " or v < 0): return False"]
-    body += [
-        "    v = get('knob_value')",
-        f"    if v is not None and len(str(v)) > {KNOB_VALUE_MAX}: return False",
-        "    if (get('method') is not None or get('models') is not None) and models_problem(e):",
-        "        return False",
-        "    v = e['config'].get('temperature')",
-        "    if type(v) is not float and type(v) is not int: return False",
-        "    v = get('output_text')",
-        "    if type(v) is str and NUL in v: return False",
-        "    v = get('unreliable_reasons')",
-        "    if v is not None and (type(v) is not list or any(type(x) is not str for x in v)):",
-        "        return False",
-        "    for p in get('acceptance_by_position') or ():",
-        "        if type(p) is not dict: return False",
-        "        v = p.get('position')",
-        "        if type(v) is not int or v < 1 or type(p.get('drafted')) is not int \\",
-        "                or type(p.get('accepted')) is not int: return False",
-        "    v = get('telemetry')",
-        "    if v is not None:",
-        "        if type(v) is not list: return False",
-        "        for s in v:",
-        "            if type(s) is not dict or check_sample_values(s) is not None: return False",
-        "    return True",
-    ]
-    return body
+def _generation_ok(e: dict, text: str) -> bool:
+    """A generation's whole check: its typed shape (``typedcheck``: schema, seq, ts, every
+    declared field, every column and metric, config, telemetry, positions, reasons, in C),
+    then what a type cannot say."""
+    try:
+        convert(e, GenerationShape)
+    except ValidationError:
+        return False
+    if openings(text) > MAX_EVENT_DEPTH and too_deep(e, MAX_EVENT_DEPTH):
+        return False
+    if "\\u0000" in text or "\x00" in text:
+        return False  # a NUL in model output is kept, replaced: eventcheck's to do
+    v = e.get("knob_value")
+    if v is not None and len(str(v)) > KNOB_VALUE_MAX:
+        return False
+    return (e.get("method") is None and e.get("models") is None) or models_problem(e) is None
 
 
 def _type_source(typ: str, fields: tuple) -> list[str]:
@@ -97,7 +68,7 @@ def _type_source(typ: str, fields: tuple) -> list[str]:
             body += [f"    v = get({name!r})",
                      f"    if v is not None and type(v) not in T{i}: return False"]
     body += [
-        "    if text.count('{') + text.count('[') > MAX_DEPTH and too_deep(e, MAX_DEPTH):",
+        "    if openings(text) > MAX_DEPTH and too_deep(e, MAX_DEPTH):",
         "        return False",
         "    if NUL_ESCAPED in text or NUL in text: return False",
         "    return deep(e)",
@@ -119,14 +90,14 @@ def _passes(check: Callable[[dict], str | None] | None) -> Callable[[dict], bool
 
 def _build() -> dict[str, FastCheck]:
     base = {"ABSENT": ABSENT, "MAX_TS": MAX_TS, "MAX_DEPTH": MAX_EVENT_DEPTH,
-            "too_deep": too_deep, "NUL": "\x00", "NUL_ESCAPED": "\\u0000",
-            "models_problem": models_problem, "check_sample_values": check_sample_values}
-    generation_ok = _compile(_generation_source(), "generation_ok", dict(base))
-    out = {}
+            "too_deep": too_deep, "openings": openings, "NUL": "\x00",
+            "NUL_ESCAPED": "\\u0000"}
+    out: dict[str, FastCheck] = {}
     for typ, fields in FIELDS.items():
-        deep = generation_ok if typ == "generation" else _passes(DEEP_CHECKS.get(typ))
-        namespace = {**base, "deep": deep, **{f"T{i}": f[1] for i, f in enumerate(fields)}}
+        namespace = {**base, "deep": _passes(DEEP_CHECKS.get(typ)),
+                     **{f"T{i}": f[1] for i, f in enumerate(fields)}}
         out[typ] = _compile(_type_source(typ, fields), "ok", namespace)
+    out["generation"] = _generation_ok  # nearly every line: typed, in C
     return out
 
 

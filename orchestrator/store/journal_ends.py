@@ -28,7 +28,7 @@ import hashlib
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import Text, delete, func, select, type_coerce
+from sqlalchemy import Text, delete, select, text, type_coerce
 
 from .models import Event, Measurement, QuarantinedEvent
 
@@ -37,6 +37,8 @@ CONTINUED = 4  # lines in a row, numbered one by one, that show a journal going 
 NEW_AGENT = ("job_started", "job_failed")  # what may follow a job_failed (a --resume)
 # how the reasons of this module begin (extra lines, not the job's: see ledger)
 END_REASONS = ("past the journal:", "after the job's end:", "job_failed:")
+# literal SQL, not a bound value: both databases then use the partial index (migration 0017)
+IS_FAILED = text("events.type = 'job_failed'")
 
 
 @dataclass(frozen=True)
@@ -50,18 +52,14 @@ class Refused:
     moved: str | None = None
 
 
-def reach(c, sweep_id: str, node: str, seqs: list[int]) -> int:
+def reach(base: int, aside: list[tuple[int, str]], seqs: list[int]) -> int:
     """The highest seq the journal reaches with no gap over MAX_SEQ_GAP, from the last
-    stored event through ``seqs`` (this read) and the numbered lines set aside past it."""
-    base = c.execute(select(func.max(Event.seq)).where(
-        Event.sweep_id == sweep_id, Event.node == node)).scalar() or 0
-    aside = {s for s, why in c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.reason)
-                                       .where(QuarantinedEvent.sweep_id == sweep_id,
-                                              QuarantinedEvent.node == node,
-                                              QuarantinedEvent.seq > base))
-             if not why.startswith(END_REASONS)}  # a jump set aside does not extend it
+    stored event (``base``) through ``seqs`` (this read) and the numbered lines set aside
+    past it (``aside``: seq and reason, as ``ledger_context`` reads them)."""
+    # a jump set aside does not extend it
+    beyond = {s for s, why in aside if not why.startswith(END_REASONS)}
     top, runs = base, _runs(seqs)
-    for s in sorted({*seqs, *aside}):
+    for s in sorted({*seqs, *beyond}):
         if s > top + MAX_SEQ_GAP and s not in runs:
             break
         top = max(top, s)
@@ -71,31 +69,31 @@ def reach(c, sweep_id: str, node: str, seqs: list[int]) -> int:
 def _runs(seqs: list[int]) -> set[int]:
     """The seqs of this read that sit in CONTINUED lines in a row numbered one by one, in
     the order read (a journal going on, not a stray line)."""
+    if len(seqs) >= CONTINUED and seqs == list(range(seqs[0], seqs[0] + len(seqs))):
+        return set(seqs)  # the usual read: one run (compared at C speed, per batch)
+    # a seq sits in such a window exactly when it sits in a stretch of ≥ CONTINUED seqs,
+    # each one past the one before: one pass over the stretches
     out: set[int] = set()
-    for k in range(len(seqs) - CONTINUED + 1):
-        if seqs[k + CONTINUED - 1] - seqs[k] == CONTINUED - 1 and all(
-                b - a == 1 for a, b in zip(seqs[k:k + CONTINUED], seqs[k + 1:k + CONTINUED])):
-            out.update(seqs[k:k + CONTINUED])
+    start = 0
+    for k in range(1, len(seqs) + 1):
+        if k == len(seqs) or seqs[k] - seqs[k - 1] != 1:
+            if k - start >= CONTINUED:
+                out.update(seqs[start:k])
+            start = k
     return out
 
 
-def withdraw_jumps(c, sweep_id: str, node: str, events: list[dict], lines: list[str]) -> None:
+def withdraw_jumps(c, events: list[dict], lines: list[str],
+                   jumps: list[tuple[int, int, str]]) -> None:
     """A line set aside as a jump that a later read shows to be the journal (the run that
     went on from it arrived in the next batch) is stored now: its set-aside row goes, or
-    `sweeps verify` would count the line twice (set aside and stored)."""
-    seqs = [e["seq"] for e in events]
-    if not seqs:
-        return
-    rows = c.execute(select(QuarantinedEvent.id, QuarantinedEvent.seq,
-                            QuarantinedEvent.line_sha256).where(
-        QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
-        QuarantinedEvent.seq.between(min(seqs), max(seqs)),
-        QuarantinedEvent.reason.startswith(END_REASONS[0]))).all()
-    if not rows:
+    `sweeps verify` would count the line twice (set aside and stored). ``jumps``: the lines
+    set aside as jumps in the read's range (id, seq, line sha256: ``ledger_context``)."""
+    if not jumps or not events:
         return
     sha = {e["seq"]: hashlib.sha256(x.encode("utf-8", "replace")).hexdigest()
            for e, x in zip(events, lines, strict=True)}
-    gone = [i for i, seq, h in rows if sha.get(seq) == h]
+    gone = [i for i, seq, h in jumps if sha.get(seq) == h]
     if gone:
         c.execute(delete(QuarantinedEvent).where(QuarantinedEvent.id.in_(gone)))
 
@@ -222,13 +220,15 @@ def _adjacent(c, sweep_id: str, node: str, a: int, b: int) -> bool:
     return all(s in between for s in range(a + 1, b))
 
 
-def failed_ends(c, sweep_id: str, node: str, events: list[dict],
-                lines: list[str]) -> tuple[list[dict], list[str], list[Refused]]:
+def failed_ends(c, sweep_id: str, node: str, events: list[dict], lines: list[str],
+                stored: set[int] | None = None) -> tuple[list[dict], list[str], list[Refused]]:
     """A job_failed (stored, or in this read) that the journal goes on after with anything
-    but a new agent's first event is set aside. Returns what is kept and what is not."""
+    but a new agent's first event is set aside. Returns what is kept and what is not.
+    ``stored``: the node's stored job_failed seqs, when already read (``ledger_context``)."""
     batch = {e["seq"]: e["type"] for e in events}
     failed = set(c.execute(select(Event.seq).where(
-        Event.sweep_id == sweep_id, Event.node == node, Event.type == "job_failed")).scalars())
+        Event.sweep_id == sweep_id, Event.node == node, IS_FAILED)).scalars()) \
+        if stored is None else set(stored)
     failed |= {s for s, t in batch.items() if t == "job_failed"}
     if not failed:
         return events, lines, []
@@ -239,6 +239,6 @@ def failed_ends(c, sweep_id: str, node: str, events: list[dict],
     out = [Refused(e["seq"], failed_reason(e["seq"], *bad[e["seq"]]), x)
            for e, x in zip(events, lines, strict=True) if e["seq"] in bad]
     keep = [i for i, e in enumerate(events) if e["seq"] not in bad]
-    stored = [f for f in bad if f not in batch]
-    out += move_aside(c, sweep_id, node, stored, lambda s: failed_reason(s, *bad[s]))
+    moved = [f for f in bad if f not in batch]
+    out += move_aside(c, sweep_id, node, moved, lambda s: failed_reason(s, *bad[s]))
     return [events[i] for i in keep], [lines[i] for i in keep], out

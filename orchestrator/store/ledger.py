@@ -22,7 +22,7 @@ Every refusal is a ``Quarantined`` (seq, reason, line), stored in the same trans
 from __future__ import annotations
 
 import orjson
-from sqlalchemy import Text, func, select, text, type_coerce
+from sqlalchemy import Text, func, select, type_coerce
 
 from .journal_ends import (
     END_REASONS,
@@ -36,12 +36,8 @@ from .journal_ends import (
     with_set_aside,
     withdraw_jumps,
 )
-from .models import Event, Measurement, QuarantinedEvent, Sweep
-
-# the type as literal SQL, not a bound value: both databases then use the partial index
-# for it (migration 0015), where a parameter leaves the planner a scan of the node's events
-IS_PLAN = text("events.type = 'plan'")
-IS_FINISHED = text("events.type = 'job_finished'")
+from .ledger_context import Context, read_context
+from .models import Event, QuarantinedEvent, Sweep
 
 # how the ledger's reasons begin (a line it refuses is an extra line, not one of the job's)
 LEDGER_REASONS = ("conflict:", "already measured:", "not in the job:", "job_finished:",
@@ -68,26 +64,28 @@ class _Plan:
     """The job's plan as its first ``plan`` event said it (None until one is seen); before
     it, the workloads of the job the controller sent (the sweep's job spec)."""
 
-    def __init__(self, c, sweep_id: str, node: str):
+    def __init__(self, c, sweep_id: str, node: str, stored: dict | None):
         self.c, self.sweep_id, self.node = c, sweep_id, node
         self._event: dict | None = None
-        self._looked = False
         self._spec: list[str] | None = None
+        self._total: int | None = None
+        self._names: list[str] = []
+        if stored is not None:  # the node's stored plan event (ledger_context)
+            self.saw(stored)
 
     def event(self) -> dict | None:
-        if not self._looked:
-            self._looked = True
-            self._event = self.c.execute(select(Event.payload).where(
-                Event.sweep_id == self.sweep_id, Event.node == self.node,
-                IS_PLAN).order_by(Event.seq).limit(1)).scalar()
         return self._event
 
     def saw(self, e: dict) -> bool:
         """Take ``e`` as the plan when none was known; whether it was the first."""
-        if self.event() is None:
-            self._event = e
-            return True
-        return False
+        if self._event is not None:
+            return False
+        self._event = e
+        # read once, not per generation judged (ingest's hot path)
+        total = e.get("total_generations")
+        self._total = total if type(total) is int else None
+        self._names = _names(e.get("workloads"))
+        return True
 
     def spec_workloads(self) -> list[str]:
         if self._spec is None:
@@ -97,16 +95,14 @@ class _Plan:
         return self._spec
 
     def problem(self, e: dict) -> str | None:
-        plan = self.event()
-        if plan is None:  # not yet read (or a journal from before plans): the job sent
+        if self._event is None:  # not yet read (or a journal from before plans): the job sent
             names, whose = self.spec_workloads(), "sweep's job"
         else:
-            total, i = plan.get("total_generations"), e["run_index"]
-            if type(total) is int and not 0 <= i < total:
+            total, i = self._total, e["run_index"]
+            if total is not None and not 0 <= i < total:
                 return (f"not in the job: run_index {i} is outside the plan's {total} "
                         f"generations (0-{total - 1})")
-            names = _names(plan.get("workloads"))
-            whose = "plan"
+            names, whose = self._names, "plan"
         if names and e["workload"] not in names:
             return (f"not in the job: workload {str(e['workload'])[:60]!r} is not one of the "
                     f"{whose}'s ({', '.join(map(str, names))})")
@@ -134,17 +130,23 @@ def _before_plan(c, sweep_id: str, node: str, plan: _Plan, events: list[dict],
     return [events[i] for i in keep], [lines[i] for i in keep], out
 
 
-def _stored_lines(c, sweep_id: str, node: str, seqs: list[int]) -> dict[int, str]:
-    """seq -> stored line, for the seqs of this read the store holds already."""
-    # usually none is stored (the follower reads on from the last stored seq): look up the
-    # numbers first, and read back only the events a line collides with
-    hits = set(c.execute(select(Event.seq).where(
-        Event.sweep_id == sweep_id, Event.node == node,
-        Event.seq.between(min(seqs), max(seqs)))).scalars()) & set(seqs)
-    # as text: a re-read line is the stored text exactly, compared without parsing
+def _stored_lines(c, sweep_id: str, node: str, seqs: list[int],
+                  hits: set[int]) -> dict[int, str]:
+    """seq -> stored line, for the seqs of this read the store holds already (``hits``:
+    the stored seqs in the read's range, from ``ledger_context``)."""
+    hits = hits & set(seqs)
+    # usually none is stored (the follower reads on from the last stored seq): only the
+    # events a line collides with are read back, as text: a re-read line is the stored
+    # text exactly, compared without parsing
     return dict(c.execute(select(Event.seq, type_coerce(Event.payload, Text)).where(
         Event.sweep_id == sweep_id, Event.node == node,
         Event.seq.in_(hits))).all()) if hits else {}
+
+
+def _context(c, sweep_id: str, node: str, events: list[dict]) -> Context:
+    return read_context(c, sweep_id, node, [e["seq"] for e in events],
+                        [e["run_index"] for e in events if e["type"] == "generation"],
+                        END_REASONS[0])
 
 
 def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
@@ -153,21 +155,20 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
     ``open_end``: the node's agent may still be writing (its end not yet recorded), so a
     job_finished the journal goes on after, in order, to a later one is not its end; once
     the end is recorded, lines appended after it (a later job_finished too) are set aside."""
-    end = c.execute(select(func.min(Event.seq)).where(
-        Event.sweep_id == sweep_id, Event.node == node, IS_FINISHED)).scalar()
+    # every look-up of the batch in one round trip (read again only if the read grows)
+    ctx = _context(c, sweep_id, node, events)
+    end = ctx.end
     final, replaced = last_word(c, sweep_id, node, events, end, open_end)
     if final is not None and end is not None:  # what was set aside past the stored end
-        events, payloads = with_set_aside(c, sweep_id, node, end, events, payloads)
+        grown = with_set_aside(c, sweep_id, node, end, events, payloads)
+        if len(grown[0]) != len(events):
+            events, payloads = grown
+            ctx = _context(c, sweep_id, node, events)
     seqs = [e["seq"] for e in events]
-    stored = _stored_lines(c, sweep_id, node, seqs)
-    gens = [e["run_index"] for e in events if e["type"] == "generation"]
-    measured: dict[int, int] = {}
-    if gens:
-        measured = dict(c.execute(select(Measurement.run_index, Measurement.seq).where(
-            Measurement.sweep_id == sweep_id, Measurement.node == node,
-            Measurement.run_index.between(min(gens), max(gens)))).all())
-    plan = _Plan(c, sweep_id, node)
-    top, ended, olds = reach(c, sweep_id, node, seqs), False, []
+    stored = _stored_lines(c, sweep_id, node, seqs, ctx.hits)
+    measured = ctx.measured
+    plan = _Plan(c, sweep_id, node, ctx.plan)
+    top, ended, olds = reach(ctx.base, ctx.aside, seqs), False, []
     batch: dict[int, str] = {}
     keep_e: list[dict] = []
     keep_p: list[str] = []
@@ -220,8 +221,11 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
     if ended and end is not None:  # the journal ends there: nothing stored stands past it
         keep_e, keep_p, out = past_end(c, sweep_id, node, end, olds, keep_e, keep_p)
         refused += out
-    keep_e, keep_p, out = failed_ends(c, sweep_id, node, keep_e, keep_p)
-    withdraw_jumps(c, sweep_id, node, keep_e, keep_p)
+    # a plan or an end read may have moved stored events aside: then read them again
+    moved = ended or any(r.moved for r in refused)
+    keep_e, keep_p, out = failed_ends(c, sweep_id, node, keep_e, keep_p,
+                                      None if moved else ctx.failed)
+    withdraw_jumps(c, keep_e, keep_p, ctx.jumps)
     return keep_e, keep_p, refused + out
 
 

@@ -84,11 +84,12 @@ class Event(Base):
     __tablename__ = "events"
     __table_args__ = (
         UniqueConstraint("sweep_id", "node", "seq", name="uq_events_seq"),
-        # the ledger's per-batch look-ups (a node's plan, its end): partial, so the many
-        # other events do not pay for them (migration 0015)
+        # the ledger's per-batch look-ups (a node's plan, its end, its failed ends): partial,
+        # so the many other events do not pay for them (migrations 0015, 0017)
         *(Index(f"ix_events_{name}", "sweep_id", "node", "seq",
                 sqlite_where=text(f"type = '{kind}'"), postgresql_where=text(f"type = '{kind}'"))
-          for name, kind in (("plan", "plan"), ("finished", "job_finished"))),
+          for name, kind in (("plan", "plan"), ("finished", "job_finished"),
+                             ("failed", "job_failed"))),
     )
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
                                     primary_key=True, autoincrement=True)
