@@ -7,7 +7,7 @@ it here, so a controller that attaches or resumes later checks the lines' MACs t
 launched before this (no key) is read as before.
 
 Revision ID: 0099
-Revises: 0016
+Revises: 0017
 Create Date: 2026-11-27 21:30:00
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0099"
-down_revision = "0016"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
