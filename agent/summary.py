@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from .engines import DEFAULT_ENGINE
 from .protocol import baseline_key, contention_text
-from .stats import cv, percentile, robust_cv
+from .stats import cv, percentile, repetition_spread
 
 if TYPE_CHECKING:
     from .job import Job
@@ -32,26 +32,28 @@ def describe(values: list[float | None]) -> dict:
     vals = [v for v in values if v is not None]
     if not vals:
         return {"n": 0, "median": None, "p95": None, "cv": None, "spread": None}
-    c, r = cv(vals), robust_cv(vals)
+    c, r = cv(vals), repetition_spread(vals)
     return {"n": len(vals), "median": statistics.median(vals), "p95": percentile(vals, 95),
             "cv": round(c, 4) if c is not None else None,
-            # events 1.9: what the reliability of the median is judged on (robust_cv)
+            # events 1.9: what the reliability of the median is judged on
             "spread": round(r, 4) if r is not None else None}
 
 
 def config_summary(gens: list[dict], cv_threshold: float) -> dict:
     """Median / p95 / CV per metric; a config whose decode rate spreads ≥ threshold is
-    unreliable. The spread judged is the robust one (1.48 × MAD / median): the headline is
-    the median, and one cold or preempted repetition neither moves it nor should set the
-    config aside, while a spread of the repetitions' middle half still does."""
+    unreliable. The spread judged is ``repetition_spread``: the headline is the median, and
+    one cold or preempted repetition neither moves it nor should set the config aside,
+    while a spread middle half, or a third of the runs in another state, still does."""
     out = {m: describe([g.get(m) for g in gens]) for m in SUMMARY_METRICS}
     reasons = []
     spread = out["decode_tok_s"]["spread"]
     over = spread is not None and spread >= cv_threshold
     if over:
-        reasons.append(f"decode tok/s spread {spread:.0%} ≥ {cv_threshold:.0%} over "
-                       f"{out['decode_tok_s']['n']} repetitions (1.48 × MAD / median): rerun "
-                       "with more repetitions or check the node for background load")
+        n = out["decode_tok_s"]["n"]
+        reasons.append(f"decode tok/s spread {spread:.0%} ≥ {cv_threshold:.0%} over {n} "
+                       "repetitions (robust CV, or how far a third of them lie from the "
+                       "median): rerun with more repetitions or check the node for "
+                       "background load")
     bad = [g for g in gens if g.get("unreliable")]
     hit = [g["contention"] for g in bad if g.get("contention")]
     # contention is said once, as the range of its readings (fields: ``contention``)

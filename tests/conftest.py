@@ -7,16 +7,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests import blas
+from tests import blas, store_templates
 from tests.fleet import add_netns_node, start_fleet, stop_fleet
 from tests.machine import cpu_ticks
 
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 # Tests run in parallel workers: each worker process is a machine of its own for local
 # agents, also in module-scoped fixtures that run before the per-test lock below.
 os.environ["SPECFLEET_MACHINE_LOCK"] = str(
@@ -100,21 +98,29 @@ def netns_fleet():
         stop_fleet(f)
 
 
-@pytest.fixture
-def pg_url():
-    """A fresh PostgreSQL database, dropped afterwards."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.pool import NullPool
+@pytest.fixture(scope="session")
+def pg_databases():
+    """This worker's PostgreSQL databases at head (tests/store_templates.py)."""
+    pool = store_templates.PgDatabases()
+    yield pool
+    pool.close()
 
-    name = f"specfleet_test_{uuid.uuid4().hex[:10]}"
-    # NullPool: a test may restart PostgreSQL, which kills pooled connections
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    with admin.connect() as c:
-        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+
+@pytest.fixture
+def pg_url(pg_databases):
+    """A fresh PostgreSQL database at head, of this test's own, set aside afterwards."""
+    name = pg_databases.take()
+    yield store_templates.PG_BASE + name
+    pg_databases.give_back(name)
+
+
+@pytest.fixture
+def empty_pg_url():
+    """A fresh, empty PostgreSQL database (no tables: for the tests of migrating itself),
+    dropped afterwards."""
+    name = store_templates.new_pg_database()
+    yield store_templates.PG_BASE + name
+    store_templates.drop_pg_database(name)
 
 
 class PrivatePG:
@@ -183,23 +189,41 @@ def private_pg(private_pg_server):
 
 @pytest.fixture
 def sqlite_url(tmp_path):
-    return f"sqlite:///{tmp_path / 'store.db'}"
+    """A fresh SQLite store at head (a copy of one migrated per worker)."""
+    return store_templates.fresh_sqlite(tmp_path / "store.db")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def any_url(request, tmp_path):
+def any_url(request):
+    """A fresh store at head, on SQLite and on PostgreSQL."""
+    return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_any_url(request, tmp_path):
+    """A URL with no store behind it yet (SQLite) or an empty database (PostgreSQL): for the
+    tests of migrating itself."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store.db'}"
-    return request.getfixturevalue("pg_url")
+    return request.getfixturevalue("empty_pg_url")
 
 
-# Modules that take a minute or more, started first: with one module per worker
-# (--dist loadscope, so module fixtures run once), a long module started last would hold
-# the whole run up after every other worker is done.
-SLOW_FIRST = ("test_docs.py", "test_help_examples.py", "test_demo_example.py",
-              "test_sweep_lifecycle.py", "test_store_outage.py",
-              "test_provision.py", "test_sweep_faults.py", "test_agent.py", "test_load.py",
-              "test_adaptive.py", "test_review.py", "test_lint.py")
+# Modules that take 40 s or more, longest first: with one module per worker (--dist
+# loadscope, so module fixtures run once), a long module started last would hold the whole
+# run up after every other worker is done. Measured one module at a time on the 2-core host
+# under other load (wall s, 2026-11-27; CONTRIBUTING.md says how): the 200-series site
+# ~140, the hostile-journal property, first provision (an empty wheel cache) and the store
+# outages (mostly waiting) ~105, the --fail-on/JUnit/notify reviews ~85, README and store
+# faults ~80, weekly review ~75, agent faults, --help examples and the machine lock ~65,
+# sweeps over SSH ~60, then 40-55 s each.
+SLOW_FIRST = ("test_site.py", "test_hostile_lines.py", "test_provision.py",
+              "test_store_outage.py", "test_review_ci.py", "test_docs.py",
+              "test_sweep_faults.py", "test_weekly_review.py", "test_agent_faults.py",
+              "test_help_examples.py", "test_machine_lock.py", "test_sweep_ssh.py",
+              "test_load.py", "test_schedule.py", "test_demo_example.py",
+              "test_calibration_demo.py", "test_knobs.py", "test_wheel_install.py",
+              "test_lint.py", "test_http_sweep.py", "test_otlp_export.py",
+              "test_hostile_examples.py", "test_sweep_lifecycle.py")
 
 
 def pytest_collection_modifyitems(config, items):

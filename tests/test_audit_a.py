@@ -26,6 +26,7 @@ from tests.hostile import (
     render_all,
     seq_of,
 )
+from tests.store_templates import fresh_sqlite
 
 
 def _quarantined(store, sweep_id: str) -> dict[int | None, str]:
@@ -55,7 +56,7 @@ def test_a_generation_with_an_unrepresentable_ts_is_set_aside_and_the_node_goes_
         ts, tmp_path):
     # a finite ts passed the boundary; ingest's datetime.fromtimestamp then raised
     # (OverflowError / "year is out of range") and stopped the node on every --attach
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     lines = _replace(_gen(0), lambda e: {**e, "ts": ts})(journal())
     f = follow_journal(store, lines, tmp_path / "node")
     assert f.stopped is None
@@ -82,7 +83,7 @@ def test_a_load_level_whose_numbers_are_not_numbers_is_set_aside(extra, reason, 
     # these passed the boundary, then the review failed for good: TypeError in
     # _load.html.j2 (rss / 1048576), AttributeError in review/load.py (slo.get); on
     # PostgreSQL the grafana_load_levels view casts them (::float8::bigint)
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     f = follow_journal(store, _extra({**LOAD, **extra})(journal()), tmp_path / "node")
     assert f.stopped is None
     assert _quarantined(store, f.sweep_id) == {28: f"load_level: {reason}"}
@@ -90,7 +91,7 @@ def test_a_load_level_whose_numbers_are_not_numbers_is_set_aside(extra, reason, 
 
 
 def test_a_valid_load_level_with_every_number_is_stored_and_rendered(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     e = {**LOAD, "rss_peak_bytes": 2**40, "swap_in_bytes": 0, "acceptance_rate": 0.5,
          "cpu_other_share": 0.1, "slo": {"e2e_ms": 500}, "unreliable_reasons": []}
     f = follow_journal(store, _extra(e)(journal()), tmp_path / "node")
@@ -104,7 +105,7 @@ def test_a_soak_result_without_its_optional_fields_renders(tmp_path):
     # workload, num_draft_tokens, reasons … are optional in the schema: a soak_result
     # without them passed the boundary, then the sweep page failed (StrictUndefined
     # 'workload') on every render
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     lines = _extra({"type": "soak_result", "status": "pass", "generations": 16})(journal())
     f = follow_journal(store, lines, tmp_path / "node")
     assert f.stopped is None
@@ -124,7 +125,7 @@ def test_a_soak_result_without_its_optional_fields_renders(tmp_path):
 def test_a_config_summary_with_a_malformed_parity_is_set_aside(parity, reason, tmp_path):
     # parity {"a": 1} passed (declared only as "an object"); the weekly review then
     # failed with KeyError 'mismatches' (review/weekly.py) on every render
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     lines = _replace(lambda ls: seq_of(ls, "config_summary"),
                      lambda e: {**e, "parity": parity})(journal())
     f = follow_journal(store, lines, tmp_path / "node")
@@ -134,7 +135,7 @@ def test_a_config_summary_with_a_malformed_parity_is_set_aside(parity, reason, t
 
 
 def test_a_config_summary_with_a_real_parity_is_stored(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     p = {"checked": 2, "mismatches": 1, "first_difference": 7, "tool_mismatches": 0}
     lines = _replace(lambda ls: seq_of(ls, "config_summary"),
                      lambda e: {**e, "parity": p})(journal())
@@ -157,7 +158,7 @@ def test_a_generation_metric_that_is_not_a_measurable_number_is_set_aside(
     # negative time or rate passed too and fed the medians as if measured
     from orchestrator.export.points import Selection, read_points
 
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     lines = _replace(_gen(1), lambda e: {**e, name: value})(journal())
     f = follow_journal(store, lines, tmp_path / "node")
     assert f.stopped is None
@@ -218,7 +219,7 @@ def test_a_line_whose_seq_jumps_past_the_journal_is_set_aside(tmp_path):
     from orchestrator.store.coverage import coverage
     from orchestrator.sweep.verify import verify_sweep
 
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     lines = journal()
     i = seq_of(lines, "job_finished")
     forged = dump({"schema": 1, "seq": 2**31 - 1, "type": "notice", "ts": 1.0,
@@ -245,7 +246,7 @@ def test_export_otlp_leaves_out_a_stored_generation_that_does_not_read_as_its_ty
 
     from orchestrator.export.points import Selection, read_points
 
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     f = follow_journal(store, journal(), tmp_path / "node")
     _, before = read_points(store, Selection(sweep_ids=[f.sweep_id]))
     with store.engine.begin() as c:  # as an older, weaker boundary stored it
@@ -307,7 +308,7 @@ def darwin_hz() -> float:  # host_cpu_load_info ticks per second, as machine_cpu
 def test_a_config_summary_whose_values_are_not_lists_of_numbers_is_set_aside(values, tmp_path):
     # values is declared only "an object"; the weekly review iterates and takes medians of
     # each list: an int there (TypeError: not iterable) or strings broke it for good
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     lines = _replace(lambda ls: seq_of(ls, "config_summary"),
                      lambda e: {**e, "values": values})(journal())
     f = follow_journal(store, lines, tmp_path / "node")
@@ -318,7 +319,7 @@ def test_a_config_summary_whose_values_are_not_lists_of_numbers_is_set_aside(val
 
 
 def test_a_config_summary_whose_values_hold_nulls_is_stored(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     lines = _replace(lambda ls: seq_of(ls, "config_summary"), lambda e: {
         **e, "values": {**e["values"], "ttft_ms": [None, 1.5]}})(journal())
     f = follow_journal(store, lines, tmp_path / "node")
@@ -330,7 +331,7 @@ def test_a_notice_with_terminal_escapes_reaches_the_markdown_review_inert(tmp_pa
     # a node's notice "\x1b]0;pwned\x07\x1b[2J…" passed (it is a string) and went into the
     # Markdown review byte for byte: `cat review.md` retitled and cleared the reader's
     # terminal. Control characters are shown as U+FFFD there, the words kept
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     evil = "\x1b]0;pwned\x07\x1b[2Jcleared\x9b31m"
     f = follow_journal(store, _extra({"type": "notice", "message": evil, "workload": "code"})(
         journal()), tmp_path / "node")

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from agent.calibrate import predicted_speedup
 from orchestrator.instrument import judge
+from tests.store_templates import fresh_sqlite
 
 # predicted by hand: k=4: 5 tokens / (4·2 + 30) ms = 131.58 tok/s = 2.6316× a 20 ms step
 COSTS = {"target_ms": 20.0, "draft_ms": 2.0, "verify_ms": {3: 26.0, 5: 30.0}}
@@ -79,7 +80,7 @@ WHERE = dict(node="mac-01", chip="Apple M2 Max", pair="gemma-9b / gemma-2b", wor
 
 def _review(tmp_path, nights: list[list[dict]]) -> dict:
     """``nights``: per night, the sweeps of that night (each {key: decode tok/s})."""
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     for i, sweeps in enumerate(nights):
         for j, configs in enumerate(sweeps):
             at = W20 + timedelta(days=i, hours=1 + j)  # several sweeps the same night
@@ -132,7 +133,7 @@ def test_compare_counts_three_sweeps_of_one_night_as_one_night(tmp_path):
 
     from orchestrator.review.compare import compare
 
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     a, b = (100.0, 102.0, 104.0), (104.0, 106.0, 108.0)
     for week, levels in ((0, a), (7, b)):
         for i, v in enumerate(levels):
@@ -231,7 +232,7 @@ def test_a_calibration_series_is_marked_in_fail_on_lines_and_junit(tmp_path):
     from orchestrator.review.rules import load_rules
     from orchestrator.review.weekly import analyse
 
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     _plant_calibration(store)
     a = analyse(store, WEEK, load_rules(), now=W20 + timedelta(days=6))
     (s,) = a["series"]
@@ -253,7 +254,7 @@ def test_a_calibration_series_is_marked_in_the_otel_block_and_otlp_points(tmp_pa
     from orchestrator.review.rules import load_rules
     from orchestrator.review.weekly import analyse
 
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     sids = _plant_calibration(store)
     a = annotate(analyse(store, WEEK, load_rules(), now=W20 + timedelta(days=6)))
     (s,) = a["series"]
@@ -359,7 +360,7 @@ def test_a_regression_counts_nights_not_sweeps(tmp_path):
     from orchestrator.review.rules import load_rules
     from orchestrator.review.weekly import analyse
 
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     for week, v in ((-7, 100.0), (0, 85.0)):
         for i in range(3):
             for j in range(3):
@@ -400,7 +401,7 @@ def test_a_ladder_walked_on_one_night_is_provisional_however_many_sweeps(tmp_pat
                    pair="gemma-9b / small-1", lineup="target+draft-2",
                    identity=(("draft_fingerprint", "sha256:" + "b" * 64),
                              ("draft_quant", "4-bit g64")))
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     for _ in range(3):
         plant(store, Week("one night thrice", (heavy, light), nights=1))
     out = write_review(store, tmp_path / "out", week=WEEK, now=W20 + timedelta(days=7))

@@ -88,10 +88,11 @@ def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_a
     # the rung names the pair short, its full identity on hover
     assert steps[0][0] == "0" and f'title="{full}">current width · ' in ladder
     assert f"<td>{max(CALIBRATION_WIDTHS)}</td>" in ladder.split("</tr>")[1]
-    # the policy, if asked, turns speculation on for it, at the review's width
+    # the policy, if asked, names the review's width and turns it on once three nights
+    # back it (one night switches nothing on: audit 27)
     policy = dom.split('id="calibration-policy">')[1].split("</p>")[0]
-    assert (f'<span data-series="{full}">{full} · code: speculation <b>on at draft width '
-            f"{best}</b> (provisional: 1 of 3 nights)</span>") in policy
+    assert (f'<span data-series="{full}">{full} · code: speculation <b>off</b>, draft width '
+            f"{best} once its nights are in (provisional: 1 of 3 nights)</span>") in policy
     assert "--policy-calibration" in policy
     # the raised TTFT limit, justified beside the gates that judged it
     assert f"TTFT ≤ +{round(CALIBRATION_TTFT_LIMIT * 100)}%" in dom

@@ -13,6 +13,7 @@ from orchestrator.review.verdict import MIN_RUNS, decide, policy
 from orchestrator.review.weekly import DEFAULT_GATES, analyse
 from orchestrator.store import open_store
 from tests.history import config_values, ingest_lines, lock_doc, night, week_nights
+from tests.store_templates import fresh_sqlite
 
 WEEK = "2026-W10"
 MONDAY = datetime(2026, 3, 2, tzinfo=timezone.utc)
@@ -47,7 +48,7 @@ def _plant(store, nights: int) -> None:
 
 
 def _review(tmp_path, nights: int) -> dict:
-    store = open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 'r.db'))
     _plant(store, nights)
     a = analyse(store, WEEK, load_rules(), now=MONDAY + timedelta(days=6))
     return {s["series"]["model_pair"]: s for s in a["series"]} | {"_a": a}
@@ -73,7 +74,11 @@ def test_one_night_gives_each_decision_provisional_with_its_count(tmp_path):
     assert p["series"][0]["provisional"] == {"nights": 1, "needed": 3}
     asked = {s["model_pair"]: s for s in policy(by["_a"], calibration=True)["series"]}
     c = asked["grown-32 (calibration) / draft"]
-    assert c["calibration"] is True and c["speculation"] is True and c["num_draft_tokens"] == 4
+    # one night names the candidate but does not switch it on (as a one-night ladder rung
+    # is not: audit 27); three nights do
+    assert c["calibration"] is True and c["speculation"] is False
+    assert c["candidate"]["num_draft_tokens"] == 4 and c["provisional"] == {"nights": 1,
+                                                                             "needed": 3}
     # what the review page says the policy would do if asked: that series only
     from orchestrator.review.report import calibration_policy
 
@@ -138,7 +143,7 @@ def test_a_calibration_series_without_a_decision_is_shown_off_in_the_policy_line
     speculation off for it (no provisional count: there is no decision to qualify)."""
     from orchestrator.review.report import calibration_policy, write_review
 
-    store = open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 'r.db'))
     night(store, MONDAY + timedelta(hours=1), node="mac-a", chip="Apple M2",
           workload="code", pair="grown-32 (calibration) / draft",
           identity={"target_fingerprint": CAL_FP},

@@ -21,6 +21,7 @@ from orchestrator.review.sweep_page import render_review
 from orchestrator.store import open_store
 from orchestrator.store.models import Event, Measurement
 from tests.hostile import KINDS, ROOT, follow_journal, journal, render_all
+from tests.store_templates import fresh_sqlite
 
 REAL = [json.loads(x) for x in journal()]
 
@@ -108,7 +109,7 @@ def test_a_hostile_line_is_set_aside_with_its_reason_and_the_node_goes_on(
 
 def test_the_stored_measurement_is_kept_and_the_forged_one_never_shown(tmp_path):
     """The store showed 99999 tok/s for a run a second line measured again."""
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     kind = next(k for k in KINDS if k.name == "line reusing a run index")
     f = follow_journal(store, kind.make(journal()), tmp_path / "node")
     with store.engine.connect() as c:
@@ -123,7 +124,7 @@ def test_the_stored_measurement_is_kept_and_the_forged_one_never_shown(tmp_path)
 
 def test_a_conflict_with_an_event_stored_earlier_keeps_the_stored_one(tmp_path):
     """A line reusing a seq stored in an earlier batch (a re-read, another follower)."""
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     store.create_sweep("s1", {"models": {"target": {}, "draft": {}}}, None)
     raw = [x.decode() for x in journal()]
     assert store.ingest("s1", "n1", REAL[:8], raw[:8]) == 8

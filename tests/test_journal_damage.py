@@ -16,6 +16,7 @@ from orchestrator.store.coverage import coverage
 from orchestrator.store.journal_ends import MAX_SEQ_GAP
 from orchestrator.store.models import Event, QuarantinedEvent
 from tests.hostile import _renumber, dump, follow_journal, journal, seq_of
+from tests.store_templates import fresh_sqlite
 
 DAMAGED = MAX_SEQ_GAP + 6  # lines in a row an honest disk lost: more than the gap allows
 
@@ -47,7 +48,7 @@ def test_honest_damage_longer_than_the_gap_loses_only_the_damaged_lines(block, t
     damaged = (lines[:i] + [b"\x00" * 5000] + lines[i + DAMAGED:] if block else
                lines[:i] + [b"\x00" * 50 + b"%d" % k for k in range(DAMAGED)]
                + lines[i + DAMAGED:])
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     f = follow_journal(store, damaged, tmp_path / "node")
     assert f.stopped is None
     stored, aside = _state(store, f.sweep_id)
@@ -63,7 +64,7 @@ def test_a_single_far_seq_after_the_damage_still_never_stands(tmp_path):
     # the continuation that lets a jump stand is lines in a row; one line far off is not
     lines, i = _long()
     far = dump({"schema": 1, "seq": 5000, "type": "notice", "ts": 1.0, "message": "forged"})
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     f = follow_journal(store, [*lines[:-1], far, lines[-1]], tmp_path / "node")
     stored, aside = _state(store, f.sweep_id)
     assert stored == list(range(1, 129))
@@ -77,7 +78,7 @@ def _forged_end_after_two_generations(tmp_path, **fields):
     i = seq_of(lines, "generation", 1) + 1
     forged = dump({"schema": 1, "seq": 0, "type": "job_finished", "ts": 1.0,
                    "job_id": "recorded", "generations": 2, **fields})
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     f = follow_journal(store, _renumber(lines[:i] + [forged] + lines[i:], i), tmp_path / "n")
     return (i, f, *_state(store, f.sweep_id))
 
@@ -111,7 +112,7 @@ def test_a_generation_for_a_run_the_job_never_had_before_the_plan_is_set_aside(t
     p = seq_of(lines, "plan")
     g = dict(__import__("json").loads(lines[seq_of(lines, "generation")]))
     forged = dump({**g, "run_index": 500, "decode_tok_s": 99999.0})
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     f = follow_journal(store, _renumber(lines[:p] + [forged] + lines[p:], p), tmp_path / "n")
     stored, aside = _state(store, f.sweep_id)
     assert [s for s, _ in aside] == [p + 1] and len(stored) == 28
@@ -128,7 +129,7 @@ def test_a_hole_after_an_honest_job_failed_does_not_make_it_forged(tmp_path):
     from tests.test_journal_ends import _resumed
 
     lines = _resumed(journal())
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     sid = "holes-after-failed"
     store.create_sweep(sid, JOB, None)
     store.ingest(sid, "n1", [event(x) for x in lines], [x.decode() for x in lines])
@@ -149,7 +150,7 @@ def test_a_forged_job_failed_before_a_damaged_line_is_still_set_aside(tmp_path):
     i = seq_of(lines, "generation", 1) + 1
     bad = dump({"schema": 1, "seq": 0, "type": "notice", "ts": "x", "message": "m"})
     lines = _renumber(lines[:i] + [dump({**FAILED, "seq": 0}), bad] + lines[i:], i)
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     f = follow_journal(store, lines, tmp_path / "n")
     stored, aside = _state(store, f.sweep_id)
     assert dict(aside)[i + 1] == _failed_after(i + 1, i + 3, "generation")
@@ -169,7 +170,7 @@ def test_a_jump_set_aside_at_a_batch_edge_is_stored_once_when_read_again(tmp_pat
 
     lines, i = _long()
     kept = lines[:i] + lines[i + DAMAGED:]
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     sid = "jump-at-edge"
     store.create_sweep(sid, JOB, None)
     for part in (kept[:i + 1], kept[i + 1:]):

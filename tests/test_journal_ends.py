@@ -40,6 +40,7 @@ from tests.hostile import (
     placed,
     seq_of,
 )
+from tests.store_templates import fresh_sqlite
 
 FAILED = {"schema": 1, "type": "job_failed", "ts": 1.0, "error": "crash", "message": "forged"}
 
@@ -90,7 +91,7 @@ def test_a_forged_job_failed_mid_journal_is_set_aside_and_the_node_ends_ok(
         make, forged, reason, tmp_path):
     # it was stored and the node's outcome was "failed: agent: forged" (the next seq: it was
     # the last event) or "ok" with a job_failed among the stored events (its own seq)
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     f = follow_journal(store, make(journal()), tmp_path / "node")
     assert f.stopped is None
     assert f.outcome == ("ok: 1 journal line(s) set aside (`specfleet review --sweep "
@@ -130,7 +131,7 @@ class _Node:
 def test_a_forged_job_failed_stored_before_the_journal_went_on_is_moved_aside(tmp_path):
     # read while the agent runs: the forged end is the last line for a while (stored, the
     # node would fail on it); the agent's next lines show it false, and it is moved aside
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     lines = _in_seq(journal())
     node = _Node(store, tmp_path / "node")
     assert node.append_and_follow(lines[:7]) == "failed: agent: forged"
@@ -152,7 +153,7 @@ def _resumed(lines: list[bytes]) -> list[bytes]:
 
 
 def test_an_honest_job_failed_before_a_resume_is_kept(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     lines = _resumed(journal())
     f = follow_journal(store, lines, tmp_path / "node")
     assert f.stopped is None and f.outcome == "ok"
@@ -163,7 +164,7 @@ def test_an_honest_job_failed_before_a_resume_is_kept(tmp_path):
 
 
 def test_an_honest_job_failed_at_the_end_is_stored_and_said(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     lines = journal()
     i = seq_of(lines, "generation", 2)
     end = dump({**FAILED, "seq": i + 1, "message": "RuntimeError: out of memory"})
@@ -182,7 +183,7 @@ def _runs(store, sid: str) -> list[tuple]:
 
 
 def test_a_forged_summary_past_the_end_stored_first_is_moved_aside_with_its_run(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     real = journal()
     events = [event(x) for x in real]
     clean = uuid.uuid4().hex[:12]
@@ -212,7 +213,7 @@ _STORE: dict = {}
 
 def _store(tmp_path_factory):
     if "s" not in _STORE:  # one store for every example (opening one migrates it)
-        _STORE["s"] = open_store(f"sqlite:///{tmp_path_factory.mktemp('ends') / 's.db'}")
+        _STORE["s"] = open_store(fresh_sqlite(tmp_path_factory.mktemp('ends') / 's.db'))
     return _STORE["s"]
 
 

@@ -25,6 +25,7 @@ from orchestrator.sweep.decode import Quarantined
 from orchestrator.sweep.verify import compare
 from tests.controller import journal, journal_path
 from tests.locks import make_lock
+from tests.store_templates import fresh_sqlite
 
 JOB = {"models": {"target": {}, "draft": {}}}
 
@@ -91,7 +92,7 @@ def test_verify_names_exactly_the_planted_holes_and_conflicts(fates, forged, rep
 def test_listing_counts_agree_with_coverage(tmp_path_factory, stored, aside):
     """The aggregate `sweeps list` uses and the per-node coverage the follower resumes from
     count the same missing seqs, for any stored / set-aside pattern (a real SQLite store)."""
-    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('cov') / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path_factory.mktemp('cov') / 's.db'))
     store.create_sweep("s1", JOB, None)
     store.ingest("s1", "n1", [{"schema": 1, "seq": n, "type": "notice", "ts": 1.0,
                                "message": "x"} for n in sorted(stored)])
@@ -116,7 +117,7 @@ def test_nothing_after_the_stored_end_is_stored(tmp_path_factory, before, after,
     import uuid
 
     if "store" not in _END:  # one store for every example (opening one migrates it)
-        _END["store"] = open_store(f"sqlite:///{tmp_path_factory.mktemp('end') / 's.db'}")
+        _END["store"] = open_store(fresh_sqlite(tmp_path_factory.mktemp('end') / 's.db'))
     store, sid = _END["store"], uuid.uuid4().hex[:12]
     store.create_sweep(sid, JOB, None)
     end = before + 1
@@ -437,7 +438,7 @@ def test_verify_names_exactly_the_edited_measurements_and_attach_derives_them_ag
     from tests.journals import lines as recorded
 
     if "store" not in _DERIVED:
-        store = open_store(f"sqlite:///{tmp_path_factory.mktemp('derived') / 's.db'}")
+        store = open_store(fresh_sqlite(tmp_path_factory.mktemp('derived') / 's.db'))
         store.create_sweep("d1", JOB, None)
         raw = recorded()
         decoder = Decoder("n1")

@@ -26,6 +26,7 @@ from orchestrator.sweep.plan import load_plan
 from orchestrator.tiers import quantize
 from tests.browser import dump_dom
 from tests.locks import plan_text
+from tests.store_templates import fresh_sqlite
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +92,7 @@ def test_a_lineup_sweep_measures_each_pair_beside_its_own_baseline_and_walks_the
                         max_tokens=24, quality=True,
                         extra="  cv_threshold: 1.0\n  contention_threshold: 1.0")
     doc = load_lock(write_lock(load_plan(plan), lambda m: None))
-    store = open_store(f"sqlite:///{tmp_path / 'lineup.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 'lineup.db'))
     hosts = [replace(h, root=str(tmp_path / "node"))
              for h in load_inventory(ROOT / "orchestrator" / "inventory" / "local.yml").hosts]
     result = start_sweep(doc, hosts, store, opts=SweepOptions(provision=False))
@@ -157,7 +158,7 @@ def test_the_ladder_stops_at_the_lighter_tier_that_passes_and_the_policy_names_i
     from tests.test_weekly_review import NOW, W20
 
     rng = random.Random(3)
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     common = dict(node="mac-01", chip="Apple M4", workload="code")
     for at in week_nights(W20, 4):
         sid = night(store, at, **common, pair="t / draft", lineup="target+draft", identity={
@@ -215,7 +216,7 @@ def test_a_draft_free_method_takes_its_place_in_the_lineup(model_pair, tmp_path)
                               extra="  cv_threshold: 1.0\n  contention_threshold: 1.0\n"
                               + engine))
     doc = load_lock(write_lock(load_plan(plan), lambda m: None))
-    store = open_store(f"sqlite:///{tmp_path / 'free.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 'free.db'))
     hosts = [replace(h, root=str(tmp_path / "node"))
              for h in load_inventory(ROOT / "orchestrator" / "inventory" / "local.yml").hosts]
     try:

@@ -21,6 +21,7 @@ from orchestrator.store import open_store
 from tests.browser import dump_dom
 from tests.history import config_values as V
 from tests.history import night, week_nights
+from tests.store_templates import fresh_sqlite
 from tests.test_weekly_review import NOW, W20
 
 CHIP = "Intel(R) Xeon(R) Processor"
@@ -43,7 +44,7 @@ def test_a_busy_week_says_so_once_at_the_top_and_rows_keep_what_differs(tmp_path
     """Three series whose every run was set aside as contended on a Linux CPU node: the
     page says once, at the top, that the node was busy and what to do; the contention
     figures and the "may not transfer" text are no longer repeated in each row."""
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     rng = random.Random(4)
     for workload in ("code", "memo", "translation"):
         night(store, W20 + timedelta(hours=2), node="ci-01", chip=CHIP, pair=PAIR,
@@ -84,7 +85,7 @@ def quiet_week(store, rng, *, swap_in: int = 0, workloads=("code", "memo")) -> N
 
 
 def test_a_quiet_week_reads_in_words_with_short_labels(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     quiet_week(store, random.Random(5))
     out = write_review(store, tmp_path / "r.html", week="2026-W20", now=NOW)
     dom = dump_dom(out["html"])
@@ -122,7 +123,7 @@ def test_memory_advice_needs_memory_evidence(tmp_path):
     tiny = {"mem_increase": 0.27, "mem_added_bytes": 2.7e6, "swap_in_nights": 0}
     assert "draft-memory" not in [s["rule"] for s in fire(rules, tiny)]
     assert "draft-memory" in [s["rule"] for s in fire(rules, {**tiny, "swap_in_nights": 2})]
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     quiet_week(store, random.Random(6), swap_in=4096, workloads=("code",))
     out = write_review(store, tmp_path / "r.html", week="2026-W20", now=NOW)
     text = visible(dump_dom(out["html"]))
@@ -131,7 +132,7 @@ def test_memory_advice_needs_memory_evidence(tmp_path):
 
 
 def test_a_one_night_history_is_a_point_with_its_value(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     night(store, W20 + timedelta(hours=2), node="ci-01", chip=CHIP, pair=PAIR,
           workload="code", configs={("baseline", 0): V(484.5, jitter=0.0),
                                     ("speculative", 2): V(400.0, acceptance=0.5, jitter=0.0)})
@@ -192,7 +193,7 @@ def test_a_busy_sweep_page_says_so_once_and_rows_keep_a_short_mark(tmp_path):
     from orchestrator.review.sweep_page import render_review
     from tests.history import generation, ingest_lines, new_sweep
 
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     sid = new_sweep(store, W20)
     busy = ["contended: other processes used 84% of the CPU (limit 25%)"]
 
@@ -264,7 +265,7 @@ def test_a_configs_contention_readings_read_as_one_range(tmp_path):
     assert collapse_reasons([share(40), "contended: other processes used 90% of the CPU "
                              "(limit 50%)"], [run(0.4, 0.4), run(0.9, 0.9, 0.5)]) == [
         share(40), "contended: other processes used 90% of the CPU (limit 50%)"]
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     rng = random.Random(5)
     for at, pct in zip(week_nights(W20, 3), (56, 71, 63)):
         night(store, at, node="ci-01", chip=CHIP, pair=PAIR, workload="code",

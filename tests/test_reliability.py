@@ -13,6 +13,7 @@ from orchestrator.store import open_store
 from tests.browser import dump_dom
 from tests.history import config_values as V
 from tests.history import new_sweep, night, week_nights
+from tests.store_templates import fresh_sqlite
 
 W20 = datetime(2026, 5, 11, tzinfo=timezone.utc)
 NOW = W20 + timedelta(days=6, hours=12)
@@ -23,7 +24,7 @@ COMMON = dict(node="mac-01", chip="Apple M2 Max", pair="llama-8b/llama-1b")
 
 def test_a_config_whose_every_run_is_unreliable_feeds_no_headline(tmp_path):
     rng = random.Random(3)
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     for at in week_nights(W20):
         sid = night(store, at, workload="code", **COMMON,
                     configs={("baseline", 0): V(400, rng=rng),
@@ -53,7 +54,7 @@ def test_a_config_whose_every_run_is_unreliable_feeds_no_headline(tmp_path):
 
 def test_unreliable_runs_beside_reliable_ones_are_counted_not_averaged(tmp_path):
     rng = random.Random(4)
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     nights = week_nights(W20)
     for i, at in enumerate(nights):
         bad = i in (2, 5)  # two nights on a busy machine measured a 3× "speedup"
@@ -69,7 +70,7 @@ def test_unreliable_runs_beside_reliable_ones_are_counted_not_averaged(tmp_path)
 
 
 def test_repro_never_calls_unreliable_runs_reproducible(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     at = W20 + timedelta(hours=2)
     sid = new_sweep(store, at)
     rng = random.Random(5)
@@ -130,7 +131,7 @@ def test_the_sweep_page_concludes_only_from_reliable_trials(model_pair, tmp_path
     assert throttled is not None
     kept = next(e for e in ev if e["type"] == "generation" and e["num_draft_tokens"] == 2
                 and e["repetition"] == 1 and e["mode"] == "speculative")
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     sid = new_sweep(store, datetime.now(timezone.utc))
     store.ingest(sid, "local", ev)
     text = dump_dom(render_review(store, tmp_path / "review.html", sid))

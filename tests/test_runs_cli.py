@@ -76,15 +76,16 @@ def test_run_show_lists_every_generation(swept):
     assert bad.exit_code == 1 and "no run 99999" in bad.output
 
 
-def test_db_downgrade_and_upgrade_through_the_cli(any_url):
-    r = CliRunner().invoke(main, ["db", "upgrade", "--db", any_url])
+def test_db_downgrade_and_upgrade_through_the_cli(empty_any_url):
+    r = CliRunner().invoke(main, ["db", "upgrade", "--db", empty_any_url])
     assert r.exit_code == 0 and f"store at revision {HEAD}" in r.output
-    r = CliRunner().invoke(main, ["db", "downgrade", "0002", "--db", any_url])
+    r = CliRunner().invoke(main, ["db", "downgrade", "0002", "--db", empty_any_url])
     assert r.exit_code == 0 and r.output.strip() == "store at revision 0002"
-    assert CliRunner().invoke(main, ["db", "current", "--db", any_url]).output.strip() == "0002"
-    r = CliRunner().invoke(main, ["db", "downgrade", "base", "--db", any_url])
+    r = CliRunner().invoke(main, ["db", "current", "--db", empty_any_url])
+    assert r.output.strip() == "0002"
+    r = CliRunner().invoke(main, ["db", "downgrade", "base", "--db", empty_any_url])
     assert r.output.strip() == "store at revision base (empty)"
-    r = CliRunner().invoke(main, ["db", "upgrade", "--db", any_url])
+    r = CliRunner().invoke(main, ["db", "upgrade", "--db", empty_any_url])
     assert f"store at revision {HEAD}" in r.output
 
 

@@ -28,6 +28,7 @@ from orchestrator.store import open_store, queries
 from orchestrator.sweep.decode import Decoder, ProtocolMismatch, Quarantined
 from tests.history import config_values as V
 from tests.history import generation, ingest_lines, night
+from tests.store_templates import fresh_sqlite
 from tests.test_weekly_review import W20
 
 MAC = dict(chip="Apple M2 Max", pair="gemma", workload="code")
@@ -222,7 +223,7 @@ def test_a_mutated_stored_event_reads_typed_or_unreadable_never_raises(case):
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(mutated(), min_size=1, max_size=4))
 def test_readers_survive_any_mutated_stored_events(tmp_path_factory, cases):
-    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('m') / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path_factory.mktemp('m') / 's.db'))
     sid = night(store, AT, node="mac-01", **MAC, configs={
         ("baseline", 0): V(100.0, rng=random.Random(1))})
     seq = store.last_seq(sid, "mac-01")

@@ -13,6 +13,7 @@ from agent.httpengine import Stream, token_count, trace_of
 from orchestrator.store import open_store
 from tests.browser import dump_dom
 from tests.history import new_sweep
+from tests.store_templates import fresh_sqlite
 from tests.test_planted_runtimes import of, run
 
 
@@ -33,7 +34,7 @@ def test_doubled_usage_without_a_tokenizer_is_flagged_and_not_used(model_pair, t
     # slope of so few points either way)
     span = (g["chunk_times_us"][-1] - g["chunk_times_us"][0]) / 1e6
     assert g["decode_tok_s_mean"] == pytest.approx(11 / span, rel=0.02)
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     sid = new_sweep(store, datetime.now(timezone.utc))
     store.ingest(sid, "local", ev)
     from orchestrator.review.sweep_page import render_review
@@ -59,7 +60,7 @@ def test_a_repaired_stream_is_flagged_and_shown_on_the_sweep_page(model_pair, tm
     assert g["output_text"].endswith("\U0001F600")
     assert g["stream_repaired"] == 1
     assert g["stream_repair"] == "1 surrogate pair(s) split across events rejoined"
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     sid = new_sweep(store, datetime.now(timezone.utc))
     store.ingest(sid, "local", ev)
     from orchestrator.review.sweep_page import render_review

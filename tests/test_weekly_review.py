@@ -18,6 +18,7 @@ from orchestrator.store import open_store
 from tests.browser import dump_dom
 from tests.history import config_values as V
 from tests.history import night, week_nights
+from tests.store_templates import fresh_sqlite
 
 W20 = datetime(2026, 5, 11, tzinfo=timezone.utc)  # Monday of 2026-W20
 W19, W17 = W20 - timedelta(days=7), W20 - timedelta(days=21)
@@ -222,7 +223,7 @@ def _low_acceptance_case(tmp_path, generations):
     from orchestrator.review.windows import failed_window_configs
     from tests.history import generation, ingest_lines, new_sweep
 
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     sid = new_sweep(store, W20)
     for ts, acc, k in generations:
         ingest_lines(store, sid, "n", [generation("speculative", k, acceptance_rate=acc)], ts)
@@ -253,7 +254,7 @@ def test_the_ttft_guard_passes_at_exactly_its_limit_and_acceptance_is_per_config
     point); the acceptance floor judges each config by its own acceptance, so a width-4
     config that misses does not sink a width-2 config that clears it, and a series without
     width 4 is judged at the widths it has."""
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     rng = random.Random(5)
     exact = dict(jitter=0.0, rng=rng, itl_p95=20.0, swap=0)
     for at in week_nights(W20):
@@ -280,7 +281,7 @@ def test_acceptance_by_position_is_per_series(tmp_path):
     """Two chips, one workload and width: each series gets its own curve."""
     from tests.history import generation, ingest_lines
 
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     rng = random.Random(2)
     for chip, node, accepted in (("Apple M2 Max", "mac-01", 9), ("Apple M4", "mac-02", 3)):
         for at in week_nights(W20)[:2]:
@@ -298,7 +299,7 @@ def test_acceptance_by_position_is_per_series(tmp_path):
 
 def test_runtimes_side_by_side_with_streaming_parity(tmp_path):
     rng = random.Random(5)
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     common = dict(node="mac-02", chip="Apple M4 Max", pair="llama-8b/llama-1b",
                   workload="code")
     for at in week_nights(W20):
@@ -360,7 +361,7 @@ def test_a_plans_gates_decide_its_series_classification(tmp_path):
 
     def planted(name: str, lock: dict | None):
         rng = random.Random(7)  # the same nights in both stores: only the plan differs
-        store = open_store(f"sqlite:///{tmp_path / name}")
+        store = open_store(fresh_sqlite(tmp_path / name))
         for at in week_nights(W20):
             night(store, at, node="mac-07", chip="Apple M4", pair="a/b", workload="code",
                   lock=lock, configs={("baseline", 0): V(100, rng=rng, jitter=0.001),
@@ -390,7 +391,7 @@ def test_one_verdict_per_series_with_evidence_in_words(tmp_path):
     actions side by side) and why a node's numbers may not transfer."""
     from orchestrator.review.report import write_review
 
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     rng = random.Random(9)
     mac = dict(node="mac-01", chip="Apple M2 Max", pair="p")
     ok = dict(itl_p95=20.0, swap=0, ttft=51.0, rng=rng)

@@ -257,7 +257,9 @@ def policy(a: dict, calibration: bool = False) -> dict:
         measured = v.get("ladder")  # a lineup measured the lighter tiers: name the one
         # only a config that passed every gate is switched on: this series' candidate, or
         # the measured rung a graded fallback stopped at (a lighter tier, a narrower width)
-        use = v.get("enable")
+        # one night is not enough to switch on, for a candidate as for a ladder rung: a
+        # provisional one is named (``candidate``) and left off until its nights are in
+        use = None if v.get("provisional") else v.get("enable")
         if use is None and v["decision"] == "graded fallback" and measured \
                 and measured["step"] in (1, 2) and measured["to"].get("num_draft_tokens") \
                 and not measured.get("provisional"):
@@ -295,6 +297,9 @@ def policy(a: dict, calibration: bool = False) -> dict:
                 "ttft_change_above": gates["ttft_regression_limit"]}},
             "because": v["text"], "evidence": v["evidence"],
             **({"provisional": v["provisional"]} if v.get("provisional") else {}),
+            **({"candidate": {"num_draft_tokens": v["enable"]["num_draft_tokens"],
+                              "off_until": "its nights are in (provisional)"}}
+               if v.get("provisional") and v.get("enable") else {}),
             **({"calibration": True} if s.get("calibration") else {}),
             **({"measured_ladder": measured} if measured else {})})
     return {"schema": POLICY_SCHEMA, "week": a["week"], "series": out}

@@ -5,11 +5,12 @@ The bench (bench/compare_truth.py) runs 200 pairs; this is a smaller version."""
 import pytest
 
 from orchestrator.store import open_store
+from tests.store_templates import fresh_sqlite
 from tests.truth.pairs import Noise, plant_pairs, score
 
 
 def test_no_difference_claimed_where_only_nights_differ(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
     nodes = plant_pairs(store, 30, Noise(nights=4), seed=4)
     s = score(store, nodes)
     # repetitions taken as independent samples: 3 claims and 24 of 30 covered on these

@@ -17,6 +17,7 @@ from orchestrator.review.report import write_review
 from orchestrator.review.verdict import policy
 from orchestrator.store import open_store
 from tests.history import event_config
+from tests.store_templates import fresh_sqlite
 from tests.truth.test_review_truth import _no_poison_without_marker
 from tests.truth.weeks import POISON, W20, WEEK, Config, Series, Week, plant
 
@@ -73,7 +74,7 @@ def _planted_key(s: Series) -> tuple:
 @given(week=weeks())
 def test_any_planted_week_renders_marks_set_asides_and_never_pools(week):
     with tempfile.TemporaryDirectory() as d:
-        store = open_store(f"sqlite:///{d}/s.db")
+        store = open_store(fresh_sqlite(Path(d) / "s.db"))
         plant(store, week)
         out = write_review(store, Path(d) / "out", week=WEEK, now=W20)  # every format
         a = json.loads(out["json"].read_text())
