@@ -6,7 +6,7 @@ key per sweep node at launch, hands it to the agent over the SSH session's stdin
 it here, so a controller that attaches or resumes later checks the lines' MACs too. A node
 launched before this (no key) is read as before.
 
-Revision ID: 0099
+Revision ID: 0018
 Revises: 0017
 Create Date: 2026-11-27 21:30:00
 """
@@ -14,7 +14,7 @@ Create Date: 2026-11-27 21:30:00
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0099"
+revision = "0018"
 down_revision = "0017"
 branch_labels = None
 depends_on = None
