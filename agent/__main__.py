@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
                           "(default $SPECFLEET_MACHINE_LOCK or /tmp/specfleet-machine.lock)")
     run.add_argument("--cache-dir", type=Path, default=None,
                      help="fingerprint cache folder (default ~/.specfleet/cache)")
+    run.add_argument("--key-stdin", action="store_true",
+                     help="read the journal's signing key (hex, one line) from stdin: the "
+                          "controller's secret for this job, never on disk or in argv")
     run.add_argument("--detach", action="store_true",
                      help="run in the background (new session, survives the SSH session); "
                           "print the pid and write it to JOURNAL.pid")
@@ -63,11 +66,25 @@ def main(argv: list[str] | None = None) -> int:
     from .runner import main_run
 
     journal = args.journal or args.job.with_suffix(".events.jsonl")
+    # read before detaching: the detached agent's stdin is /dev/null, its key only in memory
+    key = _read_key() if args.key_stdin else None
     if args.detach:
         _detach(journal)
     return main_run(args.job, journal, echo=not (args.quiet or args.detach),
                     resume=args.resume, lock_path=args.lock, cache_dir=args.cache_dir,
-                    machine_lock=args.machine_lock)
+                    machine_lock=args.machine_lock, key=key)
+
+
+def _read_key() -> bytes:
+    """The signing key from stdin's first line (hex); refused unless 32 bytes or more."""
+    text = sys.stdin.readline().strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) < 32:
+        raise SystemExit("agent: --key-stdin wants a hex key of 32 bytes or more on stdin")
+    return key
 
 
 def _detach(journal: Path) -> None:

@@ -15,6 +15,7 @@ blocks: per repetition, each variant's generations together, baseline first.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,12 +94,16 @@ def build_plan(job: Job, engine: Engine) -> list[Slot]:
     return sorted(plan, key=lambda s: (s.repetition, order[s.variant.name]))
 
 
-def previous_events(journal_path: Path, job_id: str, typ: str = "generation") -> list[dict]:
-    """Events of one type this job already journaled (for ``--resume``)."""
+def previous_events(journal_path: Path, job_id: str, typ: str = "generation",
+                    mine: Callable[[bytes], bool] | None = None) -> list[dict]:
+    """Events of one type this job already journaled (for ``--resume``); with ``mine`` (a
+    keyed journal's check) only the lines its agents signed: a forged line skips no run."""
     out: list[dict] = []
     if not journal_path.exists():
         return out
-    for line in journal_path.read_text(encoding="utf-8").splitlines():
+    for line in journal_path.read_bytes().splitlines():
+        if mine is not None and not mine(line):
+            continue
         try:
             e = json.loads(line)
         except ValueError:
@@ -191,7 +196,8 @@ class Loop:
     def sweep(self, resume: bool) -> int:
         job, journal, engine = self.job, self.journal, self.engine
         plan = build_plan(job, engine)
-        done = {g["run_index"]: g for g in (previous_events(journal.path, job.job_id)
+        done = {g["run_index"]: g for g in (previous_events(journal.path, job.job_id,
+                                                            mine=journal.mine)
                                             if resume else [])}
         for notice in engine.notices(job):
             journal.emit("notice", **notice)
@@ -299,7 +305,8 @@ class Loop:
         w = names.get(str(spec.get("workload")), job.workloads[0])
         n = int(spec.get("requests", 16))
         done = {(e["variant"], e["load"], e["level"]) for e in (
-            previous_events(journal.path, job.job_id, "load_level") if resume else [])}
+            previous_events(journal.path, job.job_id, "load_level", journal.mine)
+            if resume else [])}
         ramps = [(load, level) for load in ("concurrency", "request_rate")
                  for level in spec.get(load, [])]
         # in process only autoregressive variants ramp (the parser saw to it): a batch

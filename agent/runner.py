@@ -66,14 +66,15 @@ def run_job(job: Job, journal: Journal, *, cache_file: Path, resume: bool = Fals
 
 def main_run(job_path: Path, journal_path: Path | None, *, echo: bool = True,
              resume: bool = False, lock_path: Path | None = None,
-             cache_dir: Path | None = None, machine_lock: Path | None = None) -> int:
+             cache_dir: Path | None = None, machine_lock: Path | None = None,
+             key: bytes | None = None) -> int:
     from .errors import AgentError
     from .job import load_job
     from .lock import NodeLock, machine_lock_path
 
     home = Path(os.path.expanduser("~/.specfleet"))
     journal_path = journal_path or job_path.with_suffix(".events.jsonl")
-    journal = Journal(journal_path, echo=sys.stdout if echo else None)
+    journal = Journal(journal_path, echo=sys.stdout if echo else None, key=key)
     try:
         job = load_job(job_path)
         journal.job_id = job.job_id

@@ -7,7 +7,9 @@ each goes through the decode boundary (``orchestrator.sweep.decode.Decoder.event
 schema, seq, type and every value checked against its store column) and then the
 follower's ``IngestPipeline``, which stores batches with ``Store.ingest`` in a thread
 (events and measurements; telemetry is read through a view over the events). Then the
-same lines again, to time the idempotent path (everything already stored).
+same lines again, to time the idempotent path (everything already stored). The lines are
+signed as a keyed agent signs them (``agent.signing``) and the boundary checks each MAC, as
+for every sweep launched since issue 28; ``unsigned`` is the boundary's rate without a key.
 
 ``floor`` is what the database itself takes on this machine in the same run: the same
 rows, already built, written by the bare driver (sqlite3 executemany / psycopg COPY) in
@@ -31,6 +33,7 @@ import asyncio
 import gc
 import json
 import os
+import secrets
 import statistics
 import sys
 import tempfile
@@ -43,11 +46,13 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import create_engine, text  # noqa: E402
 
+from agent.signing import sign  # noqa: E402
 from orchestrator.store import open_store  # noqa: E402
 from orchestrator.sweep.decode import Decoder, Quarantined  # noqa: E402
 from orchestrator.sweep.pipeline import IngestPipeline  # noqa: E402
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+KEY = secrets.token_bytes(32)  # the sweep node's journal key (a keyed launch's)
 _admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -140,7 +145,7 @@ def run(url: str, events: list[dict],
     cpu: list[float] = []
 
     async def follow(expect_new: bool) -> float:
-        decoder = Decoder("bench-node")
+        decoder = Decoder("bench-node", key=KEY)
 
         async def store_batch(batch: list[dict], raw: list[str]) -> None:
             new = await asyncio.to_thread(store.ingest, sid, "bench-node", batch, raw)
@@ -165,13 +170,16 @@ def run(url: str, events: list[dict],
     return first, again, batch, cpu[0]
 
 
-def decode_rates(events: list[dict]) -> tuple[float, float, float]:
-    """The boundary (parse + every check + the typed event) vs the same without building
-    the typed event vs the bare json.loads the follower did before."""
-    lines = [json.dumps(e, separators=(",", ":")) for e in events]
-    decoder = Decoder("bench-node")
+def decode_rates(events: list[dict]) -> tuple[float, float, float, float]:
+    """The boundary (MAC + parse + every check + the typed event) vs the same without
+    building the typed event vs the same unsigned vs the bare json.loads the follower did
+    before."""
+    plain = [json.dumps(e, separators=(",", ":")) for e in events]
+    keyed = [sign(KEY, x) for x in plain]
+    decoder, unkeyed = Decoder("bench-node", key=KEY), Decoder("bench-node")
     rates = []
-    for fn in (decoder.event, decoder.decode, json.loads):
+    for fn, lines in ((decoder.event, keyed), (decoder.decode, keyed),
+                      (unkeyed.event, plain), (json.loads, plain)):
         best = 0.0
         for _ in range(3):  # best of 3: the machine is shared
             t0 = time.perf_counter()
@@ -179,7 +187,7 @@ def decode_rates(events: list[dict]) -> tuple[float, float, float]:
                 fn(line)
             best = max(best, len(lines) / (time.perf_counter() - t0))
         rates.append(best)
-    return rates[0], rates[1], rates[2]
+    return rates[0], rates[1], rates[2], rates[3]
 
 
 def main() -> None:
@@ -191,7 +199,8 @@ def main() -> None:
     targets = {"SQLite": 50000, "PostgreSQL": 30000}
     for label, events in (("generation", sample_events(args.events)),
                           ("light", light_events(args.events * 2))):
-        lines = [json.dumps(e, separators=(",", ":")) for e in events]  # as in a journal
+        # as in a keyed journal
+        lines = [sign(KEY, json.dumps(e, separators=(",", ":"))) for e in events]
         # the bench's own sample heap is long-lived: keep it out of the collector's way,
         # or every full collection walks 20k events the controller would never hold
         gc.collect()
@@ -215,9 +224,10 @@ def main() -> None:
             finally:
                 with admin.connect() as c:
                     c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        boundary, untyped, bare = decode_rates(events)
+        boundary, untyped, unsigned, bare = decode_rates(events)
         print(f"decode boundary {boundary:,.0f} events/s (checks only, no typed event: "
-              f"{untyped:,.0f}; {boundary / untyped:.2f}x) vs bare json.loads {bare:,.0f} "
+              f"{untyped:,.0f}; {boundary / untyped:.2f}x; unsigned {unsigned:,.0f}: "
+              f"{boundary / unsigned:.2f}x) vs bare json.loads {bare:,.0f} "
               f"events/s ({boundary / bare:.2f}x)")
         print(f"{'store':<12}{'new events/s (median; runs)':>40}{'vs target':>10}"
               f"{'floor':>9}{'of floor':>9}{'again/s':>9}{'batch':>7}{'CPU':>6}")

@@ -270,13 +270,25 @@ class Followed:
 
 def new_sweep(store, node: str, journal_path: Path, agent_dir: Path = ROOT,
               python: str = sys.executable, sid: str | None = None,
-              root: Path | None = None) -> str:
+              root: Path | None = None, key: bytes | None = None) -> str:
+    """A sweep with ``node`` placed; with ``key`` the node's agent signs its lines."""
     sid = sid or uuid.uuid4().hex[:12]
     store.create_sweep(sid, JOB, None)
     store.set_sweep_node(sid, node, state="running", journal_path=str(journal_path),
                          agent_dir=str(agent_dir), python=python, pid=0,
-                         root=None if root is None else str(root))
+                         root=None if root is None else str(root),
+                         journal_key=None if key is None else key.hex())
     return sid
+
+
+def signed_by_agent(lines: list[bytes], key: bytes, forged: set[int]) -> list[bytes]:
+    """A recorded journal as an agent holding ``key`` writes it: each line signed with the
+    agent's own signing function (what ``Journal.emit`` ends a line with), except the lines
+    at the indices ``forged``, planted by someone without the key."""
+    from agent.signing import sign
+
+    return [x if i in forged else sign(key, x.decode()).encode()
+            for i, x in enumerate(lines)]
 
 
 def placed(root: Path, sid: str, agent_dir: Path) -> tuple[Path, Path]:
@@ -295,10 +307,12 @@ def placed(root: Path, sid: str, agent_dir: Path) -> tuple[Path, Path]:
 
 def follow_journal(store, lines: list[bytes], where: Path, *, transport=None, host=None,
                    node: str = "n1", agent_dir: Path = ROOT,
-                   loop: asyncio.AbstractEventLoop | None = None, opts=None) -> Followed:
+                   loop: asyncio.AbstractEventLoop | None = None, opts=None,
+                   key: bytes | None = None) -> Followed:
     """Write ``lines`` as a node's journal under ``where`` and follow it once, as
     ``specfleet sweep`` does; then the node's outcome, as the sweep would report it.
-    ``loop``: one event loop for many cases (a new one per case costs its threads)."""
+    ``loop``: one event loop for many cases (a new one per case costs its threads).
+    ``key``: the sweep node's journal key (the lines signed with it, ``signed_by_agent``)."""
     from orchestrator.fleet.inventory import Host
     from orchestrator.sweep.dispatch import NodeRun, StderrProgress, SweepOptions
 
@@ -311,7 +325,7 @@ def follow_journal(store, lines: list[bytes], where: Path, *, transport=None, ho
     host = replace(host, root=str(where)) if host is not None else Host(
         name=node, address="localhost", connection="local", python=sys.executable,
         root=str(where))
-    new_sweep(store, node, path, folder, host.python, sid, where)
+    new_sweep(store, node, path, folder, host.python, sid, where, key)
     text = io.StringIO()
     shown = StderrProgress(text)  # the lines a user sees, as the CLI prints them
     run = NodeRun(host, store, sid, "hostile-test", opts or SweepOptions(), shown)

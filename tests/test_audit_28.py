@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,15 @@ from orchestrator.store import open_store
 from orchestrator.store.coverage import set_aside_lines, stored_line_hashes
 from orchestrator.store.models import Event, Measurement, QuarantinedEvent
 from orchestrator.sweep.verify import compare
-from tests.hostile import _renumber, dump, event, follow_journal, journal, seq_of
+from tests.hostile import (
+    _renumber,
+    dump,
+    event,
+    follow_journal,
+    journal,
+    seq_of,
+    signed_by_agent,
+)
 
 FORGED_SPEED = 99999.0  # no demo-pair generation runs anywhere near this fast
 
@@ -73,6 +82,14 @@ def _planted(at: int, *new: bytes) -> tuple[list[bytes], list[int]]:
         [at + 1 + k for k in range(len(new))]
 
 
+def _keyed(store, lines: list[bytes], planted: list[int], where: Path):
+    """Follow ``lines`` as a keyed sweep's journal (as every sweep launched since issue 28
+    is): the agent's lines signed with the sweep node's key, the lines at the indices
+    ``planted`` not, since whoever appended them never had the key."""
+    key = secrets.token_bytes(32)
+    return follow_journal(store, signed_by_agent(lines, key, set(planted)), where, key=key)
+
+
 def _agent_lines_kept(store, sid: str, planted: list[int]) -> None:
     """Every line the agent wrote is stored, its measurements as measured; every planted
     line is set aside."""
@@ -91,15 +108,12 @@ def _future_run(**change) -> bytes:
     return dump({**g, "seq": 0, "decode_tok_s": FORGED_SPEED, **change})
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: a forged generation for a run index the "
-                   "agent measures later is stored; the agent's real one is set aside as "
-                   "'already measured' (99999 tok/s stored, outcome ok, verify complete)")
 def test_a_forged_run_ahead_of_the_agent_does_not_take_its_measurement(any_url, tmp_path):
     # after the 2nd real generation, a line claiming run 15 (which the agent measures last)
     at = seq_of(journal(), "generation", 1) + 1
     lines, planted = _planted(at, _future_run())
     store = open_store(any_url)
-    f = follow_journal(store, lines, tmp_path / "node")
+    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
     assert f.stopped is None
     _agent_lines_kept(store, f.sweep_id, planted)
 
@@ -111,7 +125,7 @@ def test_a_generation_for_a_config_the_job_never_had_is_set_aside(any_url, tmp_p
     at = seq_of(journal(), "generation", 1) + 1
     lines, planted = _planted(at, forged)
     store = open_store(any_url)
-    f = follow_journal(store, lines, tmp_path / "node")
+    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
     with store.engine.connect() as c:
         widths = set(c.execute(select(Measurement.num_draft_tokens).where(
             Measurement.sweep_id == f.sweep_id)).scalars())
@@ -125,10 +139,6 @@ def _stored_events(store, sid: str) -> dict[int, dict]:
             select(Event.seq, Event.payload).where(Event.sweep_id == sid))}
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: a forged line that takes a seq the agent "
-                   "writes later (within 64 of the journal) is stored; the agent's own event at "
-                   "that seq arrives second and is set aside as a 'conflict' (run 15 at 99999 "
-                   "tok/s, or a forged config summary; outcome ok, verify complete)")
 @pytest.mark.parametrize("kind", ["generation", "config_summary"])
 def test_a_forged_line_ahead_of_the_agent_does_not_take_its_seq(any_url, tmp_path, kind):
     real = journal()
@@ -142,17 +152,16 @@ def test_a_forged_line_ahead_of_the_agent_does_not_take_its_seq(any_url, tmp_pat
     at = seq_of(real, "generation", 1) + 1  # between the agent's seq 6 and 7
     lines = real[:at] + [dump(forged)] + real[at:]
     store = open_store(any_url)
-    f = follow_journal(store, lines, tmp_path / "node")
-    assert _stored_events(store, f.sweep_id) == {event(x)["seq"]: event(x) for x in real}
+    f = _keyed(store, lines, [at], tmp_path / "node")
+    unsigned = {seq: {k: v for k, v in e.items() if k != "mac"}
+                for seq, e in _stored_events(store, f.sweep_id).items()}
+    assert unsigned == {event(x)["seq"]: event(x) for x in real}
     assert _speeds(store, f.sweep_id) == _real_speeds()
 
 
 # -- 2. a forged end through a forged soak_result ------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: a forged soak_result + job_finished "
-                   "(generations 2) in a sweep's journal ends it: the agent's 21 lines after "
-                   "it, its real job_finished too, are set aside; outcome ok, verify complete")
 def test_a_forged_soak_result_does_not_vouch_for_a_forged_end(any_url, tmp_path):
     soak = dump({"schema": 1, "seq": 0, "type": "soak_result", "ts": 1.0, "status": "ok",
                  "generations": 2})
@@ -160,21 +169,18 @@ def test_a_forged_soak_result_does_not_vouch_for_a_forged_end(any_url, tmp_path)
                 "generations": 2})
     lines, planted = _planted(seq_of(journal(), "generation", 1) + 1, soak, end)
     store = open_store(any_url)
-    f = follow_journal(store, lines, tmp_path / "node")
+    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
     assert f.stopped is None
     _agent_lines_kept(store, f.sweep_id, planted)
     assert f.outcome.startswith("ok: 2 journal line(s) set aside"), f.outcome
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: a forged soak_result alone in a sweep's "
-                   "journal makes the agent's own job_finished 'disagree with the soak before "
-                   "it': set aside, the node reported failed and --resume advised")
 def test_a_forged_soak_result_does_not_set_the_agents_end_aside(any_url, tmp_path):
     soak = dump({"schema": 1, "seq": 0, "type": "soak_result", "ts": 1.0, "status": "ok",
                  "generations": 2})
     lines, planted = _planted(seq_of(journal(), "generation", 1) + 1, soak)
     store = open_store(any_url)
-    f = follow_journal(store, lines, tmp_path / "node")
+    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
     assert store.last_event(f.sweep_id, "n1")["type"] == "job_finished"
     assert f.outcome.startswith("ok"), f.outcome
 
@@ -188,31 +194,21 @@ def _forged_plan() -> bytes:
     return dump({**p, "seq": 0, "total_generations": 2, "workloads": p["workloads"][:1]})
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: a forged plan before the agent's own is "
-                   "taken as the job's plan: 14 real generations are set aside as 'not in "
-                   "the job', outcome ok, verify complete")
 def test_a_forged_plan_before_the_agents_own_does_not_set_its_runs_aside(any_url, tmp_path):
     lines, planted = _planted(seq_of(journal(), "plan"), _forged_plan())
     store = open_store(any_url)
-    f = follow_journal(store, lines, tmp_path / "node")
+    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
     _agent_lines_kept(store, f.sweep_id, planted)
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: a forged plan after the agent's own makes "
-                   "the agent's real job_finished 'not the plan's 2 generations': set aside, "
-                   "the node reported failed and --resume advised")
 def test_a_forged_second_plan_does_not_set_the_agents_end_aside(any_url, tmp_path):
     lines, planted = _planted(seq_of(journal(), "plan") + 1, _forged_plan())
     store = open_store(any_url)
-    f = follow_journal(store, lines, tmp_path / "node")
+    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
     _agent_lines_kept(store, f.sweep_id, planted)
     assert f.outcome.startswith("ok"), f.outcome
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: a forged config_summary (median 99999 "
-                   "tok/s) ahead of the agent's own for the same config becomes that config's "
-                   "runs row; the agent's summary is stored as an event but its row is dropped "
-                   "(on conflict do nothing); outcome ok, verify complete")
 def test_a_forged_summary_ahead_of_the_agents_own_is_not_the_configs_run(any_url, tmp_path):
     from orchestrator.store.models import Run
 
@@ -223,7 +219,7 @@ def test_a_forged_summary_ahead_of_the_agents_own_is_not_the_configs_run(any_url
     forged["seq"], forged["metrics"]["decode_tok_s"]["median"] = 0, FORGED_SPEED
     lines, planted = _planted(at, dump(forged))
     store = open_store(any_url)
-    f = follow_journal(store, lines, tmp_path / "node")
+    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
     with store.engine.connect() as c:
         medians = set(c.execute(select(Run.decode_tok_s_median).where(
             Run.sweep_id == f.sweep_id)).scalars())
@@ -236,10 +232,6 @@ def test_a_forged_summary_ahead_of_the_agents_own_is_not_the_configs_run(any_url
 # -- 3b. a forged environment -----------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28: a second, forged environment_checked "
-                   "(other model fingerprints, mlx 9.9.9) mid-journal is stored and becomes the "
-                   "node's identity: every run is filed under a model pair the job never sent, "
-                   "shown so in review and site; outcome ok, verify complete")
 def test_a_forged_environment_does_not_rename_the_models_measured(any_url, tmp_path):
     from orchestrator.store.models import Run, SweepNode
     from tests.hostile import JOB
@@ -251,7 +243,7 @@ def test_a_forged_environment_does_not_rename_the_models_measured(any_url, tmp_p
                                     "draft": "sha256:" + "e" * 64}})
     lines, planted = _planted(seq_of(real, "generation", 1) + 1, forged)
     store = open_store(any_url)
-    f = follow_journal(store, lines, tmp_path / "node")
+    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
     sent = JOB["models"]["target"]["fingerprint"]
     assert e["fingerprints"]["target"] == sent  # the agent's own line names the job's model
     with store.engine.connect() as c:

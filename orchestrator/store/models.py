@@ -246,6 +246,8 @@ class SweepNode(Base):
     agent_dir: Mapped[str | None] = mapped_column(Text)
     python: Mapped[str | None] = mapped_column(Text)
     identity: Mapped[dict | None] = mapped_column(JSON)
+    # the agent's journal signing key (hex; agent/signing.py): a secret, shown nowhere
+    journal_key: Mapped[str | None] = mapped_column(String(128))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 

@@ -22,6 +22,7 @@ import orjson
 
 from agent.events import Event
 from agent.protocol import EVENT_SCHEMA, EVENT_SCHEMA_MAJOR, MAX_EVENT_BYTES
+from agent.signing import Verifier
 
 from ..errors import SpecfleetError
 from ..store.dupkeys import duplicate_key
@@ -39,6 +40,7 @@ from ..store.eventcheck import (  # noqa: F401  (re-exported: the rules' histori
 from ..store.fastcheck import FAST_CHECKS
 
 MAX_LINE_BYTES = MAX_EVENT_BYTES  # a journal line longer than this is quarantined, not read
+UNSIGNED = "not written by this job's agent (no valid signature)"
 
 
 class ProtocolMismatch(SpecfleetError):
@@ -68,12 +70,30 @@ def line_bytes(text: str) -> int:
 
 
 class Decoder:
-    """Decodes one node's journal lines; remembers the agent version it announced."""
+    """Decodes one node's journal lines; remembers the agent version it announced.
 
-    def __init__(self, node: str):
+    With ``key`` (the sweep node's journal key, ``agent.signing``) a line without a valid
+    MAC is set aside before anything in it is believed: it takes no seq, run, plan or end.
+    Without one (a node launched before keys, a recorded journal) lines are read as before.
+    """
+
+    _key: bytes | None
+    _signed: Verifier | None
+
+    def __init__(self, node: str, key: bytes | None = None):
         self.node = node
+        self.key = key
         self.agent_version: str | None = None
         self.duplicate: str | None = None  # the last line's key held twice (dupkeys)
+
+    @property
+    def key(self) -> bytes | None:
+        return self._key
+
+    @key.setter
+    def key(self, key: bytes | None) -> None:
+        self._key = key
+        self._signed = None if key is None else Verifier(key)
 
     def event(self, line: str | bytes) -> Event | Quarantined:
         """The typed event, or why the line was set aside. Raises ``ProtocolMismatch``
@@ -95,6 +115,9 @@ class Decoder:
             # parsed: its head may be a valid event the line never was
             return Quarantined(None, f"line of {size} bytes or more is longer than the "
                                      f"limit of {MAX_LINE_BYTES} bytes", text)
+        signed = self._signed
+        if signed is not None and not signed(text.encode("utf-8", "surrogateescape")):
+            return Quarantined(_claimed_seq(text), UNSIGNED, text)
         try:
             e = orjson.loads(text)
         except orjson.JSONDecodeError as err:
@@ -135,3 +158,12 @@ class Decoder:
         if e["type"] == "job_started" and type(e.get("agent_version")) is str:
             self.agent_version = e["agent_version"]
         return e
+
+
+def _claimed_seq(text: str) -> int | None:
+    """The seq an unsigned line claims, for its quarantine row (it takes none)."""
+    try:
+        e = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return seq_of(e) if type(e) is dict else None

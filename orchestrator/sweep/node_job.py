@@ -45,9 +45,11 @@ def node_identity(doc: dict, job: dict, env_id: str | None, facts: dict) -> dict
 
 
 def agent_command(sn, host: Host, resume: bool) -> str:
-    """The command line that starts (or resumes) the node's agent, detached."""
+    """The command line that starts (or resumes) the node's agent, detached; a node with a
+    journal key reads it from the session's stdin (never argv: ``ps`` shows argv)."""
     return (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent run {q(sn.job_path)} "
             f"--journal {q(sn.journal_path)} --lock {q(sn.root + '/agent.lock')} "
             f"--cache-dir {q(sn.root + '/cache')} --detach" + (" --resume" if resume else "")
+            + (" --key-stdin" if sn.journal_key else "")
             + (f" --machine-lock {q(str(host.vars['specfleet_machine_lock']))}"
                if host.vars.get("specfleet_machine_lock") else ""))

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import secrets
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -101,7 +102,7 @@ class NodeRun:
         await t.write_text(job_path, json.dumps(this_job))
         self.store.set_sweep_node(self.sweep_id, h.name, state="launching", root=root,
                                   job_path=job_path, journal_path=journal, agent_dir=agent_dir,
-                                  python=python,
+                                  python=python, journal_key=secrets.token_bytes(32).hex(),
                                   identity=node_identity(doc, job, env_id, facts))
         await self.start_agent(t, resume=False)
 
@@ -129,7 +130,10 @@ class NodeRun:
 
     async def start_agent(self, t, resume: bool) -> None:
         sn = await self._placed(t)
-        res = await t.run(agent_command(sn, self.host, resume))
+        # the key goes over stdin: not in argv, the environment or a file on the node. One
+        # key per sweep node, so a resumed agent signs with the key its predecessor used
+        res = await t.run(agent_command(sn, self.host, resume),
+                          input=f"{sn.journal_key}\n" if sn.journal_key else None)
         pid = json.loads(res.stdout.strip().splitlines()[-1])["pid"]
         self.store.set_sweep_node(self.sweep_id, self.host.name, state="running", pid=pid)
         self.started = True
@@ -203,6 +207,8 @@ class NodeRun:
 
     async def follow_once(self, t) -> None:
         sn = await self._placed(t)
+        # a node launched with a key: a line without its valid MAC is not the agent's
+        self.decoder.key = bytes.fromhex(sn.journal_key) if sn.journal_key else None
         # from the last seq up to which everything is stored, not the highest stored one:
         # a hole below it (a batch lost, rows deleted) is read again from the journal
         cov = await self.with_store(coverage, self.store, self.sweep_id, self.host.name)
