@@ -136,7 +136,8 @@ def test_a_line_that_never_arrived_is_named_by_its_seq(tmp_path, sqlite_url):
     assert out.status == "failed"
     assert out.detail == (f"2 journal line(s) never reached the store: seq 3-4; the node's "
                           f"journal {tmp_path}/root/jobs/{sid}.events.jsonl holds what it "
-                          "wrote")
+                          "wrote (`specfleet sweeps verify` says whether it holds those seqs: "
+                          "a line lost there no read brings back)")
 
 
 def test_another_major_schema_is_refused_with_the_agent_version(tmp_path, sqlite_url):

@@ -113,6 +113,17 @@ def test_verify_accounts_for_a_repeat_of_the_stored_bytes_and_not_for_other_cont
     assert (kept.status, kept.set_aside) == ("complete", 1)
 
 
+def test_verify_names_the_seqs_the_journal_itself_lacks():
+    # the audit's "a line skipped": the journal has no seq 3 or 4 (lost on the node); the
+    # store is its faithful copy (complete) and says which seqs neither holds
+    sha = {n: f"{n:064x}" for n in (1, 2, 5, 6)}
+    out = compare("n1", list(sha.items()), dict(sha), set(), [])
+    assert (out.status, out.journal_gaps) == ("complete", [(3, 4)])
+    assert "no journal line is numbered seq 3-4" in out.line()
+    whole = compare("n1", list(sha.items())[:2], {1: sha[1], 2: sha[2]}, set(), [])
+    assert whole.journal_gaps == []
+
+
 # -- finding 7: the knob values a job gives ------------------------------------------------
 
 

@@ -66,7 +66,8 @@ def _finished(store: Store, sweep_id: str, node: str, opts: SweepOptions,
                        + (f" ({cov.unnumbered} set-aside line(s) had no readable seq)"
                           if cov.unnumbered else "")
                        + f"; the node's journal {node_row(store, sweep_id, node).journal_path}"
-                         " holds what it wrote")
+                         " holds what it wrote (`specfleet sweeps verify` says whether it "
+                         "holds those seqs: a line lost there no read brings back)")
     measured, aside, reasons = store.set_aside_generations(sweep_id, node)
     if measured and aside == measured:  # nothing to judge by: not an ok result
         return Outcome(node, "unreliable", value={

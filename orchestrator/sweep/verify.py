@@ -78,6 +78,9 @@ class NodeLedger:
     store_sha256: str | None = None    # over the stored events; equal when complete
     partial_line: bool = False
     repeats: list[int] = field(default_factory=list)  # stored seqs the journal repeats
+    # seqs below the journal's last that no line of it has (nor the store): lost on the node
+    # or never written; no read can bring them, so the store is still the journal's copy
+    journal_gaps: list[tuple[int, int]] = field(default_factory=list)
     detail: str | None = None
     journal_path: str | None = None
 
@@ -94,6 +97,10 @@ class NodeLedger:
         if self.repeats:  # accounted for (among those set aside): listed, never a conflict
             text += (f"; {len(self.repeats)} repeated line(s) of stored events (seq "
                      f"{ranges_text(seq_ranges(self.repeats))}), each stored once")
+        if self.journal_gaps:
+            text += (f"; no journal line is numbered seq {ranges_text(self.journal_gaps)} "
+                     "(lost on the node, unreadable or never written; the node's outcome "
+                     "names them too)")
         if self.holes:
             text += f"; {self.missing} missing: seq {ranges_text(self.holes)}"
         for c in self.conflicts[:10]:
@@ -115,6 +122,7 @@ class VerifyReport:
     def as_dict(self) -> dict:
         return {"sweep_id": self.sweep_id, "complete": self.complete,
                 "nodes": [{**asdict(n), "holes": [list(h) for h in n.holes],
+                           "journal_gaps": [list(h) for h in n.journal_gaps],
                            "missing": n.missing} for n in self.nodes]}
 
     def summary(self) -> str:
@@ -212,9 +220,11 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
     j_hash = _digest(events, [s for s, _ in events])
     s_hash = _digest(list(stored.items()), list(stored))
     complete = not holes and not conflicts and j_hash == s_hash
+    top = max(journaled, default=0)
+    gaps = [s for s in range(1, top) if s not in journaled and s not in stored]
     return NodeLedger(node, "complete" if complete else "incomplete", len(journal),
                       len(stored), aside, seq_ranges(holes), conflicts, j_hash, s_hash,
-                      repeats=repeats)
+                      repeats=repeats, journal_gaps=seq_ranges(gaps))
 
 
 def parse_digest(text: str) -> tuple[list[JournalLine], bool]:
