@@ -170,7 +170,8 @@ def lock_doc(name: str, models: dict) -> dict:
                                         for role, m in models.items()}}
 
 
-def new_sweep(store: Store, at: datetime, lock: dict | None = None) -> str:
+def new_sweep(store: Store, at: datetime, lock: dict | None = None,
+              knobs: dict | None = None) -> str:
     """A nightly sweep as the controller starts one (``Store.record_lock`` for its lock,
     ``Store.create_sweep``), dated ``at``; ``night`` finishes the sweep
     (``Store.finish_sweep``) once its node's lines are in."""
@@ -178,8 +179,11 @@ def new_sweep(store: Store, at: datetime, lock: dict | None = None) -> str:
     if lock is not None:
         store.record_lock(lock)
     models = (lock or {}).get("models") or {}
+    # ``knobs``: what the sweep's job sweeps (the ledger sets aside a generation at a value
+    # the job never gave; without it, the agent's default sweep of draft widths)
     store.create_sweep(sid, {"models": {"target": dict(models.get("target") or {}),
-                                        "draft": dict(models.get("draft") or {})}}, None,
+                                        "draft": dict(models.get("draft") or {})},
+                             **({"knobs": knobs} if knobs else {})}, None,
                        plan_id=lock["lock_id"] if lock else None, trigger="nightly",
                        created_at=at)
     return sid

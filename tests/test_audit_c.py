@@ -265,7 +265,7 @@ def test_the_dashboard_keeps_configs_that_differ_in_a_knob_apart(pg_url):
 
     store = open_store(pg_url)
     at = datetime(2026, 11, 24, 2, 0, tzinfo=timezone.utc)
-    sid = new_sweep(store, at)
+    sid = new_sweep(store, at, knobs={"kv_bits": [4, 8]})
     gens = [generation("speculative", 3, {"kv_bits": b}, decode_tok_s=v, knob="kv_bits",
                        knob_value=b)
             for b, v in ((4, 100.0), (8, 200.0)) for _ in range(2)]

@@ -24,6 +24,7 @@ from ..fleet.node_paths import check_placement, expand_root
 from ..fleet.transport import SSHOptions, q
 from ..store import Store
 from ..store.coverage import (
+    holes_below,
     ranges_text,
     repeated_seqs,
     seq_ranges,
@@ -221,10 +222,11 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
     s_hash = _digest(list(stored.items()), list(stored))
     complete = not holes and not conflicts and j_hash == s_hash
     top = max(journaled, default=0)
-    gaps = [s for s in range(1, top) if s not in journaled and s not in stored]
+    # as ranges between the seqs there are: a forged seq near 2**31 must not become a list
+    gaps = holes_below(journaled | set(stored), top - 1)
     return NodeLedger(node, "complete" if complete else "incomplete", len(journal),
                       len(stored), aside, seq_ranges(holes), conflicts, j_hash, s_hash,
-                      repeats=repeats, journal_gaps=seq_ranges(gaps))
+                      repeats=repeats, journal_gaps=gaps)
 
 
 def parse_digest(text: str) -> tuple[list[JournalLine], bool]:
