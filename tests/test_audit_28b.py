@@ -219,7 +219,8 @@ def _jobs(draw, width=st.sampled_from([None, 2, 5, 5.0])) -> dict:
     raw["workloads"] = [{"name": "code", "prompt": "def f():", "max_tokens": 32}]
     raw["base"] = {**JOB["base"], "temperature": draw(st.sampled_from([0.0, 0.7]))}
     if draw(st.booleans()):
-        raw["baseline"] = {"temperature": draw(st.sampled_from([0.0, 0.3]))}
+        raw["baseline"] = {"temperature": draw(st.sampled_from([0.0, 0.3])),
+                           **draw(st.sampled_from([{}, {"kv_bits": 8}, {"top_p": 0.8}]))}
     if draw(st.booleans()):  # an http engine: a baseline and speculative variants
         widths = draw(st.lists(width, min_size=1,
                                max_size=2))
@@ -432,3 +433,24 @@ def test_a_copy_of_a_set_aside_line_appended_between_reads_is_counted(sqlite_url
     assert _state(store, f.sweep_id) == (list(range(1, 29)), [7, 7, 7]), outcome
     assert outcome.startswith("ok: 3 journal line(s) set aside"), outcome
     assert (node["status"], node["set_aside"]) == ("complete", 3), node
+
+
+def test_set_aside_lines_claiming_the_agents_next_seqs_do_not_move_the_next_read(
+        sqlite_url, tmp_path):
+    # unsigned copies of the agent's seqs 21-28 written before the agent gets there: set
+    # aside with the seqs they claim; the next read (--attach) still asks the node for the
+    # agent's own 21-28 and stores them
+    key = secrets.token_bytes(32)
+    s = signed_by_agent(journal(), key, set())
+    forged = [dump({**event(x), "decode_tok_s": FORGED_SPEED}) for x in journal()[20:]]
+    store = open_store(sqlite_url)
+    f = follow_journal(store, s[:20] + forged, tmp_path / "node", key=key)
+    path = next((tmp_path / "node" / "jobs").glob("*.events.jsonl"))
+    with open(path, "ab") as out:
+        out.write(b"".join(x + b"\n" for x in s[20:]))
+    outcome = _follow_placed(store, f.sweep_id, tmp_path / "node")
+    assert _state(store, f.sweep_id) == (list(range(1, 29)), list(range(21, 29)))
+    assert _speeds(store, f.sweep_id) == _real_speeds()
+    assert outcome.startswith("ok: 8 journal line(s) set aside"), outcome
+    r = _cli_verify(sqlite_url, f.sweep_id, tmp_path / "node", "--json")
+    assert json.loads(r.stdout)["nodes"][0]["status"] == "complete", r.output
