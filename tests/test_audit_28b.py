@@ -277,9 +277,6 @@ def _judged(raw: dict) -> list[str | None]:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28b: an http variant's width written as a "
-                   "string or a fraction (the agent runs int() of it) sets aside every "
-                   "generation of that variant as a config the job never had")
 @pytest.mark.parametrize("width", ["5", 5.5])
 def test_an_http_variants_width_as_the_agent_reads_it_is_the_jobs(width):
     from tests.hostile import JOB

@@ -41,8 +41,11 @@ def allowed_values(job: object) -> Allowed | None:
     out["num_draft_tokens"].append(0)  # a baseline runs with speculation off
     engine = job.get("engine")
     for v in (engine.get("variants") or []) if isinstance(engine, dict) else []:
-        if isinstance(v, dict) and "num_draft_tokens" in v:  # an http variant's own width
-            out["num_draft_tokens"].append(v["num_draft_tokens"])
+        if isinstance(v, dict) and "num_draft_tokens" in v:  # an http variant's own width,
+            try:  # as the agent reads it (agent/httpruntime.py: int(...))
+                out["num_draft_tokens"].append(int(v["num_draft_tokens"]))
+            except (TypeError, ValueError, OverflowError):
+                return None  # a width the agent cannot read: its job fails, nothing to judge
     return out
 
 
