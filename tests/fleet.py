@@ -149,6 +149,16 @@ def start_fleet(count: int, python: str) -> Fleet:
     return fleet
 
 
+def _clear_stale_link(address: str) -> None:
+    """A run killed mid-test leaves its veth holding this worker's /30: the new node's
+    address would route to the dead namespace (CI: "sshd on 10.213.17.2:22 did not
+    start"). Deleting the host side deletes the pair."""
+    out = subprocess.run(["ip", "-o", "addr", "show", "to", f"{address}/30"],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        subprocess.run(["ip", "link", "del", line.split()[1].split("@")[0]], check=False)
+
+
 def add_netns_node(fleet: Fleet, i: int) -> Node:
     """A node in its own network namespace behind a veth pair, so a test can cut its link."""
     tag = fleet.base.name.rsplit("-", 1)[-1][:4].lower()
@@ -156,6 +166,7 @@ def add_netns_node(fleet: Fleet, i: int) -> Node:
     # each parallel test worker (gw0, gw1 …) gets its own /30s: no two namespaces share one
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
     a, b = f"10.213.{worker * 16 + i}.1", f"10.213.{worker * 16 + i}.2"
+    _clear_stale_link(a)
     for cmd in (["ip", "netns", "add", ns],
                 ["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if],
                 ["ip", "link", "set", ns_if, "netns", ns],
