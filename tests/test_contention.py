@@ -181,6 +181,15 @@ def _reading(ts: float, busy: float, total: float, own: float) -> dict:
     return {"ts": ts, "cpu_busy_s": busy, "cpu_total_s": total, "own_cpu_s": own}
 
 
+def _then_same(*readings: dict):
+    """A reader giving these readings, then the last one again (a clock that stopped: no
+    reading after the run ever spans enough capacity)."""
+    import itertools
+
+    it = itertools.chain(readings, itertools.repeat(readings[-1]))
+    return lambda: dict(next(it))
+
+
 def test_a_run_too_short_to_judge_is_judged_from_the_reading_before_it():
     # A 16-token generation can take 50 ms: 0.1 CPU-s of capacity on 2 CPUs, too few
     # clock ticks to judge. It used to count as clean; now the reading taken just before
@@ -203,9 +212,19 @@ def test_a_run_too_short_to_judge_is_judged_from_the_reading_before_it():
     assert _contention(t) == [
         f"contended: other processes used {(2.0 - 0.15) / 2.1:.0%} of the CPU (limit 25%)"]
 
-    # no reading before it near enough: unverified, never clean
-    alone = iter([_reading(101.0, 11.9, 42.0, 1.1), _reading(101.05, 12.0, 42.1, 1.15)])
-    sampler = Sampler(reader=lambda: next(alone))
+    # nothing before it (the job's first run): the reading just after it stands in, from
+    # the run's start: busy 0.6 - own 0.1 over 0.6 of capacity
+    first = _then_same(_reading(101.0, 11.9, 42.0, 1.1), _reading(101.05, 12.0, 42.1, 1.15),
+                       _reading(101.3, 12.5, 42.6, 1.2))
+    sampler = Sampler(reader=first)
+    start = sampler.mark()
+    window = sampler.window(start, sampler.mark())
+    assert window.before is None and window.after is not None
+    assert summarise_window(window)["cpu_other_share"] == round(0.5 / 0.6, 3)
+
+    # no reading before or after it spans enough: unverified, never clean
+    alone = _then_same(_reading(101.0, 11.9, 42.0, 1.1), _reading(101.05, 12.0, 42.1, 1.15))
+    sampler = Sampler(reader=alone)
     start = sampler.mark()
     t = summarise_window(sampler.window(start, sampler.mark()))
     assert t["cpu_other_share"] is None
@@ -213,17 +232,17 @@ def test_a_run_too_short_to_judge_is_judged_from_the_reading_before_it():
     assert reason.startswith("unverified: contention window (the run took fewer clock ticks")
 
     # a reading too old (more than 5 s before) does not stand in
-    old = iter([_reading(90.0, 0.0, 20.0, 0.0), _reading(101.0, 11.9, 42.0, 1.1),
-                _reading(101.05, 12.0, 42.1, 1.15)])
-    sampler = Sampler(reader=lambda: next(old))
+    old = _then_same(_reading(90.0, 0.0, 20.0, 0.0), _reading(101.0, 11.9, 42.0, 1.1),
+                     _reading(101.05, 12.0, 42.1, 1.15))
+    sampler = Sampler(reader=old)
     sampler.mark()
     start = sampler.mark()
     assert sampler.window(start, sampler.mark()).before is None
 
     # a reading taken while another runtime's process was ours counts "own" differently
-    switched = iter([_reading(100.0, 10.0, 40.0, 1.0), _reading(101.0, 11.9, 42.0, 1.1),
-                     _reading(101.05, 12.0, 42.1, 1.15)])
-    sampler = Sampler(reader=lambda: next(switched))
+    switched = _then_same(_reading(100.0, 10.0, 40.0, 1.0), _reading(101.0, 11.9, 42.0, 1.1),
+                          _reading(101.05, 12.0, 42.1, 1.15))
+    sampler = Sampler(reader=switched)
     sampler.mark()
     sampler.watch(4242)  # the agent switched to a runtime it started (its CPU now ours)
     start = sampler.mark()

@@ -22,11 +22,18 @@ REPLAY_ENV = "SPECFLEET_TELEMETRY_REPLAY"
 CONTEXT_LOOKBACK_S = 5.0
 
 
+# How long a window too short to judge, with no reading before it that suffices, may wait
+# for a reading just after it (the job's first run: a 24-token generation of a tiny pair)
+AFTER_WAIT_S = 0.5
+
+
 class Window(list):
     """A run's samples, plus ``before``: the latest earlier reading from which the counters
-    span enough capacity to judge contention when the run itself was too short to."""
+    span enough capacity to judge contention when the run itself was too short to; else
+    ``after``: a reading taken just after it for the same reason."""
 
     before: dict | None = None
+    after: dict | None = None
 
 
 def _rss_bytes(pid: int | None = None) -> int | None:
@@ -139,6 +146,28 @@ class Sampler:
             return len(self.samples) - 1
 
     def window(self, start: int, end: int) -> Window:
+        w = self._window(start, end)
+        own = _capacity(w[0], w[-1]) if len(w) >= 2 else None
+        if own is not None and own < MIN_CAPACITY_S and w.before is None:
+            # nothing before it suffices (the job's first run, or one after a runtime
+            # switch): a co-tenant busy during a 50 ms run is busy just after it too
+            deadline = time.monotonic() + AFTER_WAIT_S
+            while time.monotonic() < deadline:
+                time.sleep(0.02)
+                snap = self._reading()
+                if snap.get("watched") != w[-1].get("watched"):
+                    break
+                if (_capacity(w[0], snap) or 0) >= MIN_CAPACITY_S:
+                    w.after = snap
+                    break
+        return w
+
+    def _reading(self) -> dict:
+        i = self.mark()
+        with self._lock:
+            return self.samples[i]
+
+    def _window(self, start: int, end: int) -> Window:
         with self._lock:
             w = Window(self.samples[start:end + 1])
             own = _capacity(w[0], w[-1]) if len(w) >= 2 else None
@@ -171,12 +200,15 @@ def _other_share(samples: list[dict]) -> float | None:
     before = getattr(samples, "before", None)
     if share is None and before is not None:
         share = other_share(before, samples[-1])
+    after = getattr(samples, "after", None)
+    if share is None and after is not None:
+        share = other_share(samples[0], after)
     return share
 
 
 def _too_short_to_judge(samples: list[dict], share: float | None) -> bool:
     """Counters were read, ours included, yet no share came out: the window (and any
-    reading just before it) spanned too few clock ticks. Unverified, never clean."""
+    reading just before or after it) spanned too few clock ticks. Unverified, never clean."""
     if share is not None or len(samples) < 2:
         return False
     return all(s.get(k) is not None for s in (samples[0], samples[-1])
@@ -218,7 +250,7 @@ DARWIN_ONLY = ("low power mode", "memory pressure")
 # not a reading of its own: the counters were there, the window too short for them
 WINDOW_ONLY = {"contention window": ((), "the run took fewer clock ticks than contention can "
                                          "be judged from (0.2 CPU-seconds of capacity) and "
-                                         "no reading was taken just before it")}
+                                         "no reading just before or after it sufficed")}
 
 
 def readings_unavailable(samples: list[dict]) -> list[str]:
