@@ -312,9 +312,6 @@ def _follow_placed(store, sid: str, where, node: str = "n1"):
     return f"{o.status}" + (f": {o.detail}" if o.detail else "")
 
 
-@pytest.mark.xfail(strict=True, reason="audit 28b: `db downgrade 0017 --yes` drops the keys "
-                   "of running sweeps; the store upgraded again reads those nodes unkeyed, "
-                   "so a line appended by anyone is stored as the agent's")
 def test_a_store_downgraded_and_upgraded_still_checks_a_running_sweeps_lines(sqlite_url,
                                                                             tmp_path):
     import uuid
@@ -334,13 +331,32 @@ def test_a_store_downgraded_and_upgraded_still_checks_a_running_sweeps_lines(sql
     path, folder = placed(where, sid, ROOT)
     path.write_bytes(b"".join(x + b"\n" for x in signed[:k] + [forged] + signed[k:]))
     new_sweep(open_store(sqlite_url), "n1", path, folder, sid=sid, root=where, key=key)
+    # refused, --yes or not: the key is what tells the agent's lines from anyone's (the
+    # audit found the downgrade dropped it and a later --attach read the journal unkeyed)
     r = CliRunner().invoke(main, ["db", "downgrade", "0017", "--yes", "--db", sqlite_url])
-    assert r.exit_code == 0, r.output
-    store = open_store(sqlite_url)  # the next command upgrades it again
+    assert r.exit_code == 1, r.output
+    assert (f"downgrading to 0017 would drop the journal keys of 1 sweep node(s) still "
+            f"running ({sid}/n1)") in r.output and "Nothing was changed" in r.output
+    store = open_store(sqlite_url)
     with store.engine.connect() as c:
         kept = c.execute(select(SweepNode.journal_key).where(SweepNode.sweep_id == sid)).scalar()
     outcome = _follow_placed(store, sid, where)
     assert FORGED_SPEED not in _speeds(store, sid).values(), (kept, outcome)
+
+
+def test_a_store_whose_keyed_sweeps_are_finished_downgrades(sqlite_url, tmp_path):
+    """The refusal above holds only while an agent may still write: a finished keyed sweep
+    node's key is listed with what the downgrade deletes and dropped with --yes."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+    from tests.hostile import new_sweep
+
+    store = open_store(sqlite_url)
+    sid = new_sweep(store, "n1", tmp_path / "j.jsonl", key=secrets.token_bytes(32))
+    store.set_sweep_node(sid, "n1", state="finished")
+    r = CliRunner().invoke(main, ["db", "downgrade", "0017", "--yes", "--db", sqlite_url])
+    assert r.exit_code == 0 and "store at revision 0017" in r.output, r.output
 
 
 # -- 7. a legitimate --resume: a new agent process, the same key -----------------------------

@@ -401,10 +401,21 @@ def db_downgrade(revision, yes, db_url):
 
     from ..store import open_store
     from ..store.db import resolve_url
-    from ..store.revisions import downgrade_store, losses_on_downgrade
+    from ..store.revisions import (
+        downgrade_store,
+        keyed_nodes_still_running,
+        losses_on_downgrade,
+    )
 
     url = resolve_url(db_url)
     store = open_store(db_url, migrate=False)
+    if running := keyed_nodes_still_running(store, revision):
+        # not --yes's to drop: the key is what tells the agent's lines from anyone's
+        raise click.ClickException(
+            f"downgrading to {revision} would drop the journal keys of {len(running)} sweep "
+            f"node(s) still running ({', '.join(running[:5])}): their lines could no longer "
+            "be told from lines anyone appended. Nothing was changed; let those sweeps "
+            "finish (or `specfleet sweep --stop SWEEP_ID`), then downgrade")
     losses = losses_on_downgrade(store, url, revision)
     if losses and not yes:
         listing = "".join(f"\n  {x}" for x in losses)
