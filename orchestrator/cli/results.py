@@ -391,7 +391,9 @@ def db_downgrade(revision, yes, db_url):
 
     A downgrade that would delete stored data (tables or columns a later revision added)
     first lists what it would delete, with row counts, and asks; without a terminal it
-    needs --yes. The next command that opens the store upgrades it again and says so.
+    needs --yes. The next command that opens the store upgrades it again and says so. Below
+    0018 it is refused while a sweep node with a signed journal may still write: its key,
+    which tells the agent's lines from anyone's, would be lost.
 
     \b
     Example (on a copy; --yes drops what it lists without asking):
