@@ -48,7 +48,7 @@ def repetition_spread(values) -> float | None:
     the larger of the robust CV and how far from the median a third of the repetitions
     lie: the first is the CV for normal noise, the second sees two machine states (two of
     five runs 40% faster, a 4/3 split of seven: MAD reads 0 there), and one cold run among
-    four or more moves neither (184, 667, 674, 688 tok/s: classic CV 45%, this 4%). The
+    four or more moves neither (184, 667, 674, 688 tok/s: classic CV 45%, this 3%). The
     price, measured on normal noise at half the 10% limit: 6-7% of configs set aside at
     n = 4-6 (classic CV: under 1%); at twice the limit 80% / 91% / 95% (85% / 91% / 94%)."""
     vals = [v for v in values if v is not None]
