@@ -66,9 +66,9 @@ def recover(path: Path, mine: Callable[[bytes], bool] | None = None) -> int:
 
 
 class Journal:
-    """Appends events; with ``key`` (the controller's per-launch secret, ``signing``) each
-    line ends with its MAC, so the controller can tell the agent's lines from any other
-    process's that appends to the file."""
+    """Appends events; with ``key`` (the controller's secret for this sweep node,
+    ``signing``) each line ends with its MAC, so the controller can tell the agent's lines
+    from any other process's that appends to the file."""
 
     def __init__(self, path: Path, echo: IO[str] | None = sys.stdout, key: bytes | None = None):
         self.path = path

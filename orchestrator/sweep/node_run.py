@@ -40,6 +40,11 @@ from .stopping import stop_said, stop_script
 from .store_wait import with_store
 
 
+def _content(line: str) -> bytes:
+    """What identical set-aside lines of one read share (their occurrences are counted)."""
+    return hashlib.sha256(line.encode("utf-8", "replace")).digest()
+
+
 class NodeRun:
     """One node's part of a sweep, from lease to final outcome."""
 
@@ -192,7 +197,7 @@ class NodeRun:
         """A line holding a key twice: its event is stored written again from the checked
         object, the line kept beside it (for `sweeps verify`). Returns what is stored."""
         key = self.decoder.duplicate or ""
-        repeats[k := hashlib.sha256(text.encode("utf-8", "replace")).digest()] += 1
+        repeats[k := _content(text)] += 1
         q = Quarantined(event["seq"], rewritten_reason(key, event["seq"]), text, repeats[k])
         if await self.with_store(self.store.quarantine, self.sweep_id, self.host.name, [q]):
             self.say(f"seq {event['seq']} holds key {key[:60]!r} twice: stored with each key's "
@@ -239,7 +244,7 @@ class NodeRun:
                         continue
                     typed = self.decoder.event(line)  # the one boundary; may refuse the agent
                     if isinstance(typed, Quarantined):
-                        key = hashlib.sha256(typed.line.encode("utf-8", "replace")).digest()
+                        key = _content(typed.line)
                         repeats[key] += 1
                         await self.set_aside(replace(typed, occurrence=repeats[key]))
                         continue
