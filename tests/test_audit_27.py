@@ -250,6 +250,7 @@ def test_poisson_levels_report_their_realised_rate_and_rules_use_it():
     assert len(set(shares)) == 3, shares
 
 
+@pytest.mark.alone  # judges throughput against wall time: other tests' load blurs it
 def test_a_closed_loop_on_a_serial_server_stops_the_ramp():
     """Guard. A server that answers one request at a time (60 ms each), closed loop at 1,
     2, 4, 8 streams (a rising ramp, as the agent runs it), 16 requests a level: by 8

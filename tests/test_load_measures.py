@@ -114,6 +114,7 @@ def serial_send(service_s: float):
     return send
 
 
+@pytest.mark.alone  # judges a served rate against wall time: other tests' load blurs it
 def test_an_open_loop_the_server_cannot_keep_up_with_is_saturated():
     """40 requests/s offered to a server that serves 20 a second (one at a time, 50 ms
     each): served ≈ 20 of 40 offered, and the queue grows (every wait is at the server,
