@@ -51,10 +51,11 @@ from .arnoise import (
     slope_z,
 )
 from .ramps import ramp_or_step, ramp_over_steps, sharp_jump
+from .season import weekday_offsets
+from .segfit import MIN_DRIFT, Sums, partition
 
 MIN_NIGHTS = 4       # a level held fewer nights than this inside the window is transient
 MIN_TAIL = 2         # nights at the window's end that can show a possible step
-MIN_DRIFT = 6        # the shortest straight segment
 MIN_CHANGE = 0.03    # a level change smaller than 3% is not reported
 Z = 4.0  # standard errors (long-run) a step or a drift must clear
 BIC_WEIGHT = 2.5     # times BIC's log n per level or break in the AR(1) score
@@ -64,74 +65,6 @@ QUIET_WEIGHT = 0.25   # … the share of it a first look asks of one change, to 
 # over a continuous bend: at 1×, 2.5× the bench's drifts gained 3, 2 false edge steps; at 5× none
 JUMP_WEIGHT = 5.0
 POSSIBLE = "confirm on the next nights"
-
-
-class _Sums:
-    """Prefix sums: the least-squares cost of any segment, flat or straight, in O(1)."""
-
-    def __init__(self, x: np.ndarray):
-        t = np.arange(len(x), dtype=float)
-        self.c = [np.concatenate([[0.0], np.cumsum(v)]) for v in (x, x * x, t, t * t, t * x)]
-
-    def parts(self, i, j):
-        s, ss, st, stt, stx = (c[j] - c[i] for c in self.c)
-        return j - i, s, ss, st, stt, stx
-
-    def flat(self, i, j):
-        m, s, ss, *_ = self.parts(i, j)
-        return ss - s * s / m
-
-    def line(self, i, j):
-        m, s, ss, st, stt, stx = self.parts(i, j)
-        vt = stt - st * st / m
-        cov = stx - st * s / m
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return ss - s * s / m - np.where(vt > 0, cov * cov / np.where(vt > 0, vt, 1), 0.0)
-
-    def fit(self, i: int, j: int, kind: str) -> tuple[float, float]:
-        """(level at i, slope per night) of the segment's least-squares fit."""
-        m, s, ss, st, stt, stx = self.parts(i, j)
-        if kind == "flat" or m < 2:
-            return s / m, 0.0
-        slope = (stx - st * s / m) / (stt - st * st / m)
-        return s / m - slope * (st / m - i), slope
-
-
-def partition(sums: _Sums, n: int, pen_flat: float,
-              pen_line: float) -> list[tuple[int, int, str]]:
-    """Segments (start, end, "flat" | "line") minimising cost + penalties: optimal
-    partitioning with PELT's pruning (a start that can no longer win is dropped)."""
-    c0, c1, c2, c3, c4 = sums.c  # prefix sums of x, x², t, t², t·x
-    best = np.full(n + 1, np.inf)
-    best[0] = 0.0
-    back: list[tuple[int, str]] = [(0, "flat")] * (n + 1)
-    alive = np.zeros(n + 1, dtype=bool)
-    alive[0] = True
-    for j in range(1, n + 1):
-        st = np.flatnonzero(alive[:j])
-        m = j - st
-        s, t, tt = c0[j] - c0[st], c2[j] - c2[st], c3[j] - c3[st]
-        flat = (c1[j] - c1[st]) - s * s / m
-        cov = (c4[j] - c4[st]) - t * s / m
-        line = flat - cov * cov / np.maximum(tt - t * t / m, 1e-12)  # one night: cov is 0
-        base = best[st]
-        k = int(np.argmin(base + flat))
-        lined = np.where(m >= MIN_DRIFT, base + line, np.inf)
-        kl = int(np.argmin(lined))
-        if lined[kl] + pen_line < base[k] + flat[k] + pen_flat:
-            best[j], back[j] = lined[kl] + pen_line, (int(st[kl]), "line")
-        else:
-            best[j], back[j] = base[k] + flat[k] + pen_flat, (int(st[k]), "flat")
-        # a start whose best fit to here already costs more than ending here never wins
-        alive[st[base + np.minimum(flat, line) > best[j]]] = False
-        alive[j] = True
-    segs: list[tuple[int, int, str]] = []
-    end = n
-    while end > 0:
-        start, kind = back[end]
-        segs.append((start, end, kind))
-        end = start
-    return segs[::-1]
 
 
 def transients(x: np.ndarray, sigma: float) -> list[int]:
@@ -173,7 +106,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
     keep = [i for i in range(n) if i not in drop]  # index in x → night
     x = full[keep]
     log_n = math.log(len(x))
-    sums = _Sums(x)
+    sums = Sums(x)
     if _quiet(x, sums, log_n):
         return []
     # the noise's memory from the residuals of the fit, refitted until it holds: starting
@@ -215,7 +148,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
     return out
 
 
-def _breaks(x: np.ndarray, segs: list, sums: _Sums, nz: Noise, log_n: float,
+def _breaks(x: np.ndarray, segs: list, sums: Sums, nz: Noise, log_n: float,
             caused: set[int]) -> list[dict]:
     """The findings at the breaks between segments: steps (possible steps at the end), and
     drifts where a step's shape is a ramp. A jump the way a drift beside it goes is the
@@ -317,7 +250,7 @@ def _one_ramp(x: np.ndarray, before: list[dict], after: list[dict]) -> bool:
     return ramp_over_steps(x[lo:hi], first - lo, second - lo) is not None
 
 
-def _confirm(segs: list[tuple[int, int, str]], sums: _Sums,
+def _confirm(segs: list[tuple[int, int, str]], sums: Sums,
              nz: Noise) -> list[tuple[int, int, str]]:
     """Drop what the noise explains, one weakest finding at a time, refitting as it goes:
     a straight segment whose change is small becomes flat; a short segment inside the window
@@ -360,7 +293,7 @@ def _confirm(segs: list[tuple[int, int, str]], sums: _Sums,
         segs[weakest:weakest + 2] = [_joined(a[0], b[1], sums, nz)]
 
 
-def _ar_score(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> float:
+def _ar_score(x: np.ndarray, segs: list, sums: Sums, log_n: float) -> float:
     """−2 log-likelihood of the fit with AR(1) noise (its φ fitted to the residuals), plus
     BIC's log n per parameter (a level, a slope, a break's night): a wandering level is
     explained by the noise's memory at the price of one parameter, a step by a break."""
@@ -376,7 +309,7 @@ def _ar_score(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> float:
     return len(u) * math.log(var) + log_n * (BIC_WEIGHT * params + SLOPE_WEIGHT * slopes)
 
 
-def _quiet(x: np.ndarray, sums: _Sums, log_n: float) -> bool:
+def _quiet(x: np.ndarray, sums: Sums, log_n: float) -> bool:
     """Whether no single change could pay for itself: no step at any night and no slope
     over the whole series beats one flat level in the AR(1) score, even at a fraction of
     the weight the selection asks. Most series of a history are like that; they skip the
@@ -405,7 +338,7 @@ def _quiet(x: np.ndarray, sums: _Sums, log_n: float) -> bool:
     return bool(min(step.min(), line.min()) >= score[-1])
 
 
-def _select(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> list:
+def _select(x: np.ndarray, segs: list, sums: Sums, log_n: float) -> list:
     """Backward elimination by the AR(1) score: drop the break (joining its sides, flat or
     straight, whichever scores better) or straighten the line whose removal improves the
     score most, until none does. What the noise's memory explains goes."""
@@ -428,7 +361,7 @@ def _select(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> list:
     return segs
 
 
-def _joined(i: int, j: int, sums: _Sums, nz: Noise) -> tuple[int, int, str]:
+def _joined(i: int, j: int, sums: Sums, nz: Noise) -> tuple[int, int, str]:
     """One segment over [i, j): straight if a line explains it by more than the noise."""
     if j - i >= MIN_DRIFT:
         level, slope = sums.fit(i, j, "line")
@@ -438,7 +371,7 @@ def _joined(i: int, j: int, sums: _Sums, nz: Noise) -> tuple[int, int, str]:
     return (i, j, "flat")
 
 
-def _merge_transient(segs: list, s: int, sums: _Sums) -> list:
+def _merge_transient(segs: list, s: int, sums: Sums) -> list:
     """Fold transient segment ``s`` into a neighbour: the one whose level is closer (a dip
     between two equal levels then leaves one break the next pass removes)."""
     i, j, _ = segs[s]
