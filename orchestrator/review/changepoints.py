@@ -53,6 +53,7 @@ from .arnoise import (
 from .ramps import ramp_or_step, ramp_over_steps, sharp_jump
 from .season import weekday_offsets
 from .segfit import MIN_DRIFT, Sums, partition
+from .taildrift import MAX_RAMP, tail_drift
 
 MIN_NIGHTS = 4       # a level held fewer nights than this inside the window is transient
 MIN_TAIL = 2         # nights at the window's end that can show a possible step
@@ -91,16 +92,21 @@ def transients(x: np.ndarray, sigma: float) -> list[int]:
     return sorted(out)
 
 
-def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[dict]:
+def analyse(values: list[float], causes: frozenset[int] = frozenset(),
+            weekdays: list[int] | None = None) -> list[dict]:
     """The findings in a series (indices): steps, possible steps and drifts, each with its
     index, levels before and after and z. ``causes``: nights where the identity changed (a
-    step there, or a night off, is its own finding, never part of a drift)."""
+    step there, or a night off, is its own finding, never part of a drift). ``weekdays``:
+    each night's weekday (default: consecutive nights); a weekly pattern the history shows
+    is taken out first (``season``), so levels are the week's mean."""
     n = len(values)
     if n < MIN_NIGHTS + MIN_TAIL:
         return []
     raw = np.asarray(values, dtype=float)
     scale = float(np.median(raw)) or 1.0
     full = raw / scale
+    pattern = weekday_offsets(full, weekdays or [i % 7 for i in range(n)])
+    full = full if pattern is None else full - pattern
     sigma, _ = noise(full)
     drop = set(transients(full, sigma))
     keep = [i for i in range(n) if i not in drop]  # index in x → night
@@ -137,7 +143,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
             out.append({"index": i, "until": j - 1, "kind": "drift", "before": level,
                         "after": end, "size": end / level - 1,
                         "z": slope_z(j - i, slope, nz), "nights": [j - i]})
-    out = _join_drifts(sorted(out, key=lambda f: f["index"]), caused, x)
+    out = _end_drift(x, _join_drifts(sorted(out, key=lambda f: f["index"]), caused, x), caused)
     for f in out:  # back to nights and to the series' own units
         f.pop("sharp", None)
         f["index"] = keep[f["index"]]
@@ -146,6 +152,25 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
         f["before"] *= scale
         f["after"] *= scale
     return out
+
+
+def _end_drift(x: np.ndarray, found: list[dict], caused: set[int]) -> list[dict]:
+    """A drift up to the window's last night the fit missed (the noise's memory explained
+    it) or cut into steps: ``taildrift``, over the nights since the last finding before
+    it. Steps in its span go when the ramp fits better and goes their way; a step at an
+    identity change stays, and so does a drift already reaching the end."""
+    n = len(x)
+    if found and found[-1]["kind"] == "drift" and found[-1]["until"] >= n - 2:
+        return found
+    keep = list(found)
+    while keep and "step" in keep[-1]["kind"] and keep[-1]["index"] >= n - MAX_RAMP \
+            and keep[-1]["index"] not in caused:
+        keep.pop()
+    lo = keep[-1].get("until", keep[-1]["index"] - 1) + 1 if keep else 0
+    drift = tail_drift(x, lo, MIN_CHANGE, Z, [f["index"] for f in found[len(keep):]])
+    if drift is None or any((f["size"] > 0) != (drift["size"] > 0) for f in found[len(keep):]):
+        return found
+    return [*keep, drift]
 
 
 def _breaks(x: np.ndarray, segs: list, sums: Sums, nz: Noise, log_n: float,
@@ -404,7 +429,7 @@ def change_points(nights: list[tuple[date, float, dict]], labels) -> list[dict]:
     values = [v for _, v, _ in nights]
     causes = frozenset(i for i in range(1, len(nights)) if labels(nights[i - 1][2], nights[i][2]))
     out = []
-    found = analyse(values, causes)
+    found = analyse(values, causes, [night.weekday() for night, _, _ in nights])
     stepped = {f["index"] for f in found if f["kind"] != "drift"}
     for f in found:
         at = f["index"]
