@@ -345,8 +345,6 @@ def test_a_step_two_nights_before_the_end_with_a_bump_is_a_possible_step_at_its_
     assert cp["changed"] == ["mlx-lm 0.32.2 → 0.33.0"]
 
 
-@pytest.mark.xfail(strict=True, reason="audit 27: +12% over the last 8 nights (8σ) is "
-                   "reported as nothing through the ingest and the review")
 def test_a_drift_over_the_last_eight_nights_is_reported_as_a_drift(tmp_path):
     """Audit 27 finding (change points, medium). Seed 1 of my late drift: flat at 100 for
     27 nights, then +12% in a straight ramp over the last 8 (σ 1.5%: the last two nights
@@ -358,8 +356,6 @@ def test_a_drift_over_the_last_eight_nights_is_reported_as_a_drift(tmp_path):
     assert [cp["kind"] for cp, _ in found if cp] == ["drift"], found
 
 
-@pytest.mark.xfail(strict=True, reason="audit 27: a weekly (weekend) pattern hides 15% steps "
-                   "(recall well under 0.95)")
 def test_a_step_on_a_weekly_pattern_is_found_within_a_night():
     """Audit 27 finding (change points, medium). Weekend nights 10% lower every week (a
     backup job, a shared machine's weekend load), σ 1.5%, and a 15% drop somewhere in

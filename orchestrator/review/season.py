@@ -39,9 +39,9 @@ def _rolling_level(x: np.ndarray) -> np.ndarray:
 
 
 def weekday_offsets(x: np.ndarray, weekdays: list[int]) -> np.ndarray | None:
-    """Per night the weekly pattern's offset (in ``x``'s units; the weekdays' offsets
-    average 0, so what is left keeps the week's mean level), or None when the history
-    shows no pattern it can trust."""
+    """Per night the weekly pattern's offset (in ``x``'s units, which for a pattern that
+    scales the level are logs; the weekdays' offsets average 0, so what is left keeps the
+    week's mean level), or None when the history shows no pattern it can trust."""
     n = len(x)
     wd = np.asarray(weekdays)
     if n < 7 * MIN_WEEKS or len(wd) != n:
