@@ -37,8 +37,6 @@ def test_a_bimodal_split_of_seven_sets_the_config_aside():
     assert s["unreliable"], s["metrics"]["decode_tok_s"]
 
 
-@pytest.mark.xfail(strict=True, reason="audit 27: two repetitions 14% apart are reliable "
-                   "(spread 9.7% < 10%)")
 def test_two_repetitions_fourteen_percent_apart_are_not_a_reliable_median():
     """Audit 27 finding (spread, medium). n = 2, 100 and 114 tok/s: the spread is
     1.48 × 7 / 107 = 9.7%, under 10%, so the median 107 is headline evidence. Two values
@@ -119,8 +117,6 @@ def test_compare_with_independent_nights_meets_the_issue_targets():
     assert claims <= 12 and covered >= 186, (claims, covered)
 
 
-@pytest.mark.xfail(strict=True, reason="audit 27: with AR(1) night noise (φ 0.5) compare "
-                   "claims ~8% false differences and covers ~78%")
 def test_compare_with_nights_that_remember_meets_the_issue_targets():
     """Audit 27 finding (compare, high). The same 200 pairs with night-to-night memory
     φ = 0.5 — the noise the change-point module itself assumes (AR(1), "a machine's state
