@@ -11,7 +11,7 @@ import random
 import statistics
 from datetime import timedelta
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.stats import repetition_spread, robust_cv
@@ -142,6 +142,7 @@ def test_two_repetitions_are_read_by_their_unbiased_cv():
     assert s["metrics"]["decode_tok_s"]["spread"] == 0.0844 and s["unreliable"] is False
 
 
+@settings(deadline=None)
 @given(st.floats(1.0, 1e4), st.floats(-0.5, 0.5), st.floats(0.01, 100.0),
        st.floats(0.02, 0.3))
 def test_two_repetitions_are_reliable_only_within_the_limit_times_two_over_root_pi(

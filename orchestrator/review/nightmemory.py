@@ -26,7 +26,11 @@ import math
 from collections.abc import Sequence
 from functools import lru_cache
 
-MAX_PHI = 0.9      # the most memory believed (as the change-point noise: orchestrator/review/arnoise)
+MAX_PHI = 0.9      # the most memory believed (as the change-point noise, review/arnoise.py)
+# fewer neighbour pairs (three nights a side): the autocorrelation's standard error (≥ 0.5)
+# dwarfs all it can tell (−0.33 at φ 0 … −0.18 at 0.9 for three nights), so every such
+# compare would take φ 0.9; no memory is read there: plain Welch, as before (a known gap)
+MIN_PAIRS = 6
 UPPER_SE = 0.6     # how many standard errors of the autocorrelation φ is taken above its estimate
 
 
@@ -75,7 +79,7 @@ def night_memory(sides: Sequence[Sequence[float]]) -> float:
     ns = [len(xs) for xs in sides if len(xs) >= 2]
     r1 = lag1(sides)
     pairs = sum(n - 1 for n in ns)
-    if r1 is None or pairs < 2:  # two nights a side at most: no neighbours to read memory from
+    if r1 is None or pairs < MIN_PAIRS:
         return 0.0
     want = r1 + UPPER_SE / math.sqrt(pairs)
     lo, hi = 0.0, MAX_PHI
