@@ -107,13 +107,14 @@ def _per_run(runs: list, metric: str, nights: dict | None = None) -> list[float]
             if (m := median(vs)) is not None]
 
 
-def night_ratio(a: list[float], b: list[float], level: float = 0.95) -> dict:
+def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: bool = True) -> dict:
     """B/A from one value per night a side, each side in night order: the ratio of geometric
     means, its ``level`` interval and a two-sided p, by Welch's t on the logs (Student's,
     with the other side's spread, when one side has a single night), with each side's
     variance of its mean taken under the nights' memory (``nightmemory``: φ 0, plain
-    Welch, where the nights show none). One night on each side leaves night-to-night
-    noise unmeasured: the ratio only, no interval, no p."""
+    Welch, where the nights show none; ``memory=False``: plain Welch, the rule before, for
+    the bench's side-by-side). One night on each side leaves night-to-night noise
+    unmeasured: the ratio only, no interval, no p."""
     import math
 
     from scipy import stats
@@ -129,7 +130,7 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95) -> dict:
     vb = statistics.variance(lb) if len(lb) > 1 else None
     if va is None and vb is None:
         return out
-    phi = night_memory([la, lb])
+    phi = night_memory([la, lb]) if memory else 0.0
     out["memory"] = phi
     df: float
     if va is None or vb is None:  # one night on a side: the other side's spread for both
