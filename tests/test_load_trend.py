@@ -20,9 +20,11 @@ from agent.stats import kendall_z, sen_slope
 
 def test_sen_slope_of_four_points_by_hand():
     """(0,0) (1,1) (2,0) (3,1): the six pairs' slopes are -1, 0, 0, 1/3, 1, 1, median 1/6;
-    four points bound nothing at 90% (Kendall's S over 6 pairs cannot reach 1.645 sd)."""
-    assert sen_slope([0, 1, 2, 3], [0, 1, 0, 1]) == (pytest.approx(1 / 6), -math.inf,
-                                                     math.inf)
+    Kendall's S over four points has sd √(4·3·13/18) = 2.94, so the 90% bounds are the
+    slopes of rank round((6 ∓ 1.645 × 2.94) / 2) = 1 and 5 + 1 = 6: -1 and 1. Three
+    points bound nothing (ranks 0 and 4 of 3)."""
+    assert sen_slope([0, 1, 2, 3], [0, 1, 0, 1]) == (pytest.approx(1 / 6), -1.0, 1.0)
+    assert sen_slope([0, 1, 2], [0, 1, 0]) == (0.0, -math.inf, math.inf)
     assert sen_slope([1.0, 1.0], [0.0, 5.0]) is None  # no two distinct xs: no slope
 
 
