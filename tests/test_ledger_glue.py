@@ -122,3 +122,20 @@ def test_glued_bytes_and_copies_are_each_accounted_for_once(sqlite_store_url, ca
 def test_glued_bytes_and_copies_on_postgresql(pg_url, case):
     with tempfile.TemporaryDirectory() as d:
         _check(pg_url, *case, Path(d) / "node")
+
+
+def test_bytes_glued_past_the_line_limit_lose_the_agents_line_loudly(sqlite_url, tmp_path):
+    """Glue that makes the agent's line longer than any event: the follower can keep only
+    its head, so the agent's seq 7 is lost; the outcome and `sweeps verify` say so."""
+    from agent.protocol import MAX_EVENT_BYTES
+
+    lines = list(SIGNED)
+    k = seq_of(journal(), "generation", 2)  # seq 7
+    lines[k] = b"x" * MAX_EVENT_BYTES + lines[k]
+    store = open_store(sqlite_url)
+    f = follow_journal(store, lines, tmp_path / "node", key=KEY)
+    assert f.outcome.startswith("failed: 1 journal line(s) never reached the store: seq 7"), \
+        f.outcome
+    r = _cli_verify(sqlite_url, f.sweep_id, tmp_path / "node", "--json")
+    node = json.loads(r.stdout)["nodes"][0]
+    assert (r.exit_code, node["status"]) == (1, "incomplete"), r.output
