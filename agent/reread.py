@@ -37,16 +37,20 @@ def seq_of(line: bytes) -> int | None:
     return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
 
 
-def _parts(line: bytes) -> list[tuple[int, bytes]]:
-    """The (seq, bytes) a line with no readable seq may claim through its parts: the prefix
-    and the suffix at each start ``signed_from`` tries, that are readable events."""
-    text = line.strip()
+def _stripped(line: bytes) -> bytes:
+    """The line as the controller judges it: surrounding whitespace stripped as a string."""
+    return line.decode("utf-8", "surrogateescape").strip().encode("utf-8", "surrogateescape")
+
+
+def _parts(text: bytes) -> list[tuple[int, bytes]]:
+    """The (seq, bytes) a stripped line with no readable seq may claim through its parts:
+    the prefix and the suffix at each start ``signed_from`` tries, that are events."""
     out = []
     at = text.rfind(START, 0, max(len(text) - SUFFIX_BYTES, 0))
     for _ in range(MAX_STARTS):
         if at <= 0:
             break
-        for part in (text[:at].strip(), text[at:]):
+        for part in (_stripped(text[:at]), text[at:]):
             if (seq := seq_of(part)) is not None:
                 out.append((seq, part))
         at = text.rfind(START, 0, at)
@@ -68,8 +72,9 @@ class Reread:
         n = self.from_seq
         if n <= 0:
             return [line]
-        seq = seq_of(line)
-        claims = [(seq, line.strip())] if seq is not None else _parts(line)
+        text = _stripped(line)  # a claim the controller reads, read alike here
+        seq = seq_of(text)
+        claims = [(seq, text)] if seq is not None else _parts(text)
         out = []
         for s, part in claims:
             first = self._first.get(s) if s <= n else None
@@ -79,7 +84,7 @@ class Reread:
                 self._first[s] = _GONE
         if seq is not None and seq <= n and seq not in self._first and \
                 seq not in self._claimed:
-            self._first[seq] = (offset, len(line), hashlib.sha256(line.strip()).digest())
+            self._first[seq] = (offset, len(line), hashlib.sha256(text).digest())
             return out
         self._claimed.update(s for s, _ in claims if s <= n)
         return [*out, line]
