@@ -139,3 +139,25 @@ def test_bytes_glued_past_the_line_limit_lose_the_agents_line_loudly(sqlite_url,
     r = _cli_verify(sqlite_url, f.sweep_id, tmp_path / "node", "--json")
     node = json.loads(r.stdout)["nodes"][0]
     assert (r.exit_code, node["status"]) == (1, "incomplete"), r.output
+
+
+@pytest.mark.parametrize("lines,from_seq,sent", [
+    # the first lines of seqs 1 and 2 stay out (stored); a copy of seq 1's brings it along
+    ([SIGNED[0], SIGNED[1], SIGNED[0], SIGNED[2]], 2, [SIGNED[0], SIGNED[0], SIGNED[2]]),
+    # a copy glued after foreign bytes brings it along too, before the glued line
+    ([SIGNED[0], SIGNED[1], b"x" + SIGNED[1]], 2, [SIGNED[1], b"x" + SIGNED[1]]),
+    # a second line claiming a stored seq (a forged one) goes out on every read
+    ([SIGNED[6], FORGED[0], SIGNED[7]], 8, [FORGED[0]]),
+    # from the top: everything
+    ([SIGNED[0], SIGNED[0]], 0, [SIGNED[0], SIGNED[0]]),
+])
+def test_a_reread_sends_what_the_store_may_not_account_for(tmp_path, lines, from_seq, sent):
+    import io
+
+    from agent.follow import follow
+
+    path = tmp_path / "j.events.jsonl"
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+    out = io.BytesIO()
+    follow(path, from_seq, None, out=out)
+    assert out.getvalue().splitlines() == sent
