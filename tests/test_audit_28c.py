@@ -6,15 +6,19 @@ Each journal is the real recorded one (``tests/hostile``), signed with a sweep n
 the agent signs it, then damaged here by a writer without the key (or an operator); what
 must come of it is counted from how it was built: the agent's 28 lines stored, its 16
 measurements at their recorded speeds, every other run of bytes set aside, the outcome and
-`sweeps verify` agreeing. The findings are strict xfails naming what was lost or hidden.
+`sweeps verify` agreeing. Each finding closed here says what was lost or hidden before.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import delete
 
 from orchestrator.store import open_store
@@ -22,6 +26,7 @@ from orchestrator.store.models import Event
 from tests.hostile import dump, event, follow_journal, journal, seq_of, signed_by_agent
 from tests.test_audit_28 import FORGED_SPEED, _cli_verify, _real_speeds, _speeds, _state
 from tests.test_audit_28b import _follow_placed
+from tests.test_ledger_glue import KEY, SIGNED
 
 ALL = list(range(1, 29))  # the recorded journal's seqs
 
@@ -45,17 +50,16 @@ def _extra(kind: str, s: list[bytes], k: int) -> bytes:
     return s[k]  # a byte-for-byte copy of the agent's signed line
 
 
+# audit 28c: with seq 7's event deleted by hand, verify said "complete" (exit 0, no hole):
+# the agent's own signed line counted "set aside under its seq" against the forged line's
+# row, or (a copy) both copies against the one repeat row. Closed: those rows stand in for
+# no other line of their seq (coverage.stands_in), a repeat of a deleted event for none.
 @pytest.mark.parametrize("kind", [
     pytest.param("an unsigned forged line", marks=pytest.mark.xfail(strict=True, reason=(
-        "the agent's seq 7 (run 2), its event deleted from the store by hand, stays lost: "
-        "coverage counts the forged line's quarantine row as covering seq 7 so --attach "
-        "never reads it again, and verify counts the agent's own signed line 'set aside "
-        "under its seq' (compare: have is None and seq in aside_seqs): 'complete', exit 0, "
-        "0 holes, 15 of 16 measurements"))),
-    pytest.param("a copy of the agent's line", marks=pytest.mark.xfail(strict=True, reason=(
-        "with seq 7's event deleted, verify says 'complete' (exit 0, no hole): the agent's "
-        "line and its copy are both counted set aside against the one repeat row "
-        "(compare: a numbered line whose hash is in aside_hashes, rows or not)"))),
+        "verify now says seq 7 is a hole, but --attach never reads it again: coverage "
+        "counts the forged line's quarantine row as covering seq 7, so the store keeps 15 "
+        "of 16 measurements; the outcome says 'ok: 1 journal line(s) set aside'"))),
+    "a copy of the agent's line",
 ])
 def test_a_deleted_event_is_a_hole_whatever_else_claims_its_seq(sqlite_url, tmp_path, kind):
     # coverage's own promise: "a hole below it (a batch the store lost, rows deleted by
@@ -102,9 +106,9 @@ def test_a_deleted_event_with_nothing_else_claiming_its_seq_is_read_again(sqlite
 @pytest.mark.xfail(strict=True, reason=(
     "one byte of the agent's run-2 line changed on the node (a space after a comma, so it "
     "still parses and claims seq 7): set aside as unsigned, and that row counts as covering "
-    "seq 7; the outcome is 'ok: 1 journal line(s) set aside', verify 'complete', and the "
-    "store holds 15 of the agent's 16 measurements with nothing saying the agent's seq 7 "
-    "is missing"))
+    "seq 7; the outcome is 'ok: 1 journal line(s) set aside', verify names no hole or gap, "
+    "and the store holds 15 of the agent's 16 measurements with nothing saying the agent's "
+    "seq 7 is missing"))
 def test_a_damaged_agent_line_is_not_an_ok_sweep(sqlite_url, tmp_path):
     key = secrets.token_bytes(32)
     s = signed_by_agent(journal(), key, set())
@@ -115,9 +119,11 @@ def test_a_damaged_agent_line_is_not_an_ok_sweep(sqlite_url, tmp_path):
     f = follow_journal(store, s, where, key=key)
     assert _state(store, f.sweep_id) == ([x for x in ALL if x != k + 1], [k + 1])
     code, node = _node(sqlite_url, f.sweep_id, where)
-    # the agent's event of seq 7 is in no row: the sweep is not "ok", verify not complete
+    # the agent's event of seq 7 is in no row: the sweep is not "ok", and verify names seq
+    # 7 (a hole, or a seq no line of the agent's journal holds)
     assert not f.outcome.startswith("ok"), f.outcome
-    assert (code, node["status"]) == (1, "incomplete"), node
+    assert f"seq {k + 1};" in f.outcome, f.outcome
+    assert [k + 1, k + 1] in node["holes"] + node["journal_gaps"], node
 
 
 # -- 2. foreign bytes glued before the agent's line: guards that held ----------------------
@@ -221,3 +227,113 @@ def test_a_journal_truncated_and_regrown_between_reads_is_not_complete(sqlite_ur
     code, node = _node(sqlite_url, f.sweep_id, where)
     assert (code, node["status"]) == (1, "incomplete"), node
     assert sorted(c["seq"] for c in node["conflicts"]) == list(range(11, 21)), node
+
+
+# -- 4. line separators other than "\n": the follower, the controller and the digest split
+# a journal alike (only at "\n"), so the counts agree ---------------------------------------
+
+_SEPARATORS = {"CR": b"\r", "VT": b"\x0b", "FF": b"\x0c", "FS": b"\x1c", "RS": b"\x1e",
+               "NEL": "\x85".encode(), "LS": "\u2028".encode(), "PS": "\u2029".encode()}
+
+
+@pytest.mark.parametrize("sep", list(_SEPARATORS))
+def test_a_separator_inside_glue_is_one_run_of_foreign_bytes(sqlite_url, tmp_path, sep):
+    key = secrets.token_bytes(32)
+    s = signed_by_agent(journal(), key, set())
+    k = seq_of(journal(), "generation", 2)
+    s[k] = b"ab" + _SEPARATORS[sep] + b"cd" + _SEPARATORS[sep] + s[k]
+    _glued_case(sqlite_url, tmp_path, s, key, 1)
+
+
+@pytest.mark.parametrize("sep", list(_SEPARATORS))
+def test_a_separator_inside_a_forged_line_is_one_line_set_aside(sqlite_url, tmp_path, sep):
+    key = secrets.token_bytes(32)
+    s = signed_by_agent(journal(), key, set())
+    k = seq_of(journal(), "generation", 2)
+    forged = dump({**event(journal()[k]), "decode_tok_s": FORGED_SPEED})
+    forged = forged.replace(b'"type"', _SEPARATORS[sep] + b'"type"', 1)
+    _glued_case(sqlite_url, tmp_path, s[:-1] + [forged] + s[-1:], key, 1)
+
+
+# -- 5. lines the follower's parser (json) and the controller's (orjson) read apart, planted
+# ahead of the agent's line of the seq they claim, over three reads ---------------------------
+
+
+def _hostile(seq: int) -> dict[str, bytes]:
+    """Unsigned lines claiming ``seq``, each read differently by some reader."""
+    base = b'{"schema":1,"seq":%d,"type":"notice","ts":1.0,"message":"x"' % seq
+    return {
+        "NaN (json reads it, orjson does not)": base.replace(b"1.0", b"NaN") + b"}",
+        "a lone surrogate escape": base + b',"m":"\\ud800"}',
+        "1,010 levels deep (orjson reads it, json does not)":
+            base + b',"d":' + b"[" * 1010 + b"]" * 1010 + b"}",
+        "seq twice": base + b',"seq":%d}' % (seq + 1),
+        "the agent's line forged ahead of it":
+            dump({**event(journal()[seq - 1]), "decode_tok_s": FORGED_SPEED}),
+        "bytes not UTF-8": base + b',"m":"\xff"}',
+    }
+
+
+_KINDS = list(_hostile(1))
+
+
+@st.composite
+def _ahead(draw) -> tuple[list[bytes], list[bool], int, int]:
+    """(lines, which hold an agent's line, two cuts): hostile lines each planted just before
+    the agent's line of the seq it claims, copies of some lines later on."""
+    lines, agents = list(SIGNED), [True] * 28
+    for seq in sorted(draw(st.lists(st.integers(2, 28), min_size=1, max_size=4, unique=True)),
+                      reverse=True):
+        lines.insert(seq - 1, _hostile(seq)[draw(st.sampled_from(_KINDS))])
+        agents.insert(seq - 1, False)
+    for _ in range(draw(st.integers(0, 3))):
+        src = draw(st.integers(0, len(lines) - 1))
+        at = draw(st.integers(src + 1, len(lines)))
+        lines.insert(at, lines[src])
+        agents.insert(at, agents[src])
+    a = draw(st.integers(1, len(lines)))
+    return lines, agents, a, draw(st.integers(a, len(lines)))
+
+
+def _three_reads(url: str, lines: list[bytes], agents: list[bool], a: int, b: int,
+                 where: Path) -> None:
+    from tests.test_ledger_glue import _check
+
+    # reads after lines[:a] and lines[:b]; _check's own two reads then see all of them
+    store = open_store(url)
+    f = follow_journal(store, lines[:a], where / "first", key=KEY)
+    path = _journal_path(where / "first")
+    with open(path, "ab") as out:
+        out.write(b"".join(x + b"\n" for x in lines[a:b]))
+    _follow_placed(store, f.sweep_id, where / "first")
+    with open(path, "ab") as out:
+        out.write(b"".join(x + b"\n" for x in lines[b:]))
+    _check_placed(url, store, f.sweep_id, lines, agents, where / "first")
+    _check(url, lines, agents, b, where / "second")
+
+
+def _check_placed(url, store, sid, lines, agents, where) -> None:
+    from tests.test_ledger_glue import _rows
+
+    outcome = _follow_placed(store, sid, where)
+    assert _state(store, sid)[0] == ALL, (outcome, _rows(store, sid))
+    assert _speeds(store, sid) == _real_speeds()
+    rows = _rows(store, sid)
+    assert len(rows) == len(lines) - 28, (rows, outcome)
+    code, node = _node(url, sid, where)
+    assert (code, node["status"], node["stored"], node["set_aside"]) == (
+        0, "complete", 28, len(lines) - 28), node
+
+
+@pytest.fixture(scope="module")
+def sqlite_store_url(tmp_path_factory):
+    from tests import store_templates
+
+    return store_templates.fresh_sqlite(tmp_path_factory.mktemp("ahead") / "store.db")
+
+
+@settings(max_examples=12, deadline=None)
+@given(case=_ahead())
+def test_lines_read_apart_planted_ahead_of_the_agents_lines(sqlite_store_url, case):
+    with tempfile.TemporaryDirectory() as d:
+        _three_reads(sqlite_store_url, *case, Path(d))
