@@ -337,3 +337,26 @@ def sqlite_store_url(tmp_path_factory):
 def test_lines_read_apart_planted_ahead_of_the_agents_lines(sqlite_store_url, case):
     with tempfile.TemporaryDirectory() as d:
         _three_reads(sqlite_store_url, *case, Path(d))
+
+
+# -- 6. verify's set-aside count against the store's rows --------------------------------------
+
+
+# closed (audit 28c): a forged line's second copy, appended after the last read, was in no
+# row of the store, yet verify counted it set aside (a numbered line whose hash any row held
+# was accounted for, rows or not): "complete", set_aside 2 against 1 row
+def test_verify_counts_no_more_lines_set_aside_than_the_store_holds(sqlite_url, tmp_path):
+    key = secrets.token_bytes(32)
+    s = signed_by_agent(journal(), key, set())
+    k = seq_of(journal(), "generation", 2)
+    forged = dump({**event(journal()[k]), "decode_tok_s": FORGED_SPEED})  # claims seq 7
+    store = open_store(sqlite_url)
+    where = tmp_path / "node"
+    f = follow_journal(store, s[:-1] + [forged] + s[-1:], where, key=key)
+    with open(_journal_path(where), "ab") as out:  # after the last read: no row yet
+        out.write(forged + b"\n")
+    rows = len(_state(store, f.sweep_id)[1])
+    code, node = _node(sqlite_url, f.sweep_id, where)
+    assert rows == 1
+    # either the copy is not yet accounted for, or the count is the store's
+    assert node["status"] == "incomplete" or node["set_aside"] == rows, node

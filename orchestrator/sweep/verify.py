@@ -215,7 +215,7 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
             matched.add(seq)  # the stored event (a repeat of it, next, has a row of its own)
             events.append((seq, sha))
             continue
-        if left[sha] > 0 or (seq is not None and sha in aside_hashes):
+        if left[sha] > 0:  # one row per line: a copy no row holds is not accounted for
             left[sha] -= 1
             aside += 1  # set aside, with its reason
             continue
