@@ -360,3 +360,24 @@ def test_verify_counts_no_more_lines_set_aside_than_the_store_holds(sqlite_url, 
     assert rows == 1
     # either the copy is not yet accounted for, or the count is the store's
     assert node["status"] == "incomplete" or node["set_aside"] == rows, node
+
+
+def test_verify_never_advises_deleting_events_the_journal_no_longer_holds(sqlite_url,
+                                                                         tmp_path):
+    # audit 28c: after the journal was truncated on the node, verify told the operator the
+    # journal "is the record" and to "delete those events of the node from the store and
+    # --attach reads them again from the journal": the journal holds none of seqs 11-20, so
+    # doing so destroys the only copy of 10 of the agent's events (4 measurements)
+    key = secrets.token_bytes(32)
+    s = signed_by_agent(journal(), key, set())
+    store = open_store(sqlite_url)
+    where = tmp_path / "node"
+    f = follow_journal(store, s[:20], where, key=key)
+    _journal_path(where).write_bytes(b"".join(x + b"\n" for x in s[:10] + s[20:]))
+    _follow_placed(store, f.sweep_id, where)
+    r = _cli_verify(sqlite_url, f.sweep_id, where)
+    flat = " ".join(r.output.split())
+    assert r.exit_code == 1, r.output
+    assert "delete those events" not in flat, flat
+    assert "no journal line holds seq 11-20" in flat, flat
+    assert "the store holds the only copy" in flat, flat
