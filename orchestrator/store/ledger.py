@@ -190,9 +190,7 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
     plan = _Plan(c, sweep_id, node, ctx.plan)
     top, ended, olds = reach(ctx.base, ctx.aside, seqs), False, []
     batch: dict[int, str] = {}
-    keep_e: list[dict] = []
-    keep_p: list[str] = []
-    refused: list[Refused] = []
+    keep_e, keep_p, refused = list[dict](), list[str](), list[Refused]()
     for e, line in zip(events, payloads, strict=True):
         seq, kind = e["seq"], e["type"]
         seen = _seen_before(e, line, batch, stored, twice, nth, occurrence)
