@@ -218,5 +218,5 @@ def next_steps(workdir: Path, exe: str = "specfleet", declared: bool = False) ->
             f"  this sweep, baseline vs each draft width:  {workdir / 'sweep.html'}",
             f"  the calibration pair's sweep (a known win): {workdir / 'calibration.html'}",
             f"  the weekly review (one verdict per series): {workdir / 'review.html'}",
-            f"  its runtime policy (calibration asked in):  {workdir / 'policy.json'}",
-            f"  the store from the command line:            {exe} sweeps list{db}"]
+            f"  the store from the command line:            {exe} sweeps list{db}",
+            f"  the runtime policy (calibration asked in):  {workdir / 'policy.json'}"]

@@ -115,8 +115,10 @@ def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_a
     # then the best was settled, before the plan's last repetition; the same stop on the
     # review and on the sweep page, each after the rounds it ran of the plan's 8
     sweep_dom = dump_dom(render_review(store, tmp_path / "calibration.html", result.sweep_id))
+    rounds = _paired_rounds(store)  # what the stops rested on, said when one is missing
     item = "(?:(?!</li>).)*?"  # within one list item
     for page in (dom, sweep_dom):
+        assert '<ul id="adaptive-stops">' in page, ("no adaptive stop", rounds, ran)
         listed = page.split('<ul id="adaptive-stops">')[1].split("</ul>")[0]
         stops = re.findall(r'<li data-best="(yes|no)" data-calibration="yes">local · '
                            rf"calibration pair \(an instrument, not a model\){item} · workload "
@@ -125,7 +127,7 @@ def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_a
         assert len(stops) == len(notices) == listed.count("<li"), (listed, notices)
         first = [s for s in stops if s[0] == "yes" and int(s[1]) == best
                  and int(s[2]) == ran[best]]
-        assert first and ran[best] < most, (stops, ran, speedup)
+        assert first and ran[best] < most, (stops, ran, speedup, rounds)
         assert first[0][3].startswith("settled as the best: faster than its baseline beyond "
                                       "the tolerance with 80% confidence")
     # and each stop the agent journaled is among the review's notices, marked
@@ -133,3 +135,21 @@ def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_a
                        rf"not a model\){item}: (adaptive: {item})</li>", dom)
     assert sorted(shown) == sorted(n.replace("&", "&amp;") for n in notices)
     print("speedups", speedup, "ran", ran, "adaptive stops", notices)
+
+
+def _paired_rounds(store) -> dict:
+    """Per pair and width, the paired speedups round by round (each speculative trial over
+    the baseline measured just before it), as the adaptive sweep saw them, rounded."""
+    with store.engine.connect() as c:
+        gens = [p for p in c.execute(select(Event.payload).where(Event.type == "generation")
+                                     .order_by(Event.seq)).scalars()]
+    out: dict = {}
+    last: dict = {}
+    for g in gens:
+        pair = json.dumps(g.get("models"), sort_keys=True)
+        if g["mode"] == "baseline":
+            last[pair] = g
+        elif pair in last:
+            out.setdefault(pair, {}).setdefault(g["num_draft_tokens"], []).append(
+                round(g["decode_tok_s"] / last[pair]["decode_tok_s"], 2))
+    return out
