@@ -13,6 +13,7 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from orchestrator.demo import (
@@ -41,6 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_MACHINE = "  cv_threshold: 1.0\n  contention_threshold: 1.0\n"
 
 
+# judges the win and the adaptive stop on its winner: the parallel part's load scatters the
+# paired speedups (measured here under a load average of 13 on 2 cores: 0.37-11.8x round to
+# round, and a width's every run over the 100% spread threshold)
+@pytest.mark.alone
 def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_and_policy(
         model_pair, tmp_path):
     models = tmp_path / "models"
