@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -96,3 +97,54 @@ def test_any_stop_reads_back_its_config_count_and_reason(what, why, after, best)
     assert (t["what"], t["why"], t["after"], t["of"], t["best"]) == (what, reason, after, 60,
                                                                      best)
     assert t["text"] == f"{what} stopped after {after} of 60 repetitions: {reason}"
+
+
+@pytest.mark.alone  # judges timing: other tests' load scatters it
+def test_a_real_agents_stop_on_its_winner_reads_on_both_pages(model_pair, tmp_path):
+    """The agent's own adaptive sweep over runtimes with fixed token timing (planted: 6, 4
+    and 9 ms a token; 12 repetitions, ±10%): the fast one is settled as the best after
+    fewer rounds than the plan's 12, the slow one known slower. Its notices, as journaled,
+    read on the sweep page and the review (Chromium) as stops after N of 12 repetitions,
+    the winner's marked, N the rounds the agent measured."""
+    import json
+
+    from orchestrator.sweep.jobspec import build_job
+    from tests.browser import dump_dom
+    from tests.test_agent import run_agent
+    from tests.test_load import planted
+
+    job = build_job(model_pair, ["code"], max_tokens=24)
+    job["workloads"] = job["workloads"][:1]
+    job["engine"] = {"type": "http", "runtime": "planted", "ready_timeout_s": 30,
+                     "variants": [planted("plain", "correct", 6),
+                                  planted("fast", "correct", 4, True),
+                                  {**planted("slow", "correct", 9, True), "name": "slow"}]}
+    job.update(knobs={}, repetitions=12, quality_tasks=[], cv_threshold=1.0,
+               contention_threshold=1.0, adaptive={"tolerance": 0.10})
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = run_agent(tmp_path / "job.json", tmp_path / "j.jsonl", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    ev = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
+    notices = [{k: e[k] for k in ("type", "message", "variant", "workload", "adaptive",
+                                  "repetitions")}
+               for e in ev if e["type"] == "notice" and e.get("adaptive")]
+    runs = {n["variant"]: sum(1 for e in ev if e["type"] == "generation"
+                              and e.get("variant") == n["variant"]) for n in notices}
+    best = [n for n in notices if "settled as the best" in n["message"]]
+    assert [n["variant"] for n in best] == ["fast"] and best[0]["repetitions"] < 12, notices
+
+    store = open_store(fresh_sqlite(tmp_path / "s.db"))
+    sid = night(store, MONDAY + timedelta(hours=1), node="local", chip="Apple M2",
+                workload="code", pair="t / d",
+                lock=lock_doc("planted", {}) | {"job": {"repetitions": 12}},
+                configs={("baseline", 0): config_values(30.0)})
+    ingest_lines(store, sid, "local", notices, 0.0)
+    n = best[0]["repetitions"]
+    assert n <= runs["fast"]  # a stop counts reliable rounds; an unreliable one ran too
+    line = ('<li data-best="yes">local · fast · workload <code>code</code>: <b>fast stopped '
+            f"after {n} of 12 repetitions: settled as the best: faster than its baseline")
+    for html in (render_review(store, tmp_path / "sweep.html", sid),
+                 write_review(store, tmp_path / "review.html", week=WEEK, formats=("html",),
+                              now=MONDAY + timedelta(days=6))["html"]):
+        listed = dump_dom(html).split('<ul id="adaptive-stops">')[1].split("</ul>")[0]
+        assert line in listed and listed.count("<li") == len(notices), listed
