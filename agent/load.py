@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .stats import percentile
+from .stats import kendall_z, percentile, sen_slope
 
 LOADS = ("concurrency", "request_rate")
 ARRIVALS = ("poisson", "constant")
@@ -44,6 +44,7 @@ LATENCY_GROWTH_STOP = 4.0   # e2e p50 ≥4× the first level's, with no throughp
 
 
 SATURATED_SHARE = 0.95      # served below this share of the offered rate: saturated
+SURE_Z = 1.645              # a trend is sure past this (one-sided 5%, as Sen's bound)
 
 
 @dataclass
@@ -211,56 +212,66 @@ def realised_rate(times: list[float]) -> float | None:
 
 def served_rate(outcomes: list[Outcome]) -> float | None:
     """An open loop's served rate: the pace of its completions against the pace of its
-    arrivals. A server that keeps up completes the k-th request a steady time after the
-    k-th arrival, however long that time (a long prefill delays every answer, it does not
-    slow the rate); one that falls behind completes each later than the last by more. So
-    the completions span the arrivals' span plus how much the lag (completion less the
-    scheduled time) grew from the first requests to the last (the median of each end's
-    tenth, or three), and the served rate is the completions over that span, counted as the offered
-    rate is: (n − 1) gaps. Against 8 requests/s and a server finishing one every 1/4.8 s
-    the lag grows 2/3 s a second: 4.8 served over a long level (over a short one the ends'
-    medians sit inside it and see less of the growth: 5.1 of 13 requests).
+    arrivals. A server that keeps up completes each request a time after its arrival that
+    does not grow along the level, however long or varied that time (a long prefill, reply
+    lengths that vary, every other reply slow, a batch answered on the next tick); one that
+    falls behind completes each later than the last by more. So the lag (completion less
+    the scheduled time) is fitted against the schedule by Theil-Sen, and the completions
+    span the arrivals' span times (1 + its slope): a serial server finishing one every
+    1/4.8 s offered 8 a second has a lag growing 2/3 s a second, served 8 / (5/3) = 4.8.
+    The slope taken is Sen's lower 95% bound, not the median: replies whose times scatter
+    widely over a short level leave the trend unsure, and an unsure trend is no growth
+    (16 requests at 8/s with 0.2-1.2 s replies: the ends' medians read 74 of 200 such
+    levels saturated). A failed request is not served: the served rate is that pace times
+    the share of requests that succeeded, whichever failed (the closed loop's reading), and
+    the trend is fitted to the successful ones.
 
-    A lag that shrank by over half the arrivals' span while fewer than half the requests had
-    their first token before the last arrival is a backlog released at once (a server that
-    holds requests and answers them in one late burst: the later ones wait less for the same
-    release), which shows no pace; there, and where the completions span no time, the
-    served rate is vLLM's request throughput: completions over the level's wall time from
-    its first send to its last completion, less the median time a reply streams after its
-    first chunk (a reply that keeps up still streams after the last arrival); the wait for
-    the first tokens stays in, so a held burst is served over the hold, not over the burst.
-    A level whose replies' times vary by more than a few percent of its arrivals' span
-    shows no steady pace either way: give it more requests."""
+    A lag surely shrinking over half as fast as the arrivals came, while fewer than half the
+    requests had their first token before the last arrival and all within half the
+    arrivals' span, is a backlog released at once (a server that holds requests and
+    answers them in one late burst: the later ones wait less for the same release), which
+    shows no pace; there, and where the arrivals span no
+    time, the served rate is vLLM's request throughput: completions over the level's wall
+    time from its first send to its last completion, less the median time a reply streams
+    after its first chunk (a reply that keeps up still streams after the last arrival); the
+    wait for the first tokens stays in, so a held burst is served over the hold."""
     ok = sorted((o for o in outcomes if o.ok), key=lambda o: o.scheduled)
     if len(ok) < 2:
         return 0.0
-    # each end's tenth, at least 3 requests where there are 9: one slow reply at either end
-    # must not decide (16 requests, 30 ms of jitter: 70 of 2,000 levels read saturated
-    # with 1, 6 with 3)
-    k = max(len(ok) // 10, min(3, len(ok) // 3), 1)
-    lags = [o.end - o.scheduled for o in ok]
-    grew = (percentile(lags[-k:], 50) or 0.0) - (percentile(lags[:k], 50) or 0.0)
-    last = max(o.scheduled for o in outcomes)
-    answered = sum(o.sent + o.chunk_times[0] <= last for o in ok)
-    arrivals = ok[-1].scheduled - ok[0].scheduled
-    # a backlog released at once: completions at over twice the arrivals' pace, after them
-    held = grew < -arrivals / 2 and 2 * answered < len(ok)
-    if not held and (span := arrivals + grew) > 0:
-        return (len(ok) - 1) / span
+    trend = sen_slope([o.scheduled for o in ok], [o.end - o.scheduled for o in ok])
+    offered = realised_rate([o.scheduled for o in outcomes])
+    if trend is not None and offered and not _held(ok, max(o.scheduled for o in outcomes),
+                                                    trend[2]):
+        return offered * len(ok) / len(outcomes) / (1 + max(trend[1], 0.0))
     stream = percentile([o.chunk_times[-1] - o.chunk_times[0] for o in ok], 50) or 0.0
     span = max(o.end for o in ok) - min(o.sent for o in outcomes) - stream
     return len(ok) / span if span > 0 else None
+
+
+def _held(ok: list[Outcome], last: float, most: float) -> bool:
+    """A backlog released at once: most first tokens after the last arrival, all within
+    half the arrivals' span of each other, the lag surely falling at over half their pace
+    (replies that merely take far longer than the level scatter their first tokens)."""
+    firsts = [o.sent + o.chunk_times[0] for o in ok]
+    return (most < -0.5 and 2 * sum(f <= last for f in firsts) < len(ok)
+            and max(firsts) - min(firsts) < (ok[-1].scheduled - ok[0].scheduled) / 2)
 
 
 def queue_growth_ms(outcomes: list[Outcome]) -> float | None:
     """How much longer a request waited for its first token at the end of the level than
     at its start (in schedule order: the median of the last third less that of the first
     third), or None below 3 successful requests. A queue that grows shows here, whether
-    the requests wait at the client (no free slot) or at the server."""
-    waits = [(o.sent - o.scheduled + o.chunk_times[0]) * 1e3
-             for o in sorted(outcomes, key=lambda o: o.scheduled) if o.ok]
+    the requests wait at the client (no free slot) or at the server. The ends alone do not
+    show it: the waits must also surely rise along the schedule (Kendall's test, one-sided
+    5%: z above 1.645), else 0. A server that answers some requests at once and others
+    after a long prefill, whatever came before, has no trend, though its ends' medians
+    may differ by the whole prefill (two-point waits: 5 of 40 levels read 'queue growing')."""
+    ok = sorted((o for o in outcomes if o.ok), key=lambda o: o.scheduled)
+    waits = [(o.sent - o.scheduled + o.chunk_times[0]) * 1e3 for o in ok]
     if len(waits) < 3:
         return None
+    if (kendall_z([o.scheduled for o in ok], waits) or 0.0) <= SURE_Z:
+        return 0.0  # it did not surely grow
     third = max(len(waits) // 3, 1)
     growth = (percentile(waits[-third:], 50) or 0.0) - (percentile(waits[:third], 50) or 0.0)
     return round(max(growth, 0.0), 3)  # 0: it did not grow
