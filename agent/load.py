@@ -354,9 +354,10 @@ def summarize(outcomes: list[Outcome], wall_s: float, slo: dict | None = None,
 
 
 def _rate(v: float) -> float:
-    """Requests/s as stored and judged: 3 decimals, or 4 significant digits below 1 a
-    second (three decimals would read 0.0046 of 0.005 offered as 0.005: 'keeps up')."""
-    return round(v, 3) if v >= 1 else float(f"{v:.4g}")
+    """Requests/s as stored and judged: 3 decimals (at most 1% of a rate from 0.1 a
+    second), 4 significant digits below (three decimals would read 0.0046 of 0.005
+    offered as 0.005: 'keeps up')."""
+    return round(v, 3) if v >= 0.1 else float(f"{v:.4g}")
 
 
 def request_tpot_ms(o: Outcome) -> float:
