@@ -380,8 +380,10 @@ outcome = st.builds(
         end=sched + wait + first + sum(gaps), error="reset" if failed else None,
         tokens=None if failed else tokens),
     st.sampled_from([0.0, 0.5, 1.0]) | st.floats(0.0, 10.0), st.floats(0.0, 1.0),
-    st.floats(0.0, 5.0), st.lists(st.floats(0.0, 1.0), max_size=4), st.booleans(),
-    st.none() | st.integers(0, 50))
+    # times a clock reads: 0 (sent and answered within its tick) or from a microsecond
+    st.just(0.0) | st.floats(1e-6, 5.0), st.lists(st.just(0.0) | st.floats(1e-6, 1.0),
+                                                 max_size=4),
+    st.booleans(), st.none() | st.integers(0, 50))
 
 
 @settings(max_examples=300, deadline=None)
