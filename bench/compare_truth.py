@@ -2,7 +2,12 @@
 noise, how often does it claim a difference, and how often does its 95% interval cover
 1.0? Targets (issue 27): false claims ≤ 6%, coverage ≥ 93% over 200 pairs.
 
-    .venv/bin/python bench/compare_truth.py [--pairs 200] [--seed 1]
+    .venv/bin/python bench/compare_truth.py [--pairs 200] [--seed 1] [--direct 2000]
+
+``--direct N`` adds, without a store, N planted pairs per night memory φ (AR(1) from
+night to night: 0, 0.3, 0.5, 0.7) through compare's night_ratio, beside plain Welch (the
+rule before nightmemory): false claims and coverage at a true ratio of 1.0, and how often
+a true 10% difference is found (power).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.store import open_store  # noqa: E402
-from tests.truth.pairs import Noise, plant_pairs, score  # noqa: E402
+from tests.truth.pairs import Noise, direct_score, plant_pairs, score  # noqa: E402
 
 
 def main() -> None:
@@ -25,7 +30,12 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--night-sd", type=float, default=Noise.night_sd)
     p.add_argument("--rep-sd", type=float, default=Noise.rep_sd)
+    p.add_argument("--direct", type=int, default=0, help="pairs per φ without a store")
     args = p.parse_args()
+    if args.direct:
+        direct(args.direct, args.seed)
+    if not args.pairs:
+        return
     noise = Noise(night_sd=args.night_sd, rep_sd=args.rep_sd)
     with tempfile.TemporaryDirectory() as d:
         store = open_store(f"sqlite:///{d}/truth.db")
@@ -40,6 +50,18 @@ def main() -> None:
           f"(target ≤ 6%)")
     print(f"95% interval covers 1.0: {s['covered']}/{s['pairs']} = {s['coverage']:.1%} "
           f"(target ≥ 93%)")
+
+
+def direct(pairs: int, seed: int) -> None:
+    print(f"night_ratio, {pairs} planted pairs per φ (5 nights a side, weekend between):")
+    print(f"{'φ':>4} {'rule':<14}{'false claims':>13}{'coverage':>10}{'found 10%':>11}")
+    for phi in (0.0, 0.3, 0.5, 0.7):
+        for name, memory in (("night memory", True), ("plain Welch", False)):
+            null = direct_score(phi, 1.0, pairs, seed, memory)
+            power = direct_score(phi, 1.1, pairs, seed + 1, memory)["claims"]
+            print(f"{phi:>4} {name:<14}{null['claims']:>13.1%}{null['coverage']:>10.1%}"
+                  f"{power:>11.1%}")
+    print()
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import random
 import statistics
 from datetime import timedelta
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.stats import repetition_spread, robust_cv
@@ -128,3 +128,33 @@ def test_the_boundary_takes_a_spread_of_fractions_and_sets_any_other_aside():
         assert "spread must be {value: a fraction ≥ 0, limit: a fraction}" in got.reason, got
     got = Decoder("n1").decode(json.dumps({**summary, "spread": [0.2, 0.1]}))
     assert "field 'spread' must be object/null, got array" in got.reason
+
+
+def test_two_repetitions_are_read_by_their_unbiased_cv():
+    """Two values: √π/2 × |a − b| / mean (E|a − b| = 2σ/√π), not the sample CV, which reads
+    σ 20% low at n = 2. By hand: 100, 114: 0.886227 × 14 / 107 = 11.60% ≥ 10%: set aside;
+    100, 110: 0.886227 × 10 / 105 = 8.44%: reliable."""
+    s = config_summary(_gens([100.0, 114.0]), 0.10)
+    assert s["metrics"]["decode_tok_s"]["spread"] == round(0.886227 * 14 / 107, 4) == 0.1160
+    assert s["metrics"]["decode_tok_s"]["cv"] == round(14 / 2 ** 0.5 / 107, 4)  # still shown
+    assert s["unreliable"] is True and s["spread"] == {"value": 0.116, "limit": 0.10}
+    s = config_summary(_gens([100.0, 110.0]), 0.10)
+    assert s["metrics"]["decode_tok_s"]["spread"] == 0.0844 and s["unreliable"] is False
+
+
+@settings(deadline=None)
+@given(st.floats(1.0, 1e4), st.floats(-0.5, 0.5), st.floats(0.01, 100.0),
+       st.floats(0.02, 0.3))
+def test_two_repetitions_are_reliable_only_within_the_limit_times_two_over_root_pi(
+        a, gap, scale, limit):
+    """For any two repetitions: the reading ignores the unit and the order, and the config
+    is set aside exactly when |a − b| / mean ≥ limit × 2/√π (11.3% at a 10% limit)."""
+    import math
+
+    b = a * (1 + gap)
+    one, two = repetition_spread([a, b]), repetition_spread([b * scale, a * scale])
+    assert one is not None and two is not None and abs(one - two) <= 1e-9 * max(1.0, one)
+    rel = abs(a - b) / ((a + b) / 2)
+    if abs(rel - limit * 2 / math.sqrt(math.pi)) > 2e-4:  # the spread is stored to 4 places
+        aside = config_summary(_gens([a, b]), limit)["unreliable"]
+        assert aside == (rel >= limit * 2 / math.sqrt(math.pi)), (rel, limit)

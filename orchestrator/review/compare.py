@@ -30,6 +30,7 @@ from ..errors import ConfigError
 from ..store import Store, queries
 from ..store.runs import RUN_FILTERS, selected_runs
 from .configs import config_label, knobs_of_key
+from .nightmemory import mean_gain, mean_variance, night_memory
 from .week_runs import iso_week_bounds
 
 METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate")
@@ -101,14 +102,19 @@ def _per_run(runs: list, metric: str, nights: dict | None = None) -> list[float]
     for r in runs:
         if (m := median(_values([r], metric))) is not None:
             by[(nights or {}).get(r.id, r.id)].append(m)
-    return [m for vs in by.values() if (m := median(vs)) is not None]
+    # in night order (node, then date): the interval reads the nights' memory from neighbours
+    return [m for _, vs in sorted(by.items(), key=lambda kv: str(kv[0]))
+            if (m := median(vs)) is not None]
 
 
-def night_ratio(a: list[float], b: list[float], level: float = 0.95) -> dict:
-    """B/A from one value per night (run) a side: the ratio of geometric means, its
-    ``level`` interval and a two-sided p, by Welch's t on the logs (Student's, with the
-    other side's spread, when one side has a single night). One night on each side leaves
-    night-to-night noise unmeasured: the ratio only, no interval, no p."""
+def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: bool = True) -> dict:
+    """B/A from one value per night a side, each side in night order: the ratio of geometric
+    means, its ``level`` interval and a two-sided p, by Welch's t on the logs (Student's,
+    with the other side's spread, when one side has a single night), with each side's
+    variance of its mean taken under the nights' memory (``nightmemory``: φ 0, plain
+    Welch, where the nights show none; ``memory=False``: plain Welch, the rule before, for
+    the bench's side-by-side). One night on each side leaves night-to-night noise
+    unmeasured: the ratio only, no interval, no p."""
     import math
 
     from scipy import stats
@@ -124,15 +130,20 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95) -> dict:
     vb = statistics.variance(lb) if len(lb) > 1 else None
     if va is None and vb is None:
         return out
+    phi = night_memory([la, lb]) if memory else 0.0
+    out["memory"] = phi
     df: float
     if va is None or vb is None:  # one night on a side: the other side's spread for both
-        var = va if va is not None else vb
+        n, var = (len(la), va) if va is not None else (len(lb), vb)
         assert var is not None
-        se2, df = var * (1 / len(la) + 1 / len(lb)), len(la) + len(lb) - 2
+        sigma2 = mean_variance(var, n, phi) / mean_gain(n, phi)
+        se2 = sigma2 * (mean_gain(len(la), phi) + mean_gain(len(lb), phi))
+        df = len(la) + len(lb) - 2
     else:
-        se2 = va / len(la) + vb / len(lb)
-        df = se2 ** 2 / ((va / len(la)) ** 2 / (len(la) - 1) + (vb / len(lb)) ** 2
-                         / (len(lb) - 1)) if se2 > 0 else len(la) + len(lb) - 2
+        ea, eb = mean_variance(va, len(la), phi), mean_variance(vb, len(lb), phi)
+        se2 = ea + eb
+        df = se2 ** 2 / (ea ** 2 / (len(la) - 1) + eb ** 2 / (len(lb) - 1)) if se2 > 0 \
+            else len(la) + len(lb) - 2
     se = math.sqrt(se2)
     if se == 0:
         out["ci"] = [out["ratio"], out["ratio"]]

@@ -58,17 +58,27 @@ def _said(values: list) -> str:
 
 
 def config_problem(allowed: Allowed, e: dict) -> str | None:
-    """Why generation ``e`` runs a setting its job never gave (None: every one it has)."""
+    """Why generation ``e`` runs a setting its job never gave (None: every one it has).
+    Ingest's hot path (once per generation): each value is looked up as it is, and a
+    reason is worded only for the one that fails."""
     cfg = e.get("config")
-    said: list[tuple[str, str, object]] = [
-        (f"config {k}", k, v) for k, v in (cfg.items() if isinstance(cfg, dict) else ())
-        if k in allowed]
+    if isinstance(cfg, dict):
+        for k, v in cfg.items():
+            values = allowed.get(k)
+            if values is not None and v not in values:
+                return _problem(f"config {k}", k, v, values)
     if "num_draft_tokens" in e:
-        said.append(("num_draft_tokens", "num_draft_tokens", e["num_draft_tokens"]))
+        v = e["num_draft_tokens"]
+        if v not in allowed["num_draft_tokens"]:
+            return _problem("num_draft_tokens", "num_draft_tokens", v,
+                            allowed["num_draft_tokens"])
     if isinstance(knob := e.get("knob"), str) and knob in allowed and "knob_value" in e:
-        said.append((f"knob_value of {knob}", knob, e["knob_value"]))
-    for where, k, v in said:
-        if v not in allowed[k]:
-            return (f"not in the job: {where} {str(v)[:40]} is not a value the sweep's job "
-                    f"gives {k} ({_said(allowed[k])})")
+        v = e["knob_value"]
+        if v not in allowed[knob]:
+            return _problem(f"knob_value of {knob}", knob, v, allowed[knob])
     return None
+
+
+def _problem(where: str, k: str, v: object, values: list) -> str:
+    return (f"not in the job: {where} {str(v)[:40]} is not a value the sweep's job "
+            f"gives {k} ({_said(values)})")

@@ -165,12 +165,18 @@ Admitted = tuple[list[dict], list[str], list[Refused]]  # kept events, their lin
 
 
 def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
-          open_end: bool = False, twice: frozenset[int] = frozenset()) -> Admitted:
+          open_end: bool = False, twice: frozenset[int] = frozenset(),
+          nth: list[tuple[int, bool]] | None = None) -> Admitted:
     """The events (and their lines) the store may append, and the refused ones.
     ``open_end``: the node's agent may still be writing (its end not yet recorded), so a
     job_finished the journal goes on after, in order, to a later one is not its end; once
     the end is recorded, lines appended after it (a later job_finished too) are set aside.
-    ``twice``: seqs the read has 2+ lines of (a stored event's line again: a repeat)."""
+    ``twice``: seqs the read has 2+ lines of (a stored event's line again: a repeat).
+    ``nth``: each line's occurrence of its content in the read, and whether it is the read's
+    first event line of it: a refused line is kept once per occurrence (three copies of a
+    line are three rows, a re-read adds none), and a stored event's first line in the read
+    is that event read again, its later copies repeats."""
+    occurrence = _occurrences(events, payloads, nth)
     # every look-up of the batch in one round trip (read again only if the read grows)
     ctx = _context(c, sweep_id, node, events)
     end = ctx.end
@@ -194,7 +200,10 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
         why = None
         if seq in batch or seq in stored and seq in twice:  # the event twice: stored once
             if _same(batch.get(seq) or stored[seq], line):
-                refused.append(Refused(seq, repeat_reason(seq), line))
+                n, first = occurrence(e, line)
+                if seq not in batch and nth and first:
+                    continue  # the read's first line of it: the stored event, read again
+                refused.append(Refused(seq, repeat_reason(seq), line, occurrence=n))
                 continue
             why = f"conflict: seq {seq} arrived earlier in this read with other content"
         elif seq in stored:
@@ -219,7 +228,7 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
         elif kind == "job_finished":
             why = replaced.get(seq) or _finish_problem(c, sweep_id, node, e, keep_e)
         if why is not None:
-            refused.append(Refused(seq, why, line))
+            refused.append(Refused(seq, why, line, occurrence=occurrence(e, line)[0]))
             continue
         batch[seq] = line
         if kind == "generation":
@@ -244,6 +253,14 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
                                       None if moved else ctx.failed)
     withdraw_jumps(c, keep_e, keep_p, ctx.jumps)
     return keep_e, keep_p, refused + out
+
+
+def _occurrences(events: list[dict], payloads: list[str],
+                 nth: list[tuple[int, bool]] | None):
+    """Each (event, line)'s (occurrence in the read, first event line of it), looked up by
+    the line as given (the batch may grow by lines set aside before: kept with theirs)."""
+    by = {(id(e), id(x)): n for e, x, n in zip(events, payloads, nth or [], strict=False)}
+    return lambda e, x: by.get((id(e), id(x)), (1, True))
 
 
 def _finish_problem(c, sweep_id: str, node: str, e: dict, before: list[dict]) -> str | None:

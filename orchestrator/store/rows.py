@@ -21,13 +21,16 @@ MEASUREMENT_TABLE_COLUMNS = ("sweep_id", "node", "seq", "knob_value", "temperatu
 
 
 _REASONS_AT = MEASUREMENT_COLUMNS.index("unreliable_reasons")
+_UTC = timezone.utc
 
 
 def measurement_tuple(sweep_id: str, node: str, e: dict) -> tuple:
-    values = list(map(e.get, MEASUREMENT_COLUMNS))  # hot path: once per generation ingested
+    get = e.get
+    values = tuple(map(get, MEASUREMENT_COLUMNS))  # hot path: once per generation ingested
     if values[_REASONS_AT] is not None:
-        values[_REASONS_AT] = json.dumps(values[_REASONS_AT])
-    kv = e.get("knob_value")
+        values = (*values[:_REASONS_AT], json.dumps(values[_REASONS_AT]),
+                  *values[_REASONS_AT + 1:])
+    kv = get("knob_value")
     return (sweep_id, node, e["seq"], None if kv is None else str(kv),
             e["config"]["temperature"], result_pair(e), measured_at(e["ts"]), e2e_ms(e),
             *values)
@@ -35,8 +38,12 @@ def measurement_tuple(sweep_id: str, node: str, e: dict) -> tuple:
 
 def measured_at(ts: float) -> str:
     """An event's time as text both drivers store as timestamptz / SQLAlchemy's SQLite
-    DateTime (UTC, microseconds): the bulk insert bypasses SQLAlchemy's own conversion."""
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(sep=" ", timespec="microseconds")
+    DateTime (UTC, microseconds): the bulk insert bypasses SQLAlchemy's own conversion.
+    ``isoformat(" ")`` is ``timespec="microseconds"`` but for a whole second (it leaves
+    the fraction out), at a third of its cost (``timespec`` is parsed per call)."""
+    dt = datetime.fromtimestamp(ts, _UTC)
+    text = dt.isoformat(" ")
+    return text if dt.microsecond else text[:-6] + ".000000+00:00"
 
 
 def e2e_ms(e: dict) -> float | None:

@@ -62,3 +62,36 @@ def score(store: Store, nodes: list[str]) -> dict:
         covered += bool(row["ci"]) and row["ci"][0] <= 1.0 <= row["ci"][1]
     return {"pairs": len(nodes), "false_claims": claims, "covered": covered,
             "false_claim_rate": claims / len(nodes), "coverage": covered / len(nodes)}
+
+
+def ar1_sides(rng: random.Random, phi: float, ratio: float = 1.0,
+              noise: Noise = Noise()) -> tuple[list[float], list[float]]:
+    """One planted pair as compare reduces it (each night to its median), without a store:
+    two weeks of ``noise.nights`` nightly levels with the weekend between, log-normal
+    (``noise.night_sd``) with AR(1) memory ``phi`` from night to night (stationary), B's
+    true level ``ratio`` × A's."""
+    import statistics
+
+    e, levels = rng.gauss(0, noise.night_sd), []
+    for _ in range(2 * noise.nights + 2):
+        levels.append(e)
+        e = phi * e + rng.gauss(0, noise.night_sd * math.sqrt(1 - phi * phi))
+    week_a, week_b = levels[:noise.nights], levels[noise.nights + 2:]
+    return tuple([statistics.median(scale * 100 * math.exp(x + rng.gauss(0, noise.rep_sd))
+                                    for _ in range(noise.reps)) for x in side]
+                 for scale, side in ((1.0, week_a), (ratio, week_b)))  # type: ignore[return-value]
+
+
+def direct_score(phi: float, ratio: float, pairs: int, seed: int, memory: bool = True) -> dict:
+    """night_ratio over ``pairs`` planted AR(1) pairs: claims (p < 0.01, interval off 1.0),
+    and how often the interval covers the true ratio."""
+    from orchestrator.review.compare import SIGNIFICANT_P, night_ratio
+
+    rng = random.Random(seed)
+    claims = covered = 0
+    for _ in range(pairs):
+        a, b = ar1_sides(rng, phi, ratio)
+        r = night_ratio(a, b, memory=memory)
+        claims += r["p"] < SIGNIFICANT_P and not r["ci"][0] <= 1.0 <= r["ci"][1]
+        covered += r["ci"][0] <= ratio <= r["ci"][1]
+    return {"claims": claims / pairs, "coverage": covered / pairs}

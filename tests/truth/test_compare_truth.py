@@ -3,6 +3,8 @@ noise it claims (almost) nothing and its 95% interval covers 1.0 as often as it 
 The bench (bench/compare_truth.py) runs 200 pairs; this is a smaller version."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.store import open_store
 from tests.store_templates import fresh_sqlite
@@ -37,3 +39,72 @@ def test_night_ratio_is_welch_on_the_log_medians_and_refuses_one_night_a_side():
     assert got["ci"] == pytest.approx([math.exp(lo), math.exp(hi)])
     # one night on each side: night-to-night noise unmeasured, nothing to test
     assert night_ratio([100.0], [120.0]) == {"ratio": pytest.approx(1.2), "ci": None, "p": None}
+
+
+def test_nights_that_remember_widen_the_interval_by_their_exact_ar1_variance():
+    """Planted by hand: each side's five nights rise steadily (a machine's state carrying
+    over). Their residuals about the side's mean are −2, −1, 0, 1, 2 (× a step): lag-1
+    autocorrelation 4/10 = 0.4, plus 0.6/√8 (half a standard error on eight neighbour pairs)
+    = 0.61, above what even φ 0.9 gives five nights (+0.17): φ is taken at its cap 0.9. The
+    mean of five nights at φ 0.9 scatters g = (5 + 2(4·0.9 + 3·0.81 + 2·0.729 + 0.6561))/25
+    = 0.851528 σ², and their sample variance reads σ²(1 − g)·5/4, so the variance of each
+    side's mean is Welch's s²/5 × g·4/(1 − g) = × 22.941: the interval is √22.941 = 4.790×
+    Welch's half-width in log space (the same t quantile: equal sides, equal scaling)."""
+    import math
+
+    from scipy import stats
+
+    from orchestrator.review.compare import night_ratio
+
+    a = [100.0 * math.exp(0.01 * i) for i in range(5)]
+    b = [105.0 * math.exp(0.01 * i) for i in range(5)]
+    got = night_ratio(a, b)
+    assert got["memory"] == 0.9
+    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
+    lo, hi = stats.ttest_ind(lb, la, equal_var=False).confidence_interval(0.95)
+    welch_half = (hi - lo) / 2
+    half = (math.log(got["ci"][1]) - math.log(got["ci"][0])) / 2
+    assert half / welch_half == pytest.approx(4.790, abs=1e-3)
+    assert got["ratio"] == pytest.approx(1.05)
+
+
+_NIGHTS = st.lists(st.floats(50.0, 200.0), min_size=2, max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_NIGHTS, _NIGHTS, st.floats(0.1, 10.0))
+def test_the_interval_holds_its_estimate_ignores_the_unit_and_never_narrows_welch(a, b, k):
+    """For any nights: the interval contains the ratio; the memory taken is in [0, 0.9];
+    scaling both sides alike changes nothing; with equal sides the interval contains
+    Welch's (the memory only ever widens it)."""
+    import math
+
+    from scipy import stats
+
+    from orchestrator.review.compare import night_ratio
+
+    got = night_ratio(a, b)
+    if got["ci"] is None or len(set(a)) < 2 or len(set(b)) < 2:
+        return
+    assert got["ci"][0] <= got["ratio"] * (1 + 1e-9) and got["ratio"] <= got["ci"][1] * (1 + 1e-9)
+    assert 0.0 <= got["memory"] <= 0.9 and 0.0 <= got["p"] <= 1.0
+    again = night_ratio([x * k for x in a], [x * k for x in b])
+    assert again["memory"] == got["memory"]
+    assert again["ci"] == pytest.approx(got["ci"], rel=1e-6)
+    if len(a) == len(b):
+        la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
+        lo, hi = stats.ttest_ind(lb, la, equal_var=False).confidence_interval(0.95)
+        assert got["ci"][0] <= math.exp(lo) * (1 + 1e-9)
+        assert math.exp(hi) <= got["ci"][1] * (1 + 1e-9)
+
+
+@settings(deadline=None)
+@given(st.integers(1, 12), st.floats(0.0, 0.9), st.floats(0.0, 0.9))
+def test_a_mean_of_nights_scatters_more_the_more_they_remember(n, p1, p2):
+    """mean_gain: 1/n at φ 0 (independent nights), at most 1 (one night's own σ²), and it
+    never falls as φ rises."""
+    from orchestrator.review.nightmemory import mean_gain
+
+    assert mean_gain(n, 0.0) == pytest.approx(1 / n)
+    lo, hi = sorted((p1, p2))
+    assert mean_gain(n, lo) <= mean_gain(n, hi) + 1e-12 <= 1.0 + 1e-12
