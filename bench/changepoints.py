@@ -2,8 +2,10 @@
 
 A bench of planted nightly series (tests/history.planted_nightly: 35 nights, AR(1) noise
 with φ up to 0.5 and σ 1-2%): steps of 10-25% anywhere from night 4 to two nights before
-the window's end, drifts of 10-30% over 12 nights or more, two-night dips, two steps the
-same way with a level held 4-7 nights between them, and no-change series, in equal numbers.
+the window's end, drifts of 10-30% over 12 nights or more, drifts of 10-25% over the last
+8-12 nights (to the window's end), two-night dips, two steps the same way with a level
+held 4-7 nights between them, no-change series, and a weekly pattern (one to three
+weekdays 8-15% off every week) alone and with a step, in equal numbers.
 A step is found when a step (or a possible step, at the end) is reported within a night of
 it; a drift when a drift is reported over its span; anything else reported is false (one
 drift over two steps: both steps missed, the drift false). Goal: precision ≥ 0.95 and
@@ -23,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.review.changepoints import analyse  # noqa: E402
 from tests.history import planted_nightly, score_change_points  # noqa: E402
 
-KINDS = ("step", "drift", "dip", "steps", "none")
+KINDS = ("step", "drift", "late-drift", "dip", "steps", "none", "weekly", "weekly-step")
 PHIS = (0.7, 0.9)
 
 
@@ -45,7 +47,7 @@ def main() -> None:
             series.append((analyse(values), truth))
         s = score_change_points(series)
         rows += series
-        print(f"  {kind:<10} found {s['found']:>3} of {s['events']:>3}, false {s['false']:>3}")
+        print(f"  {kind:<11} found {s['found']:>3} of {s['events']:>3}, false {s['false']:>3}")
     for phi in PHIS:
         for kind in ("none", "step", "drift"):
             series = [(analyse(v), t) for v, t in (planted_nightly(seed, kind, args.nights, phi)

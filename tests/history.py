@@ -13,9 +13,12 @@ import random
 import uuid
 from datetime import datetime, timedelta
 
+from sqlalchemy import select
+
 from agent.protocol import EVENT_SCHEMA_MAJOR, SAMPLING_DEFAULTS
 from agent.summary import SUMMARY_METRICS, describe
 from orchestrator.store import Store
+from orchestrator.store.models import SweepNode
 from orchestrator.sweep.decode import Decoder, Quarantined
 
 BASE_IDENTITY = {"env_id": "env-a", "mlx_version": "0.32.4", "mlx_lm_version": "0.32.2",
@@ -90,7 +93,10 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
     ts = at.timestamp()
     # the node as `fleet facts` saw it (the ingest takes chip and OS build from there)
     store.add_facts(node, {"chip": chip, "os_build": ident["os_build"]})
-    known = next((n.identity or {} for n in store.sweep_nodes(sid) if n.node == node), {})
+    # this node's row only: a sweep of 200 nodes read whole per night made planting quadratic
+    with store.engine.connect() as c:
+        known = c.execute(select(SweepNode.identity).where(
+            SweepNode.sweep_id == sid, SweepNode.node == node)).scalar() or {}
     roles = dict(known.get("roles") or {})
     names = dict(known.get("role_names") or {})
     fingerprints = {"target": ident["target_fingerprint"], "draft": ident["draft_fingerprint"]}
@@ -268,9 +274,12 @@ def planted_nightly(seed: int, kind: str, n: int = 35,
     one planted event: ``step`` (10-25% either way, anywhere from night 4 to 2 nights before
     the end), ``drift`` (10-30% over 12 nights or more, anywhere), ``dip`` (two nights
     10-30% off, inside the window, then back), ``steps`` (two steps of 10-20% the same way,
-    the level between them held 4-7 nights: not a drift) or ``none``. Returns the values and
-    the truth (``kind``, ``at``: the step's night or the drift's first, ``until``: a drift's
-    last, ``second``: the second step's night)."""
+    the level between them held 4-7 nights: not a drift), ``late-drift`` (10-25% over the
+    last 8-12 nights: a drift to the end), ``weekly`` (a weekly pattern alone: one to three
+    weekdays 8-15% off every week, the nights' weekdays ``i % 7``; no change),
+    ``weekly-step`` (that pattern and a ``step``) or ``none``. Returns the values and the
+    truth (``kind``: step, drift, steps, dip or none; ``at``: the step's night or the
+    drift's first, ``until``: a drift's last, ``second``: the second step's night)."""
     import math
 
     rng = random.Random(f"changepoint:{kind}:{seed}:{n}" + ("" if phi is None else f":{phi}"))
@@ -281,8 +290,15 @@ def planted_nightly(seed: int, kind: str, n: int = 35,
         noise.append(e)
         e = phi * e + rng.gauss(0, sigma * math.sqrt(1 - phi * phi))
     level = [1.0] * n
-    truth: dict = {"kind": kind}
+    truth: dict = {"kind": {"late-drift": "drift", "weekly": "none",
+                            "weekly-step": "step"}.get(kind, kind)}
     sign = rng.choice((-1, 1))
+    weekly = [1.0] * 7
+    if kind.startswith("weekly"):
+        off = rng.choice((-1, 1)) * rng.uniform(0.08, 0.15)
+        for day in rng.sample(range(7), rng.randint(1, 3)):
+            weekly[day] = 1 + off
+        kind = kind.removeprefix("weekly").removeprefix("-") or "none"
     if kind == "step":
         at = rng.randint(4, n - 2)
         size = sign * rng.uniform(0.10, 0.25)
@@ -294,6 +310,11 @@ def planted_nightly(seed: int, kind: str, n: int = 35,
         total = sign * rng.uniform(0.10, 0.30)
         level = [1 + total * min(max((i - at) / (span - 1), 0.0), 1.0) for i in range(n)]
         truth.update(at=at, until=at + span - 1, size=total)
+    elif kind == "late-drift":
+        span = rng.randint(8, 12)
+        total = sign * rng.uniform(0.10, 0.25)
+        level = [1 + total * max(i - (n - span), 0) / (span - 1) for i in range(n)]
+        truth.update(at=n - span, until=n - 1, size=total)
     elif kind == "steps":
         held = rng.randint(4, 7)
         at = rng.randint(4, n - 2 - held)
@@ -306,7 +327,8 @@ def planted_nightly(seed: int, kind: str, n: int = 35,
         size = sign * rng.uniform(0.10, 0.30)
         level = [1 + size if at <= i < at + 2 else 1.0 for i in range(n)]
         truth.update(at=at, size=size)
-    return [100 * lv * (1 + x) for lv, x in zip(level, noise)], truth
+    return [100 * lv * weekly[i % 7] * (1 + x)
+            for i, (lv, x) in enumerate(zip(level, noise))], truth
 
 
 def score_change_points(series: list[tuple[list[dict], dict]]) -> dict:

@@ -51,10 +51,12 @@ from .arnoise import (
     slope_z,
 )
 from .ramps import ramp_or_step, ramp_over_steps, sharp_jump
+from .season import weekday_offsets
+from .segfit import MIN_DRIFT, Sums, partition
+from .taildrift import MAX_RAMP, tail_drift
 
 MIN_NIGHTS = 4       # a level held fewer nights than this inside the window is transient
 MIN_TAIL = 2         # nights at the window's end that can show a possible step
-MIN_DRIFT = 6        # the shortest straight segment
 MIN_CHANGE = 0.03    # a level change smaller than 3% is not reported
 Z = 4.0  # standard errors (long-run) a step or a drift must clear
 BIC_WEIGHT = 2.5     # times BIC's log n per level or break in the AR(1) score
@@ -64,74 +66,6 @@ QUIET_WEIGHT = 0.25   # … the share of it a first look asks of one change, to 
 # over a continuous bend: at 1×, 2.5× the bench's drifts gained 3, 2 false edge steps; at 5× none
 JUMP_WEIGHT = 5.0
 POSSIBLE = "confirm on the next nights"
-
-
-class _Sums:
-    """Prefix sums: the least-squares cost of any segment, flat or straight, in O(1)."""
-
-    def __init__(self, x: np.ndarray):
-        t = np.arange(len(x), dtype=float)
-        self.c = [np.concatenate([[0.0], np.cumsum(v)]) for v in (x, x * x, t, t * t, t * x)]
-
-    def parts(self, i, j):
-        s, ss, st, stt, stx = (c[j] - c[i] for c in self.c)
-        return j - i, s, ss, st, stt, stx
-
-    def flat(self, i, j):
-        m, s, ss, *_ = self.parts(i, j)
-        return ss - s * s / m
-
-    def line(self, i, j):
-        m, s, ss, st, stt, stx = self.parts(i, j)
-        vt = stt - st * st / m
-        cov = stx - st * s / m
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return ss - s * s / m - np.where(vt > 0, cov * cov / np.where(vt > 0, vt, 1), 0.0)
-
-    def fit(self, i: int, j: int, kind: str) -> tuple[float, float]:
-        """(level at i, slope per night) of the segment's least-squares fit."""
-        m, s, ss, st, stt, stx = self.parts(i, j)
-        if kind == "flat" or m < 2:
-            return s / m, 0.0
-        slope = (stx - st * s / m) / (stt - st * st / m)
-        return s / m - slope * (st / m - i), slope
-
-
-def partition(sums: _Sums, n: int, pen_flat: float,
-              pen_line: float) -> list[tuple[int, int, str]]:
-    """Segments (start, end, "flat" | "line") minimising cost + penalties: optimal
-    partitioning with PELT's pruning (a start that can no longer win is dropped)."""
-    c0, c1, c2, c3, c4 = sums.c  # prefix sums of x, x², t, t², t·x
-    best = np.full(n + 1, np.inf)
-    best[0] = 0.0
-    back: list[tuple[int, str]] = [(0, "flat")] * (n + 1)
-    alive = np.zeros(n + 1, dtype=bool)
-    alive[0] = True
-    for j in range(1, n + 1):
-        st = np.flatnonzero(alive[:j])
-        m = j - st
-        s, t, tt = c0[j] - c0[st], c2[j] - c2[st], c3[j] - c3[st]
-        flat = (c1[j] - c1[st]) - s * s / m
-        cov = (c4[j] - c4[st]) - t * s / m
-        line = flat - cov * cov / np.maximum(tt - t * t / m, 1e-12)  # one night: cov is 0
-        base = best[st]
-        k = int(np.argmin(base + flat))
-        lined = np.where(m >= MIN_DRIFT, base + line, np.inf)
-        kl = int(np.argmin(lined))
-        if lined[kl] + pen_line < base[k] + flat[k] + pen_flat:
-            best[j], back[j] = lined[kl] + pen_line, (int(st[kl]), "line")
-        else:
-            best[j], back[j] = base[k] + flat[k] + pen_flat, (int(st[k]), "flat")
-        # a start whose best fit to here already costs more than ending here never wins
-        alive[st[base + np.minimum(flat, line) > best[j]]] = False
-        alive[j] = True
-    segs: list[tuple[int, int, str]] = []
-    end = n
-    while end > 0:
-        start, kind = back[end]
-        segs.append((start, end, kind))
-        end = start
-    return segs[::-1]
 
 
 def transients(x: np.ndarray, sigma: float) -> list[int]:
@@ -158,22 +92,29 @@ def transients(x: np.ndarray, sigma: float) -> list[int]:
     return sorted(out)
 
 
-def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[dict]:
+def analyse(values: list[float], causes: frozenset[int] = frozenset(),
+            weekdays: list[int] | None = None) -> list[dict]:
     """The findings in a series (indices): steps, possible steps and drifts, each with its
     index, levels before and after and z. ``causes``: nights where the identity changed (a
-    step there, or a night off, is its own finding, never part of a drift)."""
+    step there, or a night off, is its own finding, never part of a drift). ``weekdays``:
+    each night's weekday (default: consecutive nights); a weekly pattern the history shows
+    is taken out first (``season``), so levels are the week's mean."""
     n = len(values)
     if n < MIN_NIGHTS + MIN_TAIL:
         return []
     raw = np.asarray(values, dtype=float)
     scale = float(np.median(raw)) or 1.0
     full = raw / scale
+    # a weekly pattern scales the level (a weekend load takes a share of it): in logs
+    days = weekdays or [i % 7 for i in range(n)]
+    pattern = weekday_offsets(np.log(full), days) if (full > 0).all() else None
+    full = full if pattern is None else full * np.exp(-pattern)
     sigma, _ = noise(full)
     drop = set(transients(full, sigma))
     keep = [i for i in range(n) if i not in drop]  # index in x → night
     x = full[keep]
     log_n = math.log(len(x))
-    sums = _Sums(x)
+    sums = Sums(x)
     if _quiet(x, sums, log_n):
         return []
     # the noise's memory from the residuals of the fit, refitted until it holds: starting
@@ -204,7 +145,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
             out.append({"index": i, "until": j - 1, "kind": "drift", "before": level,
                         "after": end, "size": end / level - 1,
                         "z": slope_z(j - i, slope, nz), "nights": [j - i]})
-    out = _join_drifts(sorted(out, key=lambda f: f["index"]), caused, x)
+    out = _end_drift(x, _join_drifts(sorted(out, key=lambda f: f["index"]), caused, x), caused)
     for f in out:  # back to nights and to the series' own units
         f.pop("sharp", None)
         f["index"] = keep[f["index"]]
@@ -215,7 +156,28 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset()) -> list[d
     return out
 
 
-def _breaks(x: np.ndarray, segs: list, sums: _Sums, nz: Noise, log_n: float,
+def _end_drift(x: np.ndarray, found: list[dict], caused: set[int]) -> list[dict]:
+    """A drift up to the window's last night the fit missed (the noise's memory explained
+    it) or cut into steps: ``taildrift``, over the nights since the last finding before
+    it. Steps in its span go when the ramp fits better and goes their way; a step at an
+    identity change stays, and so does a drift already reaching the end."""
+    n = len(x)
+    if found and found[-1]["kind"] == "drift" and found[-1]["until"] >= n - 2:
+        return found
+    keep = list(found)
+    while keep and "step" in keep[-1]["kind"] and keep[-1]["index"] >= n - MAX_RAMP \
+            and keep[-1]["index"] not in caused:
+        keep.pop()
+    lo = keep[-1].get("until", keep[-1]["index"] - 1) + 1 if keep else 0
+    # twice the smallest change: with no nights after it, strongly remembering noise
+    # wanders 3-4% in a week (the bench's AR(1) φ 0.9 series: four such, none beyond 4.1%)
+    drift = tail_drift(x, lo, 2 * MIN_CHANGE, Z, [f["index"] for f in found[len(keep):]])
+    if drift is None or any((f["size"] > 0) != (drift["size"] > 0) for f in found[len(keep):]):
+        return found
+    return [*keep, drift]
+
+
+def _breaks(x: np.ndarray, segs: list, sums: Sums, nz: Noise, log_n: float,
             caused: set[int]) -> list[dict]:
     """The findings at the breaks between segments: steps (possible steps at the end), and
     drifts where a step's shape is a ramp. A jump the way a drift beside it goes is the
@@ -317,7 +279,7 @@ def _one_ramp(x: np.ndarray, before: list[dict], after: list[dict]) -> bool:
     return ramp_over_steps(x[lo:hi], first - lo, second - lo) is not None
 
 
-def _confirm(segs: list[tuple[int, int, str]], sums: _Sums,
+def _confirm(segs: list[tuple[int, int, str]], sums: Sums,
              nz: Noise) -> list[tuple[int, int, str]]:
     """Drop what the noise explains, one weakest finding at a time, refitting as it goes:
     a straight segment whose change is small becomes flat; a short segment inside the window
@@ -360,7 +322,7 @@ def _confirm(segs: list[tuple[int, int, str]], sums: _Sums,
         segs[weakest:weakest + 2] = [_joined(a[0], b[1], sums, nz)]
 
 
-def _ar_score(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> float:
+def _ar_score(x: np.ndarray, segs: list, sums: Sums, log_n: float) -> float:
     """−2 log-likelihood of the fit with AR(1) noise (its φ fitted to the residuals), plus
     BIC's log n per parameter (a level, a slope, a break's night): a wandering level is
     explained by the noise's memory at the price of one parameter, a step by a break."""
@@ -376,7 +338,7 @@ def _ar_score(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> float:
     return len(u) * math.log(var) + log_n * (BIC_WEIGHT * params + SLOPE_WEIGHT * slopes)
 
 
-def _quiet(x: np.ndarray, sums: _Sums, log_n: float) -> bool:
+def _quiet(x: np.ndarray, sums: Sums, log_n: float) -> bool:
     """Whether no single change could pay for itself: no step at any night and no slope
     over the whole series beats one flat level in the AR(1) score, even at a fraction of
     the weight the selection asks. Most series of a history are like that; they skip the
@@ -405,7 +367,7 @@ def _quiet(x: np.ndarray, sums: _Sums, log_n: float) -> bool:
     return bool(min(step.min(), line.min()) >= score[-1])
 
 
-def _select(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> list:
+def _select(x: np.ndarray, segs: list, sums: Sums, log_n: float) -> list:
     """Backward elimination by the AR(1) score: drop the break (joining its sides, flat or
     straight, whichever scores better) or straighten the line whose removal improves the
     score most, until none does. What the noise's memory explains goes."""
@@ -428,7 +390,7 @@ def _select(x: np.ndarray, segs: list, sums: _Sums, log_n: float) -> list:
     return segs
 
 
-def _joined(i: int, j: int, sums: _Sums, nz: Noise) -> tuple[int, int, str]:
+def _joined(i: int, j: int, sums: Sums, nz: Noise) -> tuple[int, int, str]:
     """One segment over [i, j): straight if a line explains it by more than the noise."""
     if j - i >= MIN_DRIFT:
         level, slope = sums.fit(i, j, "line")
@@ -438,7 +400,7 @@ def _joined(i: int, j: int, sums: _Sums, nz: Noise) -> tuple[int, int, str]:
     return (i, j, "flat")
 
 
-def _merge_transient(segs: list, s: int, sums: _Sums) -> list:
+def _merge_transient(segs: list, s: int, sums: Sums) -> list:
     """Fold transient segment ``s`` into a neighbour: the one whose level is closer (a dip
     between two equal levels then leaves one break the next pass removes)."""
     i, j, _ = segs[s]
@@ -471,7 +433,7 @@ def change_points(nights: list[tuple[date, float, dict]], labels) -> list[dict]:
     values = [v for _, v, _ in nights]
     causes = frozenset(i for i in range(1, len(nights)) if labels(nights[i - 1][2], nights[i][2]))
     out = []
-    found = analyse(values, causes)
+    found = analyse(values, causes, [night.weekday() for night, _, _ in nights])
     stepped = {f["index"] for f in found if f["kind"] != "drift"}
     for f in found:
         at = f["index"]
