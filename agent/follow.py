@@ -1,6 +1,7 @@
 """``python -m agent follow JOURNAL --from-seq N [--pid PID]``: stream a journal.
 
-Prints, one per line, every complete event with ``seq > N`` as it is written, and
+Prints, one per line, every complete line the store may not account for yet (each with
+``seq > N``, and the others ``reread.Reread`` names) as it is written, and
 exits once the agent process is gone and the journal is drained. A final
 ``job_finished``/``job_failed`` does not end it while the agent runs: a forged or damaged
 line must not end following early. The controller runs this over SSH; when the link
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 from .protocol import MAX_EVENT_BYTES
+from .reread import Reread
 
 
 def alive(pid: int | None) -> bool:
@@ -39,16 +41,6 @@ def alive(pid: int | None) -> bool:
         return True
 
 
-def _seq(line: bytes) -> int | None:
-    """The line's seq, when it is a readable event; None for anything else."""
-    try:
-        event = json.loads(line)
-    except (ValueError, RecursionError):  # a hostile line may nest 100,000 levels deep
-        return None
-    seq = event.get("seq") if isinstance(event, dict) else None
-    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
-
-
 def follow(journal: Path, from_seq: int, pid: int | None, poll_s: float = 0.05,
            wait_s: float = 30.0, out=None) -> int:
     out = out if out is not None else sys.stdout.buffer
@@ -59,34 +51,43 @@ def follow(journal: Path, from_seq: int, pid: int | None, poll_s: float = 0.05,
             return 3
         time.sleep(poll_s)
     with open(journal, "rb") as f:
+        fd = f.fileno()
+        pick = Reread(from_seq, lambda at, n: os.pread(fd, n, at))
         buf = b""
+        at = 0  # the journal offset buf starts at
         skipping = False  # inside a line longer than any event: its head went out already
         while True:
             chunk = f.read(1 << 20)
             if chunk:
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
+                starts = []
+                for line in lines:
+                    starts.append(at)
+                    at += len(line) + 1
                 if skipping and lines:
-                    lines, skipping = lines[1:], False  # the long line's tail
+                    lines, starts, skipping = lines[1:], starts[1:], False  # its tail
                 if len(buf) > MAX_EVENT_BYTES:
                     # bounded memory: the controller sets the line aside by its length
                     if not skipping:
                         lines.append(buf[:MAX_EVENT_BYTES + 1])
+                        starts.append(at)
+                    at += len(buf)
                     buf, skipping = b"", True
-                for line in lines:
+                for line, start in zip(lines, starts):
                     if not line.strip():
                         continue
                     # a line the controller cannot read is still sent: it decides, and
                     # keeps it aside with a reason rather than leaving a silent gap
-                    if from_seq <= 0 or (seq := _seq(line)) is None or seq > from_seq:
-                        out.write(line + b"\n")
+                    for x in pick.pick(line, start):
+                        out.write(x + b"\n")
                 out.flush()
                 continue
             if not alive(pid):
                 # one last read: the agent may have written just before exiting
                 rest = f.read()
-                if rest:
-                    buf += rest
+                if rest:  # read again from there: buf holds only bytes not split yet
+                    f.seek(-len(rest), os.SEEK_CUR)
                     continue
                 return 0
             time.sleep(poll_s)

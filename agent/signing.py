@@ -14,10 +14,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
 
 TAG = b',"mac":"'
 MAC_HEX = 64  # SHA-256, hex
 SUFFIX_BYTES = len(TAG) + MAC_HEX + 2  # what signing adds to a line (the tag, mac, '"}')
+START = b'{"schema":'  # how every line the agent writes begins (journal.Journal.emit)
+# where in a line a signed line glued after other bytes may begin: tried from the right, so
+# bytes glued in front cannot push the agent's own start out; a few more than the one start
+# the agent's line has (a nested object whose first key is "schema" adds one)
+MAX_STARTS = 8
 
 
 def mac(key: bytes, body: bytes) -> str:
@@ -33,6 +39,25 @@ def sign(key: bytes, line: str) -> str:
 def signed(key: bytes, line: bytes) -> bool:
     """Whether ``line`` (no newline) ends with a valid MAC of the bytes before it."""
     return Verifier(key)(line)
+
+
+def signed_from(check: Callable[[bytes], bool], line: bytes) -> int | None:
+    """Where the agent's signed line begins in ``line`` (a journal line, surrounding
+    whitespace stripped): 0 when all of it is the agent's; past the bytes another writer
+    appended with no newline before the agent's next line (``line[:at]``, foreign);
+    None when no part verifies. The signed part always runs to the line's end and must
+    carry a valid MAC of its own bytes: glued bytes can neither forge a line nor hide one,
+    and a JSON string cannot hold START (its quotes would be escaped)."""
+    if check(line):
+        return 0
+    at = line.rfind(START, 0, max(len(line) - SUFFIX_BYTES, 0))
+    for _ in range(MAX_STARTS):
+        if at <= 0:
+            return None
+        if check(line[at:]):
+            return at
+        at = line.rfind(START, 0, at)
+    return None
 
 
 class Verifier:

@@ -17,7 +17,7 @@ import orjson
 from sqlalchemy import Text, and_, cast, exists, func, select
 
 from .dupkeys import REWRITTEN
-from .models import Event, QuarantinedEvent
+from .models import Event, QuarantinedEvent, SweepNode
 
 # how the reason of a journal line that repeats a stored event begins (the same event again:
 # accounted for, not lost, not a conflict)
@@ -25,6 +25,9 @@ REPEAT = "repeat:"
 # rows of the quarantine table that are no line set aside from the job: a repeat of a stored
 # event, and the journal line of an event stored written again
 NOT_ASIDE = (REPEAT, REWRITTEN)
+# reasons of lines a keyed node's agent did not write (sweep.decode)
+UNSIGNED = "not written by this job's agent (no valid signature)"
+GLUED = "foreign bytes:"
 
 
 def repeat_reason(seq: int) -> str:
@@ -90,9 +93,14 @@ def coverage(store, sweep_id: str, node: str) -> Coverage:
             Event.sweep_id == sweep_id, Event.node == node)).scalars())
         aside = list(c.execute(select(QuarantinedEvent.seq).where(
             QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)).scalars())
+        keyed = c.execute(select(SweepNode.journal_key).where(
+            SweepNode.sweep_id == sweep_id, SweepNode.node == node)).scalar() is not None
     numbered = {n for n in aside if n is not None}
-    return Coverage(frozenset(events | numbered), max(events, default=0),
-                    len(aside) - sum(n is not None for n in aside))
+    # on a keyed node a line with no readable seq is not one the agent wrote (each of its
+    # lines is JSON with a seq) and stands for none that is missing: bytes glued before
+    # the agent's line that made it longer than any event must not hide its loss
+    unnumbered = 0 if keyed else len(aside) - len([n for n in aside if n is not None])
+    return Coverage(frozenset(events | numbered), max(events, default=0), unnumbered)
 
 
 def missing_by_node(store, sweep_ids: list[str]) -> dict[str, dict[str, int]]:

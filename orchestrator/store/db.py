@@ -217,7 +217,8 @@ class Store:
 
     def ingest(self, sweep_id: str, node: str, events: list[dict],
                raw: list[str] | None = None, refused: list | None = None,
-               open_end: bool = False, twice: frozenset[int] = frozenset()) -> int:
+               open_end: bool = False, twice: frozenset[int] = frozenset(),
+               nth: list[tuple[int, bool]] | None = None) -> int:
         """Store events (and their measurements, telemetry, runs) once; returns how many
         events were new. ``raw`` are the journal lines the events were parsed from: stored
         as they are, they need not be serialised again (ingest is the hot path).
@@ -226,13 +227,14 @@ class Store:
         a run again or outside the plan, or ends the job with counts the journal does not
         hold is set aside with its reason, in the same transaction; the newly set-aside
         ones are appended to ``refused``. ``open_end``: the node's agent may still be
-        writing; ``twice``: seqs the follower's read holds more than one line of (see
-        ``ledger.admit``)."""
+        writing; ``twice``: seqs the follower's read holds more than one line of; ``nth``:
+        each line's occurrence of its content in the read (see ``ledger.admit``)."""
         if not events:
             return 0
         payloads = raw or [json.dumps(e, separators=(",", ":")) for e in events]
         with self.engine.begin() as c:
-            events, payloads, out = admit(c, sweep_id, node, events, payloads, open_end, twice)
+            events, payloads, out = admit(c, sweep_id, node, events, payloads, open_end, twice,
+                                         nth)
             if out:
                 kept = self._quarantine(c, sweep_id, node, out)
                 if refused is not None:

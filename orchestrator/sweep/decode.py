@@ -22,9 +22,10 @@ import orjson
 
 from agent.events import Event
 from agent.protocol import EVENT_SCHEMA, EVENT_SCHEMA_MAJOR, MAX_EVENT_BYTES
-from agent.signing import Verifier
+from agent.signing import Verifier, signed_from
 
 from ..errors import SpecfleetError
+from ..store.coverage import GLUED, UNSIGNED  # noqa: F401  (UNSIGNED: re-exported)
 from ..store.dupkeys import duplicate_key
 from ..store.eventcheck import (  # noqa: F401  (re-exported: the rules' historical home)
     GENERATION_RULES,
@@ -40,7 +41,11 @@ from ..store.eventcheck import (  # noqa: F401  (re-exported: the rules' histori
 from ..store.fastcheck import FAST_CHECKS
 
 MAX_LINE_BYTES = MAX_EVENT_BYTES  # a journal line longer than this is quarantined, not read
-UNSIGNED = "not written by this job's agent (no valid signature)"
+
+
+def glued_reason(seq: int | None) -> str:
+    return (f"{GLUED} not written by this job's agent: appended with no newline before its "
+            f"signed line (seq {seq}), which is read on its own")
 
 
 class ProtocolMismatch(SpecfleetError):
@@ -94,6 +99,31 @@ class Decoder:
     def key(self, key: bytes | None) -> None:
         self._key = key
         self._signed = None if key is None else Verifier(key)
+
+    def framed(self, line: str | bytes) -> tuple[str | None, str]:
+        """(bytes another writer glued before the agent's signed line, or None; the line
+        to decode). A keyed journal's line whose signed part starts past its first byte
+        (``signing.signed_from``; surrounding whitespace is no line's content, as
+        everywhere in the ledger) is the agent's line with foreign bytes in front: the two
+        are judged apart, the agent's line whole. Any other line is returned as it is."""
+        if isinstance(line, bytes):
+            line = line.decode("utf-8", "surrogateescape")
+        check = self._signed
+        # a line over the limit is set aside by its length, as the digest leaves it whole
+        if check is None or line_bytes(line.removesuffix("\n")) > MAX_LINE_BYTES:
+            return None, line
+        text = line.strip()
+        try:
+            raw = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a surrogate no byte was escaped to: not the agent's
+            return None, line
+        at = signed_from(check, raw)
+        if at is None:
+            return None, line
+        if at == 0:
+            return None, text
+        return (raw[:at].decode("utf-8", "surrogateescape").strip(),
+                raw[at:].decode("utf-8", "surrogateescape"))
 
     def event(self, line: str | bytes) -> Event | Quarantined:
         """The typed event, or why the line was set aside. Raises ``ProtocolMismatch``

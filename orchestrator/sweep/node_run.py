@@ -12,7 +12,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import orjson
@@ -26,11 +26,11 @@ from ..fleet.inventory import Host
 from ..fleet.node_paths import check_placement, expand_root
 from ..fleet.transport import connect, q
 from ..store import Store
-from ..store.coverage import coverage, ranges_text, seq_ranges
+from ..store.coverage import Coverage, coverage, ranges_text, seq_ranges
 from ..store.derived import rederive_measurements
 from ..store.dupkeys import rewritten_reason
 from ..store.errors import StoreFailure, translated
-from .decode import Decoder, Quarantined
+from .decode import Decoder, Quarantined, glued_reason
 from .lease import hold_lease
 from .node_job import agent_command, node_identity, node_job
 from .options import SweepOptions, again_command
@@ -45,6 +45,18 @@ def _content(line: str) -> bytes:
     return hashlib.sha256(line.encode("utf-8", "replace")).digest()
 
 
+@dataclass
+class _Read:
+    """What one read of a node's journal has seen so far."""
+
+    cov: Coverage  # the store's coverage when the read began
+    pipeline: IngestPipeline
+    ends: list[dict] = field(default_factory=list)  # final events read (said once kept)
+    repeats: Counter[bytes] = field(default_factory=Counter)  # lines per content so far
+    events: Counter[bytes] = field(default_factory=Counter)  # of them, lines read as events
+    read: set[int] = field(default_factory=set)  # the seqs of the read's events
+
+
 class NodeRun:
     """One node's part of a sweep, from lease to final outcome."""
 
@@ -57,6 +69,10 @@ class NodeRun:
         self._home: str | None = None  # the node's $HOME, asked once
         self.decoder = Decoder(host.name)
         self.twice: set[int] = set()  # seqs the current read holds more than one line of
+        # id of an event read -> its line's occurrence of that content in the read (a line
+        # the ledger refuses is kept once per occurrence), and whether it is the read's
+        # first event line of it (ledger.admit); taken when its batch is stored
+        self.nth: dict[int, tuple[int, bool]] = {}
         self.open_end = False  # whether the agent followed may still write (follow_once)
 
     async def set_aside(self, q: Quarantined) -> None:
@@ -183,14 +199,18 @@ class NodeRun:
             return
 
         twice = frozenset(self.twice)  # seqs this read has more than one line of
+        nth = [self.nth.get(id(e), (1, True)) for e in batch]
 
         def store_batch() -> list:
             refused: list = []  # fresh per attempt: a rolled-back attempt said nothing
             self.store.ingest(self.sweep_id, self.host.name, batch, raw, refused,
-                              open_end=self.open_end, twice=twice)
+                              open_end=self.open_end, twice=twice, nth=nth)
             return refused
 
-        for r in await self.with_store(store_batch):
+        said = await self.with_store(store_batch)
+        for e in batch:
+            self.nth.pop(id(e), None)
+        for r in said:
             self.say(f"set aside a journal line (seq {r.seq}): {r.reason[:160]}")
 
     async def rewritten(self, event: dict, text: str, repeats: Counter[bytes]) -> str:
@@ -227,47 +247,59 @@ class NodeRun:
         self.open_end = sn.state in ("launching", "running")
         cmd = (f"cd {q(sn.agent_dir)} && {q(sn.python)} -m agent follow "
                f"{q(sn.journal_path)} --from-seq {cov.through} --pid {pid}")
-        pipeline = IngestPipeline(self.ingest)
-        ends: list[dict] = []
-        # each read starts at the journal's top and sends every line without a readable
-        # seq again: the k-th identical set-aside line of this read is the journal's k-th,
-        # so counting per read keeps one row per line and a re-read adds none
-        repeats: Counter[bytes] = Counter()
-        read: set[int] = set()  # the seqs of this read's events: a second line is a repeat
+        r = _Read(cov, IngestPipeline(self.ingest))
         self.twice.clear()
+        self.nth.clear()
         try:
             # aclosing: a follower left early (an agent refused mid-stream) is closed now,
             # not whenever the garbage collector finds it after the event loop is gone
             async with contextlib.aclosing(t.stream_lines(cmd)) as lines:
                 async for line in lines:
-                    if not line.strip():
-                        continue
-                    typed = self.decoder.event(line)  # the one boundary; may refuse the agent
-                    if isinstance(typed, Quarantined):
-                        key = _content(typed.line)
-                        repeats[key] += 1
-                        await self.set_aside(replace(typed, occurrence=repeats[key]))
-                        continue
-                    event = typed.raw  # the checked object: what the store keeps and reads
-                    text = line.strip()
-                    if self.decoder.duplicate is not None:  # stored as checked (dupkeys)
-                        text = await self.rewritten(event, text, repeats)
-                    if event["seq"] in read:  # the ledger judges it as a line repeated
-                        self.twice.add(event["seq"])
-                    read.add(event["seq"])
-                    if event["type"] in FINAL_EVENTS:
-                        ends.append(event)  # said once the ledger keeps it (it may be forged)
-                    elif event["seq"] not in cov.covered:  # shown once, when it first arrives
-                        self.progress(self.host.name, event)
-                    # stored as written (again for a seq stored already: the store keeps
-                    # one); no second serialisation
-                    await pipeline.add(event, text)
+                    if line.strip():
+                        await self._take(line, r)
         finally:
-            await pipeline.close()
+            await r.pipeline.close()
         last = await self.with_store(self.store.last_event, self.sweep_id, self.host.name)
-        for e in ends:
+        for e in r.ends:
             if e == last and e["seq"] not in cov.covered:
                 self.progress(self.host.name, e)
+
+    async def _aside(self, q: Quarantined, r: _Read) -> None:
+        # each read starts at the journal's top (or sends every line the store may not
+        # account for, agent.reread): the k-th identical set-aside line of this read is the
+        # journal's k-th, so counting per read keeps one row per line and a re-read adds none
+        r.repeats[key := _content(q.line)] += 1
+        await self.set_aside(replace(q, occurrence=r.repeats[key]))
+
+    async def _take(self, line: str, r: _Read) -> None:
+        """One journal line through the decode boundary, into the store or set aside."""
+        # bytes glued before the agent's signed line are set aside on their own; the
+        # agent's line is judged whole, as if they were not there
+        glued, line = self.decoder.framed(line)
+        typed = self.decoder.event(line)  # the one boundary; may refuse the agent
+        if glued is not None:
+            seq = typed.seq if isinstance(typed, Quarantined) else typed.raw["seq"]
+            await self._aside(Quarantined(None, glued_reason(seq), glued), r)
+        if isinstance(typed, Quarantined):
+            await self._aside(typed, r)
+            return
+        event = typed.raw  # the checked object: what the store keeps and reads
+        text = line.strip()
+        if self.decoder.duplicate is not None:  # stored as checked (dupkeys)
+            text = await self.rewritten(event, text, r.repeats)
+        if event["seq"] in r.read:  # the ledger judges it as a line repeated
+            self.twice.add(event["seq"])
+        r.read.add(event["seq"])
+        if event["type"] in FINAL_EVENTS:
+            r.ends.append(event)  # said once the ledger keeps it (it may be forged)
+        elif event["seq"] not in r.cov.covered:  # shown once, when it first arrives
+            self.progress(self.host.name, event)
+        r.repeats[key := _content(text)] += 1
+        r.events[key] += 1
+        self.nth[id(event)] = (r.repeats[key], r.events[key] == 1)
+        # stored as written (again for a seq stored already: the store keeps one); no
+        # second serialisation
+        await r.pipeline.add(event, text)
 
     async def follow(self, t) -> None:
         """Follow until the agent is done; on a dropped link reconnect and go on.

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+
+from agent import signing
 
 from ..errors import RemoteError, SpecfleetError
 from ..fleet.fanout import run_fan_out
@@ -36,9 +39,28 @@ from ..store.derived import measurement_mismatches
 # Runs on the node with the agent's Python (standard library only). One output line per
 # journal line, "SEQ SHA256" ("-" for a line with no readable seq), then "end LINES PARTIAL";
 # a last line without its newline is being written (or was torn by a crash): not counted.
-DIGEST_SCRIPT = r"""
+# With --key-stdin (a keyed sweep node: the key on stdin, never argv or a file) a line whose
+# signed part starts past bytes glued in front is two lines, as the follower keeps it: the
+# foreign bytes ("-") and the agent's line, split by the very rule the follower's decoder
+# uses (agent/signing.py, sent along as its source).
+_DIGEST_BODY = r"""
 import hashlib, json, sys
+check = None
+if "--key-stdin" in sys.argv[2:]:
+    check = Verifier(bytes.fromhex(sys.stdin.readline().strip()))
 out, n, partial = [], 0, 0
+
+
+def row(b, numbered=True):
+    try:
+        text = b.decode("utf-8", "surrogateescape")
+        seq = json.loads(text).get("seq") if numbered else None
+    except Exception:
+        seq = None
+    seq = seq if type(seq) is int else "-"
+    return "%s %s\n" % (seq, hashlib.sha256(b).hexdigest())
+
+
 with open(sys.argv[1], "rb") as f:
     for raw in f:
         if not raw.endswith(b"\n"):
@@ -49,17 +71,22 @@ with open(sys.argv[1], "rb") as f:
         text = raw.decode("utf-8", "surrogateescape").strip()
         if not text:
             continue
-        n += 1
-        try:
-            seq = json.loads(text).get("seq")
-        except Exception:
-            seq = None
-        seq = seq if type(seq) is int else "-"
-        out.append("%s %s\n" % (seq, hashlib.sha256(
-            text.encode("utf-8", "surrogateescape")).hexdigest()))
+        b = text.encode("utf-8", "surrogateescape")
+        # split past the limit too: the follower kept only such a line's head, so an
+        # agent's line found in it is missing from the store, never accounted for
+        at = signed_from(check, b) if check is not None else None
+        if at:
+            n += 2
+            glued = b[:at].decode("utf-8", "surrogateescape").strip()
+            out.append(row(glued.encode("utf-8", "surrogateescape"), numbered=False))
+            out.append(row(b[at:]))
+        else:
+            n += 1
+            out.append(row(b))
 sys.stdout.write("".join(out))
 sys.stdout.write("end %d %d\n" % (n, partial))
 """
+DIGEST_SCRIPT = inspect.getsource(signing) + _DIGEST_BODY
 
 JournalLine = tuple[int | None, str]  # (seq, content hash)
 
@@ -267,8 +294,10 @@ def verify_sweep(store: Store, sweep_id: str, hosts: list[Host],
         else:
             # what runs on the node is the inventory's choice, never the store's
             check_placement(h, expand_root(h.root, await t.home()), sn, sweep_id)
-            r = await t.run(f"{q(sn.python)} -c {q(DIGEST_SCRIPT)} {q(sn.journal_path)}",
-                            check=False)
+            keyed = " --key-stdin" if sn.journal_key else ""
+            r = await t.run(f"{q(sn.python)} -c {q(DIGEST_SCRIPT)} {q(sn.journal_path)}"
+                            f"{keyed}", check=False,
+                            input=f"{sn.journal_key}\n" if sn.journal_key else None)
             if r.exit_status != 0:
                 why = (r.stderr.strip().splitlines() or [f"exit {r.exit_status}"])[-1]
                 return NodeLedger(h.name, "unverified", detail=f"cannot read its journal "
