@@ -43,6 +43,7 @@ ERROR_SHARE_STOP = 0.10     # a level where ≥10% of requests fail ends the ram
 LATENCY_GROWTH_STOP = 4.0   # e2e p50 ≥4× the first level's, with no throughput gained
 
 
+MIN_OPEN_REQUESTS = 4       # the fewest an open loop's trend can bound
 SATURATED_SHARE = 0.95      # served below this share of the offered rate: saturated
 SURE_Z = 1.645              # a trend is sure past this (one-sided 5%, as Sen's bound)
 
@@ -67,6 +68,12 @@ class Outcome:
     @property
     def output_tokens(self) -> int:
         return self.tokens if self.tokens is not None else len(self.chunk_times)
+
+    @property
+    def last(self) -> float:
+        """When its last chunk came (since the level started): where vLLM's E2EL ends
+        (``most_recent_timestamp``), not when the server closed the stream."""
+        return self.sent + self.chunk_times[-1]
 
 
 @dataclass
@@ -131,7 +138,15 @@ def closed_loop(send: Send, concurrency: int, requests: int,
         t.start()
     for t in threads:
         t.join(deadline_s + 60)
-    return sorted(out, key=lambda o: o.sent), time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    with lock:  # requests the deadline left unsent were asked for: failed, never dropped
+        out += [_unsent(wall, deadline_s) for _ in counter]
+    return sorted(out, key=lambda o: o.sent), wall
+
+
+def _unsent(at: float, deadline_s: float) -> Outcome:
+    return Outcome(at, at, end=at, error=f"not sent: past the level's {deadline_s:g} s "
+                                          "deadline")
 
 
 def arrival_times(rate: float, requests: int, arrivals: str, seed: int) -> list[float]:
@@ -184,7 +199,9 @@ def open_loop(send: Send, rate: float, requests: int, arrivals: str = "poisson",
         # the first arrivals must not wait for threads being started
         t0 = clock[0] = time.perf_counter()
         for i, at in enumerate(schedule):
-            if at > deadline_s:
+            if at > deadline_s:  # the rest were offered too: failed, never dropped
+                with lock:
+                    out += [_unsent(late, deadline_s) for late in schedule[i:]]
                 break
             sleep_until(t0 + at)
             work.put((i, at))
@@ -236,8 +253,10 @@ def served_rate(outcomes: list[Outcome]) -> float | None:
     after its first chunk (a reply that keeps up still streams after the last arrival); the
     wait for the first tokens stays in, so a held burst is served over the hold."""
     ok = sorted((o for o in outcomes if o.ok), key=lambda o: o.scheduled)
-    if len(ok) < 2:
+    if not ok:
         return 0.0
+    if len(ok) < 2:  # one request has no rate (and one of several: the errors say it)
+        return None
     trend = sen_slope([o.scheduled for o in ok], [o.end - o.scheduled for o in ok])
     offered = realised_rate([o.scheduled for o in outcomes])
     if trend is not None and offered and not _held(ok, max(o.scheduled for o in outcomes),
@@ -286,9 +305,10 @@ def summarize(outcomes: list[Outcome], wall_s: float, slo: dict | None = None,
     ttft = [o.chunk_times[0] * 1e3 for o in ok]
     # vLLM's ITL: each chunk's gap after the one before, whatever tokens it carries
     itl = [(b - a) * 1e3 for o in ok for a, b in zip(o.chunk_times, o.chunk_times[1:])]
-    e2e = [(o.end - o.scheduled) * 1e3 for o in ok]  # from its scheduled time: waits count
+    # to its last chunk (vLLM's end), from its scheduled time: waits count
+    e2e = [(o.last - o.scheduled) * 1e3 for o in ok]
     # vLLM's E2EL: from the moment it was sent, without the wait for a free client slot
-    e2el = [(o.end - o.sent) * 1e3 for o in ok]
+    e2el = [o.chunk_times[-1] * 1e3 for o in ok]
     # vLLM's TPOT: (E2E − TTFT) / (tokens − 1), E2E to the last chunk
     tpot = [request_tpot_ms(o) for o in ok if o.output_tokens > 1]
     per_stream = [o.output_tokens / o.chunk_times[-1] for o in ok if o.chunk_times[-1] > 0]
@@ -316,8 +336,8 @@ def summarize(outcomes: list[Outcome], wall_s: float, slo: dict | None = None,
         "requests_per_s": round(len(ok) / wall_s, 3) if wall_s > 0 else None,
         # the rate the level was offered (its schedule, realised; a closed loop's: its
         # sends) and the rate it served (successful completions over the level's wall)
-        "offered_rps": round(offered, 3) if offered else None,
-        "served_rps": round(served, 3) if served is not None else None,
+        "offered_rps": _rate(offered) if offered else None,
+        "served_rps": _rate(served) if served is not None else None,
         "queue_growth_ms": queue_growth_ms(outcomes),
         **_pcts(ttft, "ttft_ms"), **_pcts(itl, "itl_ms"), **_pcts(tpot, "tpot_ms"),
         **_pcts(e2e, "e2e_ms"), **_pcts(e2el, "e2el_ms"),
@@ -331,6 +351,13 @@ def summarize(outcomes: list[Outcome], wall_s: float, slo: dict | None = None,
         m["good_requests"] = len(good)
         m["goodput_rps"] = round(len(good) / wall_s, 3) if wall_s > 0 else None
     return m
+
+
+def _rate(v: float) -> float:
+    """Requests/s as stored and judged: 3 decimals (at most 1% of a rate from 0.1 a
+    second), 4 significant digits below (three decimals would read 0.0046 of 0.005
+    offered as 0.005: 'keeps up')."""
+    return round(v, 3) if v >= 0.1 else float(f"{v:.4g}")
 
 
 def request_tpot_ms(o: Outcome) -> float:
@@ -349,7 +376,7 @@ def meets(o: Outcome, slo: dict) -> bool:
     ttft = o.chunk_times[0] * 1e3
     checks = {"ttft_ms": ttft, "ttft": ttft,
               "itl_p95_ms": (percentile(itl, 95) or 0.0) if itl else 0.0,
-              "e2e_ms": (o.end - o.scheduled) * 1e3, "e2el": (o.end - o.sent) * 1e3,
+              "e2e_ms": (o.last - o.scheduled) * 1e3, "e2el": o.chunk_times[-1] * 1e3,
               "tpot": request_tpot_ms(o)}
     return all(checks[k] <= float(limit) for k, limit in slo.items())
 
@@ -429,6 +456,11 @@ def check_load(load, engine_type: str) -> str | None:
         if v is not None and (not isinstance(v, int) or isinstance(v, bool)
                               or not 1 <= v <= top):
             return f"load.{key}: an integer from 1 to {top}, got {v!r}"
+    if load.get("request_rate") and load.get("requests", 16) < MIN_OPEN_REQUESTS:
+        # Sen's bound on 3 lags is unbounded and Kendall's z on 3 waits stays under 1.645:
+        # no server could read saturated
+        return (f"load.requests: at least {MIN_OPEN_REQUESTS} with request_rate (fewer "
+                f"cannot show a server falling behind), got {load['requests']!r}")
     slo = load.get("slo") or {}
     if not isinstance(slo, dict) or set(slo) - set(SLO_KEYS) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0

@@ -13,9 +13,12 @@ import random
 import uuid
 from datetime import datetime, timedelta
 
+from sqlalchemy import select
+
 from agent.protocol import EVENT_SCHEMA_MAJOR, SAMPLING_DEFAULTS
 from agent.summary import SUMMARY_METRICS, describe
 from orchestrator.store import Store
+from orchestrator.store.models import SweepNode
 from orchestrator.sweep.decode import Decoder, Quarantined
 
 BASE_IDENTITY = {"env_id": "env-a", "mlx_version": "0.32.4", "mlx_lm_version": "0.32.2",
@@ -90,7 +93,10 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
     ts = at.timestamp()
     # the node as `fleet facts` saw it (the ingest takes chip and OS build from there)
     store.add_facts(node, {"chip": chip, "os_build": ident["os_build"]})
-    known = next((n.identity or {} for n in store.sweep_nodes(sid) if n.node == node), {})
+    # this node's row only: a sweep of 200 nodes read whole per night made planting quadratic
+    with store.engine.connect() as c:
+        known = c.execute(select(SweepNode.identity).where(
+            SweepNode.sweep_id == sid, SweepNode.node == node)).scalar() or {}
     roles = dict(known.get("roles") or {})
     names = dict(known.get("role_names") or {})
     fingerprints = {"target": ident["target_fingerprint"], "draft": ident["draft_fingerprint"]}

@@ -18,6 +18,7 @@ import atexit
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
@@ -184,4 +185,25 @@ def fresh_sqlite(path: Path) -> str:
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
             _TEMPLATES["sqlite"] = migrated_sqlite_template(folder)
         shutil.copyfile(_TEMPLATES["sqlite"], path)
+    return f"sqlite:///{path}"
+
+
+def planted_sqlite(key: str, build: Callable[[str], object], path: Path) -> str:
+    """The URL of a SQLite store at ``path``: a copy of the one ``build(url)`` planted into a
+    fresh store once per process (per ``key``). For a fixture that plants the same history
+    for every test of a module (seeded, so every planting is alike): each test gets a copy
+    of its own to write into, and the planting through the real ingest is paid once."""
+    path = Path(path)
+    if key not in _TEMPLATES:
+        import sqlite3
+
+        folder = Path(tempfile.mkdtemp(prefix="specfleet-planted-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        url = fresh_sqlite(folder / "planted.db")
+        build(url)
+        with sqlite3.connect(folder / "planted.db") as c:  # the copy is one file
+            busy = c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        assert busy == 0, f"{key}: the planted store's log could not be folded in"
+        _TEMPLATES[key] = folder / "planted.db"
+    shutil.copyfile(_TEMPLATES[key], path)
     return f"sqlite:///{path}"

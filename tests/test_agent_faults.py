@@ -153,6 +153,9 @@ def test_second_agent_on_a_busy_node_names_the_holder(tmp_path, model_pair):
     first = _start_agent(write_job(tmp_path, job), tmp_path / "a.jsonl")
     try:
         _wait_for(tmp_path / "a.jsonl", lambda ev: any(e["type"] == "soak_sample" for e in ev))
+        # held (SIGSTOP), it keeps the node's lock without generating on for the rest of the
+        # test (its soak burned a CPU while the second agent started and was refused)
+        first.send_signal(signal.SIGSTOP)
         second = {**small_job(model_pair), "job_id": "second"}
         (tmp_path / "b.json").write_text(json.dumps(second))
         proc = run_agent(tmp_path / "b.json", tmp_path / "b.jsonl")

@@ -1,28 +1,34 @@
 """The demo's calibration plan swept for real on the local node, and the weekly review read
 back through Chromium: the calibration series as a production candidate at its measured
-best width, the ladder walked from rung 0, the adaptive sweep's stops shown, the policy it
-would get if asked, and why its TTFT limit is raised, each marked as calibration."""
+best width, the ladder walked from rung 0, the adaptive sweep stopped on its winner, the
+policy on (the demo asks calibration in; provisional: 1 of 3 nights), and why its TTFT
+limit is raised, each marked as calibration."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import statistics
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from orchestrator.demo import (
+    CALIBRATION_ADAPTIVE,
     CALIBRATION_FOLDER,
+    CALIBRATION_REPETITIONS,
     CALIBRATION_TTFT_LIMIT,
     CALIBRATION_WIDTHS,
     build_demo_calibration,
     build_demo_tiers,
     calibration_plan,
+    write_demo_review,
 )
 from orchestrator.fleet.inventory import load_inventory
-from orchestrator.review.report import write_review
+from orchestrator.review.sweep_page import render_review
 from orchestrator.store import open_store
 from orchestrator.store.models import Event, Measurement, Run
 from orchestrator.sweep.dispatch import SweepOptions, start_sweep
@@ -36,6 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_MACHINE = "  cv_threshold: 1.0\n  contention_threshold: 1.0\n"
 
 
+# judges the win and the adaptive stop on its winner: the parallel part's load scatters the
+# paired speedups (measured here under a load average of 13 on 2 cores: 0.37-11.8x round to
+# round, and a width's every run over the 100% spread threshold)
+@pytest.mark.alone
 def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_and_policy(
         model_pair, tmp_path):
     models = tmp_path / "models"
@@ -64,10 +74,12 @@ def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_a
             select(Event.payload).where(Event.type == "notice")).scalars()
             if p.get("adaptive")]
     assert pairs == {full, f"{CALIBRATION_FOLDER} (calibration) / draft-4bit"}
-    # the adaptive sweep: every width measured at least 5 and at most 6 times
+    # the adaptive sweep: every width measured at least min_repetitions and at most the
+    # plan's repetitions times
+    lo, most = CALIBRATION_ADAPTIVE["min_repetitions"], CALIBRATION_REPETITIONS
     mine = [r for r in rows if r.pair == "target+draft"]  # the lineup's first pair
-    for k in CALIBRATION_WIDTHS:
-        assert 5 <= sum(r.num_draft_tokens == k for r in mine) <= 6
+    ran = {k: sum(r.num_draft_tokens == k for r in mine) for k in CALIBRATION_WIDTHS}
+    assert all(lo <= n <= most for n in ran.values()), ran
     # the best width, picked here from the stored measurements (every gate but the
     # speedup's is declared off or passes by construction: acceptance 1.0, exact output)
     base = statistics.median(r.decode_tok_s for r in mine if r.mode == "baseline")
@@ -76,7 +88,8 @@ def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_a
     best = max(speedup, key=speedup.__getitem__)
     assert speedup[best] >= 1.16, f"acceptance 1.0 and no width won: {speedup}"
 
-    dom = dump_dom(write_review(store, tmp_path / "review.html")["html"])
+    # the demo's own review: the weekly page and the policy it asks calibration into
+    dom = dump_dom(write_demo_review(store, tmp_path))
     row = next(r for r in dom.split('<tr data-decision="')[1:] if f"{full} · code" in r
                or full in r.split("</tr>")[0])
     assert row.startswith("production candidate")
@@ -88,24 +101,60 @@ def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_a
     # the rung names the pair short, its full identity on hover
     assert steps[0][0] == "0" and f'title="{full}">current width · ' in ladder
     assert f"<td>{max(CALIBRATION_WIDTHS)}</td>" in ladder.split("</tr>")[1]
-    # the policy, if asked, names the review's width and turns it on once three nights
-    # back it (one night switches nothing on: audit 27)
-    policy = dom.split('id="calibration-policy">')[1].split("</p>")[0]
-    assert (f'<span data-series="{full}">{full} · code: speculation <b>off</b>, draft width '
-            f"{best} once its nights are in (provisional: 1 of 3 nights)</span>") in policy
-    assert "--policy-calibration" in policy
+    # the demo asks calibration into the policy: its one-night candidate is switched on
+    # there, marked provisional with its count (the page says so: on, 1 of 3 nights)
+    policy = dom.split('id="calibration-policy" data-asked="yes">')[1].split("</p>")[0]
+    assert (f'<span data-series="{full}" data-policy="on">{full} · code: speculation <b>on at '
+            f"draft width {best}</b> (provisional: 1 of 3 nights)</span>") in policy
+    assert "asked with <code>--policy-calibration</code>" in policy
+    entry = {p["model_pair"]: p for p in json.loads(
+        (tmp_path / "policy.json").read_text())["series"]}[full]
+    assert (entry["speculation"], entry["num_draft_tokens"], entry["provisional"],
+            entry["calibration"]) == (True, best, {"nights": 1, "needed": 3}, True)
     # the raised TTFT limit, justified beside the gates that judged it
     assert f"TTFT ≤ +{round(CALIBRATION_TTFT_LIMIT * 100)}%" in dom
     assert "a cost of the construction, not of any model" in dom
     # the knee: the speedup-by-width chart is drawn
     assert 'id="chart-speedup_vs_width"' in dom
-    # the adaptive sweep's stops (a width known slower than the best, or the best settled,
-    # before the 6th repetition): each one the agent journaled is on the page, marked
-    stopped = {(pair, k) for k in CALIBRATION_WIDTHS for pair in ("target+draft", "target+draft-2")
-               if sum(r.num_draft_tokens == k and r.pair == pair for r in rows) < 6}
-    assert len(notices) >= len(stopped)
-    item = "(?:(?!</li>).)*"  # within one list item
+    # the adaptive sweep stopped on its winner: the draft's widths known slower stopped,
+    # then the best was settled, before the plan's last repetition; the same stop on the
+    # review and on the sweep page, each after the rounds it ran of the plan's 8
+    sweep_dom = dump_dom(render_review(store, tmp_path / "calibration.html", result.sweep_id))
+    rounds = _paired_rounds(store)  # what the stops rested on, said when one is missing
+    item = "(?:(?!</li>).)*?"  # within one list item
+    for page in (dom, sweep_dom):
+        assert '<ul id="adaptive-stops">' in page, ("no adaptive stop", rounds, ran)
+        listed = page.split('<ul id="adaptive-stops">')[1].split("</ul>")[0]
+        stops = re.findall(r'<li data-best="(yes|no)" data-calibration="yes">local · '
+                           rf"calibration pair \(an instrument, not a model\){item} · workload "
+                           rf"<code>code</code>: (?:<b>)?num_draft_tokens=(\d) stopped after "
+                           rf"(\d) of {most} repetitions: ({item})(?:</b>)?</li>", listed)
+        assert len(stops) == len(notices) == listed.count("<li"), (listed, notices)
+        first = [s for s in stops if s[0] == "yes" and int(s[1]) == best
+                 and int(s[2]) == ran[best]]
+        assert first and ran[best] < most, (stops, ran, speedup, rounds)
+        assert first[0][3].startswith("settled as the best: faster than its baseline beyond "
+                                      "the tolerance with 80% confidence")
+    # and each stop the agent journaled is among the review's notices, marked
     shown = re.findall(r'<li data-calibration="yes">local · calibration pair \(an instrument, '
-                       rf"not a model\){item}?: (adaptive: {item})</li>", dom)
+                       rf"not a model\){item}: (adaptive: {item})</li>", dom)
     assert sorted(shown) == sorted(n.replace("&", "&amp;") for n in notices)
-    print("speedups", speedup, "adaptive stops", notices)
+    print("speedups", speedup, "ran", ran, "adaptive stops", notices)
+
+
+def _paired_rounds(store) -> dict:
+    """Per pair and width, the paired speedups round by round (each speculative trial over
+    the baseline measured just before it), as the adaptive sweep saw them, rounded."""
+    with store.engine.connect() as c:
+        gens = [p for p in c.execute(select(Event.payload).where(Event.type == "generation")
+                                     .order_by(Event.seq)).scalars()]
+    out: dict = {}
+    last: dict = {}
+    for g in gens:
+        pair = json.dumps(g.get("models"), sort_keys=True)
+        if g["mode"] == "baseline":
+            last[pair] = g
+        elif pair in last:
+            out.setdefault(pair, {}).setdefault(g["num_draft_tokens"], []).append(
+                round(g["decode_tok_s"] / last[pair]["decode_tok_s"], 2))
+    return out

@@ -74,11 +74,13 @@ def test_one_night_gives_each_decision_provisional_with_its_count(tmp_path):
     assert p["series"][0]["provisional"] == {"nights": 1, "needed": 3}
     asked = {s["model_pair"]: s for s in policy(by["_a"], calibration=True)["series"]}
     c = asked["grown-32 (calibration) / draft"]
-    # one night names the candidate but does not switch it on (as a one-night ladder rung
-    # is not: audit 27); three nights do
-    assert c["calibration"] is True and c["speculation"] is False
-    assert c["candidate"]["num_draft_tokens"] == 4 and c["provisional"] == {"nights": 1,
-                                                                             "needed": 3}
+    # asked in, the instrument's one-night candidate is switched on, with its marker (a
+    # real pair's one night switches nothing on: audit 27, below and test_audit_27_stats)
+    assert c["calibration"] is True and c["speculation"] is True
+    assert c["num_draft_tokens"] == 4 and c["provisional"] == {"nights": 1, "needed": 3}
+    assert "candidate" not in c
+    r = asked["target / draft"]
+    assert r["speculation"] is False and r["provisional"] == {"nights": 1, "needed": 3}
     # what the review page says the policy would do if asked: that series only
     from orchestrator.review.report import calibration_policy
 
@@ -155,5 +157,59 @@ def test_a_calibration_series_without_a_decision_is_shown_off_in_the_policy_line
     assert "provisional" not in p
     html = write_review(store, tmp_path / "review.html", week=WEEK,
                         now=MONDAY + timedelta(days=6), formats=("html",))["html"]
-    assert ('<span data-series="grown-32 (calibration) / draft">grown-32 (calibration) / '
-            "draft · code: speculation <b>off</b></span>.") in html.read_text()
+    assert ('<span data-series="grown-32 (calibration) / draft" data-policy="off">grown-32 '
+            "(calibration) / draft · code: speculation <b>off</b></span>.") in html.read_text()
+
+
+def test_the_page_says_what_the_asked_policy_holds_and_what_it_would_unasked(tmp_path):
+    """One planted night (2.4x at width 4, every gate passed): the page written beside a
+    policy asked for the calibration series says it is on, with its nights; without the
+    ask it says what the policy would hold, and that calibration stays out."""
+    from orchestrator.review.report import write_review
+
+    store = open_store(fresh_sqlite(tmp_path / 'r.db'))
+    _plant(store, 1)
+    now = MONDAY + timedelta(days=6)
+    span = ('<span data-series="grown-32 (calibration) / draft" data-policy="on">grown-32 '
+            "(calibration) / draft · code: speculation <b>on at draft width 4</b> "
+            "(provisional: 1 of 3 nights)</span>.")
+    for asked in (True, False):
+        html = write_review(store, tmp_path / f"review-{asked}.html", week=WEEK, now=now,
+                            formats=("html",), policy_calibration=asked)["html"].read_text()
+        line = html.split('id="calibration-policy"')[1].split("</p>")[0]
+        assert span in line
+        assert f'data-asked="{"yes" if asked else "no"}"' in line
+        assert ("are in the runtime policy, asked with" in line) is asked
+        assert ("stay out of the runtime policy" in line) is not asked
+
+
+_SERIES = {"chip": "Apple M2", "model_pair": "grown (calibration) / draft", "workload": "code",
+           "context_bucket": "short", "engine": "mlx-lm"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs=st.integers(1, 6), calibration=st.booleans(), asked=st.booleans(),
+       speedups=st.dictionaries(st.sampled_from([2, 3, 4, 6]),
+                                st.floats(0.3, 3.0, allow_nan=False), min_size=1))
+def test_any_policy_switches_on_only_a_passing_config_and_marks_its_nights(
+        runs, calibration, asked, speedups):
+    """Whatever the numbers: a calibration series is in the policy only when asked; what
+    is switched on passed every gate (the fastest that did); a real pair is switched on
+    only on the nights needed; a calibration series asked in is switched on whatever its
+    nights, and then carries their count when fewer than needed."""
+    section = _section(runs, speedups) | {"series": _SERIES, "calibration": calibration}
+    section["verdict"] = decide(section)
+    a = {"gates": DEFAULT_GATES, "week": WEEK, "series": [section]}
+    entries = policy(a, calibration=asked)["series"]
+    if calibration and not asked:
+        assert entries == []
+        return
+    (p,) = entries
+    passing = {k: sp for k, sp in speedups.items() if sp >= 1.16}
+    enough = runs >= MIN_RUNS
+    assert p["speculation"] is (bool(passing) and (enough or calibration))
+    if p["speculation"]:
+        assert p["num_draft_tokens"] == max(passing, key=passing.__getitem__)
+    assert p.get("provisional") == (None if enough else {"nights": runs, "needed": MIN_RUNS})
+    # a provisional candidate left off is named; one switched on is not named twice
+    assert ("candidate" in p) is (bool(passing) and not p["speculation"])

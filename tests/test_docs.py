@@ -56,6 +56,7 @@ def test_the_demo_says_what_to_open_and_run_next_and_that_command_works(tmp_path
     assert lines[0] == "next:" and str(work.resolve() / "sweep.html") in lines[1]
     assert str(work.resolve() / "calibration.html") in lines[2]  # the calibration pair's
     assert str(work.resolve() / "review.html") in lines[3]
+    assert str(work.resolve() / "policy.json") in lines[5]  # the review's policy, asked
     args = shlex.split(lines[4].split(":", 1)[1])
     assert args[0] == "specfleet"
     r = CliRunner().invoke(main, args[1:])

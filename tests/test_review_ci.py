@@ -15,6 +15,7 @@ from orchestrator.cli import main
 from orchestrator.store import open_store
 from tests.history import config_values as V
 from tests.history import night, week_nights
+from tests.store_templates import planted_sqlite
 from tests.test_weekly_review import W17, W19, W20
 
 COMMON = dict(node="mac-01", chip="Apple M2 Max", bucket="short")
@@ -26,11 +27,9 @@ def _good(rng):
                                   rng=rng)}
 
 
-@pytest.fixture
-def week(tmp_path):
-    """One week with one of each cause, and a store with only a good series."""
+def _plant_week(url: str) -> None:
+    """One week with one of each cause."""
     rng = random.Random(11)
-    url = f"sqlite:///{tmp_path / 'bad.db'}"
     store = open_store(url)
     for at in week_nights(W19):
         night(store, at, pair="llama", workload="bump", **COMMON,
@@ -50,10 +49,24 @@ def week(tmp_path):
     with store.engine.begin() as c:  # the failed start happened in the reviewed week
         c.execute(Sweep.__table__.update().where(Sweep.id == "nightly-x").values(
             created_at=W20 + timedelta(days=2)))
-    clean = f"sqlite:///{tmp_path / 'clean.db'}"
+    store.engine.dispose()
+
+
+def _plant_clean(url: str) -> None:
+    """A store with only a good series (its own seed: it was planted after the week's)."""
+    rng = random.Random(12)
+    store = open_store(url)
     for at in week_nights(W20):
-        night(open_store(clean), at, pair="gemma", workload="good", **COMMON, configs=_good(rng))
-    return url, clean
+        night(store, at, pair="gemma", workload="good", **COMMON, configs=_good(rng))
+    store.engine.dispose()
+
+
+@pytest.fixture
+def week(tmp_path):
+    """One week with one of each cause, and a store with only a good series: copies of
+    stores planted once per worker (tests/store_templates.py), each test's its own."""
+    return (planted_sqlite("test_review_ci.week", _plant_week, tmp_path / "bad.db"),
+            planted_sqlite("test_review_ci.clean", _plant_clean, tmp_path / "clean.db"))
 
 
 def _review(url, tmp_path, *args):

@@ -22,9 +22,11 @@ def test_two_hundred_series_filter_sort_and_link(tmp_path):
     url = f"sqlite:///{tmp_path / 's.db'}"
     store = open_store(url)
     nights = [W20 - timedelta(days=6 - i, hours=-2) for i in range(12)]  # 12 nights
-    for at in nights:
+    for n, at in enumerate(nights):
         sid = new_sweep(store, at)  # one sweep a night holds every series' runs
-        for i in range(200):
+        # series 7 (the one that steps) every night; the other 199, which only have to be
+        # listed, filtered, sorted and linked, the last 4 (planting all 12 was 80% of the cost)
+        for i in range(200) if n >= 8 else [7]:
             chip = CHIPS[i % 4]
             slower = i == 7 and at >= nights[6]  # one series steps down
             night(store, at, node=f"mac-{i:03d}", chip=chip, pair=f"pair-{i // 4:02d}",

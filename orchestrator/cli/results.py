@@ -91,7 +91,8 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
     if bad:
         raise click.BadParameter(f"unknown format {', '.join(sorted(bad))}", param_hint="--format")
     a = review_analysis(store, week=week, rules_file=rules_file or DEFAULT_RULES)
-    written = write_review(store, out, formats=fmts, analysis=a)
+    written = write_review(store, out, formats=fmts, analysis=a,
+                           policy_calibration=policy_calibration)
     for fmt, path in written.items():
         click.echo(f"review written to {path.resolve()}" if fmt == "html" else
                    f"{fmt} written to {path.resolve()}")

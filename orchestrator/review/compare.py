@@ -102,9 +102,17 @@ def _per_run(runs: list, metric: str, nights: dict | None = None) -> list[float]
     for r in runs:
         if (m := median(_values([r], metric))) is not None:
             by[(nights or {}).get(r.id, r.id)].append(m)
-    # in night order (node, then date): the interval reads the nights' memory from neighbours
-    return [m for _, vs in sorted(by.items(), key=lambda kv: str(kv[0]))
+    # in night order (node, then date): the interval reads the nights' memory from neighbours;
+    # sorted as (node, date), not as text ("…date(2026, 5, 10)" sorts before "…5, 4)")
+    return [m for _, vs in sorted(by.items(), key=lambda kv: _night_order(kv[0]))
             if (m := median(vs)) is not None]
+
+
+def _night_order(key) -> tuple:
+    """(node, ISO date) for a night; (the run id's text, zero-padded) where nights are unknown."""
+    if isinstance(key, tuple):
+        return (str(key[0]), key[1].isoformat())
+    return ("", f"{key:>20}")
 
 
 def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: bool = True) -> dict:
@@ -119,8 +127,9 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
 
     from scipy import stats
 
-    la = [math.log(x) for x in a if x and x > 0]
-    lb = [math.log(x) for x in b if x and x > 0]
+    # a night without a positive finite rate is no night (no log; an infinite rate read 0.0)
+    la = [math.log(x) for x in a if x and 0 < x < math.inf]
+    lb = [math.log(x) for x in b if x and 0 < x < math.inf]
     out: dict = {"ratio": None, "ci": None, "p": None}
     if not la or not lb:
         return out

@@ -134,6 +134,7 @@ def _walk(group: list[dict]) -> dict | None:
                 f"{MIN_RUNS} needed): {text}")
     return {"target": top["series"]["model_pair"].split(" / ")[0], "rungs": rungs,
             "stop": stop, "text": text, "provisional": bool(thin),
+            "nights": min(thin) if thin else None,
             "members": [s["series"]["model_pair"] for s in group]}
 
 
@@ -168,7 +169,7 @@ def annotate(sections: list[dict], found: list[dict]) -> None:
         v = s["verdict"]
         stop = lad["rungs"][lad["stop"]]
         v["ladder"] = {"step": stop["step"], "action": stop["action"], "text": lad["text"],
-                       "provisional": lad["provisional"],
+                       "provisional": lad["provisional"], "nights": lad["nights"],
                        "to": {"model_pair": stop["model_pair"], "draft_tier": stop["draft_tier"],
                               "num_draft_tokens": stop["k"]}}
         if d["model_pair"] == lad["members"][0] and v["decision"] == "graded fallback":

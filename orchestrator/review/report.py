@@ -98,9 +98,11 @@ def calibration_policy(a: dict) -> list[dict]:
 def write_review(store: Store, out: Path, *, week: str | None = None,
                  formats: tuple[str, ...] = FORMATS, rules_file: Path = DEFAULT_RULES,
                  gates: dict | None = None, now: datetime | None = None,
-                 analysis: dict | None = None) -> dict[str, Path]:
+                 analysis: dict | None = None,
+                 policy_calibration: bool = False) -> dict[str, Path]:
     """Analyse the week (unless ``analysis`` is given) and write each format; ``out`` is a
-    folder or an .html path."""
+    folder or an .html path. ``policy_calibration``: the policy written beside it was asked
+    to hold the calibration series (the page says what it holds, not what it would)."""
     a = analysis or review_analysis(store, week=week, rules_file=rules_file, gates=gates,
                                     now=now)
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -116,7 +118,8 @@ def write_review(store: Store, out: Path, *, week: str | None = None,
         if fmt == "html":
             text = environment(True).get_template("weekly.html.j2").render(
                 a=a, charts=all_charts(a["series"], a["gates"]), generated=generated,
-                repro=a["repro"], calibration_policy=calibration_policy(a), page=page)
+                repro=a["repro"], calibration_policy=calibration_policy(a), page=page,
+                policy_asked=policy_calibration)
         elif fmt == "md":
             text = environment(False).get_template("weekly.md.j2").render(a=a, page=page)
         elif fmt == "json":  # with OpenTelemetry GenAI names per config, for dashboards

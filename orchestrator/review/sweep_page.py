@@ -109,16 +109,20 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                          "context_bucket": rs[0].context_bucket or "short",
                          "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows),
                          "verdict_short": _busy_verdict(rows)})
+    from .adaptive_stops import adaptive_stops
     from .load import load_ramps
     from .runtimes import agent_notices, stream_checks
 
     busy = [r for s in sections for r in s["rows"] if busy_row(r)]
+    cal = _calibration(store, sweep)
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
             # a busy node is said once, at the top; rows keep a short mark (figures on hover)
             "busy": {"rows": len(busy), "of": sum(len(s["rows"]) for s in sections)}
             if busy else None,
-            "calibration": _calibration(store, sweep),
+            "calibration": cal,
             "notices": agent_notices(store, [sweep_id]) + stream_checks(store, sweep_id),
+            "adaptive_stops": [{**t, "calibration": cal is not None}
+                               for t in adaptive_stops(store, [sweep_id])],
             "soaks": soak_results(store, sweep_id),
             "loads": load_ramps(store, [sweep_id]),
             "set_aside": store.quarantined(sweep_id), "failed_generations": failed}

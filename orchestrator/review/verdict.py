@@ -247,7 +247,9 @@ def policy(a: dict, calibration: bool = False) -> dict:
     """The week's verdicts as a runtime policy a gateway can read: per series, speculation
     on or off, the draft width, and the graded-fallback ladder with the thresholds that
     trigger each step. Deterministic (sorted, no timestamps), so week to week it reviews
-    as a diff. Calibration series (an instrument, not a model) only when asked."""
+    as a diff. Calibration series (an instrument, not a model) only when asked; asked, a
+    calibration series' provisional config is switched on with its marker (``provisional``:
+    nights of needed), as a real pair's never is."""
     gates = a["gates"]
     out = []
     for s in sorted(a["series"], key=lambda s: tuple(s["series"].values())):
@@ -257,12 +259,15 @@ def policy(a: dict, calibration: bool = False) -> dict:
         measured = v.get("ladder")  # a lineup measured the lighter tiers: name the one
         # only a config that passed every gate is switched on: this series' candidate, or
         # the measured rung a graded fallback stopped at (a lighter tier, a narrower width)
-        # one night is not enough to switch on, for a candidate as for a ladder rung: a
-        # provisional one is named (``candidate``) and left off until its nights are in
-        use = None if v.get("provisional") else v.get("enable")
+        # one night is not enough to switch on a model, for a candidate as for a ladder
+        # rung: a provisional one is named (``candidate``) and left off until its nights are
+        # in. A calibration pair asked into the policy is an instrument whose answer is known
+        # by construction: it is switched on, and the entry says on how few nights
+        early = bool(s.get("calibration"))
+        use = None if v.get("provisional") and not early else v.get("enable")
         if use is None and v["decision"] == "graded fallback" and measured \
                 and measured["step"] in (1, 2) and measured["to"].get("num_draft_tokens") \
-                and not measured.get("provisional"):
+                and (early or not measured.get("provisional")):
             use = {"num_draft_tokens": measured["to"]["num_draft_tokens"], "config": {},
                    "ladder_step": measured["step"], **measured["to"]}
         on = use is not None
@@ -296,10 +301,20 @@ def policy(a: dict, calibration: bool = False) -> dict:
                 "swap_peak_bytes_above": gates["swap_ceiling_bytes"],
                 "ttft_change_above": gates["ttft_regression_limit"]}},
             "because": v["text"], "evidence": v["evidence"],
-            **({"provisional": v["provisional"]} if v.get("provisional") else {}),
+            **_provisional(v, measured if use and "ladder_step" in use else None),
             **({"candidate": {"num_draft_tokens": v["enable"]["num_draft_tokens"],
                               "off_until": "its nights are in (provisional)"}}
-               if v.get("provisional") and v.get("enable") else {}),
+               if v.get("provisional") and v.get("enable") and not on else {}),
             **({"calibration": True} if s.get("calibration") else {}),
             **({"measured_ladder": measured} if measured else {})})
     return {"schema": POLICY_SCHEMA, "week": a["week"], "series": out}
+
+
+def _provisional(v: dict, rung: dict | None) -> dict:
+    """The entry's marker: the verdict's count of nights, or, for a ladder rung switched on
+    with fewer nights than needed behind it (a calibration series asked in), that rung's."""
+    if v.get("provisional"):
+        return {"provisional": v["provisional"]}
+    if rung and rung.get("provisional"):
+        return {"provisional": {"nights": rung.get("nights"), "needed": MIN_RUNS}}
+    return {}

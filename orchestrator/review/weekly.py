@@ -16,6 +16,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 
 from ..store import Store
+from .adaptive_stops import adaptive_stops
 from .busy import busy_vs_idle
 from .configs import canonical
 from .ladder import annotate, ladders
@@ -81,6 +82,8 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             "loads": ctx.ramps,
             "notices": [{**n, "calibration": n["sweep_id"] in cal_sweeps}
                         for n in agent_notices(store, sweep_ids)],
+            "adaptive_stops": [{**t, "calibration": t["sweep_id"] in cal_sweeps}
+                               for t in adaptive_stops(store, sweep_ids)],
             "failures": failures, "counts": _counts(out, failures, this_week)}
 
 

@@ -172,10 +172,8 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
     job_finished the journal goes on after, in order, to a later one is not its end; once
     the end is recorded, lines appended after it (a later job_finished too) are set aside.
     ``twice``: seqs the read has 2+ lines of (a stored event's line again: a repeat).
-    ``nth``: each line's occurrence of its content in the read, and whether it is the read's
-    first event line of it: a refused line is kept once per occurrence (three copies of a
-    line are three rows, a re-read adds none), and a stored event's first line in the read
-    is that event read again, its later copies repeats."""
+    ``nth``: each line's occurrence of its content in the read and whether it is the first
+    (see ``_occurrences`` and ``_seen_before``)."""
     occurrence = _occurrences(events, payloads, nth)
     # every look-up of the batch in one round trip (read again only if the read grows)
     ctx = _context(c, sweep_id, node, events)
@@ -192,26 +190,18 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
     plan = _Plan(c, sweep_id, node, ctx.plan)
     top, ended, olds = reach(ctx.base, ctx.aside, seqs), False, []
     batch: dict[int, str] = {}
-    keep_e: list[dict] = []
-    keep_p: list[str] = []
-    refused: list[Refused] = []
+    keep_e, keep_p, refused = list[dict](), list[str](), list[Refused]()
     for e, line in zip(events, payloads, strict=True):
         seq, kind = e["seq"], e["type"]
+        seen = _seen_before(e, line, batch, stored, twice, nth, occurrence)
+        if seen is True:
+            continue  # the stored event read again
+        if isinstance(seen, Refused):
+            refused.append(seen)
+            continue
         why = None
-        if seq in batch or seq in stored and seq in twice:  # the event twice: stored once
-            if _same(batch.get(seq) or stored[seq], line):
-                n, first = occurrence(e, line)
-                if seq not in batch and nth and first:
-                    continue  # the read's first line of it: the stored event, read again
-                refused.append(Refused(seq, repeat_reason(seq), line, occurrence=n))
-                continue
-            why = f"conflict: seq {seq} arrived earlier in this read with other content"
-        elif seq in stored:
-            if _same(stored[seq], line):
-                continue  # a re-read of what is stored
-            kind_stored = orjson.loads(stored[seq]).get("type")
-            why = (f"conflict: seq {seq} is stored with other content ({kind_stored}); "
-                   "the stored event is kept")
+        if isinstance(seen, str):
+            why = seen
         elif end is not None and seq > end and (final is None or seq > final):
             why = f"after the job's end: seq {seq} follows its job_finished at seq {end}"
         elif seq > top:
@@ -253,6 +243,31 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
                                       None if moved else ctx.failed)
     withdraw_jumps(c, keep_e, keep_p, ctx.jumps)
     return keep_e, keep_p, refused + out
+
+
+def _seen_before(e: dict, line: str, batch: dict[int, str], stored: dict[int, str],
+                 twice: frozenset[int], nth: list[tuple[int, bool]] | None,
+                 occurrence) -> bool | Refused | str | None:
+    """A line whose seq this read or the store already holds: True when it is the stored
+    event read again (nothing to do), a repeat to keep aside, or a conflict's reason; None
+    for a seq seen nowhere yet. A refused line is kept once per occurrence (three copies of
+    a line are three rows, a re-read adds none); a stored event's first line in the read is
+    that event read again, its later copies repeats."""
+    seq = e["seq"]
+    if seq in batch or seq in stored and seq in twice:  # the event twice: stored once
+        if _same(batch.get(seq) or stored[seq], line):
+            n, first = occurrence(e, line)
+            if seq not in batch and nth and first:
+                return True  # the read's first line of it: the stored event, read again
+            return Refused(seq, repeat_reason(seq), line, occurrence=n)
+        return f"conflict: seq {seq} arrived earlier in this read with other content"
+    if seq in stored:
+        if _same(stored[seq], line):
+            return True  # a re-read of what is stored
+        kind_stored = orjson.loads(stored[seq]).get("type")
+        return (f"conflict: seq {seq} is stored with other content ({kind_stored}); "
+                "the stored event is kept")
+    return None
 
 
 def _occurrences(events: list[dict], payloads: list[str],

@@ -1,0 +1,39 @@
+"""The adaptive sweep's stops as a reader wants them: which config stopped, after how many
+of the plan's repetitions, and why ("num_draft_tokens=4 stopped after 5 of 6 repetitions:
+settled as the best"). Read from the agents' ``notice`` events (``adaptive: true``, with the
+rounds measured) and the sweep's lock (``job.repetitions``: the most an adaptive sweep runs).
+"""
+
+from __future__ import annotations
+
+from ..store import Store, queries
+from ..store.weekly_rows import sweep_plans
+
+_STOPS = " stops repeating: "
+BEST = "settled as the best"
+
+
+def adaptive_stops(store: Store, sweep_ids: list[str]) -> list[dict]:
+    """Per stop: sweep, node, workload, variant (the pair), ``what`` (knob=value or the
+    variant), ``after`` (rounds measured) of ``of`` (the plan's repetitions), ``why``, ``best``
+    (settled as the best: the sweep stopped on its winner) and ``text``."""
+    if not sweep_ids:
+        return []
+    most = {sid: (lock.get("job") or {}).get("repetitions")
+            for sid, (_, lock) in sweep_plans(store, sweep_ids).items()}
+    out = []
+    for s in queries.typed(queries.events(store, sweep_ids, ("notice",),
+                                          order=("node", "seq"))):
+        e = s.event
+        msg = str(e.get("message") or "")
+        if not e.get("adaptive") or _STOPS not in msg:
+            continue
+        what, why = msg.removeprefix("adaptive: ").split(_STOPS, 1)
+        after, of = e.get("repetitions"), most.get(s.sweep_id)
+        count = (f"after {after} of {of} repetitions" if isinstance(after, int) and of
+                 else f"after {after} repetitions" if isinstance(after, int) else "early")
+        out.append({"sweep_id": s.sweep_id, "node": s.node, "workload": e.get("workload"),
+                    "variant": e.get("variant"), "what": what, "after": after, "of": of,
+                    "why": why, "best": why.startswith(BEST),
+                    "text": f"{what} stopped {count}: {why}"})
+    return out
