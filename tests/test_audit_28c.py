@@ -61,7 +61,7 @@ def _extra(kind: str, s: list[bytes], k: int) -> bytes:
         "of 16 measurements; the outcome says 'ok: 1 journal line(s) set aside'"))),
     "a copy of the agent's line",
 ])
-def test_a_deleted_event_is_a_hole_whatever_else_claims_its_seq(sqlite_url, tmp_path, kind):
+def test_a_deleted_event_is_a_hole_whatever_else_claims_its_seq(any_url, tmp_path, kind):
     # coverage's own promise: "a hole below it (a batch the store lost, rows deleted by
     # hand) is read again from the node"; verify's: a journal line neither stored nor set
     # aside is a hole. A line someone else appended claiming the same seq must not stand in
@@ -69,18 +69,18 @@ def test_a_deleted_event_is_a_hole_whatever_else_claims_its_seq(sqlite_url, tmp_
     key = secrets.token_bytes(32)
     s = signed_by_agent(journal(), key, set())
     k = seq_of(journal(), "generation", 2)
-    store = open_store(sqlite_url)
+    store = open_store(any_url)
     where = tmp_path / "node"
     f = follow_journal(store, s[:-1] + [_extra(kind, s, k)] + s[-1:], where, key=key)
     assert _state(store, f.sweep_id)[0] == ALL
     with store.engine.begin() as c:  # lost: by hand, a restore, a batch
         c.execute(delete(Event).where(Event.sweep_id == f.sweep_id, Event.seq == k + 1))
-    code, node = _node(sqlite_url, f.sweep_id, where)
+    code, node = _node(any_url, f.sweep_id, where)
     assert (code, node["status"], node["holes"]) == (1, "incomplete", [[k + 1, k + 1]]), node
     outcome = _follow_placed(store, f.sweep_id, where)  # --attach reads the hole again
     assert _state(store, f.sweep_id)[0] == ALL, outcome
     assert _speeds(store, f.sweep_id) == _real_speeds()
-    code, node = _node(sqlite_url, f.sweep_id, where)
+    code, node = _node(any_url, f.sweep_id, where)
     assert (code, node["status"]) == (0, "complete"), node
 
 
@@ -345,18 +345,18 @@ def test_lines_read_apart_planted_ahead_of_the_agents_lines(sqlite_store_url, ca
 # closed (audit 28c): a forged line's second copy, appended after the last read, was in no
 # row of the store, yet verify counted it set aside (a numbered line whose hash any row held
 # was accounted for, rows or not): "complete", set_aside 2 against 1 row
-def test_verify_counts_no_more_lines_set_aside_than_the_store_holds(sqlite_url, tmp_path):
+def test_verify_counts_no_more_lines_set_aside_than_the_store_holds(any_url, tmp_path):
     key = secrets.token_bytes(32)
     s = signed_by_agent(journal(), key, set())
     k = seq_of(journal(), "generation", 2)
     forged = dump({**event(journal()[k]), "decode_tok_s": FORGED_SPEED})  # claims seq 7
-    store = open_store(sqlite_url)
+    store = open_store(any_url)
     where = tmp_path / "node"
     f = follow_journal(store, s[:-1] + [forged] + s[-1:], where, key=key)
     with open(_journal_path(where), "ab") as out:  # after the last read: no row yet
         out.write(forged + b"\n")
     rows = len(_state(store, f.sweep_id)[1])
-    code, node = _node(sqlite_url, f.sweep_id, where)
+    code, node = _node(any_url, f.sweep_id, where)
     assert rows == 1
     # either the copy is not yet accounted for, or the count is the store's
     assert node["status"] == "incomplete" or node["set_aside"] == rows, node
