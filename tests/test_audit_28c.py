@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from sqlalchemy import delete
 
 from orchestrator.store import open_store
-from orchestrator.store.models import Event
+from orchestrator.store.models import Event, Measurement
 from tests.hostile import dump, event, follow_journal, journal, seq_of, signed_by_agent
 from tests.test_audit_28 import FORGED_SPEED, _cli_verify, _real_speeds, _speeds, _state
 from tests.test_audit_28b import _follow_placed
@@ -34,6 +34,15 @@ ALL = list(range(1, 29))  # the recorded journal's seqs
 def _node(url: str, sid: str, where) -> tuple[int, dict]:
     r = _cli_verify(url, sid, where, "--json")
     return r.exit_code, json.loads(r.stdout)["nodes"][0]
+
+
+def _lose(c, sid: str, seq: int) -> None:
+    """The event of ``seq`` (a generation) gone from the store, as a lost batch leaves it:
+    its measurement never derived either."""
+    run = event(journal()[seq - 1])["run_index"]
+    c.execute(delete(Event).where(Event.sweep_id == sid, Event.seq == seq))
+    c.execute(delete(Measurement).where(Measurement.sweep_id == sid,
+                                        Measurement.run_index == run))
 
 
 def _journal_path(where):
@@ -57,8 +66,9 @@ def _extra(kind: str, s: list[bytes], k: int) -> bytes:
 @pytest.mark.parametrize("kind", [
     pytest.param("an unsigned forged line", marks=pytest.mark.xfail(strict=True, reason=(
         "verify now says seq 7 is a hole, but --attach never reads it again: coverage "
-        "counts the forged line's quarantine row as covering seq 7, so the store keeps 15 "
-        "of 16 measurements; the outcome says 'ok: 1 journal line(s) set aside'"))),
+        "counts the forged line's quarantine row as covering seq 7, so the store keeps 27 "
+        "of the agent's 28 events and 15 of 16 measurements; the outcome says 'ok: 1 "
+        "journal line(s) set aside'"))),
     "a copy of the agent's line",
 ])
 def test_a_deleted_event_is_a_hole_whatever_else_claims_its_seq(any_url, tmp_path, kind):
@@ -74,7 +84,7 @@ def test_a_deleted_event_is_a_hole_whatever_else_claims_its_seq(any_url, tmp_pat
     f = follow_journal(store, s[:-1] + [_extra(kind, s, k)] + s[-1:], where, key=key)
     assert _state(store, f.sweep_id)[0] == ALL
     with store.engine.begin() as c:  # lost: by hand, a restore, a batch
-        c.execute(delete(Event).where(Event.sweep_id == f.sweep_id, Event.seq == k + 1))
+        _lose(c, f.sweep_id, k + 1)
     code, node = _node(any_url, f.sweep_id, where)
     assert (code, node["status"], node["holes"]) == (1, "incomplete", [[k + 1, k + 1]]), node
     outcome = _follow_placed(store, f.sweep_id, where)  # --attach reads the hole again
@@ -94,7 +104,7 @@ def test_a_deleted_event_with_nothing_else_claiming_its_seq_is_read_again(sqlite
     where = tmp_path / "node"
     f = follow_journal(store, s, where, key=key)
     with store.engine.begin() as c:
-        c.execute(delete(Event).where(Event.sweep_id == f.sweep_id, Event.seq == k + 1))
+        _lose(c, f.sweep_id, k + 1)
     code, node = _node(sqlite_url, f.sweep_id, where)
     assert (code, node["status"], node["holes"]) == (1, "incomplete", [[k + 1, k + 1]]), node
     _follow_placed(store, f.sweep_id, where)
@@ -381,3 +391,27 @@ def test_verify_never_advises_deleting_events_the_journal_no_longer_holds(sqlite
     assert "delete those events" not in flat, flat
     assert "no journal line holds seq 11-20" in flat, flat
     assert "the store holds the only copy" in flat, flat
+
+
+def test_following_verifys_advice_on_a_forged_line_read_after_the_sweep_loses_nothing(
+        sqlite_url, tmp_path):
+    # a forged line claiming the agent's seq 7 appended after the last read: verify names a
+    # conflict at seq 7 and advises deleting the event and --attach; doing so stores the
+    # agent's own line again (signed) and sets the forged one aside
+    key = secrets.token_bytes(32)
+    s = signed_by_agent(journal(), key, set())
+    k = seq_of(journal(), "generation", 2)
+    store = open_store(sqlite_url)
+    where = tmp_path / "node"
+    f = follow_journal(store, s, where, key=key)
+    with open(_journal_path(where), "ab") as out:
+        out.write(dump({**event(journal()[k]), "decode_tok_s": FORGED_SPEED}) + b"\n")
+    code, node = _node(sqlite_url, f.sweep_id, where)
+    assert (code, [c["seq"] for c in node["conflicts"]]) == (1, [k + 1]), node
+    with store.engine.begin() as c:  # as the advice says
+        _lose(c, f.sweep_id, k + 1)
+    outcome = _follow_placed(store, f.sweep_id, where)
+    assert _state(store, f.sweep_id) == (ALL, [k + 1]), outcome
+    assert _speeds(store, f.sweep_id) == _real_speeds()
+    code, node = _node(sqlite_url, f.sweep_id, where)
+    assert (code, node["status"], node["set_aside"]) == (0, "complete", 1), node
