@@ -401,3 +401,27 @@ def test_a_possible_step_is_held_by_every_night_of_its_tail(noise, tail):
             mid = (f["before"] + f["after"]) / 2
             for v in values[f["index"]:]:
                 assert (v < mid) if f["after"] < f["before"] else (v > mid), (f, values)
+
+
+def test_a_nights_identity_is_its_latest_sweeps_not_the_highest_text(tmp_path):
+    """Audit 27cp note, closed: a night's identity was each field's highest value as text,
+    so a night with a sweep under mlx-lm 0.9.0 and a later one under 0.10.0 read 0.9.0
+    ("0.9.0" > "0.10.0"), and the bump showed a night late or never. Planted: two sweeps on
+    one night, 0.9.0 at 01:00 then 0.10.0 at 03:00, and the other way round the next night;
+    each night reads its latest sweep's version."""
+    from orchestrator.review.levels import nightly_levels
+    from orchestrator.store import open_store
+    from tests.history import config_values, night
+
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    day = datetime(2026, 5, 4, tzinfo=timezone.utc)
+    for at, version in ((day + timedelta(hours=1), "0.9.0"), (day + timedelta(hours=3), "0.10.0"),
+                        (day + timedelta(days=1, hours=1), "0.10.0"),
+                        (day + timedelta(days=1, hours=3), "0.9.0")):
+        night(store, at, node="mac-01", chip="Apple M2 Max", pair="p", workload="w",
+              configs={("baseline", 0): config_values(100.0, jitter=0.0)},
+              identity={"mlx_lm_version": version})
+    (per_config,) = nightly_levels(store, day, day + timedelta(days=2)).values()
+    (nights,) = per_config.values()
+    assert [(d.isoformat(), ident["mlx_lm_version"]) for d, _, ident in nights] == [
+        ("2026-05-04", "0.10.0"), ("2026-05-05", "0.9.0")]
