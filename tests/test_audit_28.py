@@ -76,7 +76,8 @@ def _verify(store, sid: str, lines: list[bytes]) -> str:
 
 def _planted(at: int, *new: bytes) -> tuple[list[bytes], list[int]]:
     """The real journal with ``new`` lines in front of line index ``at`` (seqs renumbered
-    one by one, as an agent's would be); and the seqs the planted lines took."""
+    one by one, as a node without a key might hold it: the planted lines take the agent's
+    seqs, its own lines go on after them); and the seqs the planted lines took."""
     lines = journal()
     return _renumber(lines[:at] + list(new) + lines[at:], at), \
         [at + 1 + k for k in range(len(new))]
@@ -90,12 +91,30 @@ def _keyed(store, lines: list[bytes], planted: list[int], where: Path):
     return follow_journal(store, signed_by_agent(lines, key, set(planted)), where, key=key)
 
 
-def _agent_lines_kept(store, sid: str, planted: list[int]) -> None:
+def _planted_keyed(store, at: int, *new: bytes, where: Path):
+    """A keyed node's journal with ``new`` lines planted in front of line index ``at``, as
+    such a journal can be: the agent's 28 lines keep their seqs 1..28 and signatures (its
+    seq counter and its signing are its own: a line someone else appends changes neither);
+    the planted lines, unsigned, claim the seqs at+1 onwards (the seq the agent writes next,
+    the one of the agent's line they stand in front of, and the ones after). Followed;
+    returns the follow and the seqs the planted lines claim."""
+    seqs = [at + 1 + k for k in range(len(new))]
+    forged = [dump({**event(x), "seq": n}) for x, n in zip(new, seqs, strict=True)]
+    lines = journal()
+    return _keyed(store, lines[:at] + forged + lines[at:],
+                  list(range(at, at + len(new))), where), seqs
+
+
+def _agent_lines_kept(store, sid: str, planted: list[int], *,
+                      renumbered: bool = False) -> None:
     """Every line the agent wrote is stored, its measurements as measured; every planted
-    line is set aside."""
+    line is set aside. The agent's lines hold seqs 1..28 (a keyed node's journal), or with
+    ``renumbered`` the seqs past the planted ones (``_planted``)."""
     stored, aside = _state(store, sid)
     assert aside == planted, aside
-    assert stored == [s for s in range(1, 29 + len(planted)) if s not in planted], stored
+    agent = ([s for s in range(1, 29 + len(planted)) if s not in planted] if renumbered
+             else list(range(1, 29)))
+    assert stored == agent, stored
     assert _speeds(store, sid) == _real_speeds()
 
 
@@ -111,9 +130,8 @@ def _future_run(**change) -> bytes:
 def test_a_forged_run_ahead_of_the_agent_does_not_take_its_measurement(any_url, tmp_path):
     # after the 2nd real generation, a line claiming run 15 (which the agent measures last)
     at = seq_of(journal(), "generation", 1) + 1
-    lines, planted = _planted(at, _future_run())
     store = open_store(any_url)
-    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
+    f, planted = _planted_keyed(store, at, _future_run(), where=tmp_path / "node")
     assert f.stopped is None
     _agent_lines_kept(store, f.sweep_id, planted)
 
@@ -123,9 +141,8 @@ def test_a_generation_for_a_config_the_job_never_had_is_set_aside(any_url, tmp_p
     forged = _future_run(num_draft_tokens=7, knob_value=7,
                          config={**g["config"], "num_draft_tokens": 7})
     at = seq_of(journal(), "generation", 1) + 1
-    lines, planted = _planted(at, forged)
     store = open_store(any_url)
-    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
+    f, planted = _planted_keyed(store, at, forged, where=tmp_path / "node")
     with store.engine.connect() as c:
         widths = set(c.execute(select(Measurement.num_draft_tokens).where(
             Measurement.sweep_id == f.sweep_id)).scalars())
@@ -167,9 +184,9 @@ def test_a_forged_soak_result_does_not_vouch_for_a_forged_end(any_url, tmp_path)
                  "generations": 2})
     end = dump({"schema": 1, "seq": 0, "type": "job_finished", "ts": 1.0, "status": "ok",
                 "generations": 2})
-    lines, planted = _planted(seq_of(journal(), "generation", 1) + 1, soak, end)
     store = open_store(any_url)
-    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
+    f, planted = _planted_keyed(store, seq_of(journal(), "generation", 1) + 1, soak, end,
+                                where=tmp_path / "node")
     assert f.stopped is None
     _agent_lines_kept(store, f.sweep_id, planted)
     assert f.outcome.startswith("ok: 2 journal line(s) set aside"), f.outcome
@@ -178,9 +195,9 @@ def test_a_forged_soak_result_does_not_vouch_for_a_forged_end(any_url, tmp_path)
 def test_a_forged_soak_result_does_not_set_the_agents_end_aside(any_url, tmp_path):
     soak = dump({"schema": 1, "seq": 0, "type": "soak_result", "ts": 1.0, "status": "ok",
                  "generations": 2})
-    lines, planted = _planted(seq_of(journal(), "generation", 1) + 1, soak)
     store = open_store(any_url)
-    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
+    f, planted = _planted_keyed(store, seq_of(journal(), "generation", 1) + 1, soak,
+                                where=tmp_path / "node")
     assert store.last_event(f.sweep_id, "n1")["type"] == "job_finished"
     assert f.outcome.startswith("ok"), f.outcome
 
@@ -195,16 +212,16 @@ def _forged_plan() -> bytes:
 
 
 def test_a_forged_plan_before_the_agents_own_does_not_set_its_runs_aside(any_url, tmp_path):
-    lines, planted = _planted(seq_of(journal(), "plan"), _forged_plan())
     store = open_store(any_url)
-    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
+    f, planted = _planted_keyed(store, seq_of(journal(), "plan"), _forged_plan(),
+                                where=tmp_path / "node")
     _agent_lines_kept(store, f.sweep_id, planted)
 
 
 def test_a_forged_second_plan_does_not_set_the_agents_end_aside(any_url, tmp_path):
-    lines, planted = _planted(seq_of(journal(), "plan") + 1, _forged_plan())
     store = open_store(any_url)
-    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
+    f, planted = _planted_keyed(store, seq_of(journal(), "plan") + 1, _forged_plan(),
+                                where=tmp_path / "node")
     _agent_lines_kept(store, f.sweep_id, planted)
     assert f.outcome.startswith("ok"), f.outcome
 
@@ -217,9 +234,8 @@ def test_a_forged_summary_ahead_of_the_agents_own_is_not_the_configs_run(any_url
     mine = event(real[at])
     forged = json.loads(json.dumps(mine))
     forged["seq"], forged["metrics"]["decode_tok_s"]["median"] = 0, FORGED_SPEED
-    lines, planted = _planted(at, dump(forged))
     store = open_store(any_url)
-    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
+    f, planted = _planted_keyed(store, at, dump(forged), where=tmp_path / "node")
     with store.engine.connect() as c:
         medians = set(c.execute(select(Run.decode_tok_s_median).where(
             Run.sweep_id == f.sweep_id)).scalars())
@@ -241,9 +257,9 @@ def test_a_forged_environment_does_not_rename_the_models_measured(any_url, tmp_p
     forged = dump({**e, "seq": 0, "versions": {"mlx": "9.9.9", "mlx-lm": "9.9.9"},
                    "fingerprints": {"target": "sha256:" + "f" * 64,
                                     "draft": "sha256:" + "e" * 64}})
-    lines, planted = _planted(seq_of(real, "generation", 1) + 1, forged)
     store = open_store(any_url)
-    f = _keyed(store, lines, [s - 1 for s in planted], tmp_path / "node")
+    f, planted = _planted_keyed(store, seq_of(real, "generation", 1) + 1, forged,
+                                where=tmp_path / "node")
     sent = JOB["models"]["target"]["fingerprint"]
     assert e["fingerprints"]["target"] == sent  # the agent's own line names the job's model
     with store.engine.connect() as c:
@@ -357,7 +373,7 @@ def test_a_forged_run_after_the_agents_own_is_set_aside(any_url, tmp_path):
     lines, planted = _planted(at, forged)
     store = open_store(any_url)
     f = follow_journal(store, lines, tmp_path / "node")
-    _agent_lines_kept(store, f.sweep_id, planted)
+    _agent_lines_kept(store, f.sweep_id, planted, renumbered=True)
     assert _verify(store, f.sweep_id, lines) == "complete"
 
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from sqlalchemy import delete
 
 from orchestrator.store import open_store
+from orchestrator.store.coverage import missing_by_node
 from orchestrator.store.models import Event, Measurement
 from tests.hostile import dump, event, follow_journal, journal, seq_of, signed_by_agent
 from tests.test_audit_28 import FORGED_SPEED, _cli_verify, _real_speeds, _speeds, _state
@@ -63,12 +64,11 @@ def _extra(kind: str, s: list[bytes], k: int) -> bytes:
 # the agent's own signed line counted "set aside under its seq" against the forged line's
 # row, or (a copy) both copies against the one repeat row. Closed: those rows stand in for
 # no other line of their seq (coverage.stands_in), a repeat of a deleted event for none.
+# Then --attach never read seq 7 again (the forged line's row counted as covering it: 27 of
+# 28 events, 15 of 16 measurements, "ok"); closed: on a keyed node an unsigned row covers
+# no seq (coverage.coverage), so the hole is read again.
 @pytest.mark.parametrize("kind", [
-    pytest.param("an unsigned forged line", marks=pytest.mark.xfail(strict=True, reason=(
-        "verify now says seq 7 is a hole, but --attach never reads it again: coverage "
-        "counts the forged line's quarantine row as covering seq 7, so the store keeps 27 "
-        "of the agent's 28 events and 15 of 16 measurements; the outcome says 'ok: 1 "
-        "journal line(s) set aside'"))),
+    "an unsigned forged line",
     "a copy of the agent's line",
 ])
 def test_a_deleted_event_is_a_hole_whatever_else_claims_its_seq(any_url, tmp_path, kind):
@@ -113,12 +113,10 @@ def test_a_deleted_event_with_nothing_else_claiming_its_seq_is_read_again(sqlite
     assert _node(sqlite_url, f.sweep_id, where)[1]["status"] == "complete"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "one byte of the agent's run-2 line changed on the node (a space after a comma, so it "
-    "still parses and claims seq 7): set aside as unsigned, and that row counts as covering "
-    "seq 7; the outcome is 'ok: 1 journal line(s) set aside', verify names no hole or gap, "
-    "and the store holds 15 of the agent's 16 measurements with nothing saying the agent's "
-    "seq 7 is missing"))
+# audit 28c: one byte of the agent's run-2 line changed on the node was set aside as
+# unsigned and its row covered seq 7: "ok", verify silent, 15 of 16 measurements. Closed:
+# the unsigned row covers nothing (the outcome names seq 7), and verify's digest marks the
+# line unsigned, so seq 7 is a gap of the agent's journal.
 def test_a_damaged_agent_line_is_not_an_ok_sweep(sqlite_url, tmp_path):
     key = secrets.token_bytes(32)
     s = signed_by_agent(journal(), key, set())
@@ -134,6 +132,8 @@ def test_a_damaged_agent_line_is_not_an_ok_sweep(sqlite_url, tmp_path):
     assert not f.outcome.startswith("ok"), f.outcome
     assert f"seq {k + 1};" in f.outcome, f.outcome
     assert [k + 1, k + 1] in node["holes"] + node["journal_gaps"], node
+    # nor does `sweeps list` count the unsigned line as the agent's seq 7
+    assert missing_by_node(store, [f.sweep_id]) == {f.sweep_id: {"n1": 1}}
 
 
 # -- 2. foreign bytes glued before the agent's line: guards that held ----------------------

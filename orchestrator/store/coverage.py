@@ -1,10 +1,12 @@
 """Which of a node's journal lines the store holds: its contiguous seq coverage and holes.
 
 A seq is covered when its event is stored or its line was set aside (quarantined) with that
-seq. The follower resumes a node's journal after ``through``, the last seq up to which
-everything is covered, never after the highest stored one: a hole below it (a batch the
-store lost, rows deleted by hand) is read again from the node. Derived from the stored rows
-each time it is asked, so there is no second record that could disagree with them.
+seq; on a keyed node, only by a line the agent signed (a forged or damaged line claiming
+that seq does not cover it). The follower resumes a node's journal after ``through``, the
+last seq up to which everything is covered, never after the highest stored one: a hole
+below it (a batch the store lost, rows deleted by hand) is read again from the node.
+Derived from the stored rows each time it is asked, so there is no second record that
+could disagree with them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import Text, and_, cast, exists, func, select
+from sqlalchemy import Text, and_, cast, exists, func, or_, select
 
 from .dupkeys import REWRITTEN
 from .models import Event, QuarantinedEvent, SweepNode
@@ -105,8 +107,12 @@ def coverage(store, sweep_id: str, node: str) -> Coverage:
             SweepNode.sweep_id == sweep_id, SweepNode.node == node)).scalar() is not None
     aside = [n for n, _ in rows]
     # a repeat row covers nothing its stored event does not: with the event gone (a batch
-    # lost, rows deleted by hand) the seq is a hole, read again
-    numbered = {n for n, why in rows if n is not None and not why.startswith(REPEAT)}
+    # lost, rows deleted by hand) the seq is a hole, read again. On a keyed node a line the
+    # agent did not write (unsigned: forged, or its own line damaged) covers nothing either:
+    # the agent's signed line of that seq is what must be stored, so the seq stays a hole
+    # that `--attach` reads again and, if that line is gone for good, the node is not ok
+    blind = (REPEAT, UNSIGNED, GLUED) if keyed else (REPEAT,)
+    numbered = {n for n, why in rows if n is not None and not why.startswith(blind)}
     # on a keyed node a line with no readable seq is not one the agent wrote (each of its
     # lines is JSON with a seq) and stands for none that is missing: bytes glued before
     # the agent's line that made it longer than any event must not hide its loss
@@ -127,11 +133,16 @@ def missing_by_node(store, sweep_ids: list[str]) -> dict[str, dict[str, int]]:
         # set-aside seqs that fill a hole: below the last stored event, not stored
         last = select(func.max(e.c.seq)).where(
             e.c.sweep_id == q.c.sweep_id, e.c.node == q.c.node).scalar_subquery()
+        # on a keyed node a line its agent did not sign fills no hole (as in coverage())
+        keyed = exists().where(SweepNode.sweep_id == q.c.sweep_id, SweepNode.node == q.c.node,
+                               SweepNode.journal_key.is_not(None))
         fill = dict(((s, n), k) for s, n, k in c.execute(
             select(q.c.sweep_id, q.c.node, func.count(q.c.seq.distinct())).where(
                 q.c.sweep_id.in_(sweep_ids), q.c.seq.is_not(None), q.c.seq >= 1,
                 q.c.seq <= last,
                 ~q.c.reason.startswith(REPEAT),
+                ~and_(keyed, or_(q.c.reason.startswith(UNSIGNED),
+                                 q.c.reason.startswith(GLUED))),
                 ~exists().where(and_(
                     e.c.sweep_id == q.c.sweep_id, e.c.node == q.c.node,
                     e.c.seq == q.c.seq))).group_by(q.c.sweep_id, q.c.node)).all())

@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import inspect
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 
 from agent import signing
@@ -37,7 +37,8 @@ from ..store.coverage import (
 from ..store.derived import measurement_mismatches
 
 # Runs on the node with the agent's Python (standard library only). One output line per
-# journal line, "SEQ SHA256" ("-" for a line with no readable seq), then "end LINES PARTIAL";
+# journal line, "SEQ SHA256" ("-" for a line with no readable seq; " u" after it for a line
+# of a keyed journal no part of which the key verifies), then "end LINES PARTIAL";
 # a last line without its newline is being written (or was torn by a crash): not counted.
 # With --key-stdin (a keyed sweep node: the key on stdin, never argv or a file) a line whose
 # signed part starts past bytes glued in front is two lines, as the follower keeps it: the
@@ -51,14 +52,14 @@ if "--key-stdin" in sys.argv[2:]:
 out, n, partial = [], 0, 0
 
 
-def row(b, numbered=True):
+def row(b, numbered=True, unsigned=False):
     try:
         text = b.decode("utf-8", "surrogateescape")
         seq = json.loads(text).get("seq") if numbered else None
     except Exception:
         seq = None
     seq = seq if type(seq) is int else "-"
-    return "%s %s\n" % (seq, hashlib.sha256(b).hexdigest())
+    return "%s %s%s\n" % (seq, hashlib.sha256(b).hexdigest(), " u" if unsigned else "")
 
 
 with open(sys.argv[1], "rb") as f:
@@ -82,13 +83,24 @@ with open(sys.argv[1], "rb") as f:
             out.append(row(b[at:]))
         else:
             n += 1
-            out.append(row(b))
+            # not the agent's (forged, or its line damaged): the seq it claims is no seq
+            # the agent's journal holds
+            out.append(row(b, unsigned=check is not None and at is None))
 sys.stdout.write("".join(out))
 sys.stdout.write("end %d %d\n" % (n, partial))
 """
 DIGEST_SCRIPT = inspect.getsource(signing) + _DIGEST_BODY
 
 JournalLine = tuple[int | None, str]  # (seq, content hash)
+
+
+@dataclass(frozen=True)
+class Digest:
+    """DIGEST_SCRIPT's output."""
+
+    lines: list[JournalLine]
+    partial: bool               # a partial last line was left out
+    unsigned: frozenset[int]    # keyed journal: line numbers (from 1) the key verifies not
 
 
 @dataclass
@@ -127,7 +139,7 @@ class NodeLedger:
                      f"{ranges_text(seq_ranges(self.repeats))}), each stored once")
         if self.journal_gaps:
             text += (f"; no journal line is numbered seq {ranges_text(self.journal_gaps)} "
-                     "(lost on the node, unreadable or never written; the node's outcome "
+                     "(lost on the node, damaged, unreadable or never written; the node's outcome "
                      "names them too)")
         if self.holes:
             text += f"; {self.missing} missing: seq {ranges_text(self.holes)}"
@@ -207,10 +219,12 @@ def _digest(journal: list[tuple[int, str]], seqs: list[int]) -> str:
 
 
 def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
-            aside_seqs: set[int], aside_hashes: Iterable[str] | Counter[str]) -> NodeLedger:
+            aside_seqs: set[int], aside_hashes: Iterable[str] | Counter[str],
+            unsigned: Collection[int] = frozenset()) -> NodeLedger:
     """The journal's lines (in journal order) against the stored events (seq -> content
     hash) and the set-aside lines (their seqs, and their content hashes with how many
-    rows hold each: a set counts each once)."""
+    rows hold each: a set counts each once). ``unsigned``: the numbers (from 1) of a keyed
+    journal's lines its agent did not sign, whose seqs are claimed, not held."""
     holes: list[int] = []
     conflicts: list[dict] = []
     matched: set[int] = set()
@@ -252,7 +266,10 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
                                          f"journal line {i} (stored sha256 {have[:16]}, "
                                          f"journal sha256 {sha[:16]})"})
             events.append((seq, sha))
-    journaled = {seq for seq, _ in journal if seq is not None}
+    # a seq only an unsigned line claims is one the agent's journal lacks (a gap: its line
+    # lost or damaged on the node), however that line is accounted for
+    journaled = {seq for i, (seq, _) in enumerate(journal, 1)
+                 if seq is not None and i not in unsigned}
     for seq in sorted(set(stored) - journaled):
         conflicts.append({"line": None, "seq": seq,
                           "problem": f"seq {seq} is stored but no journal line has it"})
@@ -267,19 +284,31 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
                       repeats=repeats, journal_gaps=gaps)
 
 
-def parse_digest(text: str) -> tuple[list[JournalLine], bool]:
-    """DIGEST_SCRIPT's output: the lines, and whether a partial last line was left out."""
+def read_digest(text: str) -> Digest:
+    """DIGEST_SCRIPT's output: the lines, whether a partial last line was left out, and
+    which lines a keyed journal's key does not verify."""
     lines = text.splitlines()
     if not lines or not lines[-1].startswith("end "):
         raise ValueError("the journal digest ended early")
     _, count, partial = lines[-1].split()
     out: list[JournalLine] = []
-    for row in lines[:-1]:
-        seq, sha = row.split(" ")
+    unsigned: set[int] = set()
+    for i, row in enumerate(lines[:-1], 1):
+        seq, sha, *mark = row.split(" ")
+        if mark == ["u"]:
+            unsigned.add(i)
+        elif mark:
+            raise ValueError(f"the journal digest's line {i} is not SEQ SHA256 [u]")
         out.append((None if seq == "-" else int(seq), sha))
     if len(out) != int(count):
         raise ValueError(f"the journal digest has {len(out)} of {count} lines")
-    return out, partial == "1"
+    return Digest(out, partial == "1", frozenset(unsigned))
+
+
+def parse_digest(text: str) -> tuple[list[JournalLine], bool]:
+    """DIGEST_SCRIPT's output: the lines, and whether a partial last line was left out."""
+    d = read_digest(text)
+    return d.lines, d.partial
 
 
 def verify_sweep(store: Store, sweep_id: str, hosts: list[Host],
@@ -300,8 +329,7 @@ def verify_sweep(store: Store, sweep_id: str, hosts: list[Host],
             asyncio.to_thread(stored_line_hashes, store, sweep_id, h.name),
             asyncio.to_thread(set_aside_lines, store, sweep_id, h.name))
         if not sn.journal_path or not sn.python:  # the agent never started: no journal
-            journal: list[JournalLine] = []
-            partial = False
+            digest = Digest([], False, frozenset())
         else:
             # what runs on the node is the inventory's choice, never the store's
             check_placement(h, expand_root(h.root, await t.home()), sn, sweep_id)
@@ -314,11 +342,12 @@ def verify_sweep(store: Store, sweep_id: str, hosts: list[Host],
                 return NodeLedger(h.name, "unverified", detail=f"cannot read its journal "
                                   f"{sn.journal_path}: {why[:200]}")
             try:
-                journal, partial = parse_digest(r.stdout)
+                digest = read_digest(r.stdout)
             except ValueError as e:
                 raise RemoteError(h.name, "journal digest", r.exit_status, str(e)) from None
-        out = compare(h.name, journal, stored, aside_seqs, aside_hashes)
-        out.partial_line = partial
+        out = compare(h.name, digest.lines, stored, aside_seqs, aside_hashes,
+                      digest.unsigned)
+        out.partial_line = digest.partial
         out.repeats = sorted({*out.repeats, *await asyncio.to_thread(
             repeated_seqs, store, sweep_id, h.name)})
         out.journal_path = sn.journal_path
