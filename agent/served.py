@@ -59,10 +59,11 @@ def served_rate(outcomes: list[Outcome]) -> float | None:
 
     A lag surely falling (``_held``) while the first tokens came after the last arrival
     is a backlog held and then released (in one burst or one at a time: the later ones
-    wait less), which shows no pace; there, and where the arrivals span no time, the served rate is vLLM's request
-    throughput: completions over the level's wall time from its first send to its last
-    completion, less the median time a reply streams after its first chunk (a reply that
-    keeps up still streams after the last arrival); the wait for the first tokens stays
+    wait less), which shows no pace; there, and where the arrivals span no time, the
+    served rate is vLLM's request throughput: completions over the level's wall time from
+    its first send to its last completion, less the median time a reply streams after its
+    first chunk (a reply that keeps up still streams after the last arrival); the wait for
+    the first tokens stays
     in, so a held backlog is served over the hold."""
     ok = sorted((o for o in outcomes if o.ok), key=lambda o: o.scheduled)
     if not ok:
