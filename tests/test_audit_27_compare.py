@@ -315,14 +315,10 @@ def _set_aside(n: int, sigma: float, draws: int, seed: int, limit: float = 0.10)
                for _ in range(draws)) / draws
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "audit 27 spread (low): three repetitions read the classic CV, σ × c4(3) = 0.886 on "
-    "average (20,000 draws at σ 5%) where two read 1.00, so three are the most lenient n: "
-    "at a true CV at the 10% limit 37.0% are set aside (n=2 42.4%, n=4 44.6%); at half the "
-    "limit 1.8% (n=2 11.1%, n=4 5.9%). Dividing the CV of three by c4(3) = √π/2 gives "
-    "45.7% and 4.1% (between n=2 and n=4) but moves test_measurements' planted "
-    "'spread 30%' for (100, 70, 130) to 34%: left to the lead"))
 def test_three_repetitions_read_sigma_as_two_do():
+    """Audit 27 spread (low), closed: three repetitions read the classic CV, σ × c4(3) =
+    0.886 on average where two read 1.00, so three were the most lenient n (at a true CV on
+    the 10% limit 37.0% set aside, n=2 42.4%, n=4 44.6%). Now ÷ c4(3)."""
     two, three = _mean_reading(2, 0.05, 20000, 2718), _mean_reading(3, 0.05, 20000, 2718)
     assert three / two == pytest.approx(1.0, abs=0.04), (two, three)
 
