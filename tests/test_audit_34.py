@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import statistics
 import subprocess
 import sys
 from datetime import timedelta
@@ -14,13 +15,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent.calibrate import predicted_speedup
 from agent.fingerprint import fingerprint
 from orchestrator.calibration import CALIBRATION_FILE, calibrate, calibration_of
 from orchestrator.cli import main
 from orchestrator.errors import ConfigError
-from orchestrator.instrument import judge
+from orchestrator.instrument import TOLERANCE, judge
 from orchestrator.review.rules import load_rules
 from orchestrator.review.verdict import MIN_RUNS, policy
 from orchestrator.review.weekly import analyse
@@ -63,10 +66,9 @@ def test_a_folder_that_is_no_mlx_llama_draft_is_refused_and_nothing_written(tmp_
         assert not out.exists() and not out.with_name(out.name + ".partial").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="audit 34: a draft without a tokenizer gives a target "
-                   "without one (mlx-lm cannot load it as a target); the builder copies "
-                   "whatever tokenizer files exist and writes the target anyway")
 def test_a_draft_without_a_tokenizer_is_refused(model_pair, tmp_path):
+    # audit 34 (fixed): a draft without a tokenizer gave a target without one (mlx-lm cannot
+    # load it)
     d = _draft_copy(model_pair, tmp_path / "draft", tokenizer=False)
     with pytest.raises(ConfigError):
         calibrate(d, tmp_path / "cal", layers=3, **QUIET)
@@ -83,10 +85,9 @@ def test_out_existing_with_other_files_is_refused_and_left_untouched(model_pair,
     assert (out / "notes.txt").read_text() == "keep me"
 
 
-@pytest.mark.xfail(strict=True, reason="audit 34: calibrate() clears OUT.partial with "
-                   "rmtree(ignore_errors) before writing: a user's folder of that name is "
-                   "deleted without a word")
 def test_a_users_folder_named_like_the_scratch_folder_is_not_deleted(model_pair, tmp_path):
+    # audit 34 (fixed): calibrate() cleared OUT.partial with rmtree(ignore_errors): a user's
+    # folder of that name was deleted
     mine = tmp_path / "cal.partial"
     mine.mkdir()
     (mine / "thesis.tex").write_text("months of work")
@@ -142,10 +143,9 @@ def test_layers_not_above_the_drafts_are_refused(model_pair, tmp_path):
     assert not (tmp_path / "cal").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="audit 34: --layers has no upper bound: a typo "
-                   "(--layers 3200000) starts growing millions of layers in memory instead of "
-                   "being refused up front")
 def test_a_huge_layer_count_is_refused_before_any_weight_is_grown(model_pair, tmp_path):
+    # audit 34 (fixed): --layers had no bound: 3200000 grew layers until the process died
+    # (SIGSEGV under a 6 GiB cap)
     # a child with its memory capped and a deadline: the current code must not take the
     # shared machine down while it fails
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30));"
@@ -198,11 +198,8 @@ def test_a_record_with_a_wrong_fingerprint_marks_nothing(model_pair, tmp_path):
     assert calibration_of(tmp_path / "cal") is None
 
 
-@pytest.mark.xfail(strict=True, reason="audit 34: the record is not checked against itself: "
-                   "a perturbed pair (noise scale > 0) whose record is edited to claim "
-                   "acceptance 1.0 'by construction' is accepted as an exact pair (the record "
-                   "file is outside the fingerprint, so the weights still match)")
 def test_a_perturbed_pair_claiming_acceptance_one_is_no_calibration(model_pair, tmp_path):
+    # audit 34 (fixed): a record claiming acceptance 1.0 beside noise scale > 0 was accepted
     calibrate(model_pair / "draft", tmp_path / "cal", layers=3, **QUIET)
     _edit(tmp_path / "cal", noise_scale=0.05)  # what a perturbed pair's record says
     assert calibration_of(tmp_path / "cal") is None
@@ -224,11 +221,10 @@ def _perturbed(model_pair: Path, tmp_path: Path) -> Path:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="audit 34: a record saying 'noise scale 0, acceptance "
-                   "1.0 by construction' is taken on its word: weights whose added layers "
-                   "write noise (fingerprint updated) are marked an exact calibration pair")
 def test_weights_that_are_not_the_construction_are_no_exact_calibration(model_pair,
                                                                         tmp_path):
+    # audit 34 (fixed): an exact record was taken on its word: noisy added layers
+    # (fingerprint updated) passed as exact
     assert calibration_of(_perturbed(model_pair, tmp_path)) is None
 
 
@@ -237,12 +233,8 @@ def test_the_exact_pairs_own_record_still_marks_it(model_pair, tmp_path):
     assert calibration_of(tmp_path / "cal") == record
 
 
-@pytest.mark.xfail(strict=True, reason="audit 34: --acceptance 0.999 on the demo draft picks "
-                   "noise scale 0.002, whose measured acceptance on the shipped prompts was "
-                   "1.0, and records expected acceptance 1.0 for a perturbed pair (nearer "
-                   "0.999 than the 0.9873 measured at 0.00355): a noisy target passes for "
-                   "an exact one")
 def test_a_perturbed_pair_never_records_acceptance_one(model_pair, tmp_path):
+    # audit 34 (fixed): --acceptance 0.999 recorded expected acceptance 1.0 for noise scale 0.002
     record = calibrate(model_pair / "draft", tmp_path / "cal", layers=3, acceptance=0.999,
                        **QUIET)
     assert record["construction"]["noise_scale"] > 0
@@ -374,10 +366,8 @@ def _gens(base: list[float], spec: list[float], k: int = 2) -> list[dict]:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="audit 34: 'within 10%' is decided by a float "
-                   "compare: a speedup exactly 10% above its prediction is off (1.1 - 1 > 0.1 "
-                   "in binary) while exactly 10% below is ok")
 def test_exactly_ten_percent_off_either_side_is_judged_alike(tmp_path):
+    # audit 34 (fixed): exactly +10% was 'off' and -10% 'ok' (1.1 - 1 > 0.1 in binary)
     assert predicted_speedup(COSTS, 2) == 2.0
     over = judge("n", _gens([50.0] * 3, [110.0] * 3), COSTS, OK_LOOP)   # 2.2x: +10%
     under = judge("n", _gens([50.0] * 3, [90.0] * 3), COSTS, OK_LOOP)   # 1.8x: -10%
@@ -390,10 +380,8 @@ def test_a_node_is_one_line(tmp_path):
         assert "\n" not in c.line and c.line.startswith("mac-a: instrument ")
 
 
-@pytest.mark.xfail(strict=True, reason="audit 34: without the node's alternating rounds "
-                   "(an older agent's reply), the sweep's medians are judged with no look at "
-                   "their spread: repetitions at 20, 50 and 80 tok/s read 'instrument ok'")
 def test_noisy_sweep_timings_without_rounds_are_unverified_never_ok():
+    # audit 34 (fixed): without rounds, repetitions at 20/50/80 tok/s read 'instrument ok'
     # medians 50 and 100 tok/s: exactly the predicted 2.00x, but each side's repetitions
     # span ±60% of their median — noise the 10% check cannot resolve
     c = judge("n", _gens([20.0, 50.0, 80.0], [40.0, 100.0, 160.0]), COSTS, OK_LOOP)
@@ -406,3 +394,57 @@ def test_too_noisy_rounds_are_unverified_never_ok():
                  "spread": [0.7, 1.3]}}
     c = judge("n", _gens([50.0] * 3, [100.0] * 3), COSTS, OK_LOOP, speed)
     assert c.status == "unverified" and "too noisy" in c.line
+
+
+@settings(max_examples=300, deadline=None)
+@given(base=st.lists(st.floats(10, 100), min_size=1, max_size=5),
+       spec=st.lists(st.floats(10, 300), min_size=1, max_size=5))
+def test_any_sweep_without_rounds_is_ok_exactly_when_its_medians_agree_and_its_noise_is_small(
+        base, spec):
+    """Worked out beside the code: each side's spread is (max - min) / median; the speed is
+    judged only when the two spreads sum to at most twice the tolerance, and then it is off
+    exactly when the median speedup misses the predicted 2.00x by more than 10%."""
+    spread = sum((max(x) - min(x)) / statistics.median(x) for x in (base, spec))
+    off = statistics.median(spec) / statistics.median(base) / 2.0 - 1
+    if min(abs(spread - 2 * TOLERANCE), abs(abs(off) - TOLERANCE)) < 1e-6:
+        return  # at the edge floating point decides
+    c = judge("n", _gens(base, spec), COSTS, OK_LOOP)
+    quiet = spread <= 2 * TOLERANCE
+    assert (c.status == "ok") == (quiet and abs(off) <= TOLERANCE), c.line
+    assert (c.status == "off") == (quiet and abs(off) > TOLERANCE), c.line
+    assert (c.status == "unverified") == (not quiet) and "\n" not in c.line
+
+
+@pytest.fixture(scope="module")
+def exact_pair(model_pair, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("exact") / "cal"
+    calibrate(model_pair / "draft", out, layers=4, **QUIET)
+    return out
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(layer=st.sampled_from([2, 3]), write=st.sampled_from([0, 1]),
+       where=st.floats(0, 1, exclude_max=True), byte=st.integers(1, 255))
+def test_any_nonzero_byte_in_an_added_residual_write_unmarks_an_exact_pair(
+        exact_pair, tmp_path, layer, write, where, byte):
+    """Flip one byte of an added layer's residual write (and update the record's fingerprint,
+    as a hostile edit would): the exact pair's known answer no longer holds, so it is no
+    calibration; the untouched copy still is one."""
+    import struct
+
+    d = tmp_path / f"c{layer}{write}{byte}{int(where * 1e6)}"
+    shutil.copytree(exact_pair, d)
+    assert calibration_of(d) is not None
+    f = d / "model.safetensors"
+    raw = bytearray(f.read_bytes())
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    name = f"model.layers.{layer}." + ("self_attn.o_proj.weight", "mlp.down_proj.weight")[write]
+    a, b = header[name]["data_offsets"]
+    raw[8 + n + a + int(where * (b - a))] = byte
+    f.write_bytes(bytes(raw))
+    record = json.loads((d / CALIBRATION_FILE).read_text())
+    record["fingerprint"] = fingerprint(d)
+    (d / CALIBRATION_FILE).write_text(json.dumps(record))
+    assert calibration_of(d) is None
