@@ -508,3 +508,30 @@ def test_the_site_marks_a_stale_calibration_series(tmp_path):
     html = index.read_text()
     row = html[html.index("grown"):][:2000]
     assert "calibration" in row.lower()
+
+
+# --- a hand-edited record at plan lock ----------------------------------------------------
+
+@pytest.mark.parametrize("edit", ["fingerprint", "noise"])
+def test_the_lock_says_when_a_calibration_record_no_longer_holds(model_pair, tmp_path, edit):
+    """A target carrying a record that does not hold (wrong fingerprint; acceptance 1.0
+    claimed beside noise) is swept as a model, unmarked: its series could then reach the
+    policy as a real pair's. The lock must at least say so, naming the folder."""
+    # audit 34 (fixed): the lock dropped such a record without a word
+    from orchestrator.sweep.lock import load_lock, write_lock
+    from orchestrator.sweep.plan import load_plan
+    from tests.locks import plan_text
+
+    pair = tmp_path / "pair"
+    shutil.copytree(model_pair / "draft", pair / "draft")
+    calibrate(pair / "draft", pair / "target", layers=3, **QUIET)
+    if edit == "fingerprint":
+        _edit(pair / "target", fingerprint="sha256:" + "0" * 64)
+    else:
+        _edit(pair / "target", noise_scale=0.05)
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(pair))
+    said: list[str] = []
+    doc = load_lock(write_lock(load_plan(plan), said.append))
+    assert "calibration" not in doc["models"]["target"]
+    assert any(CALIBRATION_FILE in m and str(pair / "target") in m for m in said), said
