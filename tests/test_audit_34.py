@@ -535,3 +535,30 @@ def test_the_lock_says_when_a_calibration_record_no_longer_holds(model_pair, tmp
     doc = load_lock(write_lock(load_plan(plan), said.append))
     assert "calibration" not in doc["models"]["target"]
     assert any(CALIBRATION_FILE in m and str(pair / "target") in m for m in said), said
+
+
+def _layer_bytes(draft: Path) -> int:
+    """fp32 bytes of the draft's last decoder layer, read from the safetensors header (the
+    size of each added layer, worked out without the builder)."""
+    import struct
+
+    raw = (draft / "model.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    last = json.loads((draft / "config.json").read_text())["num_hidden_layers"] - 1
+    return sum(math.prod(h["shape"]) * 4 for k, h in header.items()
+               if k.startswith(f"model.layers.{last}."))
+
+
+@settings(max_examples=10, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(times=st.floats(1.01, 1000))
+def test_any_layer_count_beyond_this_machines_memory_is_refused_up_front(model_pair, tmp_path,
+                                                                         times):
+    import os
+
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    layers = 2 + math.ceil(ram * times / _layer_bytes(model_pair / "draft"))
+    with pytest.raises(ConfigError, match=f"--layers {layers}: the added layers alone"):
+        calibrate(model_pair / "draft", tmp_path / "cal", layers=layers, **QUIET)
+    assert not (tmp_path / "cal").exists()
