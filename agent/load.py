@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .stats import kendall_z, percentile, sen_slope
+from .served import realised_rate, served_rate
+from .stats import kendall_z, percentile
 
 LOADS = ("concurrency", "request_rate")
 ARRIVALS = ("poisson", "constant")
@@ -217,63 +218,6 @@ def open_loop(send: Send, rate: float, requests: int, arrivals: str = "poisson",
 def _pcts(values: list[float], name: str) -> dict:
     return {f"{name}_p{p}": (round(v, 3) if (v := percentile(values, p)) is not None else None)
             for p in (50, 90, 95, 99)}
-
-
-def realised_rate(times: list[float]) -> float | None:
-    """Events per second over a run of event times: (n − 1) gaps over their span."""
-    if len(times) < 2:
-        return None
-    span = max(times) - min(times)
-    return (len(times) - 1) / span if span > 0 else None
-
-
-def served_rate(outcomes: list[Outcome]) -> float | None:
-    """An open loop's served rate: the pace of its completions against the pace of its
-    arrivals. A server that keeps up completes each request a time after its arrival that
-    does not grow along the level, however long or varied that time (a long prefill, reply
-    lengths that vary, every other reply slow, a batch answered on the next tick); one that
-    falls behind completes each later than the last by more. So the lag (completion less
-    the scheduled time) is fitted against the schedule by Theil-Sen, and the completions
-    span the arrivals' span times (1 + its slope): a serial server finishing one every
-    1/4.8 s offered 8 a second has a lag growing 2/3 s a second, served 8 / (5/3) = 4.8.
-    The slope taken is Sen's lower 95% bound, not the median: replies whose times scatter
-    widely over a short level leave the trend unsure, and an unsure trend is no growth
-    (16 requests at 8/s with 0.2-1.2 s replies: the ends' medians read 74 of 200 such
-    levels saturated). A failed request is not served: the served rate is that pace times
-    the share of requests that succeeded, whichever failed (the closed loop's reading), and
-    the trend is fitted to the successful ones.
-
-    A lag surely shrinking over half as fast as the arrivals came, while fewer than half the
-    requests had their first token before the last arrival and all within half the
-    arrivals' span, is a backlog released at once (a server that holds requests and
-    answers them in one late burst: the later ones wait less for the same release), which
-    shows no pace; there, and where the arrivals span no
-    time, the served rate is vLLM's request throughput: completions over the level's wall
-    time from its first send to its last completion, less the median time a reply streams
-    after its first chunk (a reply that keeps up still streams after the last arrival); the
-    wait for the first tokens stays in, so a held burst is served over the hold."""
-    ok = sorted((o for o in outcomes if o.ok), key=lambda o: o.scheduled)
-    if not ok:
-        return 0.0
-    if len(ok) < 2:  # one request has no rate (and one of several: the errors say it)
-        return None
-    trend = sen_slope([o.scheduled for o in ok], [o.end - o.scheduled for o in ok])
-    offered = realised_rate([o.scheduled for o in outcomes])
-    if trend is not None and offered and not _held(ok, max(o.scheduled for o in outcomes),
-                                                    trend[2]):
-        return offered * len(ok) / len(outcomes) / (1 + max(trend[1], 0.0))
-    stream = percentile([o.chunk_times[-1] - o.chunk_times[0] for o in ok], 50) or 0.0
-    span = max(o.end for o in ok) - min(o.sent for o in outcomes) - stream
-    return len(ok) / span if span > 0 else None
-
-
-def _held(ok: list[Outcome], last: float, most: float) -> bool:
-    """A backlog released at once: most first tokens after the last arrival, all within
-    half the arrivals' span of each other, the lag surely falling at over half their pace
-    (replies that merely take far longer than the level scatter their first tokens)."""
-    firsts = [o.sent + o.chunk_times[0] for o in ok]
-    return (most < -0.5 and 2 * sum(f <= last for f in firsts) < len(ok)
-            and max(firsts) - min(firsts) < (ok[-1].scheduled - ok[0].scheduled) / 2)
 
 
 def queue_growth_ms(outcomes: list[Outcome]) -> float | None:

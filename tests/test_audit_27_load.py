@@ -209,9 +209,15 @@ def test_an_open_loop_of_fewer_than_four_requests_is_refused():
     most), so no server can read saturated: a serial server at a third of the offered rate
     (8/s constant, 3 requests: served truly 8/3) read 'ok', served_rps 8.0. Four points on
     a line bound the slope. The plan is refused below 4 requests with a rate, and four
-    requests read the same server saturated."""
+    requests read the same server saturated. (Since replies that stream one at a time are
+    read by their summed streaming time, that server reads saturated at 2 or 3 requests
+    too; the trend alone still cannot say it where the replies stream together: the same
+    queue, each reply's first chunk sent at once.)"""
     for n in (2, 3):
         outs = _serial(arrival_times(8.0, n, "constant", 0), lambda i: 3 / 8)
+        assert saturation([summarize(outs, outs[-1].end)], "request_rate", 8.0)
+        for o in outs:  # the first chunk at once: the replies stream together
+            o.chunk_times[0] = 0.001
         m = summarize(outs, outs[-1].end)
         assert saturation([m], "request_rate", 8.0) is None  # what the plan must prevent
         why = check_load({"request_rate": [8.0], "requests": n}, "http")
@@ -272,11 +278,6 @@ def _expo_serial(seed: int, load: float, rate: float = 8.0, n: int = 16):
     return outs, n / sum(services)
 
 
-@pytest.mark.xfail(strict=True, reason="audit 27 load (medium, design): a FIFO server with "
-                   "exponential service at 1.5x its capacity, 8 req/s constant, 16 requests, "
-                   "400 seeds: of the 298 levels whose server's own busy time shows it could "
-                   "serve under 80% of the offered rate, 29 (9.7%) read ok, served_rps 8.0 "
-                   "(Sen's lower bound: an unsure trend is read as no growth)")
 def test_a_serial_server_with_variable_replies_over_its_capacity_is_saturated():
     """The sample's own truth: a FIFO server busy longer than the arrivals' span / 0.8
     could not serve 80% of what was offered, whatever the order of its replies. At most
@@ -292,10 +293,6 @@ def test_a_serial_server_with_variable_replies_over_its_capacity_is_saturated():
     assert missed <= 0.05 * behind, (missed, behind)
 
 
-@pytest.mark.xfail(strict=True, reason="audit 27 load (medium, design): seed 19 at 2x: a "
-                   "FIFO server whose capacity over the level is 4.6 req/s (completions "
-                   "4.7/s) reads served_rps 8.0 of 8 offered: the reported served rate is "
-                   "the optimistic end of Sen's interval, not a measurement")
 def test_the_served_rate_of_a_server_at_half_the_rate_is_not_the_offered_rate():
     outs, capacity = _expo_serial(19, 2.0)
     assert capacity == pytest.approx(4.6, abs=0.05)
@@ -305,12 +302,6 @@ def test_the_served_rate_of_a_server_at_half_the_rate_is_not_the_offered_rate():
     assert m["served_rps"] < 0.95 * m["offered_rps"], (m["served_rps"], completions)
 
 
-@pytest.mark.xfail(strict=True, reason="audit 27 load (medium, design): 16 requests at 8/s "
-                   "constant to a server that answers none until 1.5 s after the last arrival, "
-                   "then one at a time at 12 (or 16, or 10) a second: TTFT p50 3.07 s on a "
-                   "1.875 s level, 16 completions in 4.71 s (3.4/s), read ok with served_rps "
-                   "8.0: a falling lag is read as keeping up unless the release is a burst "
-                   "(over 2x the arrivals' pace, first tokens within half the span)")
 def test_a_backlog_released_one_at_a_time_after_the_arrivals_is_saturated():
     """A server that holds every request until none has come for 1.5 s (as the planted
     runtime's ``hold`` mode), then serves its queue one at a time, 1/12 s each: while
@@ -346,11 +337,6 @@ def _one_at_a_time(sched: list[float], service: float, pick) -> list[Outcome]:
                     end=done[k][1]) for k, at in enumerate(sched)]
 
 
-@pytest.mark.xfail(strict=True, reason="audit 27 load (high, design): a server that serves "
-                   "one request at a time, newest first, at 4/s under 8/s constant: 16 or 40 "
-                   "requests read ok, served_rps 8.0, queue growth 0 (truth: 4.0, it was busy "
-                   "throughout); the lag falls along the schedule, so its trend reads no "
-                   "growth: the served rate assumes first-come first-served")
 def test_a_server_that_serves_the_newest_first_at_half_the_rate_is_saturated():
     for n in (16, 40):
         outs = _one_at_a_time(arrival_times(8.0, n, "constant", 0), 0.25,
@@ -360,11 +346,6 @@ def test_a_server_that_serves_the_newest_first_at_half_the_rate_is_saturated():
         assert saturation([m], "request_rate", 8.0) is not None, (n, m["served_rps"])
 
 
-@pytest.mark.xfail(strict=True, reason="audit 27 load (high, design): a server serialised by "
-                   "a lock (any waiting request may go next: a mutex is not a queue) at a third "
-                   "of 8/s constant, 40 requests, 200 seeds: only 71 of 200 levels read "
-                   "saturated (2x: 120; 16 requests at 3x: 42): the served rate and the queue "
-                   "test both read the lag along the schedule, which random order scatters")
 def test_a_lock_serialised_server_over_its_capacity_is_saturated():
     """Service 3/8 s, one at a time, the next taken at random among those waiting: it
     serves 8/3 a second whatever the order, a third of what is offered. At least 95% of

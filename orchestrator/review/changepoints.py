@@ -10,15 +10,18 @@ the series' own noise. Each finding is then confirmed against that noise, taken 
 - a **step**: the levels on either side of a break differ by at least ``MIN_CHANGE`` and by
   ``Z`` standard errors; dated at the first night of the new level, and at the night an
   identity field changed when that is within a night of it (the cause is the step's date);
-- a **possible step**: the same in the window's last 2-3 nights, reported so, "confirm on
-  the next nights" (too few nights after it to be sure);
+- a **possible step**: the same in the window's last 2-3 nights (the last night alone when
+  the identity changed that night), reported so, "confirm on the next nights" (too few
+  nights after it to be sure); each of its nights must sit at the new level and its
+  weekdays must not have read so a week before (``tailstep``: a late outlier, a weekly
+  pattern coming round);
 - a **drift**: a straight segment whose change over its span is at least ``MIN_CHANGE`` and
   ``Z`` standard errors of the slope: one finding, from its first night to its last; a
   jump beside it the way it goes is its edge, unless no continuous bend fits the jump
   (``ramps.sharp_jump``): then a step and the drift after it are both reported;
 - a short segment inside the window (fewer than ``MIN_NIGHTS`` nights: a one- or two-night
   dip or spike) whose neighbours agree is no finding; one night at the very end is none
-  either (an outlier cannot be told from a step on one night).
+  either (an outlier cannot be told from a step on one night), unless it is caused.
 
 The noise's memory (φ) and spread (σ) come from the residuals of the fit, refitted until
 they hold: the first pass assumes no memory (σ from the spread of one-night differences,
@@ -54,6 +57,7 @@ from .ramps import ramp_or_step, ramp_over_steps, sharp_jump
 from .season import weekday_offsets
 from .segfit import MIN_DRIFT, Sums, partition
 from .taildrift import MAX_RAMP, tail_drift
+from .tailstep import held, recurring
 
 MIN_NIGHTS = 4       # a level held fewer nights than this inside the window is transient
 MIN_TAIL = 2         # nights at the window's end that can show a possible step
@@ -119,11 +123,13 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset(),
         return []
     # the noise's memory from the residuals of the fit, refitted until it holds: starting
     # from none (every wander a change), each pass finds less of the noise a change
+    # an identity change on the last night: that night alone may be a (possible) step
+    tail = 1 if keep[-1] in causes else MIN_TAIL
     nz, seen = Noise(sigma), set()
     for _ in range(6):
         lr = nz.lr
         segs = _confirm(partition(sums, len(x), 2 * lr ** 2 * log_n, 4 * lr ** 2 * log_n),
-                        sums, nz)
+                        sums, nz, tail)
         nz = Noise(*residual_noise(x, segs, sums))
         if tuple(segs) in seen or segs == [(0, len(x), "flat")] and nz.lr >= lr:
             break  # (nothing found, and more noise finds nothing more)
@@ -131,7 +137,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset(),
     segs = _select(x, segs, sums, log_n)
     for _ in range(6):  # what the selection kept, confirmed against the noise it leaves
         nz = Noise(*residual_noise(x, segs, sums))
-        kept = _confirm(segs, sums, nz)
+        kept = _confirm(segs, sums, nz, tail)
         if kept == segs:
             break
         segs = kept
@@ -146,6 +152,9 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset(),
                         "after": end, "size": end / level - 1,
                         "z": slope_z(j - i, slope, nz), "nights": [j - i]})
     out = _end_drift(x, _join_drifts(sorted(out, key=lambda f: f["index"]), caused, x), caused)
+    # on every night (the transients too: a weekend dip each week is one, until the last)
+    out = [f for f in out if f["kind"] != "possible step" or _tail_holds(
+        full, keep[f["index"]], days, f, f["index"] in caused)]
     for f in out:  # back to nights and to the series' own units
         f.pop("sharp", None)
         f["index"] = keep[f["index"]]
@@ -154,6 +163,14 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset(),
         f["before"] *= scale
         f["after"] *= scale
     return out
+
+
+def _tail_holds(full: np.ndarray, at: int, days: list[int], f: dict, caused: bool) -> bool:
+    """Whether a possible step from night ``at`` is one (``tailstep``): every night of the
+    tail at the new level, and (unless the identity changed there) not the same weekdays'
+    level a week earlier coming round again."""
+    return held(full, at, f["before"], f["after"]) and (
+        caused or not recurring(full, at, days, f["before"], f["after"]))
 
 
 def _end_drift(x: np.ndarray, found: list[dict], caused: set[int]) -> list[dict]:
@@ -279,12 +296,12 @@ def _one_ramp(x: np.ndarray, before: list[dict], after: list[dict]) -> bool:
     return ramp_over_steps(x[lo:hi], first - lo, second - lo) is not None
 
 
-def _confirm(segs: list[tuple[int, int, str]], sums: Sums,
-             nz: Noise) -> list[tuple[int, int, str]]:
+def _confirm(segs: list[tuple[int, int, str]], sums: Sums, nz: Noise,
+             tail: int = MIN_TAIL) -> list[tuple[int, int, str]]:
     """Drop what the noise explains, one weakest finding at a time, refitting as it goes:
     a straight segment whose change is small becomes flat; a short segment inside the window
     (or a single night at its end) joins its neighbours; a break too small joins its two
-    sides."""
+    sides. ``tail``: the fewest nights a last segment needs (one at an identity change)."""
     segs = list(segs)
     while True:
         # a line that does not move enough is flat
@@ -298,7 +315,7 @@ def _confirm(segs: list[tuple[int, int, str]], sums: Sums,
         short = [s for s, (i, j, _) in enumerate(segs)
                  if (j - i < MIN_NIGHTS and 0 < s < len(segs) - 1)
                  or (s == 0 and len(segs) > 1 and j - i < MIN_NIGHTS)
-                 or (s == len(segs) - 1 and s > 0 and j - i < MIN_TAIL)]
+                 or (s == len(segs) - 1 and s > 0 and j - i < tail)]
         if short:
             segs = _merge_transient(segs, short[0], sums)
             continue

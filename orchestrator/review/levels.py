@@ -4,8 +4,8 @@ the history site and its sparklines read.
 The level of a night is the mean of that night's reliable runs' median decode tok/s (runs
 of one series on one night: its nodes of one chip). The database does the grouping, so a
 year of nightly sweeps for a hundred nodes (a million runs) comes back as tens of
-thousands of rows. With each night, the identity it ran under (the highest value of each
-identity field that night; the node is left out, since a series pools a chip's nodes),
+thousands of rows. With each night, the identity it ran under (each identity field's value
+in that night's latest sweep; the node is left out, since a series pools a chip's nodes),
 so a change of version or weights shows at the night it happened.
 """
 
@@ -48,12 +48,16 @@ def nightly_levels(store: Store, start: datetime, end: datetime, totals: dict | 
                    ].setdefault(d, [0.0, 0, {}])
         slot[0] += row.decode_sum
         slot[1] += row.reliable
-        for name, v in zip(LEVEL_IDENTITY, row.identity):  # the highest: the night's identity
-            if v is not None and (slot[2].get(name) is None or v > slot[2][name]):
-                slot[2][name] = v
+        # the night's identity is its latest sweep's: the highest value as text would
+        # read mlx-lm 0.9.0 above 0.10.0 on a night with a sweep either side of a bump
+        at = all_sweeps[row.sweep_id]
+        for name, v in zip(LEVEL_IDENTITY, row.identity):
+            if v is not None and (slot[2].get(name) is None or at >= slot[2][name][0]):
+                slot[2][name] = (at, v)
     out: dict[tuple, dict[ConfigId, Nights]] = defaultdict(dict)
     for (key, cid), per_night in acc.items():
-        out[key][cid] = [(d, total / n, {name: ident.get(name) for name in LEVEL_IDENTITY})
+        out[key][cid] = [(d, total / n, {name: ident[name][1] if name in ident else None
+                                         for name in LEVEL_IDENTITY})
                                for d, (total, n, ident) in sorted(per_night.items())]
     return out
 

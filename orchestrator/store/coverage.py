@@ -87,15 +87,26 @@ class Coverage:
         return holes[0][0] - 1 if holes else self.last
 
 
+def stands_in(reason: str) -> bool:
+    """Whether a set-aside row of this reason accounts for a journal line of its seq that is
+    neither stored nor its own (`sweeps verify`). Not a repeat (it repeats a stored event:
+    with that event gone, nothing holds the seq), nor a line the agent did not write
+    (unsigned, glued): the agent's own line of that seq must be stored or set aside itself."""
+    return not reason.startswith((REPEAT, UNSIGNED, GLUED))
+
+
 def coverage(store, sweep_id: str, node: str) -> Coverage:
     with store.engine.connect() as c:
         events = set(c.execute(select(Event.seq).where(
             Event.sweep_id == sweep_id, Event.node == node)).scalars())
-        aside = list(c.execute(select(QuarantinedEvent.seq).where(
-            QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)).scalars())
+        rows = c.execute(select(QuarantinedEvent.seq, QuarantinedEvent.reason).where(
+            QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)).all()
         keyed = c.execute(select(SweepNode.journal_key).where(
             SweepNode.sweep_id == sweep_id, SweepNode.node == node)).scalar() is not None
-    numbered = {n for n in aside if n is not None}
+    aside = [n for n, _ in rows]
+    # a repeat row covers nothing its stored event does not: with the event gone (a batch
+    # lost, rows deleted by hand) the seq is a hole, read again
+    numbered = {n for n, why in rows if n is not None and not why.startswith(REPEAT)}
     # on a keyed node a line with no readable seq is not one the agent wrote (each of its
     # lines is JSON with a seq) and stands for none that is missing: bytes glued before
     # the agent's line that made it longer than any event must not hide its loss
@@ -119,7 +130,9 @@ def missing_by_node(store, sweep_ids: list[str]) -> dict[str, dict[str, int]]:
         fill = dict(((s, n), k) for s, n, k in c.execute(
             select(q.c.sweep_id, q.c.node, func.count(q.c.seq.distinct())).where(
                 q.c.sweep_id.in_(sweep_ids), q.c.seq.is_not(None), q.c.seq >= 1,
-                q.c.seq <= last, ~exists().where(and_(
+                q.c.seq <= last,
+                ~q.c.reason.startswith(REPEAT),
+                ~exists().where(and_(
                     e.c.sweep_id == q.c.sweep_id, e.c.node == q.c.node,
                     e.c.seq == q.c.seq))).group_by(q.c.sweep_id, q.c.node)).all())
     out: dict[str, dict[str, int]] = {}
@@ -185,12 +198,17 @@ def set_aside_lines(store, sweep_id: str, node: str) -> tuple[set[int], Counter[
     seqs: set[int] = set()
     hashes: Counter[str] = Counter()
     with store.engine.connect() as c:
-        for seq, digest, line in c.execute(select(
-                QuarantinedEvent.seq, QuarantinedEvent.line_sha256, QuarantinedEvent.line).where(
+        stored = set(c.execute(select(Event.seq).where(
+            Event.sweep_id == sweep_id, Event.node == node)).scalars())
+        for seq, digest, line, reason in c.execute(select(
+                QuarantinedEvent.seq, QuarantinedEvent.line_sha256, QuarantinedEvent.line,
+                QuarantinedEvent.reason).where(
                 # the journal line of an event stored written again is among them: where
                 # the ledger refused that event, the line is accounted for by it
                 QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)):
-            if seq is not None:
+            if seq is not None and stands_in(reason):
                 seqs.add(seq)
+            if reason.startswith(REPEAT) and seq not in stored:
+                continue  # a repeat of an event no longer stored stands for no line
             hashes.update({digest, line_sha256(line)})
     return seqs, hashes

@@ -170,9 +170,20 @@ class VerifyReport:
             hints.append(f"{attach} derives the differing measurements again from their "
                          "stored events")
         for n in bad:
+            # stored events no journal line holds (the journal truncated or replaced on
+            # the node): the store holds the only copy, never to be deleted for a re-read
+            gone = sorted({c["seq"] for c in n.conflicts
+                           if c.get("kind") != "derived" and c["line"] is None})
+            if gone:
+                hints.append(f"on {n.node} no journal line holds seq "
+                             f"{ranges_text(seq_ranges(gone))}, which the store holds (was "
+                             "the journal truncated or replaced on the node?): the store "
+                             "holds the only copy, keep it")
             seqs = sorted({c["seq"] for c in n.conflicts
-                           if c.get("kind") != "derived" and c["seq"] is not None})
-            if any(c.get("kind") != "derived" for c in n.conflicts):
+                           if c.get("kind") != "derived" and c["seq"] is not None
+                           and c["line"] is not None})
+            if any(c.get("kind") != "derived" and c["line"] is not None
+                   for c in n.conflicts):
                 at = f" at seq {ranges_text(seq_ranges(seqs))}" if seqs else ""
                 hints.append(
                     f"on {n.node} the store differs from the node's journal{at}; the journal "
@@ -215,7 +226,7 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
             matched.add(seq)  # the stored event (a repeat of it, next, has a row of its own)
             events.append((seq, sha))
             continue
-        if left[sha] > 0 or (seq is not None and sha in aside_hashes):
+        if left[sha] > 0:  # one row per line: a copy no row holds is not accounted for
             left[sha] -= 1
             aside += 1  # set aside, with its reason
             continue
