@@ -21,7 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
+import uuid
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -59,7 +61,25 @@ def _load_draft(draft: Path) -> tuple[dict, dict]:
         weights.update(mx.load(str(f)))  # type: ignore[arg-type]  # a dict for safetensors
     if not weights:
         raise ConfigError(f"{draft}: no *.safetensors weights")
+    # the target is loaded with the tokenizer copied from here: without one it is no target
+    if not any((draft / n).is_file() for n in ("tokenizer.json", "tokenizer.model")):
+        raise ConfigError(f"{draft}: no tokenizer (tokenizer.json or tokenizer.model); the "
+                          "calibration target is loaded with the draft's tokenizer")
     return config, weights
+
+
+def _check_size(config: dict, weights: dict, layers: int) -> None:
+    """Refuse a grown target that would not fit in this machine's memory, before any layer
+    is grown (a typo in --layers is otherwise found by the OOM killer)."""
+    have = int(config["num_hidden_layers"])
+    last = f"model.layers.{have - 1}."
+    per_layer = sum(int(v.size) * 4 for k, v in weights.items() if k.startswith(last))
+    need = per_layer * max(layers - have, 0)
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")  # Linux and macOS
+    if need > ram:
+        raise ConfigError(f"--layers {layers}: the added layers alone would take "
+                          f"{need / 2**30:.1f} GiB in fp32, more than this machine's "
+                          f"{ram / 2**30:.1f} GiB of memory; give fewer layers")
 
 
 def grow(config: dict, weights: dict, layers: int, scale: float = 0.0,
@@ -172,7 +192,10 @@ def choose_scale(draft: Path, config: dict, weights: dict, layers: int, want: fl
             lo = mid
         else:
             hi = mid
-    best = min(found, key=lambda s: (abs((found[s]["acceptance"] or 0.0) - want), s))
+    # a perturbed pair is never recorded at 1.0: where the shipped prompts cannot tell the
+    # asked value from 1.0, the nearest scale that measurably lowers acceptance is taken
+    below = [s for s in found if (found[s]["acceptance"] or 0.0) < 1.0]
+    best = min(below, key=lambda s: (abs((found[s]["acceptance"] or 0.0) - want), s))
     return best, found[best], tried
 
 
@@ -198,6 +221,8 @@ def calibrate(draft: Path, out: Path, layers: int = 32, acceptance: float = 1.0,
         raise ConfigError(f"{out} exists; choose a new folder (a target is written whole)")
     draft = Path(draft)
     config, weights = _load_draft(draft)
+    if layers > int(config["num_hidden_layers"]):
+        _check_size(config, weights, layers)
     draft_fp = fingerprint(draft)
     record: dict[str, Any] = {
         "schema": SCHEMA, "draft": str(draft.resolve()), "draft_fingerprint": draft_fp,
@@ -226,8 +251,8 @@ def calibrate(draft: Path, out: Path, layers: int = 32, acceptance: float = 1.0,
                               "max_tokens": max_tokens,
                               "prompts": {p["name"]: p["prompt_sha256"] for p in prompts},
                               "tried": tried}
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
+    # a scratch name of our own: a folder "OUT.partial" may be someone's (never cleared)
+    tmp = out.with_name(f".{out.name}.partial-{uuid.uuid4().hex[:12]}")
     try:
         _write(tmp, draft, target_cfg, target_w)
         record["fingerprint"] = fingerprint(tmp)

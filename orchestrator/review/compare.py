@@ -32,6 +32,7 @@ from ..store.runs import RUN_FILTERS, selected_runs
 from .configs import config_label, knobs_of_key
 from .nightmemory import mean_gain, mean_variance, night_memory
 from .week_runs import iso_week_bounds
+from .week_sweeps import calibration_targets
 
 METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate")
 HIGHER_IS_BETTER = {"decode_tok_s": True, "ttft_ms": False, "itl_p95_ms": False,
@@ -184,6 +185,9 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
         by_a[_key(r, by_pair)].append(r)
     for r in b.runs:
         by_b[_key(r, by_pair)].append(r)
+    # a calibration pair (its sweep's lock marks the target) is an instrument: its rows
+    # say so, on the side(s) that swept it
+    cal = calibration_targets(store, sorted({r.sweep_id for s in (a, b) for r in s.runs}))
     rows = []
     for key in sorted(set(by_a) | set(by_b), key=lambda k: tuple(map(str, k))):
         workload, bucket, engine, background, pair, mode, k, config_key = key
@@ -200,7 +204,8 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
                                                                          else ""),
                    "config": config, "metric": metric, "a": median(va), "b": median(vb),
                    "n": [len(va), len(vb)], "ratio": None, "ci": None, "p": None,
-                   "verdict": "only in " + ("A" if va else "B") if not (va and vb) else ""}
+                   "verdict": "only in " + ("A" if va else "B") if not (va and vb) else "",
+                   **_calibration(cal, by_a.get(key, []), by_b.get(key, []))}
             if va and vb and row["a"]:
                 row.update(night_ratio(va, vb))
                 if row["p"] is None:
@@ -222,6 +227,13 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
             "identity_differences": differences, "rows": rows, "set_aside": aside,
             "unreadable_events": [f"{u.sweep_id} {u.node}: {u.message()}"
                                   for u in queries.unreadable(store, sweeps)]}
+
+
+def _calibration(cal: dict, a: list, b: list) -> dict:
+    """``calibration``: the sides whose runs of this row swept a calibration target."""
+    sides = [side for side, runs in (("A", a), ("B", b))
+             if any(r.target_fingerprint in cal for r in runs)]
+    return {"calibration": sides} if sides else {}
 
 
 def _f(v, spec: str = ".4g") -> str:
@@ -249,7 +261,9 @@ def as_text(c: dict) -> str:
         lines.append(f"{r['workload'][:11]:<12}{r['series'] if wide else '':<{wide}}"
                      f"{r['config']:<17}{r['metric']:<16}"
                      f"{_f(r['a']):>10}{_f(r['b']):>10}{_f(r['ratio'], '.3f'):>7}{ci:>15}"
-                     f"{_f(r['p'], '.2g'):>9}  {r['verdict']}")
+                     f"{_f(r['p'], '.2g'):>9}  {r['verdict']}"
+                     + (f" (calibration pair: {'/'.join(r['calibration'])})"
+                        if r.get("calibration") else ""))
     for s in c["set_aside"]:
         lines.append(f"SET ASIDE {s['side']} {s['node']} {s['workload']} {s['config']}: "
                      f"{'; '.join(s['reasons'])}")

@@ -14,7 +14,7 @@ from typing import Any
 from agent.fingerprint import manifest
 from agent.protocol import model_roles
 
-from ..calibration_record import calibration_of
+from ..calibration_record import CALIBRATION_FILE, calibration_of
 from ..errors import ConfigError
 from ..fleet.platforms import controller_platform, platform_node
 from ..yamlfile import line_of, load_yaml
@@ -62,6 +62,12 @@ def build_lock(plan: Plan, log=print) -> dict:
         m["tier"] = _tier(Path(m["path"]))
         if calibration := calibration_of(Path(m["path"]), m["fingerprint"]):
             m["calibration"] = calibration  # a grown target: its series are marked as such
+        elif (Path(m["path"]) / CALIBRATION_FILE).exists():
+            # swept as a model, unmarked: its numbers could reach a policy as a real pair's
+            log(f"warning: {m['path']}/{CALIBRATION_FILE} does not hold for these weights "
+                "(edited since, or it contradicts itself): the folder is swept as a model, "
+                "NOT marked as a calibration pair; remake it with `specfleet models "
+                "calibrate`")
     w = plan.section("workloads")
     sources, buckets, workloads = plan_workloads(plan.path.parent, w)
     sweep = plan.section("sweep")
