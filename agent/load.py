@@ -29,8 +29,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from .outcome import Outcome, Reply
 from .served import realised_rate, served_rate
 from .stats import kendall_z, percentile
 
@@ -47,46 +47,6 @@ LATENCY_GROWTH_STOP = 4.0   # e2e p50 ≥4× the first level's, with no throughp
 MIN_OPEN_REQUESTS = 4       # the fewest an open loop's trend can bound
 SATURATED_SHARE = 0.95      # served below this share of the offered rate: saturated
 SURE_Z = 1.645              # a trend is sure past this (one-sided 5%, as Sen's bound)
-
-
-@dataclass
-class Outcome:
-    """One request of a level (seconds since the level started)."""
-
-    scheduled: float            # when it should have been sent
-    sent: float                 # when it was (later: the dispatcher, or no free slot)
-    chunk_times: list[float] = field(default_factory=list)  # since ``sent``, per chunk
-    end: float = 0.0            # since the level started (set when it ends)
-    error: str | None = None
-    drafted: int | None = None  # what the runtime reported drafting and accepting
-    accepted: int | None = None
-    tokens: int | None = None   # output tokens (None: one per chunk)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and bool(self.chunk_times)
-
-    @property
-    def output_tokens(self) -> int:
-        return self.tokens if self.tokens is not None else len(self.chunk_times)
-
-    @property
-    def last(self) -> float:
-        """When its last chunk came (since the level started): where vLLM's E2EL ends
-        (``most_recent_timestamp``), not when the server closed the stream."""
-        return self.sent + self.chunk_times[-1]
-
-
-@dataclass
-class Reply:
-    """What a sent request returns: its chunks' arrival times (seconds since it was sent),
-    its output tokens where counted (None: one per chunk), and the drafting the runtime
-    reported, if any."""
-
-    chunk_times: list[float]
-    tokens: int | None = None
-    drafted: int | None = None
-    accepted: int | None = None
 
 
 # a request: given its index, send it and return a Reply (or just the chunk times, one

@@ -14,12 +14,9 @@ Standard library only."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
+from .outcome import Outcome
 from .stats import percentile, sen_slope
-
-if TYPE_CHECKING:
-    from .load import Outcome
 
 SERIAL_OVERLAP = 0.02  # streams overlapping by at most this share of their time: serial
 HELD_FALL = 0.25       # a lag surely falling faster than this share of the arrivals' pace

@@ -99,7 +99,11 @@ def test_a_one_at_a_time_server_over_its_capacity_is_saturated_in_any_order(
     services = [mean * (rng.expovariate(1.0) if exponential
                         else rng.uniform(1 - jitter, 1 + jitter)) + 0.002 for _ in range(n)]
     capacity = n / sum(services)
-    if capacity >= 0.9 * offered:
+    # what the streams show: each reply's first 1 ms (before its first chunk) is busy time
+    # the one-at-a-time reading cannot see (it sums first-to-last chunk), so the server's
+    # capacity as its streams show it must be under 90% too (Hypothesis: 4 replies of 3-12
+    # ms at 177/s offered, capacity 158/s, streams 187/s)
+    if n / (sum(services) - 0.001 * n) >= 0.9 * offered:
         return
     outs = _one_at_a_time(sched, services, lambda w: ORDERS[order](w, rng))
     m = summarize(outs, max(o.end for o in outs))
