@@ -94,10 +94,15 @@ def test_unkeyed_verify_sees_the_agents_lost_event_past_another_row_of_its_seq(a
     assert node["set_aside"] <= 1, node
 
 
-@pytest.mark.xfail(strict=True, reason="reaudit 28d: unkeyed node, a forged line's "
-                   "conflict row (or a rewritten: row) covers seq 7, so --attach never "
-                   "reads seq 7 again: 27 of 28 events, 15 of 16 measurements (run 2 "
-                   "lost), outcome ok")
+# What --attach then does (measured): "conflict": the forged line, a second line claiming a
+# stored seq, goes out on every re-read while the agent's first line stays back, so with
+# event 7 gone the forged line is stored as seq 7: run 2 at 99999 tok/s, outcome "ok".
+# "rewritten": seq 7 counts as covered and is never read: 27 of 28 events, 15 of 16
+# measurements, outcome "ok".
+@pytest.mark.xfail(strict=True, reason="reaudit 28d: unkeyed node, seq 7's event lost: "
+                   "--attach stores the forged line in its place (run 2 at 99999 tok/s, "
+                   "outcome ok), or, with a rewritten: row, never reads seq 7 again (15 of 16 "
+                   "measurements, outcome ok)")
 @KINDS
 def test_unkeyed_attach_reads_the_agents_lost_event_past_another_row_of_its_seq(any_url,
                                                                                tmp_path, kind):
@@ -237,7 +242,8 @@ def _overlong(extra: int) -> bytes:
 # by its length (the follower sends its head, MAX + 1 bytes, and the row hashes that head), but
 # `sweeps verify` hashes the whole line on the node: no row matches it, so verify reports a
 # hole (or, for a line with no readable seq, a conflict) that no --attach can fill. The
-# store is a faithful copy (every agent line stored, the line set aside) yet never complete.
+# store is a faithful copy (every agent line stored, the line set aside; the outcome "ok: 1
+# journal line(s) set aside") yet verify says "1 missing: seq 29" for ever, advising --attach.
 @pytest.mark.xfail(strict=True, reason="reaudit 28d: a line over the limit, set aside by its "
                    "length, is hashed whole by verify's digest and by its head in the store: "
                    "verify says incomplete (seq 29 missing) for ever")
@@ -312,7 +318,8 @@ def _other_schema() -> bytes:
 
 # reaudit 28d: on an unkeyed node, a line announcing schema 2 appended after the agent's
 # job_started (schema 1, stored) raises ProtocolMismatch: that node's ingestion stops on this
-# and every later --attach, and nothing after that line is ever read.
+# and every later --attach, and nothing after that line is ever read (measured: 10 of 28
+# events stored, outcome "failed: the agent stopped before finishing").
 @pytest.mark.xfail(strict=True, reason="reaudit 28d: unkeyed node, a forged job_started of "
                    "schema 2 after the agent's own stops the node's ingestion "
                    "(ProtocolMismatch) instead of being set aside")
