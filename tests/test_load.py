@@ -44,6 +44,9 @@ def levels(ev, variant: str, load: str = "concurrency") -> dict:
             and e["variant"] == variant and e["load"] == load}
 
 
+# judges a throughput gain (no gain: under 1.2x): the parallel part's load overlaps the
+# client's own per-request cost with the server's (CI2 under load: 1.2-1.3x, no notice)
+@pytest.mark.alone
 def test_a_runtime_that_serialises_gains_nothing_from_concurrency_and_says_so(model_pair,
                                                                              tmp_path):
     ev = run_load(model_pair, tmp_path,
