@@ -319,22 +319,11 @@ def test_a_backlog_released_one_at_a_time_after_the_arrivals_is_saturated():
 
 
 def _one_at_a_time(sched: list[float], service: float, pick) -> list[Outcome]:
-    """A server that serves one request at a time, ``service`` s each; when free it takes
-    ``pick(waiting)`` (indices in arrival order) of the requests that have arrived."""
-    done: dict[int, tuple[float, float]] = {}
-    t, waiting, i = 0.0, [], 0
-    while len(done) < len(sched):
-        while i < len(sched) and sched[i] <= t:
-            waiting.append(i)
-            i += 1
-        if not waiting:
-            t = sched[i]
-            continue
-        k = waiting.pop(pick(waiting))
-        done[k] = (t, t + service)
-        t += service
-    return [Outcome(at, at, chunk_times=[done[k][0] - at + 0.001, done[k][1] - at],
-                    end=done[k][1]) for k, at in enumerate(sched)]
+    """A server that serves one request at a time, ``service`` s each (the general
+    simulator, tests.test_load_serial, with every service time equal)."""
+    from tests.test_load_serial import _one_at_a_time as serve
+
+    return serve(sched, [service] * len(sched), pick)
 
 
 def test_a_server_that_serves_the_newest_first_at_half_the_rate_is_saturated():
