@@ -34,7 +34,7 @@ from ..store.coverage import (
     set_aside_lines,
     stored_line_hashes,
 )
-from ..store.derived import measurement_mismatches
+from ..store.derived import measurement_mismatches, nodes_without_row
 
 # Runs on the node with the agent's Python (standard library only). One output line per
 # journal line, "SEQ SHA256" ("-" for a line with no readable seq; " u" after it for a line
@@ -178,25 +178,33 @@ class VerifyReport:
         hints = []
         if any(n.holes or n.status == "unverified" for n in bad):
             hints.append(f"{attach} reads what is missing again from the journals")
-        if any(c.get("kind") == "derived" for n in bad for c in n.conflicts):
+        if any(c.get("kind") == "derived" and not c.get("orphan")
+               for n in bad for c in n.conflicts):
             hints.append(f"{attach} derives the differing measurements again from their "
                          "stored events")
         for n in bad:
             # stored events no journal line holds (the journal truncated or replaced on
             # the node): the store holds the only copy, never to be deleted for a re-read
-            gone = sorted({c["seq"] for c in n.conflicts
-                           if c.get("kind") != "derived" and c["line"] is None})
+            mine = [c for c in n.conflicts if "kind" not in c]  # against its journal
+            gone = sorted({c["seq"] for c in mine if c["line"] is None})
             if gone:
                 hints.append(f"on {n.node} no journal line holds seq "
                              f"{ranges_text(seq_ranges(gone))}, which the store holds (was "
                              "the journal truncated or replaced on the node?): the store "
                              "holds the only copy, keep it")
-            seqs = sorted({c["seq"] for c in n.conflicts
-                           if c.get("kind") != "derived" and c["seq"] is not None
-                           and c["line"] is not None})
-            if any(c.get("kind") != "derived" and c["line"] is not None
-                   for c in n.conflicts):
-                at = f" at seq {ranges_text(seq_ranges(seqs))}" if seqs else ""
+            # a journal line not known to be the agent's (a node launched before keys, a
+            # line the key does not verify): the stored event may be the only copy of it
+            kept = sorted({c["seq"] for c in mine if c["line"] is not None
+                           and c["seq"] is not None and not c.get("mendable")})
+            if kept:
+                hints.append(f"on {n.node} the journal's line of seq "
+                             f"{ranges_text(seq_ranges(kept))} differs from the stored event "
+                             "and is not known to be its agent's (a forged or damaged line, "
+                             "or the journal replaced): the store holds the only copy of "
+                             "the event, keep it")
+            seqs = sorted({c["seq"] for c in mine if c.get("mendable")})
+            if seqs:
+                at = f" at seq {ranges_text(seq_ranges(seqs))}"
                 hints.append(
                     f"on {n.node} the store differs from the node's journal{at}; the journal "
                     f"({n.journal_path or 'on the node'}) is the record, and --attach keeps "
@@ -220,11 +228,14 @@ def _digest(journal: list[tuple[int, str]], seqs: list[int]) -> str:
 
 def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
             aside_seqs: set[int], aside_hashes: Iterable[str] | Counter[str],
-            unsigned: Collection[int] = frozenset()) -> NodeLedger:
+            unsigned: Collection[int] = frozenset(), keyed: bool = False) -> NodeLedger:
     """The journal's lines (in journal order) against the stored events (seq -> content
     hash) and the set-aside lines (their seqs, and their content hashes with how many
     rows hold each: a set counts each once). ``unsigned``: the numbers (from 1) of a keyed
-    journal's lines its agent did not sign, whose seqs are claimed, not held."""
+    journal's lines its agent did not sign, whose seqs are claimed, not held; ``keyed``:
+    the journal's key verified its lines. A conflict is ``mendable`` when the journal holds
+    the agent's own line of its seq (a second copy of the stored event, or a line the key
+    verifies): only then may the stored event go for a re-read, never the only copy."""
     holes: list[int] = []
     conflicts: list[dict] = []
     matched: set[int] = set()
@@ -256,12 +267,13 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
             holes.append(seq)
             events.append((seq, sha))
         elif seq in matched:
-            conflicts.append({"line": i, "seq": seq, "problem": f"journal line {i} repeats "
+            conflicts.append({"line": i, "seq": seq, "mendable": True,
+                              "problem": f"journal line {i} repeats "
                               f"seq {seq}, which is stored, and was not set aside"})
         else:
             # both hashes said: which line is whose, without either crossing the link whole
             conflicts.append({"line": i, "seq": seq, "stored_sha256": have,
-                              "journal_sha256": sha,
+                              "journal_sha256": sha, "mendable": keyed and i not in unsigned,
                               "problem": f"seq {seq}: the store holds other content than "
                                          f"journal line {i} (stored sha256 {have[:16]}, "
                                          f"journal sha256 {sha[:16]})"})
@@ -346,7 +358,7 @@ def verify_sweep(store: Store, sweep_id: str, hosts: list[Host],
             except ValueError as e:
                 raise RemoteError(h.name, "journal digest", r.exit_status, str(e)) from None
         out = compare(h.name, digest.lines, stored, aside_seqs, aside_hashes,
-                      digest.unsigned)
+                      digest.unsigned, keyed=bool(sn.journal_key))
         out.partial_line = digest.partial
         out.repeats = sorted({*out.repeats, *await asyncio.to_thread(
             repeated_seqs, store, sweep_id, h.name)})
@@ -364,4 +376,10 @@ def verify_sweep(store: Store, sweep_id: str, hosts: list[Host],
     for o in run_fan_out([by_name[n] for n in rows if n in by_name], one, ssh):
         results[o.host] = o.value if o.status == "ok" else NodeLedger(
             o.host, "unverified", detail=f"{o.status}: {o.detail}")
+    for n, (events, measured) in nodes_without_row(store, sweep_id, set(rows)).items():
+        results[n] = NodeLedger(n, "incomplete", stored=events, conflicts=[{
+            "line": None, "seq": None, "kind": "unplaced",
+            "problem": f"{events} event(s) and {measured} measurement(s) are stored under "
+                       f"{n}, which the sweep ran no job on (no node row): no journal of "
+                       "the sweep vouches for them"}])
     return VerifyReport(sweep_id, [results[n] for n in sorted(results)])
