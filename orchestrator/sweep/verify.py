@@ -19,6 +19,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 
 from agent import signing
+from agent.protocol import MAX_EVENT_BYTES
 
 from ..errors import RemoteError, SpecfleetError
 from ..fleet.fanout import run_fan_out
@@ -43,7 +44,9 @@ from ..store.derived import measurement_mismatches, nodes_without_row
 # With --key-stdin (a keyed sweep node: the key on stdin, never argv or a file) a line whose
 # signed part starts past bytes glued in front is two lines, as the follower keeps it: the
 # foreign bytes ("-") and the agent's line, split by the very rule the follower's decoder
-# uses (agent/signing.py, sent along as its source).
+# uses (agent/signing.py, sent along as its source). A line over the limit is never read
+# whole: its head (what the follower sends and the store sets aside) is hashed, and the
+# agent's line glued at its end, if any, found in its last LIMIT + 1 bytes.
 _DIGEST_BODY = r"""
 import hashlib, json, sys
 check = None
@@ -62,19 +65,65 @@ def row(b, numbered=True, unsigned=False):
     return "%s %s%s\n" % (seq, hashlib.sha256(b).hexdigest(), " u" if unsigned else "")
 
 
+# each line without its newline, twice (of one over LIMIT bytes its head, LIMIT + 1 bytes,
+# and its last LIMIT + 1 bytes: never read whole); (None, None) for a partial last line
+def lines(f):
+    while True:
+        raw = f.readline(LIMIT + 2)
+        if not raw:
+            return
+        if raw.endswith(b"\n"):
+            yield raw[:-1], raw[:-1]
+            continue
+        if len(raw) < LIMIT + 2:
+            yield None, None
+            return
+        tail = bytearray(raw)
+        while not tail.endswith(b"\n"):
+            more = f.readline(1 << 20)
+            if not more:
+                yield None, None
+                return
+            tail += more
+            if len(tail) > 2 * (LIMIT + 2):
+                del tail[:len(tail) - (LIMIT + 2)]
+        yield raw[:LIMIT + 1], bytes(tail[:-1][-(LIMIT + 1):])
+
+
+# a line over the limit: the follower sends its head, which the store keeps (set aside by
+# its length, no seq) and hashes as it arrived (with bytes that are not UTF-8: stripped)
+def long_row(head):
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        head = head.decode("utf-8", "surrogateescape").strip().encode("utf-8",
+                                                                      "surrogateescape")
+    return "- %s\n" % hashlib.sha256(head).hexdigest()
+
+
 with open(sys.argv[1], "rb") as f:
-    for raw in f:
-        if not raw.endswith(b"\n"):
+    for raw, tail in lines(f):
+        if raw is None:
             partial = 1
             break
+        if len(raw) > LIMIT:
+            n += 1
+            out.append(long_row(raw[:LIMIT + 1]))
+            # the agent's line glued after bytes that made it longer than any event: the
+            # follower kept only the head, so that line is missing, never accounted for
+            t = tail.decode("utf-8", "surrogateescape").strip().encode("utf-8",
+                                                                         "surrogateescape")
+            at = signed_from(check, t) if check is not None else None
+            if at is not None:
+                n += 1
+                out.append(row(t[at:]))
+            continue
         # bytes that are not UTF-8 kept as they are (escaped, then restored): the store
         # hashes such a line as the journal holds it, never with U+FFFD in their place
         text = raw.decode("utf-8", "surrogateescape").strip()
         if not text:
             continue
         b = text.encode("utf-8", "surrogateescape")
-        # split past the limit too: the follower kept only such a line's head, so an
-        # agent's line found in it is missing from the store, never accounted for
         at = signed_from(check, b) if check is not None else None
         if at:
             n += 2
@@ -89,7 +138,8 @@ with open(sys.argv[1], "rb") as f:
 sys.stdout.write("".join(out))
 sys.stdout.write("end %d %d\n" % (n, partial))
 """
-DIGEST_SCRIPT = inspect.getsource(signing) + _DIGEST_BODY
+DIGEST_SCRIPT = (inspect.getsource(signing) + f"\nLIMIT = {MAX_EVENT_BYTES}\n"
+                 + _DIGEST_BODY)
 
 JournalLine = tuple[int | None, str]  # (seq, content hash)
 
