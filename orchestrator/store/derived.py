@@ -115,12 +115,11 @@ def nodes_without_row(store, sweep_id: str, placed: set[str]) -> dict[str, tuple
     """node -> (events, measurements) the store holds for the sweep under a node the sweep
     has no node row for (a row deleted by hand, a partial restore, another store's rows
     merged in): no journal of the sweep's nodes vouches for them."""
-    out: dict[str, tuple[int, int]] = {}
+    counts: list[dict[str, int]] = []
     with store.engine.connect() as c:
-        for i, table in enumerate((Event, Measurement)):
-            for node, n in c.execute(select(table.node, func.count()).where(
-                    table.sweep_id == sweep_id).group_by(table.node)):
-                if node not in placed:
-                    have = out.get(node, (0, 0))
-                    out[node] = (n, have[1]) if i == 0 else (have[0], n)
-    return out
+        for t in (Event.__table__, Measurement.__table__):
+            counts.append({node: n for node, n in c.execute(
+                select(t.c.node, func.count()).where(t.c.sweep_id == sweep_id)
+                .group_by(t.c.node)) if node not in placed})
+    events, measured = counts
+    return {n: (events.get(n, 0), measured.get(n, 0)) for n in sorted({*events, *measured})}

@@ -415,6 +415,10 @@ def verify_sweep(store: Store, sweep_id: str, hosts: list[Host],
         out.journal_path = sn.journal_path
         # the derived rows too: a measurement must be what its stored event says
         derived = await asyncio.to_thread(measurement_mismatches, store, sweep_id, h.name)
+        # a measurement of a journal line the store lacks (its event lost, the measurement
+        # kept) is that hole's, which --attach fills; any other no stored event holds is not
+        lacked = {seq for a, b in out.holes for seq in range(a, b + 1)}
+        derived = [m for m in derived if not (m.get("orphan") and m["seq"] in lacked)]
         if derived:
             out.conflicts += [{**m, "kind": "derived"} for m in derived]
             out.status = "incomplete"

@@ -1,0 +1,96 @@
+"""Any interleaving of an agent's lines with forged ones, then any loss from the store, then
+`--attach`: every line the agent wrote ends in the store exactly once at its measured
+speed, every forged line set aside with a reason, `sweeps verify` complete (issue 28).
+
+A forged line here is a copy of one of the agent's lines at a forged speed (claiming its
+seq), placed anywhere after the agent's line of that seq (before it, on a node launched
+before keys, nothing can tell the two apart), or a line claiming a seq that is no seq
+(0, -1) anywhere; some are appended only after the first read. Then generation events are
+lost from the store with their measurements (a lost batch, a restore, a hand edit). Keyed
+(the agent signs its lines) and unkeyed alike. What must come of it is counted from how
+the journal was built, never read from the code under test.
+"""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import func, select
+
+from orchestrator.store import open_store
+from orchestrator.store.models import QuarantinedEvent
+from tests.hostile import dump, event, follow_journal, journal, signed_by_agent
+from tests.test_audit_28 import FORGED_SPEED, _real_speeds, _speeds, _state
+from tests.test_audit_28b import _follow_placed
+from tests.test_audit_28c import ALL, _journal_path, _lose, _node
+
+AGENT = journal()
+GENERATIONS = [i for i, x in enumerate(AGENT) if event(x)["type"] == "generation"]
+
+
+def _forged(k: int | None, seq: int) -> bytes:
+    """A copy of the agent's line ``k`` at a forged speed; with ``k`` None, a notice
+    claiming ``seq`` (0 or -1: no seq the agent writes)."""
+    if k is None:
+        return dump({"schema": 1, "seq": seq, "type": "notice", "ts": 1.0,
+                     "message": "forged"})
+    return dump({**event(AGENT[k]), "decode_tok_s": FORGED_SPEED})
+
+
+@st.composite
+def _cases(draw):
+    """(keyed, journal lines as first read, lines appended later, forged count, lost seqs)."""
+    keyed = draw(st.booleans())
+    key = secrets.token_bytes(32) if keyed else None
+    agents = signed_by_agent(AGENT, key, set()) if key else list(AGENT)
+    tagged: list[tuple[int | None, bytes]] = list(enumerate(agents))  # (agent's k, line)
+    n_forged = 0
+    for k in draw(st.lists(st.one_of(st.integers(0, 27), st.none()), max_size=4)):
+        seq = draw(st.sampled_from([0, -1]))
+        # anywhere after the agent's line k
+        after = 0 if k is None else [i for i, _ in tagged].index(k) + 1
+        tagged.insert(draw(st.integers(after, len(tagged))), (None, _forged(k, seq)))
+        n_forged += 1
+    lines = [x for _, x in tagged]
+    late = [_forged(k, draw(st.sampled_from([0, -1]))) for k in draw(
+        st.lists(st.one_of(st.integers(0, 27), st.none()), max_size=2))]
+    lost = draw(st.lists(st.sampled_from(GENERATIONS), max_size=3, unique=True))
+    return key, lines, late, n_forged + len(late), [k + 1 for k in lost]
+
+
+@pytest.fixture(scope="module")
+def store_url(tmp_path_factory):
+    from tests import store_templates
+
+    return store_templates.fresh_sqlite(tmp_path_factory.mktemp("forged") / "store.db")
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=_cases())
+def test_every_agent_line_stored_once_every_forged_line_set_aside(store_url, case):
+    key, lines, late, forged, lost = case
+    store = open_store(store_url, migrate=False)
+    with tempfile.TemporaryDirectory() as d:
+        where = Path(d) / "node"
+        f = follow_journal(store, lines, where, key=key)
+        sid = f.sweep_id
+        if late:
+            with open(_journal_path(where), "ab") as out:
+                out.write(b"".join(x + b"\n" for x in late))
+        with store.engine.begin() as c:
+            for seq in lost:
+                _lose(c, sid, seq)
+        outcome = _follow_placed(store, sid, where)  # `specfleet sweep --attach`
+        assert _state(store, sid)[0] == ALL, outcome
+        assert _speeds(store, sid) == _real_speeds(), outcome
+        with store.engine.connect() as c:
+            rows = c.execute(select(func.count()).select_from(QuarantinedEvent).where(
+                QuarantinedEvent.sweep_id == sid)).scalar()
+        assert rows == forged, (rows, forged, outcome)
+        code, node = _node(store_url, sid, where)
+        assert (code, node["status"], node["set_aside"]) == (0, "complete", forged), node
