@@ -94,3 +94,24 @@ def test_every_agent_line_stored_once_every_forged_line_set_aside(store_url, cas
         assert rows == forged, (rows, forged, outcome)
         code, node = _node(store_url, sid, where)
         assert (code, node["status"], node["set_aside"]) == (0, "complete", forged), node
+
+
+def test_a_gap_left_by_a_damaged_keyed_line_leaves_verify_incomplete(sqlite_url, tmp_path):
+    """The integrator's decision: a seq no stored event and no covering row holds is a hole,
+    incomplete (exit 1), even where no read can fill it: here the agent's seq 7, one byte of
+    it changed on the node (JSON still, its MAC broken: set aside as unsigned)."""
+    from tests.hostile import seq_of
+    from tests.test_audit_28 import _cli_verify
+
+    key = secrets.token_bytes(32)
+    s = signed_by_agent(AGENT, key, set())
+    k = seq_of(AGENT, "generation", 2)
+    s[k] = s[k].replace(b',"type"', b', "type"', 1)
+    store = open_store(sqlite_url)
+    where = tmp_path / "node"
+    f = follow_journal(store, s, where, key=key)
+    code, node = _node(sqlite_url, f.sweep_id, where)
+    assert (code, node["status"], node["journal_gaps"]) == (1, "incomplete", [[k + 1, k + 1]])
+    flat = " ".join(_cli_verify(sqlite_url, f.sweep_id, where).output.split())
+    assert f"seq {k + 1} is in neither the journal nor the store" in flat, flat
+    assert "delete those events" not in flat, flat

@@ -168,8 +168,8 @@ class NodeLedger:
     store_sha256: str | None = None    # over the stored events; equal when complete
     partial_line: bool = False
     repeats: list[int] = field(default_factory=list)  # stored seqs the journal repeats
-    # seqs below the journal's last that no line of it has (nor the store): lost on the node
-    # or never written; no read can bring them, so the store is still the journal's copy
+    # seqs below the journal's last that no line of it has (nor the store): lost on the node,
+    # damaged or never written; no read can bring them, and the store lacks them: incomplete
     journal_gaps: list[tuple[int, int]] = field(default_factory=list)
     detail: str | None = None
     journal_path: str | None = None
@@ -220,7 +220,10 @@ class VerifyReport:
             return f"sweep {self.sweep_id}: complete"
         bad = [n for n in self.nodes if n.status != "complete"]
         said = ", ".join(f"{n.node} ({n.status}: {n.missing} missing, "
-                         f"{len(n.conflicts)} conflict(s))" if n.status == "incomplete"
+                         f"{len(n.conflicts)} conflict(s)" + (
+                             f", {sum(b - a + 1 for a, b in n.journal_gaps)} in no journal "
+                             "line" if n.journal_gaps else "") + ")"
+                         if n.status == "incomplete"
                          else f"{n.node} (unverified)" for n in bad)
         attach = f"`specfleet sweep --attach {self.sweep_id}`"
         # each fix said only where it works: --attach reads holes again and derives the
@@ -233,6 +236,10 @@ class VerifyReport:
             hints.append(f"{attach} derives the differing measurements again from their "
                          "stored events")
         for n in bad:
+            if n.journal_gaps:
+                hints.append(f"on {n.node} seq {ranges_text(n.journal_gaps)} is in neither "
+                             "the journal nor the store (a line lost or damaged on the node, "
+                             "or never written): no read brings it back")
             # stored events no journal line holds (the journal truncated or replaced on
             # the node): the store holds the only copy, never to be deleted for a re-read
             mine = [c for c in n.conflicts if "kind" not in c]  # against its journal
@@ -295,6 +302,7 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
     left = Counter(aside_hashes)
     events: list[tuple[int, str]] = []  # the journal's lines the store should hold as events
     repeats: list[int] = []
+    unreadable = 0  # lines set aside with no readable seq
     for i, (seq, sha) in enumerate(journal, 1):
         have = stored.get(seq) if seq is not None else None
         if seq is not None and have == sha and seq not in matched:
@@ -304,6 +312,7 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
         if left[sha] > 0:  # one row per line: a copy no row holds is not accounted for
             left[sha] -= 1
             aside += 1  # set aside, with its reason
+            unreadable += seq is None
             continue
         if seq is None:
             conflicts.append({"line": i, "seq": None, "problem": f"journal line {i} has no "
@@ -337,10 +346,17 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
                           "problem": f"seq {seq} is stored but no journal line has it"})
     j_hash = _digest(events, [s for s, _ in events])
     s_hash = _digest(list(stored.items()), list(stored))
-    complete = not holes and not conflicts and j_hash == s_hash
-    top = max(journaled, default=0)
-    # as ranges between the seqs there are: a forged seq near 2**31 must not become a list
-    gaps = holes_below(journaled | set(stored), top - 1)
+    # the journal's last event (a line set aside past it, a forged jump, is no event)
+    top = max((s for s, _ in events if s in journaled), default=0)
+    # as ranges between the seqs there are: a forged seq near 2**31 must not become a list.
+    # A seq below the journal's last that no line of the agent's holds and nothing in the
+    # store covers (a line lost or damaged on the node, one never written) is a hole too:
+    # the store lacks that event, and no read brings it back. On a node launched before
+    # keys a line set aside unreadable may be one of them (as the node's outcome counts);
+    # on a keyed one no unreadable line is the agent's
+    gaps = holes_below(journaled | set(stored) | aside_seqs, top - 1)
+    lacking = sum(b - a + 1 for a, b in gaps) - (0 if keyed else unreadable)
+    complete = not holes and lacking <= 0 and not conflicts and j_hash == s_hash
     return NodeLedger(node, "complete" if complete else "incomplete", len(journal),
                       len(stored), aside, seq_ranges(holes), conflicts, j_hash, s_hash,
                       repeats=repeats, journal_gaps=gaps)
