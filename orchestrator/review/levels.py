@@ -17,6 +17,7 @@ from datetime import date, datetime
 from ..store import Store
 from ..store.weekly_rows import LEVEL_IDENTITY, level_rows, sweep_times
 from .configs import ConfigId
+from .week_sweeps import calibration_marks, series_key, target_role
 
 Nights = list[tuple[date, float, dict]]
 
@@ -32,12 +33,13 @@ def nightly_levels(store: Store, start: datetime, end: datetime, totals: dict | 
     if not nights:
         return {}
     acc: dict[tuple, dict[date, list]] = defaultdict(dict)
+    marks = calibration_marks(store, start, end)  # a calibration target's: its own series
     # a window (fewer sweeps than all): only its sweeps' runs are read (by index)
     for row in level_rows(store, start, end, window=len(nights) < len(all_sweeps)):
         d = nights.get(row.sweep_id)
         if d is None:
             continue
-        key = row.series
+        key = series_key(row.series, marks.get((row.sweep_id, target_role(row.lineup_pair))))
         if totals is not None:
             t = totals.setdefault(key, [0, d])
             t[0] += row.runs
