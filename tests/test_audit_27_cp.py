@@ -278,20 +278,17 @@ def test_a_weekly_pattern_with_missing_nights_keeps_its_step():
     assert s["precision"] >= 0.95 and s["recall"] >= 0.95, (s["precision"], s["recall"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "audit27cp (high): nightly sweeps at 01:30 Europe/Berlin, weekend nights 10% low, a "
-    "−15% step from local 30 March (23:30 UTC on the 29th): across the DST change the UTC "
-    "night moves a day (29 March holds two sweeps, every weekday label after it is a day "
-    "early): the weekly review finds the step within a night on 2 of 10 seeds (5 a drift "
-    "of about −25% from the window's first night, 1 a −11% drift, 2 nothing); the same "
-    "sweeps at 01:30 UTC: the step on 10 of 10 (one with an extra −3% drift). Cause, on "
-    "analyse() over 20 seeds: with the UTC weekdays season takes no pattern (0 of 20) and "
-    "the step is found on 3; with the nights' local weekdays, pattern 20 of 20, step 19. "
-    "levels.nightly_levels dates a night by its sweep's UTC date"))
 def test_a_step_across_a_dst_change_is_found(tmp_path):
     """A node that runs its sweep at 01:30 local time: its nights are local nights, the
     weekend pattern is its local weekend. The step must be found within a night of the
-    UTC night it happened (28-30 March), and nothing else."""
+    UTC night it happened (28-30 March), and nothing else.
+
+    Audit 27cp finding (high), closed: across the DST change the UTC night moved a day (29
+    March held two sweeps, every weekday after it a day early): the step was found on 2 of
+    10 seeds. levels.night_dates now dates a night from the middle of the sweeps' quiet
+    stretch of the day, and changepoints.analyse counts the weekly pattern's offsets in the
+    noise's degrees of freedom (its −3% false drift on seed 3 is gone; 0 of 200 seeds by
+    analyse() with the local weekdays)."""
     berlin = ZoneInfo("Europe/Berlin")
     local = [datetime(2026, 3, 10, 1, 30, tzinfo=berlin) + timedelta(days=i) for i in range(34)]
     for seed in range(4):

@@ -113,7 +113,10 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset(),
     days = weekdays or [i % 7 for i in range(n)]
     pattern = weekday_offsets(np.log(full), days) if (full > 0).all() else None
     full = full if pattern is None else full * np.exp(-pattern)
+    # the pattern's offsets (one per weekday but their mean) took out some of the noise
+    spent = 0 if pattern is None else 2 * (len(set(days)) - 1)
     sigma, _ = noise(full)
+    sigma *= math.sqrt(n / (n - spent)) if n > 2 * spent else 1.0
     drop = set(transients(full, sigma))
     keep = [i for i in range(n) if i not in drop]  # index in x → night
     x = full[keep]
@@ -130,13 +133,13 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset(),
         lr = nz.lr
         segs = _confirm(partition(sums, len(x), 2 * lr ** 2 * log_n, 4 * lr ** 2 * log_n),
                         sums, nz, tail)
-        nz = Noise(*residual_noise(x, segs, sums))
+        nz = Noise(*residual_noise(x, segs, sums, spent))
         if tuple(segs) in seen or segs == [(0, len(x), "flat")] and nz.lr >= lr:
             break  # (nothing found, and more noise finds nothing more)
         seen.add(tuple(segs))
     segs = _select(x, segs, sums, log_n)
     for _ in range(6):  # what the selection kept, confirmed against the noise it leaves
-        nz = Noise(*residual_noise(x, segs, sums))
+        nz = Noise(*residual_noise(x, segs, sums, spent))
         kept = _confirm(segs, sums, nz, tail)
         if kept == segs:
             break
