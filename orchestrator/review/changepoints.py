@@ -53,7 +53,7 @@ from .arnoise import (
     residual_noise,
     slope_z,
 )
-from .ramps import ramp_or_step, ramp_over_steps, sharp_jump
+from .ramps import ramp_or_step, ramp_over_steps, sharp_jump, staircase
 from .season import weekday_offsets
 from .segfit import MIN_DRIFT, Sums, partition
 from .taildrift import MAX_RAMP, tail_drift
@@ -223,14 +223,22 @@ def _breaks(x: np.ndarray, segs: list, sums: Sums, nz: Noise, log_n: float,
             continue  # a jump the way a drift beside it goes: the drift's edge, not a step
         if k0 == k1 == "flat" and j1 - j0 >= MIN_NIGHTS:
             ramp = ramp_or_step(x[lo:hi], j0 - lo, nz.lr ** 2 * log_n, MIN_DRIFT)
-            if ramp is not None:
+            # against the nights' own noise (from differences): the fit's residuals hold
+            # the middle level a two-night transient was merged away from
+            stair = None if ramp is None else staircase(
+                x[lo:hi], ramp, min(nz.lr, noise(x)[0]) ** 2 * log_n)
+            if stair is not None:  # two sudden moves a ramp only averages: the first
+                j0 = lo + stair
+            elif ramp is not None:
                 # the move is confirmed (above); its shape says drift, not step
                 out.append({"index": lo + ramp[0], "until": lo + ramp[1], "kind": "drift",
                             "before": before, "after": after, "size": size,
                             "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
                 continue
         # sharp: a step a drift beside it cannot explain; it stays a step (_join_drifts)
-        out.append({"index": j0, "kind": "step" if j1 - j0 >= MIN_NIGHTS else "possible step",
+        last = n + 2 == len(segs)  # (a short level inside the window: a stair, ``_stair``)
+        out.append({"index": j0, "kind": "possible step" if last and j1 - j0 < MIN_NIGHTS
+                    else "step",
                     "before": before, "after": after, "size": size, "sharp": sharp,
                     "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
     return out
@@ -290,13 +298,15 @@ def _join_drifts(found: list[dict], caused: set[int], x: np.ndarray) -> list[dic
 
 
 def _one_ramp(x: np.ndarray, before: list[dict], after: list[dict]) -> bool:
-    """Whether the last step of ``before`` and the first of ``after`` are one ramp: over
-    the nights from the finding before them (or ``MIN_DRIFT`` × 2 nights) to the one after."""
+    """Whether the last step of ``before`` and the first of ``after`` are one ramp of
+    ``MIN_DRIFT`` nights or more: over the nights from the finding before them (or ``MIN_DRIFT`` × 2 nights) to the one after."""
     first, second = before[-1]["index"], after[0]["index"]
     lo = max(before[-2].get("until", before[-2]["index"]) + 1 if len(before) > 1 else 0,
              first - 2 * MIN_DRIFT)
     hi = min(after[1]["index"] if len(after) > 1 else len(x), second + 2 * MIN_DRIFT)
-    return ramp_over_steps(x[lo:hi], first - lo, second - lo) is not None
+    span = ramp_over_steps(x[lo:hi], first - lo, second - lo)
+    # a "ramp" of fewer nights than the shortest drift is two sudden moves, not a slow one
+    return span is not None and span[1] - span[0] + 1 >= MIN_DRIFT
 
 
 def _confirm(segs: list[tuple[int, int, str]], sums: Sums, nz: Noise,
@@ -316,7 +326,7 @@ def _confirm(segs: list[tuple[int, int, str]], sums: Sums, nz: Noise,
                     segs[s] = (i, j, "flat")
         # transient segments: inside the window shorter than MIN_NIGHTS, or one last night
         short = [s for s, (i, j, _) in enumerate(segs)
-                 if (j - i < MIN_NIGHTS and 0 < s < len(segs) - 1)
+                 if (j - i < MIN_NIGHTS and 0 < s < len(segs) - 1 and not _stair(segs, s, sums, nz))
                  or (s == 0 and len(segs) > 1 and j - i < MIN_NIGHTS)
                  or (s == len(segs) - 1 and s > 0 and j - i < tail)]
         if short:
@@ -418,6 +428,23 @@ def _joined(i: int, j: int, sums: Sums, nz: Noise) -> tuple[int, int, str]:
                 level or 1):
             return (i, j, "line")
     return (i, j, "flat")
+
+
+def _stair(segs: list, s: int, sums: Sums, nz: Noise) -> bool:
+    """Whether short inner segment ``s`` is a stair between two moves the same way, each
+    clearing ``MIN_CHANGE`` and ``Z``: two sudden drops two nights apart are two steps (the
+    first the move's date), not a transient; merged into either side, its nights would be
+    left in the residuals as noise (σ and φ tripled: the whole move read as the noise's
+    memory, or as one ramp)."""
+    (i0, i1, k0), (i, j, _), (j0, j1, k1) = segs[s - 1], segs[s], segs[s + 1]
+    l0, s0 = sums.fit(i0, i1, k0)
+    before, mid, after = l0 + s0 * (i1 - 1 - i0), sums.fit(i, j, "flat")[0], sums.fit(j0, j1, k1)[0]
+    if (before - mid) * (mid - after) <= 0:
+        return False
+    m = end_se(j - i, "flat", nz)
+    return all(abs(a - b) >= MIN_CHANGE * abs(b or 1) and abs(a - b) / math.hypot(se, m) >= Z
+               for a, b, se in ((before, mid, end_se(i1 - i0, k0, nz)),
+                                (after, mid, end_se(j1 - j0, k1, nz))))
 
 
 def _merge_transient(segs: list, s: int, sums: Sums) -> list:
