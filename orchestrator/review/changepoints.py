@@ -53,13 +53,13 @@ from .arnoise import (
     residual_noise,
     slope_z,
 )
-from .ramps import ramp_or_step, ramp_over_steps, sharp_jump, staircase
+from .cpjoin import join_drifts, one_move
+from .ramps import ramp_or_step, sharp_jump, staircase
 from .season import weekday_offsets
-from .segfit import MIN_DRIFT, Sums, partition
+from .segfit import MIN_DRIFT, MIN_NIGHTS, Sums, partition
 from .taildrift import MAX_RAMP, tail_drift
 from .tailstep import held, recurring
 
-MIN_NIGHTS = 4       # a level held fewer nights than this inside the window is transient
 MIN_TAIL = 2         # nights at the window's end that can show a possible step
 MIN_CHANGE = 0.03    # a level change smaller than 3% is not reported
 Z = 4.0  # standard errors (long-run) a step or a drift must clear
@@ -154,7 +154,11 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset(),
             out.append({"index": i, "until": j - 1, "kind": "drift", "before": level,
                         "after": end, "size": end / level - 1,
                         "z": slope_z(j - i, slope, nz), "nights": [j - i]})
-    out = _end_drift(x, _join_drifts(sorted(out, key=lambda f: f["index"]), caused, x), caused)
+    # one parameter's price against the nights' own noise (from differences): the fit's
+    # residuals may hold a level merged away as a transient
+    pen = min(nz.lr, noise(x)[0]) ** 2 * log_n
+    out = join_drifts(sorted(out, key=lambda f: f["index"]), caused, x, pen)
+    out = _end_drift(x, one_move(x, out, caused, pen), caused)
     # on every night (the transients too: a weekend dip each week is one, until the last)
     out = [f for f in out if f["kind"] != "possible step" or _tail_holds(
         full, keep[f["index"]], days, f, f["index"] in caused)]
@@ -235,7 +239,7 @@ def _breaks(x: np.ndarray, segs: list, sums: Sums, nz: Noise, log_n: float,
                             "before": before, "after": after, "size": size,
                             "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
                 continue
-        # sharp: a step a drift beside it cannot explain; it stays a step (_join_drifts)
+        # sharp: a step a drift beside it cannot explain; it stays a step (``cpjoin.join_drifts``)
         last = n + 2 == len(segs)  # (a short level inside the window: a stair, ``_stair``)
         out.append({"index": j0, "kind": "possible step" if last and j1 - j0 < MIN_NIGHTS
                     else "step",
@@ -256,57 +260,6 @@ def _sharp_before_drift(x: np.ndarray, segs: list, n: int, pen: float) -> bool:
         lo = max(i0, j0 - 40)
         return sharp_jump(x[lo:segs[n + 2][1]], j0 - lo, ("flat", "line"), pen)
     return False
-
-
-def _join_drifts(found: list[dict], caused: set[int], x: np.ndarray) -> list[dict]:
-    """Moves the same way that meet: one drift. Drifts that meet or overlap; a step within
-    ``MIN_DRIFT`` nights of a drift's end or start (the staircase a ramp leaves in flat
-    segments); two such steps with a short level between them, when a ramp fits them better
-    than the three levels do. A step at an identity change (``caused``), or a sharp one
-    (no bend of the drift beside it fits it), stays a step; a small one the other way at a
-    drift's edge goes unless caused."""
-    kept = caused | {f["index"] for f in found if f.get("sharp")}
-    out: list[dict] = []
-    for n, f in enumerate(found):
-        p = out[-1] if out else None
-        if p is not None and {p["kind"], f["kind"]} & {"drift"} and \
-                f["index"] - p.get("until", p["index"]) <= MIN_DRIFT:
-            # a small step at a drift's edge: the ramp's fit overshot (the other way) or a
-            # corner of it (its way, unless sharp)
-            drift, other = (p, f) if p["kind"] == "drift" else (f, p)
-            its_way = (other["size"] > 0) == (drift["size"] > 0)
-            if "step" in other["kind"] and other["index"] not in caused and \
-                    not (its_way and other.get("sharp")) and \
-                    abs(other["size"]) < abs(drift["size"]) / 3:
-                out[-1] = drift
-                continue
-        if p is None or (f["size"] > 0) != (p["size"] > 0) or "step" in f["kind"] \
-                and f["index"] in kept or "step" in p["kind"] and p["index"] in kept:
-            out.append(f)
-            continue
-        p_end = p.get("until", p["index"])
-        near = f["index"] - p_end <= MIN_DRIFT
-        if "drift" in (p["kind"], f["kind"]) and near or \
-                p["kind"] == f["kind"] == "step" and f["index"] - p["index"] < 2 * MIN_NIGHTS \
-                and _one_ramp(x, out, found[n:]):
-            p.update(kind="drift", until=max(p_end, f.get("until", f["index"])),
-                     after=f["after"], size=f["after"] / p["before"] - 1,
-                     z=max(p["z"], f["z"]))
-            continue
-        out.append(f)
-    return out
-
-
-def _one_ramp(x: np.ndarray, before: list[dict], after: list[dict]) -> bool:
-    """Whether the last step of ``before`` and the first of ``after`` are one ramp of
-    ``MIN_DRIFT`` nights or more: over the nights from the finding before them (or ``MIN_DRIFT`` × 2 nights) to the one after."""
-    first, second = before[-1]["index"], after[0]["index"]
-    lo = max(before[-2].get("until", before[-2]["index"]) + 1 if len(before) > 1 else 0,
-             first - 2 * MIN_DRIFT)
-    hi = min(after[1]["index"] if len(after) > 1 else len(x), second + 2 * MIN_DRIFT)
-    span = ramp_over_steps(x[lo:hi], first - lo, second - lo)
-    # a "ramp" of fewer nights than the shortest drift is two sudden moves, not a slow one
-    return span is not None and span[1] - span[0] + 1 >= MIN_DRIFT
 
 
 def _confirm(segs: list[tuple[int, int, str]], sums: Sums, nz: Noise,

@@ -65,16 +65,18 @@ def staircase(y: np.ndarray, span: tuple[int, int], pen: float) -> int | None:
     return first if ramp is not None and sse + pen < ramp[0] else None
 
 
-def ramp_over_steps(y: np.ndarray, first: int, second: int) -> tuple[int, int] | None:
+def ramp_over_steps(y: np.ndarray, first: int, second: int,
+                    pen: float = 0.0) -> tuple[int, int] | None:
     """Whether two steps the same way, at ``first`` and ``second`` in ``y`` (three levels),
     are one ramp: the best ramp from at or before the first to at or after the night before
     the second, if it fits better than the three levels (a staircase a noisy ramp left in
-    flat segments does; a level held between two steps does not)."""
+    flat segments does; a level held between two steps does not). The ramp has one
+    parameter fewer than the three levels: it may fit worse by ``pen``."""
     ramp = best_ramp(y, range(0, first + 1), range(max(second - 1, 0), len(y)), 2)
     if ramp is None:
         return None
     sse, span = ramp
-    return span if sse < levels_sse(y, [first, second]) else None
+    return span if sse < levels_sse(y, [first, second]) + pen else None
 
 
 def _bend_basis(t: np.ndarray, knot: int, kinds: tuple[str, str]) -> np.ndarray:

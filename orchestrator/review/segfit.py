@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 MIN_DRIFT = 6  # the shortest straight segment
+MIN_NIGHTS = 4  # a level held fewer nights than this inside the window is transient
 
 
 class Sums:
