@@ -61,7 +61,8 @@ def join_drifts(found: list[dict], caused: set[int], x: np.ndarray,
 
 def one_ramp(x: np.ndarray, before: list[dict], after: list[dict], pen: float) -> bool:
     """Whether the last step of ``before`` and the first of ``after`` are one ramp of
-    ``MIN_DRIFT`` nights or more: over the nights from the finding before them (or ``MIN_DRIFT`` × 2 nights) to the one after."""
+    ``MIN_DRIFT`` nights or more: over the nights from the finding before them (or
+    ``MIN_DRIFT`` × 2 nights) to the one after."""
     first, second = before[-1]["index"], after[0]["index"]
     lo = max(before[-2].get("until", before[-2]["index"]) + 1 if len(before) > 1 else 0,
              first - 2 * MIN_DRIFT)
