@@ -231,16 +231,14 @@ def test_a_drift_in_the_middle_of_the_window_keeps_precision_and_recall():
     assert s["precision"] >= 0.95 and s["recall"] >= 0.95, (s["precision"], s["recall"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "audit27cp (low): a dip of 15% held 4 nights inside the window (σ 1.5%, z ≈ 20): "
-    "nothing reported on 40 of 40 seeds (5 nights: 0 of 40 missed), although the module "
-    "says a level held fewer than MIN_NIGHTS = 4 nights is transient, so 4 is a level. "
-    "Cause: transients() takes the dip's middle two nights as a two-night dip (the medians "
-    "of the four nights each side include only one dip night), so the two left read as "
-    "lone outliers. Skipping a run whose neighbour sits nearer its level closes it, but a "
-    "14-night ±8% cycle then reads as four drifts (1 of 40) and the bench's recall falls "
-    "0.995 → 0.993: left open"))
 def test_a_level_held_four_nights_is_reported():
+    """A dip of 15% held 4 nights inside the window (σ 1.5%, z ≈ 20). Audit 27cp finding
+    (low), closed: nothing was reported on 40 of 40 seeds, although a level held
+    MIN_NIGHTS = 4 nights is one: transients() took the dip's middle two nights as a
+    two-night dip. Now a run that is the middle of a level of four nights or more, entered
+    and left by a jump of half its depth, is none (changepoints._held): steps at both
+    edges on 40 of 40; 1-3 nights still nothing (40 of 40 each); a 14-night cycle's gentle
+    trough stays a transient (test_a_cycle_that_is_not_weekly_is_not_taken_as_weekly)."""
     silent = 0
     for seed in range(40):
         rng = _rng(seed, "dip4")

@@ -74,8 +74,9 @@ POSSIBLE = "confirm on the next nights"
 
 def transients(x: np.ndarray, sigma: float) -> list[int]:
     """Nights of one- or two-night dips and spikes inside the window: runs that stand out
-    from the nights on both sides (four each) while those agree with each other. Never the
-    window's first or last two nights: there a run cannot be told from a step."""
+    from the nights on both sides (four each) while those agree with each other, and are
+    not the middle of a longer level (``_held``). Never the window's first or last two
+    nights: there a run cannot be told from a step."""
     n, out = len(x), set[int]()
     found: list[tuple[float, range]] = []
     xs = [float(v) for v in x]
@@ -88,12 +89,31 @@ def transients(x: np.ndarray, sigma: float) -> list[int]:
             ref = (ref_l + ref_r) / 2
             dev = abs(sum(xs[i:i + length]) / length - ref)
             if dev >= MIN_CHANGE * abs(ref) and dev >= Z * sigma / math.sqrt(length) \
-                    and abs(ref_l - ref_r) < dev / 3:
+                    and abs(ref_l - ref_r) < dev / 3 and not _held(xs, i, length, ref):
                 found.append((dev, range(i, i + length)))
     for _, nights in sorted(found, key=lambda f: -f[0]):
         if len(out) + len(nights) <= n // 5 and not out.intersection(nights):
             out.update(nights)
     return sorted(out)
+
+
+def _held(xs: list[float], i: int, length: int, ref: float) -> bool:
+    """Whether the run of ``length`` nights from ``i`` is the middle of a level held
+    ``MIN_NIGHTS`` nights or more: the nights beyond the midpoint of the run's level and
+    ``ref`` around it, entered and left by a jump of half the run's distance from ``ref``
+    (a 4-night dip's middle two nights stand out from the four nights each side like a
+    two-night dip; a slow cycle's trough, entered and left gently, stays a transient)."""
+    level = sum(xs[i:i + length]) / length
+    mid, dev = (level + ref) / 2, abs(level - ref)
+    side = 1.0 if level > ref else -1.0
+    lo, hi = i, i + length
+    while lo > 0 and (xs[lo - 1] - mid) * side > 0:
+        lo -= 1
+    while hi < len(xs) and (xs[hi] - mid) * side > 0:
+        hi += 1
+    return hi - lo >= MIN_NIGHTS and all(
+        abs(xs[a] - xs[b]) >= dev / 2 for a, b in ((lo - 1, lo), (hi - 1, hi))
+        if 0 <= a and b < len(xs))
 
 
 def analyse(values: list[float], causes: frozenset[int] = frozenset(),
