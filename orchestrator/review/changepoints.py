@@ -45,27 +45,22 @@ from datetime import date
 import numpy as np
 
 from .arnoise import (
-    MAX_PHI,
-    NOISE_FLOOR,
     Noise,
     end_se,
     noise,
     residual_noise,
     slope_z,
 )
+from .arselect import quiet, select
 from .cpjoin import join_drifts, one_move
 from .ramps import ramp_or_step, sharp_jump, staircase
 from .season import weekday_offsets
-from .segfit import MIN_DRIFT, MIN_NIGHTS, Sums, partition
+from .segfit import MIN_CHANGE, MIN_DRIFT, MIN_NIGHTS, Sums, partition
 from .taildrift import MAX_RAMP, tail_drift
 from .tailstep import held, recurring
 
 MIN_TAIL = 2         # nights at the window's end that can show a possible step
-MIN_CHANGE = 0.03    # a level change smaller than 3% is not reported
 Z = 4.0  # standard errors (long-run) a step or a drift must clear
-BIC_WEIGHT = 2.5     # times BIC's log n per level or break in the AR(1) score
-SLOPE_WEIGHT = 3.0   # … and per slope (a slow wander of strongly remembering noise fits one)
-QUIET_WEIGHT = 0.25   # … the share of it a first look asks of one change, to skip the search
 # times one parameter's price (long-run variance × log n) a jump beside a drift must save
 # over a continuous bend: at 1×, 2.5× the bench's drifts gained 3, 2 false edge steps; at 5× none
 JUMP_WEIGHT = 5.0
@@ -142,7 +137,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset(),
     x = full[keep]
     log_n = math.log(len(x))
     sums = Sums(x)
-    if _quiet(x, sums, log_n):
+    if quiet(x, sums, log_n):
         return []
     # the noise's memory from the residuals of the fit, refitted until it holds: starting
     # from none (every wander a change), each pass finds less of the noise a change
@@ -157,7 +152,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset(),
         if tuple(segs) in seen or segs == [(0, len(x), "flat")] and nz.lr >= lr:
             break  # (nothing found, and more noise finds nothing more)
         seen.add(tuple(segs))
-    segs = _select(x, segs, sums, log_n)
+    segs = select(x, segs, sums, log_n)
     for _ in range(6):  # what the selection kept, confirmed against the noise it leaves
         nz = Noise(*residual_noise(x, segs, sums, spent))
         kept = _confirm(segs, sums, nz, tail)
@@ -323,74 +318,6 @@ def _confirm(segs: list[tuple[int, int, str]], sums: Sums, nz: Noise,
             return segs
         a, b = segs[weakest], segs[weakest + 1]
         segs[weakest:weakest + 2] = [_joined(a[0], b[1], sums, nz)]
-
-
-def _ar_score(x: np.ndarray, segs: list, sums: Sums, log_n: float) -> float:
-    """−2 log-likelihood of the fit with AR(1) noise (its φ fitted to the residuals), plus
-    BIC's log n per parameter (a level, a slope, a break's night): a wandering level is
-    explained by the noise's memory at the price of one parameter, a step by a break."""
-    fit = np.concatenate([sums.fit(i, j, k)[0] + sums.fit(i, j, k)[1] * np.arange(j - i)
-                          for i, j, k in segs])
-    r = x - fit
-    lag = float(r[:-1] @ r[:-1])
-    phi = min(max(float(r[1:] @ r[:-1]) / lag, 0.0), MAX_PHI) if lag > 0 else 0.0
-    u = r[1:] - phi * r[:-1]
-    var = max(float(u @ u) / len(u), (NOISE_FLOOR / 10) ** 2)
-    params = 2 * len(segs) - 1  # a level per segment, a night per break
-    slopes = sum(k == "line" for *_, k in segs)
-    return len(u) * math.log(var) + log_n * (BIC_WEIGHT * params + SLOPE_WEIGHT * slopes)
-
-
-def _quiet(x: np.ndarray, sums: Sums, log_n: float) -> bool:
-    """Whether no single change could pay for itself: no step at any night and no slope
-    over the whole series beats one flat level in the AR(1) score, even at a fraction of
-    the weight the selection asks. Most series of a history are like that; they skip the
-    search (a year of nights costs a few array operations, not a partition)."""
-    n = len(x)
-    if n < 2 * MIN_DRIFT:
-        return False
-    t = np.arange(n)
-    k = np.arange(1, n)[:, None]  # a step before night k
-    c0 = sums.c[0]
-    before = (c0[1:n] / np.arange(1, n))[:, None]
-    after = ((c0[n] - c0[1:n]) / (n - np.arange(1, n)))[:, None]
-    fits = [np.where(t[None, :] < k, before, after)]
-    level, slope = sums.fit(0, n, "line")
-    fits.append((level + slope * t)[None, :])
-    fits.append(np.full((1, n), c0[n] / n))
-    r = x[None, :] - np.concatenate(fits)
-    lag = np.maximum((r[:, :-1] * r[:, :-1]).sum(1), 1e-300)
-    phi = np.clip((r[:, 1:] * r[:, :-1]).sum(1) / lag, 0.0, MAX_PHI)
-    u = r[:, 1:] - phi[:, None] * r[:, :-1]
-    var = np.maximum((u * u).sum(1) / (n - 1), (NOISE_FLOOR / 10) ** 2)
-    score = (n - 1) * np.log(var)
-    # what one change adds (a break and a level, or a slope), at a share of its price
-    step = score[:-2] + QUIET_WEIGHT * 2 * BIC_WEIGHT * log_n
-    line = score[-2:-1] + QUIET_WEIGHT * SLOPE_WEIGHT * log_n
-    return bool(min(step.min(), line.min()) >= score[-1])
-
-
-def _select(x: np.ndarray, segs: list, sums: Sums, log_n: float) -> list:
-    """Backward elimination by the AR(1) score: drop the break (joining its sides, flat or
-    straight, whichever scores better) or straighten the line whose removal improves the
-    score most, until none does. What the noise's memory explains goes."""
-    segs = list(segs)
-    best = _ar_score(x, segs, sums, log_n)
-    while len(segs) > 1 or segs[0][2] == "line":
-        options = []
-        for s in range(len(segs) - 1):
-            i, j = segs[s][0], segs[s + 1][1]
-            for kind in ("flat", "line") if j - i >= MIN_DRIFT else ("flat",):
-                options.append([*segs[:s], (i, j, kind), *segs[s + 2:]])
-        for s, (i, j, kind) in enumerate(segs):
-            if kind == "line":
-                options.append([*segs[:s], (i, j, "flat"), *segs[s + 1:]])
-        scored = [(_ar_score(x, o, sums, log_n), o) for o in options]
-        score, option = min(scored, key=lambda so: so[0])
-        if score >= best:
-            return segs
-        best, segs = score, option
-    return segs
 
 
 def _joined(i: int, j: int, sums: Sums, nz: Noise) -> tuple[int, int, str]:
