@@ -21,19 +21,21 @@ the series' own noise. Each finding is then confirmed against that noise, taken 
   (``ramps.sharp_jump``): then a step and the drift after it are both reported;
 - a short segment inside the window (fewer than ``MIN_NIGHTS`` nights: a one- or two-night
   dip or spike) whose neighbours agree is no finding; one night at the very end is none
-  either (an outlier cannot be told from a step on one night), unless it is caused.
+  either (an outlier cannot be told from a step on one night), unless it is caused. One
+  between two moves the same way is a stair (two sudden moves: steps, not a drift); moves
+  the same way that one ramp explains are one drift (``cpjoin``).
 
 The noise's memory (φ) and spread (σ) come from the residuals of the fit, refitted until
 they hold: the first pass assumes no memory (σ from the spread of one-night differences,
 which a step or a drift barely moves), each later one uses what the last fit left over.
 Last, every break and slope must pay for itself in a likelihood with AR(1) noise (each
-model's own φ, BIC's log n per parameter, weighted): a level that wanders by the noise's
-memory is explained by it, not by a step; what remains is confirmed once more against the
-noise it leaves. Standard errors use the exact variance of a least-squares mean, end or
-slope under AR(1) correlation (not the long-run rule, which overstates a short segment's
-by up to 10× at φ 0.9), so φ up to 0.9 is believed: strongly remembering noise (φ 0.7-0.9)
-wanders without being called a step. ``bench/changepoints.py`` scores it against
-planted series.
+model's own φ, BIC's log n per parameter, weighted: ``arselect``): a level that wanders
+by the noise's memory is explained by it, not by a step; what remains is confirmed once
+more against the noise it leaves. Standard errors use the exact variance of a
+least-squares mean, end or slope under AR(1) correlation (not the long-run rule, which
+overstates a short segment's by up to 10× at φ 0.9), so φ up to 0.9 is believed: strongly
+remembering noise (φ 0.7-0.9) wanders without being called a step.
+``bench/changepoints.py`` scores it against planted series.
 """
 
 from __future__ import annotations
