@@ -115,3 +115,23 @@ def test_a_gap_left_by_a_damaged_keyed_line_leaves_verify_incomplete(sqlite_url,
     flat = " ".join(_cli_verify(sqlite_url, f.sweep_id, where).output.split())
     assert f"seq {k + 1} is in neither the journal nor the store" in flat, flat
     assert "delete those events" not in flat, flat
+
+
+@pytest.mark.parametrize("seq", [1, 29])
+def test_a_forged_other_schema_appended_after_a_read_is_set_aside(sqlite_url, tmp_path, seq):
+    """A job_started of schema 2 appended after the whole journal was read (claiming seq 1,
+    the agent's announcement's, or the next seq), unkeyed: `--attach` reads it in a fresh
+    controller, whose decoder has not seen the agent's own announcement in that read; the
+    store holds it, so the line is set aside, never taken for the agent."""
+    from tests.test_audit_28 import _cli_verify
+
+    store = open_store(sqlite_url)
+    where = tmp_path / "node"
+    f = follow_journal(store, AGENT, where)
+    with open(_journal_path(where), "ab") as out:
+        out.write(dump({"schema": 2, "seq": seq, "type": "job_started", "ts": 1.0,
+                        "agent_version": "9.9.9"}) + b"\n")
+    outcome = _follow_placed(store, f.sweep_id, where)
+    assert _state(store, f.sweep_id) == (ALL, [seq]), outcome
+    assert _speeds(store, f.sweep_id) == _real_speeds()
+    assert _cli_verify(sqlite_url, f.sweep_id, where).exit_code == 0
