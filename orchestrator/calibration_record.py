@@ -69,8 +69,10 @@ def _as_constructed(folder: Path, record: dict) -> str | None:
             "writes are not all zero")
 
 
-def _real(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+def _real(x) -> float | None:
+    """``x`` as a finite number (a flag, text or NaN is none)."""
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return float(x) if ok else None
 
 
 def _numbers(record: dict, c: dict) -> str | None:
@@ -78,9 +80,9 @@ def _numbers(record: dict, c: dict) -> str | None:
     number in [0, 1], or a noise scale that is not a number >= 0 (a record missing either
     would otherwise hold, and a series it marks could never be judged stale)."""
     a, s = record.get("expected_acceptance"), c.get("noise_scale")
-    if not (_real(a) and 0.0 <= a <= 1.0):
+    if (x := _real(a)) is None or not 0.0 <= x <= 1.0:
         return f"its expected acceptance {a!r} is not a number in [0, 1]"
-    if not (_real(s) and s >= 0.0):
+    if (y := _real(s)) is None or y < 0.0:
         return f"its noise scale {s!r} is not a number >= 0"
     return None
 

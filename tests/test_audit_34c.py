@@ -361,3 +361,124 @@ def test_the_readmes_calibrate_command_runs_as_written(grown, tmp_path, monkeypa
     before = fingerprint(out)
     again = CliRunner().invoke(main, args)
     assert again.exit_code != 0 and "exists" in again.output and fingerprint(out) == before
+
+
+# --- interleaved nights: a target regrown under the same name ----------------------------
+
+def _regrown_nights(tmp_path, order: list[str]):
+    """Nights of one calibration pair name whose target was regrown between them: "exact"
+    (record 1.0, measured 1.0) or "perturbed" (record 0.80, measured 0.80), other weights."""
+    from orchestrator.review.rules import load_rules
+    from orchestrator.review.weekly import analyse
+    from orchestrator.store import open_store
+    from tests.history import config_values, lock_doc, night, week_nights
+    from tests.store_templates import fresh_sqlite
+
+    dfp = "sha256:" + "b" * 64
+    kinds = {"exact": ("sha256:" + "a" * 64, 1.0, 0.0, 96.0),
+             "perturbed": ("sha256:" + "e" * 64, 0.8, 0.02, 70.0)}
+    monday = datetime(2026, 3, 2, tzinfo=timezone.utc)
+    store = open_store(fresh_sqlite(tmp_path / "g.db"))
+    for at, kind in zip(week_nights(monday, len(order)), order):
+        fp, expected, noise, spec = kinds[kind]
+        lock = lock_doc(kind, {"target": {"fingerprint": fp, "calibration": {
+            "expected_acceptance": expected, "fingerprint": fp, "draft_fingerprint": dfp,
+            "construction": {"layers": 16, "noise_scale": noise}}},
+            "draft": {"fingerprint": dfp}})
+        night(store, at, node="mac-a", chip="Apple M2", workload="code",
+              pair="grown (calibration) / draft", lock=lock,
+              identity={"target_fingerprint": fp, "draft_fingerprint": dfp},
+              configs={("baseline", 0): config_values(40.0),
+                       ("speculative", 4): config_values(spec, acceptance=expected)})
+    return analyse(store, "2026-W10", load_rules(), now=monday + timedelta(days=6))
+
+
+@pytest.mark.parametrize("order", [["exact", "exact", "perturbed"],
+                                   ["perturbed", "perturbed", "exact"],
+                                   ["exact", "perturbed", "exact"]])
+def test_a_target_regrown_under_its_name_is_judged_on_its_latest_record_only(tmp_path,
+                                                                           order):
+    """Guard: the series is judged on the latest night's record and only the nights of its
+    weights (the other target's numbers are not pooled in; provisional with their count),
+    the identities marked mixed, and the latest record holds for what it measured."""
+    a = _regrown_nights(tmp_path, order)
+    [s] = a["series"]
+    latest = order[-1]
+    assert s["calibration"]["expected_acceptance"] == {"exact": 1.0, "perturbed": 0.8}[latest]
+    assert "no_longer_holds" not in s["calibration"], s["calibration"]
+    assert s["mixed_identities"] is True
+    spec = next(c for c in s["configs"] if c["mode"] == "speculative")
+    same = order.count(latest)  # the nights of the latest weights (A, B, A: two of A)
+    assert spec["runs"] == same
+    assert s["verdict"].get("provisional") == {"nights": same, "needed": 3}
+
+
+# --- what a consumer that ignores the marker still sees -----------------------------------
+
+@pytest.mark.parametrize("source", [None, "meta-llama/Llama-3.2-1B"])
+def test_a_calibration_pairs_name_carries_its_mark_even_under_a_real_source(grown, tmp_path,
+                                                                           source):
+    """Guard: a consumer reading only the pair's name (the review's model_pair, export's
+    gen_ai.request.model) still sees "(calibration)": with folder names, and with a plan
+    whose models.source names a real hub model."""
+    from orchestrator.export.points import target_name
+    from orchestrator.sweep.lock import load_lock
+    from orchestrator.sweep.pair_names import model_pair_name
+
+    plan, _ = _plan(tmp_path, grown["exact"], grown["draft"])
+    if source:
+        plan.write_text(plan.read_text().replace("models:\n", f"models:\n  source: {source}\n"))
+    r = CliRunner().invoke(main, ["plan", "lock", str(plan)])
+    assert r.exit_code == 0, r.output
+    name = model_pair_name(load_lock(plan.with_suffix(".lock.json")))
+    assert "(calibration)" in name and "(calibration)" in target_name(name, None), name
+
+
+# --- careless user: odd arguments to the builder ------------------------------------------
+
+@pytest.mark.parametrize("layers,says", [("2", "the draft already has 2 layers"),
+                                         ("100000000", "more than this machine's"),
+                                         ("1", "1 is not in the range x>=2")])
+def test_the_builder_refuses_odd_layer_counts_without_writing(grown, tmp_path, layers, says):
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["models", "calibrate", str(grown["draft"]), str(out),
+                                  "--layers", layers])
+    assert r.exit_code != 0 and "Traceback" not in r.output, r.output
+    assert says in r.output, r.output
+    assert not out.exists() and not list(tmp_path.glob(".out.partial-*"))
+
+
+# --- hostile node: an identity that steps around the drift check -------------------------
+
+@pytest.mark.xfail(strict=True, reason=(
+    "medium: the drift check judges acceptance only when the node's reported draft "
+    "fingerprint is the record's draft (a lighter tier of its own is exempt), but any "
+    "other fingerprint is exempt too, including one the sweep's lock never held. Planted: an "
+    "exact pair's node reports the record's target weights and a draft sha256:00…0 that is "
+    "in no lock, measuring acceptance 0.30 on 3 nights: the record holds (no stale mark) "
+    "and --policy-calibration switches it on"))
+def test_a_node_reporting_a_draft_no_lock_holds_cannot_escape_the_drift_check(tmp_path):
+    from orchestrator.review.rules import load_rules
+    from orchestrator.review.verdict import policy
+    from orchestrator.review.weekly import analyse
+    from orchestrator.store import open_store
+    from tests.history import config_values, lock_doc, night, week_nights
+    from tests.store_templates import fresh_sqlite
+
+    fp, dfp, other = ("sha256:" + c * 64 for c in "ab0")
+    lock = lock_doc("cal", {"target": {"fingerprint": fp, "calibration": {
+        "expected_acceptance": 1.0, "fingerprint": fp, "draft_fingerprint": dfp,
+        "construction": {"layers": 16, "noise_scale": 0.0}}}, "draft": {"fingerprint": dfp}})
+    monday = datetime(2026, 3, 2, tzinfo=timezone.utc)
+    store = open_store(fresh_sqlite(tmp_path / "h.db"))
+    for at in week_nights(monday, 3):
+        night(store, at, node="mac-a", chip="Apple M2", workload="code",
+              pair="grown (calibration) / draft", lock=lock,
+              identity={"target_fingerprint": fp, "draft_fingerprint": other},
+              configs={("baseline", 0): config_values(40.0),
+                       ("speculative", 4): config_values(96.0, acceptance=0.3)})
+    a = analyse(store, "2026-W10", load_rules(), now=monday + timedelta(days=6))
+    [s] = a["series"]
+    assert s["calibration"].get("no_longer_holds"), s["calibration"]
+    [p] = policy(a, calibration=True)["series"]
+    assert p["speculation"] is False
