@@ -546,3 +546,51 @@ def test_a_lineups_adaptive_stops_are_marked_by_their_own_pair(tmp_path):
     assert {t["variant"]: t["calibration"] for t in a["adaptive_stops"]} == want
     page = review_data(store, sid)
     assert {t["variant"]: t["calibration"] for t in page["adaptive_stops"]} == want
+
+
+# --- statistician: what one node's verdict line is worth ---------------------------------
+
+def _verdicts(true_ratio: float, sigma: float, rounds: int = 5, trials: int = 2000,
+              seed: int = 34) -> dict[str, float]:
+    """Share of "ok" / "off" / "unverified" lines the check gives a node whose measured
+    speedup is ``true_ratio`` × predicted, each round's ratio drawn log-normal around it
+    (per-round noise ``sigma``), the sweep's own median agreeing with the truth."""
+    import random
+
+    from agent.calibrate import summarise_rounds
+    from orchestrator.instrument import judge
+
+    rng = random.Random(seed)
+    predicted = 2.0
+    gens = [{"mode": m, "num_draft_tokens": k, "decode_tok_s": v, "drafted_tokens": d,
+             "accepted_tokens": d, "token_ids": [1, 2, 3], "workload": "code"}
+            for m, k, v, d in (("baseline", 0, 40.0, 0),
+                               ("speculative", 4, 40.0 * predicted * true_ratio, 8))]
+    out = {"ok": 0, "off": 0, "unverified": 0}
+    for _ in range(trials):
+        r = [true_ratio * math.exp(rng.gauss(0.0, sigma)) for _ in range(rounds)]
+        speed = {4: summarise_rounds({"predicted": [predicted] * rounds,
+                                      "measured": [predicted * x for x in r], "ratio": r})}
+        out[judge("mac-a", gens, None, {"ratio": 1.0}, speed).status] += 1
+    return {k: v / trials for k, v in out.items()}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "medium: with its default 5 rounds the check gives a definite line on a point estimate "
+    "(the median ratio against ±10%) whenever the quartiles span ≤ 0.20, which a noisy node "
+    "meets: simulated through agent.calibrate.summarise_rounds and instrument.judge "
+    "(log-normal per-round noise, 2,000 nodes each): a node measuring exactly as predicted "
+    "at 12% per-round noise is called 'instrument OFF' for 9.3% of nodes; a node 15% off at "
+    "8% noise is called 'instrument ok' for 14%. Neither is 'unverified': the quartile span "
+    "is no confidence bound on the median"))
+def test_a_noisy_nodes_line_is_wrong_for_at_most_one_node_in_twenty():
+    right = _verdicts(1.0, 0.12)
+    off_by_15 = _verdicts(1.15, 0.08)
+    assert right["off"] <= 0.05 and off_by_15["ok"] <= 0.05, (right, off_by_15)
+
+
+def test_a_quiet_nodes_line_is_right():
+    """Guard: at 4% per-round noise a node measuring as predicted is ok in every trial and
+    one 30% off is off in every trial."""
+    assert _verdicts(1.0, 0.04, trials=300)["ok"] == 1.0
+    assert _verdicts(1.3, 0.04, trials=300)["off"] == 1.0
