@@ -594,3 +594,26 @@ def test_a_quiet_nodes_line_is_right():
     one 30% off is off in every trial."""
     assert _verdicts(1.0, 0.04, trials=300)["ok"] == 1.0
     assert _verdicts(1.3, 0.04, trials=300)["off"] == 1.0
+
+
+# --- hostile user: the lock's copy of the record -------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason=(
+    "low: the lock's calibration mark is never re-read from the folder. A lock of the exact "
+    "pair with models.target.calibration deleted (or added to a real target) and its "
+    "lock_id recomputed (an unkeyed sha256 anyone can recompute) passes verify_lock: the "
+    "weights, plan and prompts are unchanged, so the instrument's sweep runs unmarked and "
+    "its win reaches the policy as a real pair's"))
+def test_a_lock_edited_to_unmark_a_calibration_target_is_refused(grown, tmp_path):
+    from orchestrator.sweep.lock import load_lock, lock_digest, verify_lock
+
+    plan, _ = _plan(tmp_path, grown["exact"], grown["draft"])
+    r = CliRunner().invoke(main, ["plan", "lock", str(plan)])
+    assert r.exit_code == 0, r.output
+    path = plan.with_suffix(".lock.json")
+    doc = load_lock(path)
+    assert doc["models"]["target"].pop("calibration")
+    doc["lock_id"] = lock_digest(doc)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match="calibration"):
+        verify_lock(load_lock(path), path)
