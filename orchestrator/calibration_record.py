@@ -5,6 +5,7 @@ which needs mlx-lm and the shipped prompts)."""
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -47,6 +48,8 @@ def _as_constructed(folder: Path, record: dict) -> str | None:
     c = record.get("construction")
     if not isinstance(c, dict):
         return "it has no construction"
+    if why := _numbers(record, c):
+        return why
     exact = record.get("expected_acceptance") == 1.0
     if exact != (c.get("noise_scale") == 0.0):
         # 1.0 with noise, or less than 1.0 without: the record contradicts itself
@@ -64,6 +67,24 @@ def _as_constructed(folder: Path, record: dict) -> str | None:
         pass
     return ("it claims an exact pair (acceptance 1.0), but the added layers' residual "
             "writes are not all zero")
+
+
+def _real(x) -> float | None:
+    """``x`` as a finite number (a flag, text or NaN is none)."""
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return float(x) if ok else None
+
+
+def _numbers(record: dict, c: dict) -> str | None:
+    """Why the record's numbers are no construction's: an expected acceptance that is not a
+    number in [0, 1], or a noise scale that is not a number >= 0 (a record missing either
+    would otherwise hold, and a series it marks could never be judged stale)."""
+    a, s = record.get("expected_acceptance"), c.get("noise_scale")
+    if (x := _real(a)) is None or not 0.0 <= x <= 1.0:
+        return f"its expected acceptance {a!r} is not a number in [0, 1]"
+    if (y := _real(s)) is None or y < 0.0:
+        return f"its noise scale {s!r} is not a number >= 0"
+    return None
 
 
 def _zero(folder: Path, names: list[str]):

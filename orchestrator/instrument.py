@@ -288,6 +288,9 @@ def _rounds(r: dict) -> dict:
     lo, hi = r["spread"]
     if not all(map(_positive, [r["predicted"], r["measured"], r["ratio"], lo, hi])) or lo > hi:
         raise ValueError("a speed reading that is not positive numbers, lower quartile first")
+    if not lo * (1 - EDGE) <= r["ratio"] <= hi * (1 + EDGE):
+        # a median lies between its quartiles: a reading whose does not judged no rounds
+        raise ValueError(f"a median ratio {r['ratio']} outside its own quartiles {lo}–{hi}")
     return {k: r[k] for k in ("rounds", "predicted", "measured", "ratio", "spread")}
 
 

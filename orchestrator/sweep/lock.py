@@ -132,7 +132,9 @@ def _calibrations(plan: Plan, models: dict) -> None:
         if why is not None:
             raise ConfigError(f"models.{kind}: {folder}/{CALIBRATION_FILE} does not hold: "
                               f"{why}. Remake it with `specfleet models calibrate DRAFT OUT` "
-                              "(and point the plan at OUT)", *where)
+                              "(and point the plan at OUT); if the folder is a real "
+                              f"model's, not a calibration target, remove its "
+                              f"{CALIBRATION_FILE}", *where)
         m["calibration"] = record  # a grown target: its series are marked as such
 
 
