@@ -170,6 +170,11 @@ def test_runs_the_record_says_nothing_of_are_unverified_never_stale(tmp_path):
     [p] = policy(a, calibration=True)["series"]
     assert p["speculation"] is False and p["calibration_unverified"] == \
         s["calibration"]["unverified"]
+    # a node that reports no acceptance (a runtime that does not count drafting)
+    a = _analyse(tmp_path, {**_record(), "expected_acceptance": 1.0, "measured": {}},
+                 [{("speculative", 4): None}])
+    [s] = a["series"]
+    assert s["calibration"]["unverified"] == ["its node reported no acceptance at width 4"]
 
 
 def test_the_site_marks_an_unverified_row(tmp_path):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import Any
 
 from .configs import knob_suffix
 from .week_runs import RunRow
@@ -47,11 +48,12 @@ def _count(x: object) -> int | None:
 
 
 def _rate(x: object) -> float | None:
-    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-    return float(x) if ok and 0.0 <= x <= 1.0 else None
+    if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x):
+        return None
+    return float(x) if 0.0 <= x <= 1.0 else None
 
 
-def record_cells(record: dict) -> dict[tuple[str, int], dict]:
+def record_cells(record: dict) -> dict[tuple[str, int], dict[str, Any]]:
     """{(workload, width): {acceptance, drafted_tokens, prompt_sha256}} the record measured
     (malformed cells left out: unverified, never a bound)."""
     out = {}
@@ -66,10 +68,10 @@ def record_cells(record: dict) -> dict[tuple[str, int], dict]:
     return out
 
 
-def _pooled(record: dict) -> tuple[dict[str, str], int | None, dict | None]:
+def _pooled(record: dict) -> tuple[dict, int | None, dict[str, Any] | None]:
     """An older record's one number: {prompt name: sha} it pooled, its width, its cell."""
     m = record.get("measured") or {}
-    prompts = m.get("prompts") if isinstance(m.get("prompts"), dict) else {}
+    prompts: dict = m["prompts"] if isinstance(m.get("prompts"), dict) else {}
     a, n = _rate(record.get("expected_acceptance")), _count(m.get("drafted_tokens"))
     cell = {"acceptance": a, "drafted_tokens": n} if a is not None and n else None
     return prompts, _count(m.get("num_draft_tokens")), cell
@@ -122,15 +124,14 @@ def judge_acceptance(record: dict, workload: str, width: int, acceptance: float,
     (None, None) when it holds."""
     if settings:
         return None, f"measured at other settings than its record's ({settings.strip(' ·')})"
-    if exact(record):
-        cell: dict | None = {"acceptance": 1.0, "drafted_tokens": None}
-    elif (cell := record_cells(record).get((workload, width))) is not None:
-        if prompt and cell["prompt_sha256"] and cell["prompt_sha256"] != prompt:
-            return None, f"its record measured {workload} on another prompt"
-    else:
+    cell: dict[str, Any] | None = {"acceptance": 1.0, "drafted_tokens": None} if exact(record) \
+        else record_cells(record).get((workload, width))
+    if cell is None:
         cell, why = _old_cell(record, workload, width, prompt)
         if cell is None:
             return None, why
+    elif prompt and cell.get("prompt_sha256") not in (None, prompt):
+        return None, f"its record measured {workload} on another prompt"
     e, n_r = cell["acceptance"], cell["drafted_tokens"]
     tol = acceptance_tolerance(e, n_r, acceptance, drafted) if n_r else ACCEPTANCE_TOLERANCE
     if abs(acceptance - e) > tol + 1e-9:
@@ -140,7 +141,7 @@ def judge_acceptance(record: dict, workload: str, width: int, acceptance: float,
 
 
 def _old_cell(record: dict, workload: str, width: int,
-              prompt: str | None) -> tuple[dict | None, str]:
+              prompt: str | None) -> tuple[dict[str, Any] | None, str]:
     """An older record's one number, when the run is exactly what it pooled."""
     prompts, at, cell = _pooled(record)
     if record_cells(record) or cell is None or not prompts or not at:
@@ -177,9 +178,12 @@ def series_holds(runs: list[RunRow]) -> dict[str, list[str]]:
         stale += why
         unverified += cannot
         own = r.calibration.get("draft_fingerprint")
-        if r.mode != "speculative" or not r.k or (m := _acceptance(r)) is None \
+        if r.mode != "speculative" or not r.k \
                 or (own and r.identity.get("draft_fingerprint") != own):
             continue  # another draft's acceptance: the record says nothing of it
+        if (m := _acceptance(r)) is None:
+            unverified.append(f"its node reported no acceptance at width {r.k}")
+            continue
         miss, no_entry = judge_acceptance(r.calibration, str(r.series[2]), r.k, *m,
                                           prompt=r.identity.get("prompt_sha256"),
                                           settings=knob_suffix(r.config))
