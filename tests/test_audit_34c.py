@@ -161,51 +161,80 @@ def test_an_exact_pair_that_measured_its_construction_every_night_holds(tmp_path
 
 # --- careless user: a calibration target that loses its record ------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "high: `specfleet models quantize GROWN OUT --bits 4` (the README's own tier command on "
-    "a calibration target) writes no specfleet-calibration.json, so `plan lock` locks the "
-    "4-bit grown target as a real model: its series is unmarked, pooled as a real pair and "
-    "in the policy without --policy-calibration. Measured: the tier's acceptance with its "
-    "draft is 0.82 at width 4 (0.94 at width 1), a known-answer instrument's win read as a "
-    "model's; specfleet-tier.json names the calibration target as its source and nothing "
-    "reads it"))
-def test_a_quantised_calibration_target_is_still_marked_or_refused(grown, tmp_path):
-    from orchestrator.sweep.lock import load_lock
-
-    r = CliRunner().invoke(main, ["models", "quantize", str(grown["exact"]),
-                                  str(tmp_path / "grown-4bit"), "--bits", "4",
-                                  "--group-size", "32"])
-    assert r.exit_code == 0, r.output
-    plan, _ = _plan(tmp_path, tmp_path / "grown-4bit", grown["draft"])
-    r = CliRunner().invoke(main, ["plan", "lock", str(plan)])
-    if r.exit_code == 0:
-        doc = load_lock(plan.with_suffix(".lock.json"))
-        assert doc["models"]["target"].get("calibration"), doc["models"]["target"]
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "low: a calibration target given as the draft (models.draft: GROWN beside a real "
-    "target) is locked and marked on the draft's role; the series is a real pair's "
-    "(unmarked, in the policy) while calibration_sweeps marks the sweep's notices and "
-    "adaptive stops as the calibration pair's. A calibration target has a known answer "
-    "only as a target: the lock should refuse it as a draft"))
-def test_a_calibration_target_given_as_the_draft_is_refused(grown, tmp_path):
-    plan, _ = _plan(tmp_path, grown["real"], grown["exact"])
-    r = CliRunner().invoke(main, ["plan", "lock", str(plan)])
+def test_a_quantised_calibration_target_is_refused_with_what_to_do_instead(grown, tmp_path):
+    """Fixed (tiers._not_a_calibration_target): `specfleet models quantize GROWN OUT --bits 4`
+    wrote a 4-bit copy with no calibration record, which `plan lock` locked as a real model
+    (measured: its acceptance with its draft is 0.82 at width 4, a known-answer instrument's
+    win read as a model's). Quantising a calibration target is refused now, nothing
+    written, and the message says what to do instead."""
+    out = tmp_path / "grown-4bit"
+    r = CliRunner().invoke(main, ["models", "quantize", str(grown["exact"]), str(out),
+                                  "--bits", "4", "--group-size", "32"])
+    said = " ".join(r.output.split())
     assert r.exit_code != 0 and "Traceback" not in r.output, r.output
+    assert f"{grown['exact']} is a calibration target ({grown['exact']}/{CALIBRATION_FILE}): " \
+           "refusing to quantise it." in said, said
+    assert "quantise its draft (`specfleet models quantize DRAFT OUT --bits N`)" in said
+    assert f"If the folder is a real model's, remove its stray {CALIBRATION_FILE}" in said
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_a_calibration_target_given_as_the_draft_is_refused(grown, tmp_path):
+    """Fixed (lock._calibrations): a calibration target given as the draft (models.draft:
+    GROWN beside a real target) was locked, its series a real pair's (unmarked, in the
+    policy). Refused now at the plan's line for the draft, and no lock written."""
+    plan, _ = _plan(tmp_path, grown["real"], grown["exact"])
+    line = plan.read_text().splitlines().index(f"  draft: {grown['exact']}") + 1
+    r = CliRunner().invoke(main, ["plan", "lock", str(plan)])
+    said = " ".join(r.output.split())
+    assert r.exit_code != 0 and "Traceback" not in r.output, r.output
+    assert f"{plan}:{line}: models.draft: {grown['exact']} is a calibration target" in said
+    assert "it has a known answer only as a target: give it as models.target" in said, said
+    assert _record(grown["exact"])["draft_fingerprint"] in said
+    assert not list(tmp_path.glob("*.lock.json"))
 
 
 # --- hostile user: forged and copied records ------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: an exact record is checked only on its claimed added layers' residual writes; "
-    "the layers it says are the draft's are never compared with the draft. Forged: the exact "
-    "4-layer target with layer 0's mlp.down_proj tripled and the record's fingerprint "
-    "recomputed holds (calibration_check: no objection) and is locked as an exact pair, "
-    "while its measured acceptance with its draft is 0.67 at width 4 (memo 0.64, "
-    "translation 0.49)"))
 def test_an_exact_record_on_weights_whose_draft_layers_were_edited_does_not_hold(grown,
                                                                                 tmp_path):
+    """Fixed (calibration_record._copied_as_drafts): an exact record was checked only on
+    its added layers' residual writes. Forged: the exact 4-layer target with layer 0's
+    mlp.down_proj tripled and the record's fingerprint recomputed held and was locked as an
+    exact pair, while its measured acceptance with its draft is 0.67 at width 4. The record
+    now holds the digest of the tensors copied from the draft, and they must match it."""
+    forged = _tripled(grown, tmp_path)
+    target, tok = _load(forged)
+    draft, _ = _load(grown["draft"])
+    acc = measure_acceptance(target, draft, tok, shipped_prompts(), WIDTH, 64)["acceptance"]
+    assert acc < 0.95  # planted: the known answer is gone
+    record, why = calibration_check(forged)
+    assert record is None and "the draft's layers were edited since it was grown" in why, \
+        (acc, why)
+
+
+def test_a_record_whose_draft_digest_was_rewritten_is_refused_by_plan_lock(grown, tmp_path):
+    """Fixed (lock._calibrations, calibration_record.draft_holds): the forger rewrites the
+    record's digest to fit the edited weights too (anyone can hash a folder); `plan lock`
+    hashes the plan's draft itself and refuses at the plan's line, writing no lock."""
+    from orchestrator.calibration_record import tensors_digest
+
+    forged = _tripled(grown, tmp_path)
+    c = _record(forged)["construction"]
+    _forge(forged, construction={**c, "draft_tensors_sha256": tensors_digest(forged, 2)})
+    assert calibration_check(forged)[1] is None  # the record alone cannot tell
+    plan, line = _plan(tmp_path, forged, grown["draft"])
+    r = CliRunner().invoke(main, ["plan", "lock", str(plan)])
+    said = " ".join(r.output.split())
+    assert r.exit_code != 0 and "Traceback" not in r.output, r.output
+    assert f"{plan}:{line}: models.target: {forged}/{CALIBRATION_FILE} does not hold: its " \
+           f"digest of the draft's tensors is {tensors_digest(forged, 2)}, but the draft " \
+           f"{grown['draft']} hashes to {tensors_digest(grown['draft'])}" in said, said
+    assert not list(tmp_path.glob("*.lock.json"))
+
+
+def _tripled(grown, tmp_path: Path) -> Path:
+    """The exact target with layer 0's mlp.down_proj tripled, its fingerprint recomputed."""
     import mlx.core as mx
 
     forged = tmp_path / "forged"
@@ -214,12 +243,7 @@ def test_an_exact_record_on_weights_whose_draft_layers_were_edited_does_not_hold
     w["model.layers.0.mlp.down_proj.weight"] = w["model.layers.0.mlp.down_proj.weight"] * 3
     mx.save_safetensors(str(forged / "model.safetensors"), w, metadata={"format": "mlx"})
     _forge(forged)
-    target, tok = _load(forged)
-    draft, _ = _load(grown["draft"])
-    acc = measure_acceptance(target, draft, tok, shipped_prompts(), WIDTH, 64)["acceptance"]
-    assert acc < 0.95  # planted: the known answer is gone
-    record, why = calibration_check(forged)
-    assert record is None and why, (acc, why)
+    return forged
 
 
 FORGED = {
