@@ -549,13 +549,11 @@ def _lineup_with_a_calibration_target_2(tmp_path):
     return store, sid
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "low: an adaptive stop is labelled the calibration pair's by sweep, not by pair. In a "
-    "lineup of a real target and a calibration target-2 (planted), the weekly review marks "
-    "the real pair's stop 'calibration' too (calibration_sweeps: any marked role marks every "
-    "notice of the sweep), and the sweep page marks neither (it looks only at the role "
-    "'target'): the instrument's 'settled as the best' is shown unmarked there"))
 def test_a_lineups_adaptive_stops_are_marked_by_their_own_pair(tmp_path):
+    """Fixed (adaptive_stops.marked_stops): in a lineup of a real target and a calibration
+    target-2 (planted), the weekly review marked the real pair's stop 'calibration' too (any
+    marked role marked every stop of the sweep) and the sweep page marked neither (it looked
+    only at the role 'target'). Each stop is marked by its own pair's target now."""
     from orchestrator.review.rules import load_rules
     from orchestrator.review.sweep_page import review_data
     from orchestrator.review.weekly import analyse
@@ -685,3 +683,22 @@ def test_a_lock_edited_to_unmark_a_calibration_target_is_refused(grown, tmp_path
     path.write_text(json.dumps(doc))
     with pytest.raises(ConfigError, match="calibration"):
         verify_lock(load_lock(path), path)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pairs=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4)), min_size=1,
+                      max_size=6, unique=True))
+def test_any_lineups_stop_is_read_back_to_the_target_its_variant_runs(pairs):
+    """For any lineup (roles as plans name them: target, target-2, …, draft, draft-2, …),
+    the role a stop is marked by is the target the agent's own variant runs."""
+    from agent.mlxengine import lineup_variants
+    from orchestrator.review.adaptive_stops import stop_role
+
+    def role(kind: str, i: int) -> str:
+        return kind if i == 1 else f"{kind}-{i}"
+
+    lineup = tuple((role("target", t), role("draft", d)) for t, d in pairs)
+    if len(lineup) == 1:
+        lineup = (("target", lineup[0][1]),)  # one pair: the plan's one target
+    for v in lineup_variants(lineup):
+        assert stop_role(v.name) == v.models[0], (lineup, v.name)
