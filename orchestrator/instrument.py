@@ -245,7 +245,7 @@ def _robust_widths(speed: dict, acceptance: float | None, problems: list[str],
         w = {"k": k, "measured": r["measured"], "predicted": r["predicted"],
              "off": r["ratio"] - 1, "spread": r["spread"], "rounds": r["rounds"]}
         widths.append(w)
-        if why := _judge_interval(k, r, w):
+        if why := judge_width(k, r, w):
             (problems if w.get("status") == "off" else unverified).append(why)
     if acceptance != 1.0 and widths:
         unverified.append("speed unverified: predicted at acceptance 1.0, which the sweep "
@@ -253,7 +253,7 @@ def _robust_widths(speed: dict, acceptance: float | None, problems: list[str],
     return widths
 
 
-def _judge_interval(k: int, r: dict, w: dict) -> str | None:
+def judge_width(k: int, r: dict, w: dict) -> str | None:
     """What is wrong with one width's reading (None: ok), its status set in ``w``."""
     n = r["rounds"]
     if not r.get("ratios"):

@@ -598,7 +598,7 @@ def _verdicts(true_ratio: float, sigma: float, rounds: int = 5, trials: int = 20
 
 
 def test_a_noisy_nodes_line_is_wrong_for_at_most_one_node_in_twenty():
-    """Fixed (instrument._judge_interval): with 5 rounds the check judged the median ratio
+    """Fixed (instrument.judge_width): with 5 rounds the check judged the median ratio
     against ±10% whenever the quartiles spanned <= 0.20: a node measuring exactly as
     predicted at 12% per-round noise was called 'instrument OFF' for 9.3% of nodes, one
     15% off at 8% noise 'instrument ok' for 14%. It judges a 90% distribution-free interval

@@ -133,7 +133,7 @@ def _calibrations(plan: Plan, models: dict) -> None:
             "draft_fingerprint")]
         if why is None and record is not None and own:
             why = draft_holds(record, plan.models[own[0]])
-        if why is None and kind == "draft":
+        if why is None and record is not None and kind == "draft":
             # its known answer is a target's (its logits are its draft's): as a draft it is
             # a real pair's draft whose series would go unmarked into the policy
             raise ConfigError(f"models.{role}: {folder} is a calibration target ("
