@@ -13,6 +13,8 @@ from pathlib import Path
 
 from agent.fingerprint import fingerprint
 
+from .errors import ConfigError
+
 CALIBRATION_FILE = "specfleet-calibration.json"
 SCHEMA = "specfleet-calibration/1"
 
@@ -171,3 +173,20 @@ def tensors_digest(folder: Path, below: int | None = None) -> str:
                 h.update(json.dumps([name, t["shape"]]).encode() + data)
     return "sha256:" + h.hexdigest()
 
+def refuse_quantising(src: Path) -> None:
+    """Refuse to quantise a calibration target. Refused rather than recorded: its known
+    answer (acceptance 1.0 by construction, or measured on its fp32 weights) is gone once
+    quantised (the demo's exact target at 4 bits accepts 0.82 at width 4), so a copy could
+    only carry a record saying "acceptance unknown", an instrument with no answer to check,
+    that every page would still have to mark and keep out of the policy. (Growing from a
+    quantised draft is refused by ``models calibrate`` too: the pair is fp32.) Called by
+    ``specfleet models quantize`` before ``tiers.quantize``."""
+    if (src / CALIBRATION_FILE).exists():
+        raise ConfigError(
+            f"{src} is a calibration target ({src}/{CALIBRATION_FILE}): refusing to "
+            "quantise it. Its known acceptance holds only for its own fp32 weights; a "
+            "quantised copy has none and would be locked as a real model. To sweep a lighter "
+            "calibration pair, quantise its draft (`specfleet models quantize DRAFT OUT "
+            "--bits N`) and give that tier beside its own draft in the plan's lineup (a "
+            "ladder rung); to check the instrument, sweep this target as it is. If the "
+            f"folder is a real model's, remove its stray {CALIBRATION_FILE}")

@@ -19,7 +19,6 @@ from pathlib import Path
 from agent.checks import quant_tier
 from agent.fingerprint import fingerprint
 
-from .calibration_record import CALIBRATION_FILE
 from .errors import ConfigError
 
 TIER_FILE = "specfleet-tier.json"
@@ -39,7 +38,6 @@ def quantize(src: Path, out: Path, bits: int, group_size: int = 64) -> dict:
     if quant_tier(src) not in (None, "unquantised"):
         raise ConfigError(f"{src} is already quantised ({quant_tier(src)}); quantise from the "
                           "unquantised weights, so every tier has one source")
-    _not_a_calibration_target(src)
     if out.exists():
         raise ConfigError(f"{out} exists; choose a new folder (a tier is written whole)")
     from mlx_lm import convert
@@ -60,22 +58,3 @@ def quantize(src: Path, out: Path, bits: int, group_size: int = 64) -> dict:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {**record, "fingerprint": fingerprint(out)}
-
-
-def _not_a_calibration_target(src: Path) -> None:
-    """Refuse to quantise a calibration target. Refused rather than recorded: its known
-    answer (acceptance 1.0 by construction, or measured on its fp32 weights) is gone once
-    quantised (the demo's exact target at 4 bits accepts 0.82 at width 4), so a copy could
-    only carry a record saying "acceptance unknown", an instrument with no answer to check,
-    that every page would still have to mark and keep out of the policy. (Growing from a
-    quantised draft is refused by ``models calibrate`` too: the pair is fp32.)"""
-    if (src / CALIBRATION_FILE).exists():
-        raise ConfigError(
-            f"{src} is a calibration target ({src}/{CALIBRATION_FILE}): refusing to "
-            "quantise it. Its known acceptance holds only for its own fp32 weights; a "
-            "quantised copy has none and would be locked as a real model. To sweep a lighter "
-            "calibration pair, quantise its draft (`specfleet models quantize DRAFT OUT "
-            "--bits N`) and give that tier beside its own draft in the plan's lineup (a "
-            "ladder rung); to check the instrument, sweep this target as it is. If the "
-            f"folder is a real model's, remove its stray {CALIBRATION_FILE}")
-

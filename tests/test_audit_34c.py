@@ -162,7 +162,7 @@ def test_an_exact_pair_that_measured_its_construction_every_night_holds(tmp_path
 # --- careless user: a calibration target that loses its record ------------------------
 
 def test_a_quantised_calibration_target_is_refused_with_what_to_do_instead(grown, tmp_path):
-    """Fixed (tiers._not_a_calibration_target): `specfleet models quantize GROWN OUT --bits 4`
+    """Fixed (calibration_record.refuse_quantising): `specfleet models quantize GROWN OUT --bits 4`
     wrote a 4-bit copy with no calibration record, which `plan lock` locked as a real model
     (measured: its acceptance with its draft is 0.82 at width 4, a known-answer instrument's
     win read as a model's). Quantising a calibration target is refused now, nothing
