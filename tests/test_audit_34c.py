@@ -635,6 +635,22 @@ def test_the_interval_of_the_median_is_the_order_statistics_planted():
 
 
 @settings(max_examples=300, deadline=None)
+@given(xs=st.lists(st.floats(0.1, 10.0), min_size=5, max_size=40))
+def test_any_rounds_interval_holds_their_median_at_its_stated_coverage(xs):
+    """For any 5 or more rounds: the interval is two of the rounds, the sample median lies
+    in it, its coverage is at least 90%, and one step narrower would cover less."""
+    from agent.calibrate import median_interval
+
+    lo, hi, cover = median_interval(xs)
+    x, n = sorted(xs), len(xs)
+    j = x.index(lo) + 1  # its order (with ties: the first of them)
+    assert lo in xs and hi in xs and lo <= statistics.median(xs) <= hi
+    assert cover >= 0.90
+    narrower = 1 - 2 * sum(math.comb(n, i) for i in range(j + 1)) / 2 ** n
+    assert narrower < 0.90 or x[j] == lo, (n, j, cover, narrower)
+
+
+@settings(max_examples=300, deadline=None)
 @given(ratios=st.lists(st.floats(0.5, 1.6), min_size=1, max_size=12))
 def test_any_rounds_are_judged_ok_or_off_only_by_an_interval_clear_of_the_tolerance(ratios):
     """For any rounds: ok only when the median's 90% interval (planted order statistics)
