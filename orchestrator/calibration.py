@@ -31,7 +31,7 @@ from typing import Any
 from agent.fingerprint import fingerprint
 from agent.stats import acceptance_summary
 
-from .calibration_record import CALIBRATION_FILE, SCHEMA, calibration_of
+from .calibration_record import CALIBRATION_FILE, SCHEMA, calibration_of, tensors_digest
 from .errors import ConfigError
 
 ZEROED = ("self_attn.o_proj.weight", "mlp.down_proj.weight")  # the residual writes
@@ -253,7 +253,7 @@ def calibrate(draft: Path, out: Path, layers: int = 32, acceptance: float = 1.0,
             "added_layers": layers - int(config["num_hidden_layers"]),
             "copied_from_layer": int(config["num_hidden_layers"]) - 1,
             "residual_writes": list(ZEROED), "noise_scale": 0.0, "seed": seed,
-            "dtype": "float32"},
+            "dtype": "float32", "draft_tensors_sha256": tensors_digest(draft)},
         "key": calibration_key(draft_fp, layers, acceptance, seed, width, max_tokens),
         "mlx": metadata.version("mlx"), "mlx_lm": metadata.version("mlx-lm")}
     if acceptance >= 1.0:
