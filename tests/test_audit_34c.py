@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import statistics
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
