@@ -182,8 +182,7 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
     the end is recorded, lines appended after it (a later job_finished too) are set aside.
     ``twice``: seqs the read has 2+ lines of (a stored event's line again: a repeat).
     ``nth``: each line's occurrence of its content in the read and whether it is the first
-    (see ``_occurrences`` and ``_seen_before``). ``jobs``: the sweeps' jobs read before
-    (a sweep's job never changes once created), filled in as read."""
+    (see ``_occurrences`` and ``_seen_before``). ``jobs``: sweep → job, read once."""
     occurrence = _occurrences(events, payloads, nth)
     # every look-up of the batch in one round trip (read again only if the read grows)
     ctx = _context(c, sweep_id, node, events)
