@@ -17,36 +17,53 @@ SCHEMA = "specfleet-calibration/1"
 def calibration_of(folder: Path, fp: str | None = None) -> dict | None:
     """The calibration record of a model folder, when it is one: its file's recorded
     fingerprint must be the folder's (weights edited since are no calibration)."""
+    return calibration_check(folder, fp)[0]
+
+
+def calibration_check(folder: Path, fp: str | None = None) -> tuple[dict | None, str | None]:
+    """(the folder's calibration record, None) when it holds; (None, why not) when the
+    folder has a record that does not hold; (None, None) when it has none."""
     path = Path(folder) / CALIBRATION_FILE
+    if not path.exists():
+        return None, None
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    except (OSError, ValueError) as e:
+        return None, f"it is not readable JSON ({e})"
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
-        return None
-    if record.get("fingerprint") != (fp or fingerprint(folder)):
-        return None
-    return record if _as_constructed(Path(folder), record) else None
+        return None, f"it is no {SCHEMA} record"
+    if record.get("fingerprint") != (fp := fp or fingerprint(folder)):
+        return None, (f"it records the fingerprint {record.get('fingerprint')}, but the "
+                      f"folder's weights are {fp} (edited or regrown since)")
+    why = _as_constructed(Path(folder), record)
+    return (None, why) if why else (record, None)
 
 
-def _as_constructed(folder: Path, record: dict) -> bool:
-    """An exact record (acceptance 1.0 by construction) is checked against the weights: its
-    added layers' residual writes must be zero, or its known answer is no answer. (The record
-    file is outside the fingerprint, so the fingerprint alone cannot vouch for it.)"""
+def _as_constructed(folder: Path, record: dict) -> str | None:
+    """Why the record is no construction's (None: it is one). An exact record (acceptance
+    1.0 by construction) is checked against the weights: its added layers' residual writes
+    must be zero, or its known answer is no answer. (The record file is outside the
+    fingerprint, so the fingerprint alone cannot vouch for it.)"""
     c = record.get("construction")
     if not isinstance(c, dict):
-        return False
+        return "it has no construction"
     exact = record.get("expected_acceptance") == 1.0
     if exact != (c.get("noise_scale") == 0.0):
-        return False  # 1.0 with noise, or less than 1.0 without: the record contradicts itself
+        # 1.0 with noise, or less than 1.0 without: the record contradicts itself
+        return (f"it claims expected acceptance {record.get('expected_acceptance')} beside "
+                f"noise scale {c.get('noise_scale')} (exact means no noise, and only exact "
+                "is 1.0)")
     if not exact:
-        return True
+        return None
     try:
         added = range(int(c["draft_layers"]), int(c["layers"]))
         writes = [f"model.layers.{i}.{n}" for i in added for n in c["residual_writes"]]
-        return bool(writes) and all(_zero(folder, writes))
+        if writes and all(_zero(folder, writes)):
+            return None
     except (KeyError, TypeError, ValueError, OSError):
-        return False
+        pass
+    return ("it claims an exact pair (acceptance 1.0), but the added layers' residual "
+            "writes are not all zero")
 
 
 def _zero(folder: Path, names: list[str]):

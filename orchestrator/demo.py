@@ -51,7 +51,10 @@ DEMO_TIERS = {"draft-8bit": 8, "draft-4bit": 4}  # made from the demo draft with
 # the calibration target grown from the demo draft: 16 layers win ~2x on a 2-core CPU while
 # a whole draft-and-verify round stays under the 50 ms ITL p95 gate at every width
 CALIBRATION_FOLDER, CALIBRATION_LAYERS = "draft-grown-16", 16
-CALIBRATION_MAX_TOKENS = 64  # its baseline decodes ~5x slower than the trained pair's
+# its baseline decodes ~5x slower than the trained pair's; 96 tokens leave a 47-token decode
+# slope (agent.stats.decode_rates keeps at least half): at 64, the slope of a width-4 trial
+# spanned ~60-120 ms, and one scheduler tick moved a round's speedup by a fifth or more
+CALIBRATION_MAX_TOKENS = 96
 
 
 # widths whose answer can settle: on this 2-core CPU (bench/calibration.py, 16 layers) width

@@ -260,13 +260,12 @@ def _same_names(tmp_path, *, calibration_last: bool) -> dict:
     return analyse(store, WEEK, load_rules(), now=MONDAY + timedelta(days=6))
 
 
-@pytest.mark.xfail(strict=True, reason="audit 34: a series is keyed by names (chip, pair, "
-                   "workload, bucket, engine): a calibration target swept under a real pair's "
-                   "name shares its series, so one of the two weeks disappears behind the "
-                   "other's latest run (and the section is marked by whichever ran last)")
 @pytest.mark.parametrize("calibration_last", [False, True])
 def test_a_calibration_and_a_real_pair_of_one_name_are_two_series(tmp_path,
                                                                   calibration_last):
+    # audit 34 (fixed): a series was keyed by names (chip, pair, workload, bucket, engine):
+    # a calibration target swept under a real pair's name shared its series, one of the two
+    # weeks hidden behind the other's latest run; the lock's record is now part of the key
     a = _same_names(tmp_path, calibration_last=calibration_last)
     marked = [s for s in a["series"] if s.get("calibration")]
     real = [s for s in a["series"] if not s.get("calibration")]
@@ -496,10 +495,9 @@ def test_compare_never_pools_two_differently_named_pairs(tmp_path):
     assert spec["target / draft"]["a"] == pytest.approx(180.0, rel=0.05)
 
 
-@pytest.mark.xfail(strict=True, reason="audit 34: the site's index marks a calibration "
-                   "series only through the week's verdict text: a week later (stale) its "
-                   "row says nothing of calibration")
 def test_the_site_marks_a_stale_calibration_series(tmp_path):
+    # audit 34 (fixed): the site's index marked a calibration series only through the
+    # week's verdict text: a week later (stale) its row said nothing of calibration
     from orchestrator.review.site import write_site
 
     store = _two_weeks(tmp_path)
@@ -508,18 +506,22 @@ def test_the_site_marks_a_stale_calibration_series(tmp_path):
     html = index.read_text()
     row = html[html.index("grown"):][:2000]
     assert "calibration" in row.lower()
+    rows = {r.split('"', 1)[0]: r.split("</tr>")[0] for r in html.split('<tr data-label="')[1:]}
+    [cal] = [r for label, r in rows.items() if "grown" in label]
+    [real] = [r for label, r in rows.items() if "target / draft" in label]
+    assert 'data-calibration="yes"' in cal and "calibration pair" in cal
+    assert "calibration" not in real
 
 
 # --- a hand-edited record at plan lock ----------------------------------------------------
 
 @pytest.mark.parametrize("edit", ["fingerprint", "noise"])
-def test_the_lock_says_when_a_calibration_record_no_longer_holds(model_pair, tmp_path, edit):
+def test_the_lock_refuses_a_calibration_record_that_no_longer_holds(model_pair, tmp_path, edit):
     """A target carrying a record that does not hold (wrong fingerprint; acceptance 1.0
-    claimed beside noise) is swept as a model, unmarked: its series could then reach the
-    policy as a real pair's. The lock must at least say so, naming the folder."""
-    # audit 34 (fixed): the lock dropped such a record without a word
-    from orchestrator.sweep.lock import load_lock, write_lock
-    from orchestrator.sweep.plan import load_plan
+    claimed beside noise) would be swept as a model, unmarked: its series could then reach
+    the policy as a real pair's. `plan lock` refuses it at the plan's line for the folder,
+    as every other bad setting is, and writes no lock."""
+    # audit 34 (fixed): the lock dropped such a record without a word, then only warned
     from tests.locks import plan_text
 
     pair = tmp_path / "pair"
@@ -531,10 +533,17 @@ def test_the_lock_says_when_a_calibration_record_no_longer_holds(model_pair, tmp
         _edit(pair / "target", noise_scale=0.05)
     plan = tmp_path / "plan.yml"
     plan.write_text(plan_text(pair))
-    said: list[str] = []
-    doc = load_lock(write_lock(load_plan(plan), said.append))
-    assert "calibration" not in doc["models"]["target"]
-    assert any(CALIBRATION_FILE in m and str(pair / "target") in m for m in said), said
+    line = plan.read_text().splitlines().index(f"  target: {pair / 'target'}") + 1
+    r = CliRunner().invoke(main, ["plan", "lock", str(plan)])
+    assert r.exit_code != 0 and "Traceback" not in r.output, r.output
+    # what the user reads: where, which file, why
+    assert f"{plan}:{line}: models.target: {pair / 'target'}/{CALIBRATION_FILE} does not " \
+        "hold: " in r.output, r.output
+    why = {"fingerprint": "it records the fingerprint sha256:" + "0" * 64 + ", but the "
+           "folder's weights are sha256:", "noise": "it claims expected acceptance 1.0 beside "
+           "noise scale 0.05"}[edit]
+    assert why in r.output and "specfleet models calibrate" in r.output, r.output
+    assert not list(tmp_path.glob("*.lock.json"))
 
 
 def _layer_bytes(draft: Path) -> int:

@@ -190,6 +190,11 @@ def test_the_lock_marks_a_calibration_target_only_while_its_weights_are_the_reco
     assert calibration_of(pair / "target") is None
     plan = tmp_path / "plan.yml"
     plan.write_text(plan_text(pair))
+    # never swept unmarked: the lock refuses the folder until it is remade (audit 34)
+    with pytest.raises(ConfigError, match=f"models.target: .*{CALIBRATION_FILE} does not "
+                       "hold: it records the fingerprint"):
+        write_lock(load_plan(plan), lambda m: None)
+    (pair / "target" / CALIBRATION_FILE).unlink()  # no record: a model like any other
     doc = load_lock(write_lock(load_plan(plan), lambda m: None))
     assert "calibration" not in doc["models"]["target"]
     with pytest.raises(ConfigError, match="already has 3 layers"):

@@ -1,3 +1,6 @@
+from hypothesis import given
+from hypothesis import strategies as st
+
 from agent.stats import acceptance_rounds, acceptance_summary, decode_rates, percentile, slope
 
 
@@ -28,6 +31,24 @@ def test_decode_rate_keeps_at_least_16_tokens():
     times = [0.0] + [0.1 * i for i in range(1, 21)]
     rate, _, skipped = decode_rates(times, skip=64)
     assert skipped == 4 and abs(rate - 10.0) < 1e-6
+
+
+def test_decode_rate_keeps_at_least_half_of_a_short_generation():
+    # 63 decode tokens at 100 tok/s after a 10 tok/s start of 8: skipping 64 would leave
+    # the last 16 (~0.16 s); at least half are kept, so the slope spans 31 tokens
+    times = [0.0] + [0.1 * i for i in range(1, 9)]
+    times += [times[-1] + 0.01 * i for i in range(1, 56)]
+    rate, _, skipped = decode_rates(times, skip=64)
+    assert (len(times) - 1, skipped) == (63, 32) and abs(rate - 100.0) < 1e-6
+
+
+@given(st.integers(2, 400), st.integers(0, 200))
+def test_decode_rate_skip_never_takes_more_than_half(n, skip):
+    times = [0.0] + [0.01 * i for i in range(1, n + 1)]
+    _, _, skipped = decode_rates(times, skip=skip)
+    assert 0 <= skipped <= skip and n - skipped >= min(n, max(16, n // 2))
+    if n - skip >= max(16, n // 2):  # enough left after the declared skip: applied whole
+        assert skipped == skip
 
 
 def test_acceptance_rounds_rebuilt_from_from_draft_flags():

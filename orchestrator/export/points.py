@@ -27,7 +27,7 @@ from agent.engines import is_runtime
 
 from ..review import otel
 from ..review.configs import config_label, sampling_key
-from ..review.week_sweeps import calibration_sweeps
+from ..review.week_sweeps import calibration_marks, target_role
 from ..store import runs as stored
 from ..store.db import Store, config_key, result_pair
 from ..store.eventcheck import event_problem
@@ -160,9 +160,14 @@ def _sweep_points(store: Store, sid: str) -> list[Point]:
                                                        payload.get("verify_rounds"))
         out += [Point(k, float(v), base, res) for k, v in values.items() if v is not None]
     out += _config_points(sid, runs, idents)
-    if calibration_sweeps(store, [sid]):  # an instrument, not a model: marked on every point
+    # an instrument, not a model: every point of a calibration target's runs is marked (a
+    # lineup's other targets' are not)
+    roles = {role for s, role in calibration_marks(store, sweep_id=sid) if s == sid}
+    if roles:
         out = [Point(p.metric, p.value, {**p.attributes, "specfleet.calibration": True},
-                     p.resource) for p in out]
+                     p.resource)
+               if target_role(p.attributes.get("specfleet.pair")) in roles else p
+               for p in out]
     return out
 
 

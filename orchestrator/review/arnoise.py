@@ -87,13 +87,15 @@ def noise(x: np.ndarray) -> tuple[float, float]:
     return sigma, phi
 
 
-def residual_noise(x: np.ndarray, segs: list, sums: _Fits) -> tuple[float, float]:
-    """(σ, φ) of the residuals around a fit: their spread (for the parameters fitted) and
-    their lag-1 autocorrelation, corrected for its small-sample bias (−(1 + 3φ)/n)."""
+def residual_noise(x: np.ndarray, segs: list, sums: _Fits, spent: int = 0
+                   ) -> tuple[float, float]:
+    """(σ, φ) of the residuals around a fit: their spread (for the parameters fitted, and
+    ``spent`` more: a weekly pattern's offsets taken out before) and their lag-1
+    autocorrelation, corrected for its small-sample bias (−(1 + 3φ)/n)."""
     fit = np.concatenate([sums.fit(i, j, k)[0] + sums.fit(i, j, k)[1] * np.arange(j - i)
                           for i, j, k in segs])
     r = x - fit
-    n, p = len(x), sum(2 if k == "line" else 1 for *_, k in segs)
+    n, p = len(x), sum(2 if k == "line" else 1 for *_, k in segs) + spent
     var = float(r @ r) / max(n - p, 1)
     if var < NOISE_FLOOR ** 2:  # residuals below the floor (exact data: rounding) show no memory
         return NOISE_FLOOR, 0.0

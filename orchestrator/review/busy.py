@@ -17,7 +17,9 @@ def busy_vs_idle(sections: list[dict]) -> list[dict]:
     """Per busy series with an idle twin this week: baseline and the idle series' best
     draft width, side by side — decode rate, ITL p95/p99 (the tail a co-tenant hurts
     first), acceptance, peak memory and swap."""
-    idle = {(d["chip"], d["model_pair"], d["workload"], d["context_bucket"], d["engine"]): s
+    # a calibration series' twin is a calibration series (``calibration`` in the key)
+    idle = {(d["chip"], d["model_pair"], d["workload"], d["context_bucket"], d["engine"],
+             bool(d.get("calibration"))): s
             for s in sections if SEP not in (d := s["series"])["engine"]}
     out = []
     for s in sections:
@@ -25,7 +27,8 @@ def busy_vs_idle(sections: list[dict]) -> list[dict]:
         if SEP not in d["engine"]:
             continue
         engine, profile = d["engine"].split(SEP, 1)
-        twin = idle.get((d["chip"], d["model_pair"], d["workload"], d["context_bucket"], engine))
+        twin = idle.get((d["chip"], d["model_pair"], d["workload"], d["context_bucket"], engine,
+                         bool(d.get("calibration"))))
         if twin is None or not twin.get("configs") or not s.get("configs"):
             continue
         best = _config(twin, (twin.get("metrics") or {}).get("best_config"))

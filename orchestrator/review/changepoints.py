@@ -21,19 +21,21 @@ the series' own noise. Each finding is then confirmed against that noise, taken 
   (``ramps.sharp_jump``): then a step and the drift after it are both reported;
 - a short segment inside the window (fewer than ``MIN_NIGHTS`` nights: a one- or two-night
   dip or spike) whose neighbours agree is no finding; one night at the very end is none
-  either (an outlier cannot be told from a step on one night), unless it is caused.
+  either (an outlier cannot be told from a step on one night), unless it is caused. One
+  between two moves the same way is a stair (two sudden moves: steps, not a drift); moves
+  the same way that one ramp explains are one drift (``cpjoin``).
 
 The noise's memory (φ) and spread (σ) come from the residuals of the fit, refitted until
 they hold: the first pass assumes no memory (σ from the spread of one-night differences,
 which a step or a drift barely moves), each later one uses what the last fit left over.
 Last, every break and slope must pay for itself in a likelihood with AR(1) noise (each
-model's own φ, BIC's log n per parameter, weighted): a level that wanders by the noise's
-memory is explained by it, not by a step; what remains is confirmed once more against the
-noise it leaves. Standard errors use the exact variance of a least-squares mean, end or
-slope under AR(1) correlation (not the long-run rule, which overstates a short segment's
-by up to 10× at φ 0.9), so φ up to 0.9 is believed: strongly remembering noise (φ 0.7-0.9)
-wanders without being called a step. ``bench/changepoints.py`` scores it against
-planted series.
+model's own φ, BIC's log n per parameter, weighted: ``arselect``): a level that wanders
+by the noise's memory is explained by it, not by a step; what remains is confirmed once
+more against the noise it leaves. Standard errors use the exact variance of a
+least-squares mean, end or slope under AR(1) correlation (not the long-run rule, which
+overstates a short segment's by up to 10× at φ 0.9), so φ up to 0.9 is believed: strongly
+remembering noise (φ 0.7-0.9) wanders without being called a step.
+``bench/changepoints.py`` scores it against planted series.
 """
 
 from __future__ import annotations
@@ -45,27 +47,22 @@ from datetime import date
 import numpy as np
 
 from .arnoise import (
-    MAX_PHI,
-    NOISE_FLOOR,
     Noise,
     end_se,
     noise,
     residual_noise,
     slope_z,
 )
-from .ramps import ramp_or_step, ramp_over_steps, sharp_jump
+from .arselect import quiet, select
+from .cpjoin import join_drifts, one_move
+from .ramps import ramp_or_step, sharp_jump, staircase
 from .season import weekday_offsets
-from .segfit import MIN_DRIFT, Sums, partition
+from .segfit import MIN_CHANGE, MIN_DRIFT, MIN_NIGHTS, Sums, partition
 from .taildrift import MAX_RAMP, tail_drift
 from .tailstep import held, recurring
 
-MIN_NIGHTS = 4       # a level held fewer nights than this inside the window is transient
 MIN_TAIL = 2         # nights at the window's end that can show a possible step
-MIN_CHANGE = 0.03    # a level change smaller than 3% is not reported
 Z = 4.0  # standard errors (long-run) a step or a drift must clear
-BIC_WEIGHT = 2.5     # times BIC's log n per level or break in the AR(1) score
-SLOPE_WEIGHT = 3.0   # … and per slope (a slow wander of strongly remembering noise fits one)
-QUIET_WEIGHT = 0.25   # … the share of it a first look asks of one change, to skip the search
 # times one parameter's price (long-run variance × log n) a jump beside a drift must save
 # over a continuous bend: at 1×, 2.5× the bench's drifts gained 3, 2 false edge steps; at 5× none
 JUMP_WEIGHT = 5.0
@@ -74,8 +71,9 @@ POSSIBLE = "confirm on the next nights"
 
 def transients(x: np.ndarray, sigma: float) -> list[int]:
     """Nights of one- or two-night dips and spikes inside the window: runs that stand out
-    from the nights on both sides (four each) while those agree with each other. Never the
-    window's first or last two nights: there a run cannot be told from a step."""
+    from the nights on both sides (four each) while those agree with each other, and are
+    not the middle of a longer level (``_held``). Never the window's first or last two
+    nights: there a run cannot be told from a step."""
     n, out = len(x), set[int]()
     found: list[tuple[float, range]] = []
     xs = [float(v) for v in x]
@@ -88,12 +86,31 @@ def transients(x: np.ndarray, sigma: float) -> list[int]:
             ref = (ref_l + ref_r) / 2
             dev = abs(sum(xs[i:i + length]) / length - ref)
             if dev >= MIN_CHANGE * abs(ref) and dev >= Z * sigma / math.sqrt(length) \
-                    and abs(ref_l - ref_r) < dev / 3:
+                    and abs(ref_l - ref_r) < dev / 3 and not _held(xs, i, length, ref):
                 found.append((dev, range(i, i + length)))
     for _, nights in sorted(found, key=lambda f: -f[0]):
         if len(out) + len(nights) <= n // 5 and not out.intersection(nights):
             out.update(nights)
     return sorted(out)
+
+
+def _held(xs: list[float], i: int, length: int, ref: float) -> bool:
+    """Whether the run of ``length`` nights from ``i`` is the middle of a level held
+    ``MIN_NIGHTS`` nights or more: the nights beyond the midpoint of the run's level and
+    ``ref`` around it, entered and left by a jump of half the run's distance from ``ref``
+    (a 4-night dip's middle two nights stand out from the four nights each side like a
+    two-night dip; a slow cycle's trough, entered and left gently, stays a transient)."""
+    level = sum(xs[i:i + length]) / length
+    mid, dev = (level + ref) / 2, abs(level - ref)
+    side = 1.0 if level > ref else -1.0
+    lo, hi = i, i + length
+    while lo > 0 and (xs[lo - 1] - mid) * side > 0:
+        lo -= 1
+    while hi < len(xs) and (xs[hi] - mid) * side > 0:
+        hi += 1
+    return hi - lo >= MIN_NIGHTS and all(
+        abs(xs[a] - xs[b]) >= dev / 2 for a, b in ((lo - 1, lo), (hi - 1, hi))
+        if 0 <= a and b < len(xs))
 
 
 def analyse(values: list[float], causes: frozenset[int] = frozenset(),
@@ -113,13 +130,16 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset(),
     days = weekdays or [i % 7 for i in range(n)]
     pattern = weekday_offsets(np.log(full), days) if (full > 0).all() else None
     full = full if pattern is None else full * np.exp(-pattern)
+    # the pattern's offsets (one per weekday but their mean) took out some of the noise
+    spent = 0 if pattern is None else 2 * (len(set(days)) - 1)
     sigma, _ = noise(full)
+    sigma *= math.sqrt(n / (n - spent)) if n > 2 * spent else 1.0
     drop = set(transients(full, sigma))
     keep = [i for i in range(n) if i not in drop]  # index in x → night
     x = full[keep]
     log_n = math.log(len(x))
     sums = Sums(x)
-    if _quiet(x, sums, log_n):
+    if quiet(x, sums, log_n):
         return []
     # the noise's memory from the residuals of the fit, refitted until it holds: starting
     # from none (every wander a change), each pass finds less of the noise a change
@@ -130,13 +150,13 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset(),
         lr = nz.lr
         segs = _confirm(partition(sums, len(x), 2 * lr ** 2 * log_n, 4 * lr ** 2 * log_n),
                         sums, nz, tail)
-        nz = Noise(*residual_noise(x, segs, sums))
+        nz = Noise(*residual_noise(x, segs, sums, spent))
         if tuple(segs) in seen or segs == [(0, len(x), "flat")] and nz.lr >= lr:
             break  # (nothing found, and more noise finds nothing more)
         seen.add(tuple(segs))
-    segs = _select(x, segs, sums, log_n)
+    segs = select(x, segs, sums, log_n)
     for _ in range(6):  # what the selection kept, confirmed against the noise it leaves
-        nz = Noise(*residual_noise(x, segs, sums))
+        nz = Noise(*residual_noise(x, segs, sums, spent))
         kept = _confirm(segs, sums, nz, tail)
         if kept == segs:
             break
@@ -151,7 +171,11 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset(),
             out.append({"index": i, "until": j - 1, "kind": "drift", "before": level,
                         "after": end, "size": end / level - 1,
                         "z": slope_z(j - i, slope, nz), "nights": [j - i]})
-    out = _end_drift(x, _join_drifts(sorted(out, key=lambda f: f["index"]), caused, x), caused)
+    # one parameter's price against the nights' own noise (from differences): the fit's
+    # residuals may hold a level merged away as a transient
+    pen = min(nz.lr, noise(x)[0]) ** 2 * log_n
+    out = join_drifts(sorted(out, key=lambda f: f["index"]), caused, x, pen)
+    out = _end_drift(x, one_move(x, out, caused, pen), caused)
     # on every night (the transients too: a weekend dip each week is one, until the last)
     out = [f for f in out if f["kind"] != "possible step" or _tail_holds(
         full, keep[f["index"]], days, f, f["index"] in caused)]
@@ -220,14 +244,22 @@ def _breaks(x: np.ndarray, segs: list, sums: Sums, nz: Noise, log_n: float,
             continue  # a jump the way a drift beside it goes: the drift's edge, not a step
         if k0 == k1 == "flat" and j1 - j0 >= MIN_NIGHTS:
             ramp = ramp_or_step(x[lo:hi], j0 - lo, nz.lr ** 2 * log_n, MIN_DRIFT)
-            if ramp is not None:
+            # against the nights' own noise (from differences): the fit's residuals hold
+            # the middle level a two-night transient was merged away from
+            stair = None if ramp is None else staircase(
+                x[lo:hi], ramp, min(nz.lr, noise(x)[0]) ** 2 * log_n)
+            if stair is not None:  # two sudden moves a ramp only averages: the first
+                j0 = lo + stair
+            elif ramp is not None:
                 # the move is confirmed (above); its shape says drift, not step
                 out.append({"index": lo + ramp[0], "until": lo + ramp[1], "kind": "drift",
                             "before": before, "after": after, "size": size,
                             "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
                 continue
-        # sharp: a step a drift beside it cannot explain; it stays a step (_join_drifts)
-        out.append({"index": j0, "kind": "step" if j1 - j0 >= MIN_NIGHTS else "possible step",
+        # sharp: a step a drift beside it cannot explain; it stays a step (``cpjoin.join_drifts``)
+        last = n + 2 == len(segs)  # (a short level inside the window: a stair, ``_stair``)
+        out.append({"index": j0, "kind": "possible step" if last and j1 - j0 < MIN_NIGHTS
+                    else "step",
                     "before": before, "after": after, "size": size, "sharp": sharp,
                     "z": abs(after - before) / se, "nights": [i1 - i0, j1 - j0]})
     return out
@@ -247,55 +279,6 @@ def _sharp_before_drift(x: np.ndarray, segs: list, n: int, pen: float) -> bool:
     return False
 
 
-def _join_drifts(found: list[dict], caused: set[int], x: np.ndarray) -> list[dict]:
-    """Moves the same way that meet: one drift. Drifts that meet or overlap; a step within
-    ``MIN_DRIFT`` nights of a drift's end or start (the staircase a ramp leaves in flat
-    segments); two such steps with a short level between them, when a ramp fits them better
-    than the three levels do. A step at an identity change (``caused``), or a sharp one
-    (no bend of the drift beside it fits it), stays a step; a small one the other way at a
-    drift's edge goes unless caused."""
-    kept = caused | {f["index"] for f in found if f.get("sharp")}
-    out: list[dict] = []
-    for n, f in enumerate(found):
-        p = out[-1] if out else None
-        if p is not None and {p["kind"], f["kind"]} & {"drift"} and \
-                f["index"] - p.get("until", p["index"]) <= MIN_DRIFT:
-            # a small step at a drift's edge: the ramp's fit overshot (the other way) or a
-            # corner of it (its way, unless sharp)
-            drift, other = (p, f) if p["kind"] == "drift" else (f, p)
-            its_way = (other["size"] > 0) == (drift["size"] > 0)
-            if "step" in other["kind"] and other["index"] not in caused and \
-                    not (its_way and other.get("sharp")) and \
-                    abs(other["size"]) < abs(drift["size"]) / 3:
-                out[-1] = drift
-                continue
-        if p is None or (f["size"] > 0) != (p["size"] > 0) or "step" in f["kind"] \
-                and f["index"] in kept or "step" in p["kind"] and p["index"] in kept:
-            out.append(f)
-            continue
-        p_end = p.get("until", p["index"])
-        near = f["index"] - p_end <= MIN_DRIFT
-        if "drift" in (p["kind"], f["kind"]) and near or \
-                p["kind"] == f["kind"] == "step" and f["index"] - p["index"] < 2 * MIN_NIGHTS \
-                and _one_ramp(x, out, found[n:]):
-            p.update(kind="drift", until=max(p_end, f.get("until", f["index"])),
-                     after=f["after"], size=f["after"] / p["before"] - 1,
-                     z=max(p["z"], f["z"]))
-            continue
-        out.append(f)
-    return out
-
-
-def _one_ramp(x: np.ndarray, before: list[dict], after: list[dict]) -> bool:
-    """Whether the last step of ``before`` and the first of ``after`` are one ramp: over
-    the nights from the finding before them (or ``MIN_DRIFT`` × 2 nights) to the one after."""
-    first, second = before[-1]["index"], after[0]["index"]
-    lo = max(before[-2].get("until", before[-2]["index"]) + 1 if len(before) > 1 else 0,
-             first - 2 * MIN_DRIFT)
-    hi = min(after[1]["index"] if len(after) > 1 else len(x), second + 2 * MIN_DRIFT)
-    return ramp_over_steps(x[lo:hi], first - lo, second - lo) is not None
-
-
 def _confirm(segs: list[tuple[int, int, str]], sums: Sums, nz: Noise,
              tail: int = MIN_TAIL) -> list[tuple[int, int, str]]:
     """Drop what the noise explains, one weakest finding at a time, refitting as it goes:
@@ -313,7 +296,7 @@ def _confirm(segs: list[tuple[int, int, str]], sums: Sums, nz: Noise,
                     segs[s] = (i, j, "flat")
         # transient segments: inside the window shorter than MIN_NIGHTS, or one last night
         short = [s for s, (i, j, _) in enumerate(segs)
-                 if (j - i < MIN_NIGHTS and 0 < s < len(segs) - 1)
+                 if (j - i < MIN_NIGHTS and 0 < s < len(segs) - 1 and not _stair(segs, s, sums, nz))
                  or (s == 0 and len(segs) > 1 and j - i < MIN_NIGHTS)
                  or (s == len(segs) - 1 and s > 0 and j - i < tail)]
         if short:
@@ -339,74 +322,6 @@ def _confirm(segs: list[tuple[int, int, str]], sums: Sums, nz: Noise,
         segs[weakest:weakest + 2] = [_joined(a[0], b[1], sums, nz)]
 
 
-def _ar_score(x: np.ndarray, segs: list, sums: Sums, log_n: float) -> float:
-    """−2 log-likelihood of the fit with AR(1) noise (its φ fitted to the residuals), plus
-    BIC's log n per parameter (a level, a slope, a break's night): a wandering level is
-    explained by the noise's memory at the price of one parameter, a step by a break."""
-    fit = np.concatenate([sums.fit(i, j, k)[0] + sums.fit(i, j, k)[1] * np.arange(j - i)
-                          for i, j, k in segs])
-    r = x - fit
-    lag = float(r[:-1] @ r[:-1])
-    phi = min(max(float(r[1:] @ r[:-1]) / lag, 0.0), MAX_PHI) if lag > 0 else 0.0
-    u = r[1:] - phi * r[:-1]
-    var = max(float(u @ u) / len(u), (NOISE_FLOOR / 10) ** 2)
-    params = 2 * len(segs) - 1  # a level per segment, a night per break
-    slopes = sum(k == "line" for *_, k in segs)
-    return len(u) * math.log(var) + log_n * (BIC_WEIGHT * params + SLOPE_WEIGHT * slopes)
-
-
-def _quiet(x: np.ndarray, sums: Sums, log_n: float) -> bool:
-    """Whether no single change could pay for itself: no step at any night and no slope
-    over the whole series beats one flat level in the AR(1) score, even at a fraction of
-    the weight the selection asks. Most series of a history are like that; they skip the
-    search (a year of nights costs a few array operations, not a partition)."""
-    n = len(x)
-    if n < 2 * MIN_DRIFT:
-        return False
-    t = np.arange(n)
-    k = np.arange(1, n)[:, None]  # a step before night k
-    c0 = sums.c[0]
-    before = (c0[1:n] / np.arange(1, n))[:, None]
-    after = ((c0[n] - c0[1:n]) / (n - np.arange(1, n)))[:, None]
-    fits = [np.where(t[None, :] < k, before, after)]
-    level, slope = sums.fit(0, n, "line")
-    fits.append((level + slope * t)[None, :])
-    fits.append(np.full((1, n), c0[n] / n))
-    r = x[None, :] - np.concatenate(fits)
-    lag = np.maximum((r[:, :-1] * r[:, :-1]).sum(1), 1e-300)
-    phi = np.clip((r[:, 1:] * r[:, :-1]).sum(1) / lag, 0.0, MAX_PHI)
-    u = r[:, 1:] - phi[:, None] * r[:, :-1]
-    var = np.maximum((u * u).sum(1) / (n - 1), (NOISE_FLOOR / 10) ** 2)
-    score = (n - 1) * np.log(var)
-    # what one change adds (a break and a level, or a slope), at a share of its price
-    step = score[:-2] + QUIET_WEIGHT * 2 * BIC_WEIGHT * log_n
-    line = score[-2:-1] + QUIET_WEIGHT * SLOPE_WEIGHT * log_n
-    return bool(min(step.min(), line.min()) >= score[-1])
-
-
-def _select(x: np.ndarray, segs: list, sums: Sums, log_n: float) -> list:
-    """Backward elimination by the AR(1) score: drop the break (joining its sides, flat or
-    straight, whichever scores better) or straighten the line whose removal improves the
-    score most, until none does. What the noise's memory explains goes."""
-    segs = list(segs)
-    best = _ar_score(x, segs, sums, log_n)
-    while len(segs) > 1 or segs[0][2] == "line":
-        options = []
-        for s in range(len(segs) - 1):
-            i, j = segs[s][0], segs[s + 1][1]
-            for kind in ("flat", "line") if j - i >= MIN_DRIFT else ("flat",):
-                options.append([*segs[:s], (i, j, kind), *segs[s + 2:]])
-        for s, (i, j, kind) in enumerate(segs):
-            if kind == "line":
-                options.append([*segs[:s], (i, j, "flat"), *segs[s + 1:]])
-        scored = [(_ar_score(x, o, sums, log_n), o) for o in options]
-        score, option = min(scored, key=lambda so: so[0])
-        if score >= best:
-            return segs
-        best, segs = score, option
-    return segs
-
-
 def _joined(i: int, j: int, sums: Sums, nz: Noise) -> tuple[int, int, str]:
     """One segment over [i, j): straight if a line explains it by more than the noise."""
     if j - i >= MIN_DRIFT:
@@ -415,6 +330,23 @@ def _joined(i: int, j: int, sums: Sums, nz: Noise) -> tuple[int, int, str]:
                 level or 1):
             return (i, j, "line")
     return (i, j, "flat")
+
+
+def _stair(segs: list, s: int, sums: Sums, nz: Noise) -> bool:
+    """Whether short inner segment ``s`` is a stair between two moves the same way, each
+    clearing ``MIN_CHANGE`` and ``Z``: two sudden drops two nights apart are two steps (the
+    first the move's date), not a transient; merged into either side, its nights would be
+    left in the residuals as noise (σ and φ tripled: the whole move read as the noise's
+    memory, or as one ramp)."""
+    (i0, i1, k0), (i, j, _), (j0, j1, k1) = segs[s - 1], segs[s], segs[s + 1]
+    l0, s0 = sums.fit(i0, i1, k0)
+    before, mid, after = l0 + s0 * (i1 - 1 - i0), sums.fit(i, j, "flat")[0], sums.fit(j0, j1, k1)[0]
+    if (before - mid) * (mid - after) <= 0:
+        return False
+    m = end_se(j - i, "flat", nz)
+    return all(abs(a - b) >= MIN_CHANGE * abs(b or 1) and abs(a - b) / math.hypot(se, m) >= Z
+               for a, b, se in ((before, mid, end_se(i1 - i0, k0, nz)),
+                                (after, mid, end_se(j1 - j0, k1, nz))))
 
 
 def _merge_transient(segs: list, s: int, sums: Sums) -> list:

@@ -11,6 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from agent.engines import DEFAULT_ENGINE
 
+from .week_sweeps import calibration_words
+
 # text.parse_math off: a name a user wrote ("$HOME bench", "cost $5-$10") is text, never
 # mathtext (a lone or odd '$' made matplotlib raise and the whole review fail)
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
@@ -51,8 +53,10 @@ def label(s: dict) -> str:
     if s.get("short_label"):
         return s["short_label"]
     x = s["series"]
+    cal = calibration_words(s.get("calibration") or x.get("calibration"))
     return (f"{x['chip']} · {x['model_pair']} · {x['workload']} · {x['context_bucket']}"
-            + (f" · {x['engine']}" if x.get("engine", DEFAULT_ENGINE) != DEFAULT_ENGINE else ""))
+            + (f" · {x['engine']}" if x.get("engine", DEFAULT_ENGINE) != DEFAULT_ENGINE else "")
+            + (f" · {cal}" if cal else ""))
 
 
 def acceptance_over_time(sections: list[dict], floor: float = 0.55) -> str | None:

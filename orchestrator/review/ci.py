@@ -17,6 +17,7 @@ from xml.etree import ElementTree as ET
 from ..errors import ConfigError
 from .otel import config_attributes
 from .verdict import gate_text
+from .week_sweeps import calibration_words
 
 CAUSES = ("regression", "gate-miss", "no-data", "stale", "failed-sweep")
 
@@ -38,7 +39,8 @@ def series_label(s: dict) -> str:
     d = s["series"]
     # a calibration pair is an instrument: its miss is never read as a model's
     return f"{d['chip']} · {d['model_pair']} · {d['workload']} · {d['context_bucket']} · " \
-           f"{d['engine']}" + (" · calibration pair" if s.get("calibration") else "")
+           f"{d['engine']}" + (f" · {cal}" if (cal := calibration_words(s.get("calibration")))
+                               else "")
 
 
 def judged_config(s: dict) -> dict | None:

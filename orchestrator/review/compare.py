@@ -32,7 +32,7 @@ from ..store.runs import RUN_FILTERS, selected_runs
 from .configs import config_label, knobs_of_key
 from .nightmemory import mean_gain, mean_variance, night_memory
 from .week_runs import iso_week_bounds
-from .week_sweeps import calibration_targets
+from .week_sweeps import calibration_marks, target_role
 
 METRICS = ("decode_tok_s", "ttft_ms", "itl_p95_ms", "acceptance_rate")
 HIGHER_IS_BETTER = {"decode_tok_s": True, "ttft_ms": False, "itl_p95_ms": False,
@@ -82,13 +82,15 @@ def select_side(store: Store, selector: str) -> Side:
                 {r.id: (r.node, at.date()) for r, at in got})
 
 
-def _key(r, by_pair: bool) -> tuple:
+def _key(r, by_pair: bool, marks: dict) -> tuple:
     # the config as the ingest keyed it (every knob, a lineup's pair), in its runtime and
     # background; and its model pair where a side holds several (each its own row: one
-    # pair on each side is an identity difference, compared like any other)
+    # pair on each side is an identity difference, compared like any other); a calibration
+    # target's runs (its sweep's lock marks it) are rows of their own, whatever their name
     return (r.workload, r.context_bucket or "short", r.engine or DEFAULT_ENGINE,
-            r.background or "", (r.model_pair or "?") if by_pair else "", r.mode,
-            r.num_draft_tokens, r.config_key)
+            r.background or "", (r.model_pair or "?") if by_pair else "",
+            (r.sweep_id, target_role(r.pair)) in marks, r.mode, r.num_draft_tokens,
+            r.config_key)
 
 
 def _values(runs: list, metric: str) -> list[float]:
@@ -181,16 +183,16 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
     by_pair = any(len({r.model_pair for r in s.runs}) > 1 for s in (a, b))
     by_a: dict[tuple, list] = defaultdict(list)
     by_b: dict[tuple, list] = defaultdict(list)
-    for r in a.runs:
-        by_a[_key(r, by_pair)].append(r)
-    for r in b.runs:
-        by_b[_key(r, by_pair)].append(r)
     # a calibration pair (its sweep's lock marks the target) is an instrument: its rows
-    # say so, on the side(s) that swept it
-    cal = calibration_targets(store, sorted({r.sweep_id for s in (a, b) for r in s.runs}))
+    # are its own and say so, on the side(s) that swept it
+    marks = calibration_marks(store)
+    for r in a.runs:
+        by_a[_key(r, by_pair, marks)].append(r)
+    for r in b.runs:
+        by_b[_key(r, by_pair, marks)].append(r)
     rows = []
     for key in sorted(set(by_a) | set(by_b), key=lambda k: tuple(map(str, k))):
-        workload, bucket, engine, background, pair, mode, k, config_key = key
+        workload, bucket, engine, background, pair, cal, mode, k, config_key = key
         config = config_label(mode, k, knobs_of_key(config_key))
         for metric in METRICS:
             va = _per_run(by_a.get(key, []), metric, a.nights)
@@ -229,10 +231,9 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
                                   for u in queries.unreadable(store, sweeps)]}
 
 
-def _calibration(cal: dict, a: list, b: list) -> dict:
+def _calibration(cal: bool, a: list, b: list) -> dict:
     """``calibration``: the sides whose runs of this row swept a calibration target."""
-    sides = [side for side, runs in (("A", a), ("B", b))
-             if any(r.target_fingerprint in cal for r in runs)]
+    sides = [side for side, runs in (("A", a), ("B", b)) if cal and runs]
     return {"calibration": sides} if sides else {}
 
 

@@ -72,7 +72,8 @@ def ladders(sections: list[dict]) -> list[dict]:
         if not s.get("configs") or not _draft_id(ident):
             continue
         key = (d["chip"], d["workload"], d["context_bucket"], d["engine"],
-               ident.get("target_fingerprint"), ident.get("target_quant"))
+               ident.get("target_fingerprint"), ident.get("target_quant"),
+               bool(d.get("calibration")))  # an instrument's rungs are never a real ladder
         groups.setdefault(key, []).append(s)
     out = []
     for key, group in groups.items():

@@ -12,6 +12,8 @@ import re
 
 from agent.protocol import contention_text
 
+from .week_sweeps import calibration_words
+
 PARTS = ("chip", "model_pair", "workload", "context_bucket", "engine")
 
 # a rule's id is the rules file's handle; a reader gets what it says
@@ -89,7 +91,8 @@ def short_pair(pair: str) -> str:
 
 def full_label(s: dict) -> str:
     x = s["series"]
-    return " · ".join(str(x.get(p) or "") for p in PARTS)
+    cal = calibration_words(s.get("calibration") or x.get("calibration"))
+    return " · ".join(str(x.get(p) or "") for p in PARTS) + (f" · {cal}" if cal else "")
 
 
 def label_series(sections: list[dict]) -> list[str]:
@@ -109,7 +112,9 @@ def label_series(sections: list[dict]) -> list[str]:
             v = str(x.get(p))
             bits.append(short_chip(v) if p == "chip" else short_pair(v) if p == "model_pair"
                         else f"{v} context" if p == "context_bucket" else v)
-        s["short_label"] = " · ".join(bits)
+        # an instrument's series is marked in every label (a real pair may share its names)
+        cal = calibration_words(s.get("calibration") or x.get("calibration"))
+        s["short_label"] = " · ".join(bits + ([cal] if cal else []))
         s["full_label"] = full_label(s)
     # shortening must not merge two series ("Intel(R) Xeon" and "Intel Xeon"): those keep
     # their full names

@@ -50,16 +50,33 @@ def ramp_or_step(y: np.ndarray, at: int, pen: float, min_len: int) -> tuple[int,
     return span if sse + pen < levels_sse(y, [at]) else None
 
 
-def ramp_over_steps(y: np.ndarray, first: int, second: int) -> tuple[int, int] | None:
+def staircase(y: np.ndarray, span: tuple[int, int], pen: float) -> int | None:
+    """Whether what a ramp over ``span`` (its first and last index in ``y``) explains is two
+    steps: three levels, both breaks within the ramp's span, fitting better than the ramp
+    by more than ``pen`` (their one parameter more). Two sudden drops two nights apart fit
+    a six-night ramp better than one step, and two steps better still; a noisy ramp does
+    not (a staircase leaves its slope inside each level). The first step's index, or None."""
+    a, b = span
+    pairs = [(p, q) for p in range(max(a, 1), b + 1) for q in range(p + 1, min(b + 2, len(y)))]
+    if not pairs:
+        return None
+    sse, first = min((levels_sse(y, [p, q]), p) for p, q in pairs)
+    ramp = best_ramp(y, range(a, a + 1), range(b, b + 1), 2)
+    return first if ramp is not None and sse + pen < ramp[0] else None
+
+
+def ramp_over_steps(y: np.ndarray, first: int, second: int,
+                    pen: float = 0.0) -> tuple[int, int] | None:
     """Whether two steps the same way, at ``first`` and ``second`` in ``y`` (three levels),
     are one ramp: the best ramp from at or before the first to at or after the night before
     the second, if it fits better than the three levels (a staircase a noisy ramp left in
-    flat segments does; a level held between two steps does not)."""
+    flat segments does; a level held between two steps does not). The ramp has one
+    parameter fewer than the three levels: it may fit worse by ``pen``."""
     ramp = best_ramp(y, range(0, first + 1), range(max(second - 1, 0), len(y)), 2)
     if ramp is None:
         return None
     sse, span = ramp
-    return span if sse < levels_sse(y, [first, second]) else None
+    return span if sse < levels_sse(y, [first, second]) + pen else None
 
 
 def _bend_basis(t: np.ndarray, knot: int, kinds: tuple[str, str]) -> np.ndarray:

@@ -18,9 +18,11 @@ def side_by_side(sections: list[dict]) -> list[dict]:
     for s in sections:
         x = s["series"]
         if s.get("configs"):
-            groups[(x["chip"], x["model_pair"], x["workload"], x["context_bucket"])].append(s)
+            # a calibration series is never set beside a real pair's (``calibration``)
+            groups[(x["chip"], x["model_pair"], x["workload"], x["context_bucket"],
+                    bool(x.get("calibration")))].append(s)
     out = []
-    for (chip, pair, workload, bucket), ss in sorted(groups.items()):
+    for (chip, pair, workload, bucket, cal), ss in sorted(groups.items()):
         if len({s["series"]["engine"] for s in ss}) < 2:
             continue
         rows = []
@@ -41,7 +43,8 @@ def side_by_side(sections: list[dict]) -> list[dict]:
                          "tool_mismatches": sum(c["parity_tool_mismatches"] for c in cs)})
         rows.sort(key=lambda r: r["engine"])
         out.append({"chip": chip, "model_pair": pair, "workload": workload,
-                    "context_bucket": bucket, "rows": rows,
+                    "context_bucket": bucket, **({"calibration": True} if cal else {}),
+                    "rows": rows,
                     "fastest_baseline": _winner(rows, "baseline_decode_p50"),
                     "fastest_speculative": _winner(rows, "best_decode_p50")})
     return out

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 MIN_DRIFT = 6  # the shortest straight segment
+MIN_NIGHTS = 4  # a level held fewer nights than this inside the window is transient
+MIN_CHANGE = 0.03    # a level change smaller than 3% is not reported
 
 
 class Sums:

@@ -223,8 +223,7 @@ def positions(sections: list[dict], rows: list[GenRow], run_of: dict[tuple, RunR
 
     def key(s: dict) -> tuple:
         d = s["series"]
-        return (d["chip"], d["model_pair"], d["workload"], d["context_bucket"], d["engine"]), \
-            s["metrics"]["best_config"]
+        return tuple(d.values()), s["metrics"]["best_config"]  # the runs' own series key
 
     totals = {key(s): ([0] * s["metrics"]["best_k"], [0] * s["metrics"]["best_k"])
               for s in want}

@@ -27,6 +27,7 @@ from .page import short_chip, short_pair
 from .report import environment
 from .rules import DEFAULT_RULES, load_rules
 from .week_runs import identity_changes, identity_key
+from .week_sweeps import calibration_words
 from .weekly import analyse
 
 EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
@@ -136,10 +137,13 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
                             "identity_changes": changes})
         base: dict = next((c for c in configs if c["name"] == "baseline"),
                     configs[0] if configs else {"nights": []})
-        label = " · ".join(str(x) for x in key)  # the full identity: hover, filter
+        # an instrument's series (its key says so, this week or not) is marked in its row,
+        # and marked stale when this week's runs show its record no longer holds
+        cal = calibration_words((s or {}).get("calibration") or len(key) > 5)
+        label = " · ".join(str(x) for x in key[:5]) + (f" · {cal}" if cal else "")
         short = " · ".join(str(x) for x in (short_chip(key[0]), short_pair(key[1]),
                                             *key[2:4])) + (
-            f" · {key[4]}" if is_runtime(key[4]) else "")
+            f" · {key[4]}" if is_runtime(key[4]) else "") + (f" · {cal}" if cal else "")
         page = f"series/{slug(key)}.html"
         (out / page).write_text(env.get_template("site_series.html.j2").render(
             label=label, short=short, verdict=verdict, s=s, configs=configs,
@@ -147,6 +151,7 @@ def write_site(store: Store, out: Path, *, week: str | None = None,
             encoding="utf-8")
         rows.append({"label": label, "short": short, "chip": key[0], "pair": key[1],
                      "workload": key[2], "bucket": key[3], "engine": key[4], "verdict": verdict,
+                     "calibration": cal,
                      "decision": decision, "latest": latest_at.isoformat(),
                      "runs": count, "href": page,
                      "spark": sparkline([v for _, v in base["nights"]][-60:]),

@@ -23,6 +23,7 @@ from ..store import Store, queries
 from ..store import runs as stored
 from ..store.db import result_pair
 from ..store.models import Measurement
+from .week_sweeps import target_role
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 
@@ -87,6 +88,7 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     pair_names = {r.pair: r.model_pair for r in summaries if r.pair is not None}
     kv_mb = _kv_cache_mb(summaries)
     engines, flagged, parity = _config_marks(summaries)
+    marked = _calibrations(store, sweep)  # each calibration target's record, by role
     groups: dict[tuple, list] = {}
     for r in runs:
         groups.setdefault((r.node, (r.workload, r.pair)), []).append(r)
@@ -104,6 +106,8 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
         engine = engines.get((node, workload))
         sections.append({"node": node, "workload": workload[0], "rows": rows,
                          "pair": pair_names.get(pair) if pair else None,
+                         # its target is a calibration target: an instrument's rows
+                         "calibration": target_role(pair) in marked,
                          "engine": engine or DEFAULT_ENGINE,
                          "has_parity": any(r.streaming_parity for r in rows),
                          "context_bucket": rs[0].context_bucket or "short",
@@ -114,7 +118,7 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     from .runtimes import agent_notices, stream_checks
 
     busy = [r for s in sections for r in s["rows"] if busy_row(r)]
-    cal = _calibration(store, sweep)
+    cal = marked.get("target")
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
             # a busy node is said once, at the top; rows keep a short mark (figures on hover)
             "busy": {"rows": len(busy), "of": sum(len(s["rows"]) for s in sections)}
@@ -189,11 +193,12 @@ def _kv_cache_mb(summaries) -> Callable[[str, tuple, Row], float | None]:
     return find
 
 
-def _calibration(store: Store, sweep) -> dict | None:
-    """The calibration record of the sweep's target, when its lock marks one."""
+def _calibrations(store: Store, sweep) -> dict[str, dict]:
+    """{role: its calibration record} for the models the sweep's lock marks as
+    calibration targets."""
     lock = stored.plan_lock(store, sweep.plan_id)
-    target = ((lock or {}).get("models") or {}).get("target") or {}
-    return target.get("calibration") if isinstance(target, dict) else None
+    return {role: m["calibration"] for role, m in ((lock or {}).get("models") or {}).items()
+            if isinstance(m, dict) and isinstance(m.get("calibration"), dict)}
 
 
 def _quality_pair(pair: str | None, mode: str) -> str | None:

@@ -160,8 +160,11 @@ def decide(section: dict, facts: dict | None = None) -> dict:
     out = _decide(section, facts)
     if p := out.get("provisional"):
         out["text"] += f", provisional: {p['nights']} of {p['needed']} nights"
-    if section.get("calibration"):
-        out["text"] = "calibration pair (an instrument, not a model): " + out["text"]
+    if cal := section.get("calibration"):
+        why = cal.get("no_longer_holds") if isinstance(cal, dict) else None
+        out["text"] = ("calibration pair (an instrument, not a model" + (
+            f"; stale: its record no longer holds: {'; '.join(why)}" if why else "") + "): "
+            + out["text"])
     return out
 
 
@@ -262,8 +265,11 @@ def policy(a: dict, calibration: bool = False) -> dict:
         # one night is not enough to switch on a model, for a candidate as for a ladder
         # rung: a provisional one is named (``candidate``) and left off until its nights are
         # in. A calibration pair asked into the policy is an instrument whose answer is known
-        # by construction: it is switched on, and the entry says on how few nights
-        early = bool(s.get("calibration"))
+        # by construction: it is switched on, and the entry says on how few nights (not
+        # once its record no longer holds: then its answer is not known)
+        cal = s.get("calibration")
+        stale = (cal.get("no_longer_holds") if isinstance(cal, dict) else None) or []
+        early = bool(s.get("calibration")) and not stale
         use = None if v.get("provisional") and not early else v.get("enable")
         if use is None and v["decision"] == "graded fallback" and measured \
                 and measured["step"] in (1, 2) and measured["to"].get("num_draft_tokens") \
@@ -289,7 +295,8 @@ def policy(a: dict, calibration: bool = False) -> dict:
         d = s["series"]
         out.append({
             "series": " / ".join(str(d[f]) for f in ("chip", "model_pair", "workload",
-                                                      "context_bucket", "engine")),
+                                                      "context_bucket", "engine"))
+            + (" / calibration" if s.get("calibration") else ""),
             **d, "decision": v["decision"], "step": v["step"], "speculation": on,
             "num_draft_tokens": k,
             **({"sampling": {n: x for n, x in use["config"].items()
@@ -306,6 +313,7 @@ def policy(a: dict, calibration: bool = False) -> dict:
                               "off_until": "its nights are in (provisional)"}}
                if v.get("provisional") and v.get("enable") and not on else {}),
             **({"calibration": True} if s.get("calibration") else {}),
+            **({"calibration_stale": stale} if stale else {}),
             **({"measured_ladder": measured} if measured else {})})
     return {"schema": POLICY_SCHEMA, "week": a["week"], "series": out}
 

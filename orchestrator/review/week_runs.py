@@ -16,6 +16,7 @@ from ..store import Store
 from ..store.db import result_pair
 from ..store.weekly_rows import IDENTITY, WeekRun, week_runs
 from .configs import ConfigId, canonical, knobs_of_key, sampling_key
+from .week_sweeps import calibration_marks, series_key, target_role
 
 __all__ = ["IDENTITY", "LABELS", "RunRow", "identity_changes", "identity_key",
            "iso_week_bounds", "load_runs", "vals"]
@@ -57,6 +58,7 @@ class RunRow:
     unreliable: bool
     config: dict = field(default_factory=dict)   # every knob, as the agent ran it
     config_key: str = ""                          # the ingest's key (pair + every knob)
+    calibration: dict | None = None  # its target's calibration record, as its lock stored it
 
     @property
     def cid(self) -> ConfigId:
@@ -97,21 +99,25 @@ def load_runs(store: Store, start: datetime, end: datetime,
     """Runs of sweeps in [start, end). ``values=False`` skips the per-repetition JSON and
     keeps each run's medians: enough for trends and per-night comparisons, and far cheaper
     over weeks of history."""
-    return [_run_row(r) for r in week_runs(store, start, end, values)]
+    marks = calibration_marks(store, start, end)
+    return [_run_row(r, marks.get((r.sweep_id, target_role(r.pair))))
+            for r in week_runs(store, start, end, values)]
 
 
-def _run_row(r: WeekRun) -> RunRow:
+def _run_row(r: WeekRun, calibration: dict | None = None) -> RunRow:
     pair = r.model_pair or f"{(r.identity['target_fingerprint'] or '?')[7:19]}/" \
                            f"{(r.identity['draft_fingerprint'] or '?')[7:19]}"
     # a runtime is part of the series: MLX and llama.cpp side by side, never pooled
     # a busy node (a background profile) is a series of its own, beside the idle one
-    series = (r.chip or r.node, pair, r.workload, r.context_bucket or "short",
-              (r.engine or DEFAULT_ENGINE) + (f" · {r.background}" if r.background else ""))
+    # a calibration target's runs are a series of their own, whatever the pair is named
+    series = series_key((r.chip or r.node, pair, r.workload, r.context_bucket or "short",
+                         (r.engine or DEFAULT_ENGINE) + (f" · {r.background}" if r.background
+                                                         else "")), calibration)
     summary = r.summary if r.summary is not None else {"values": {
         "decode_tok_s": [r.decode_tok_s_median], "acceptance_rate": [r.acceptance_median]}}
     return RunRow(r.run_id, r.sweep_id, r.at, r.node, series, r.mode, r.num_draft_tokens,
                   summary, dict(r.identity), r.trigger, r.unreliable,
-                  knobs_of_key(r.config_key) or {}, r.config_key)
+                  knobs_of_key(r.config_key) or {}, r.config_key, calibration)
 
 
 def vals(runs: list[RunRow], metric: str) -> list[float]:

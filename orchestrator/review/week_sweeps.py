@@ -1,13 +1,23 @@
 """The week's sweeps as the review names them: those that did not finish ok, the gates
-each one's plan declared, and which of them swept a calibration target (an instrument)."""
+each one's plan declared, and which of them swept a calibration target (an instrument).
+
+A run is a calibration run when its sweep's lock (as stored with the sweep) marks its target
+with the target's ``specfleet-calibration.json`` record: that, not the pair's name, puts it
+in a calibration series (``series_key``), never pooled with a real pair of the same name."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 from ..store import Store
+from ..store.weekly_rows import calibration_locks, sweep_plans
 from ..store.weekly_rows import failed_sweeps as failed_rows
-from ..store.weekly_rows import sweep_plans
+
+# a series' parts, in its key's order; ``calibration`` is there (True) only for an
+# instrument's series
+SERIES_PARTS = ("chip", "model_pair", "workload", "context_bucket", "engine", "calibration")
+# a calibration record's measured acceptance is its manifest's within this (issue 34)
+ACCEPTANCE_TOLERANCE = 0.05
 
 
 def failed_sweeps(store: Store, start: datetime, end: datetime) -> list[dict]:
@@ -37,22 +47,79 @@ def _calibrations(lock: dict) -> list[dict]:
             if isinstance(m, dict) and isinstance(m.get("calibration"), dict)]
 
 
-def calibration_targets(store: Store, sweep_ids: list[str]) -> dict[str, dict]:
-    """Target fingerprints the week's locks mark as calibration targets (grown from a
-    draft: `specfleet models calibrate`), with what their record says."""
-    out: dict[str, dict] = {}
-    for _, lock in sweep_plans(store, sweep_ids).values():
-        for m in _calibrations(lock):
-            cal = m["calibration"]
-            out[m["fingerprint"]] = {
-                "expected_acceptance": cal.get("expected_acceptance"),
-                "layers": (cal.get("construction") or {}).get("layers"),
-                "draft_fingerprint": cal.get("draft_fingerprint")}
-    return out
-
-
 def calibration_sweeps(store: Store, sweep_ids: list[str]) -> set[str]:
     """The week's sweeps whose lock swept a calibration target (their notices, e.g. the
     adaptive sweep's stops, are marked as the instrument's)."""
     return {sid for sid, (_, lock) in sweep_plans(store, sweep_ids).items()
             if _calibrations(lock)}
+
+
+def series_key(names: tuple, calibration: object) -> tuple:
+    """A series' key: its names (chip, pair, workload, bucket, engine) and, for a
+    calibration target's runs, ``True``: a real pair of the same names is another series."""
+    return (*names, True) if calibration else tuple(names)
+
+
+def series_dict(key: tuple) -> dict:
+    """A series key as the review's ``series`` (``calibration: true`` only when it is one)."""
+    return dict(zip(SERIES_PARTS, key))
+
+
+def target_role(pair: str | None) -> str:
+    """The lock's role of a run's target: a lineup pair's ("target-2+draft" → target-2),
+    else the plan's one target."""
+    return pair.split("+", 1)[0] if pair else "target"
+
+
+def calibration_marks(store: Store, start: datetime | None = None,
+                      end: datetime | None = None,
+                      sweep_id: str | None = None) -> dict[tuple[str, str], dict]:
+    """{(sweep, model role): the calibration record the sweep's lock stored for that
+    model, with the model's locked fingerprint} for sweeps created in [start, end) (or
+    the one sweep asked)."""
+    return {(sid, role): {**m["calibration"], "locked_fingerprint": m.get("fingerprint")}
+            for sid, lock in calibration_locks(store, start, end, sweep_id).items()
+            for role, m in (lock.get("models") or {}).items()
+            if isinstance(m, dict) and isinstance(m.get("calibration"), dict)}
+
+
+def record_summary(record: dict) -> dict:
+    """What the review says of a calibration record."""
+    return {"expected_acceptance": record.get("expected_acceptance"),
+            "layers": (record.get("construction") or {}).get("layers"),
+            "draft_fingerprint": record.get("draft_fingerprint")}
+
+
+def no_longer_holds(record: dict, identity: dict, acceptance: float | None) -> list[str]:
+    """Why a calibration series' record no longer holds for what it measured (empty: it
+    holds): the node's target weights are not the record's, or, with the draft it was
+    grown from, the measured acceptance (median of the reliable speculative runs) drifted
+    from the manifest's. (With another draft, a lighter tier of its own on a ladder, the
+    record says nothing of acceptance.)"""
+    out = []
+    want = record.get("fingerprint") or record.get("locked_fingerprint")
+    got = identity.get("target_fingerprint")
+    if want and got and got != want:
+        out.append(f"the target's fingerprint changed ({_short(want)} in the record, "
+                   f"{_short(got)} measured)")
+    own = record.get("draft_fingerprint") in (None, identity.get("draft_fingerprint"))
+    expected = record.get("expected_acceptance")
+    if own and isinstance(expected, (int, float)) and acceptance is not None \
+            and abs(acceptance - expected) > ACCEPTANCE_TOLERANCE + 1e-9:
+        out.append(f"measured acceptance {acceptance:.2f} drifted from the manifest's "
+                   f"{expected:.2f} (more than {ACCEPTANCE_TOLERANCE:.2f})")
+    return out
+
+
+def _short(fp: str) -> str:
+    return str(fp).removeprefix("sha256:")[:12]
+
+
+def calibration_words(cal: object) -> str:
+    """How a page names a calibration series ("" for a real pair's): always marked, and
+    marked stale when its record no longer holds for what it measured."""
+    if not cal:
+        return ""
+    why = cal.get("no_longer_holds") if isinstance(cal, dict) else None
+    return "calibration pair" + (f" (stale: its record no longer holds: {'; '.join(why)})"
+                                 if why else "")

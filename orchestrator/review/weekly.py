@@ -12,6 +12,7 @@ The store side (what is read) is ``store.weekly_rows``; the judgement is here an
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from datetime import datetime, timedelta
 
@@ -26,8 +27,15 @@ from .rules import Rule, fire
 from .runtimes import agent_notices, side_by_side
 from .series import Week, judge, positions
 from .verdict import DECISIONS, decide
-from .week_runs import RunRow, identity_key, iso_week_bounds, load_runs
-from .week_sweeps import calibration_sweeps, calibration_targets, failed_sweeps, plan_gates
+from .week_runs import RunRow, identity_key, iso_week_bounds, load_runs, vals
+from .week_sweeps import (
+    calibration_sweeps,
+    failed_sweeps,
+    no_longer_holds,
+    plan_gates,
+    record_summary,
+    series_dict,
+)
 from .windows import failed_window_configs, quality_rates, speculative_generations
 
 DEFAULT_GATES = {"min_speedup": 1.16, "itl_p95_ceiling_ms": 50.0, "acceptance_floor": 0.55,
@@ -103,7 +111,6 @@ def _sections(store: Store, history: list[RunRow], start: datetime, end: datetim
               gates: dict, sweep_ids: list[str], ctx: Week) -> list[dict]:
     """One section per series with runs in the window, judged on its current identity."""
     declared = plan_gates(store, sweep_ids)
-    calibrations = calibration_targets(store, sweep_ids)
     facts = store.latest_facts()  # what each node is: why its numbers may not transfer
     by_series: dict[tuple, list[RunRow]] = defaultdict(list)
     for r in history:
@@ -114,8 +121,7 @@ def _sections(store: Store, history: list[RunRow], start: datetime, end: datetim
         latest = max(runs, key=lambda r: r.at)
         ident = latest.identity
         cur = [r for r in current if identity_key(r.identity) == identity_key(ident)]
-        section: dict = {"series": {"chip": key[0], "model_pair": key[1], "workload": key[2],
-                                    "context_bucket": key[3], "engine": key[4]},
+        section: dict = {"series": series_dict(key),
                          "identity": ident,
                          "stale": (end - latest.at).days > STALE_DAYS or not current,
                          "mixed_identities": len({identity_key(r.identity)
@@ -123,8 +129,7 @@ def _sections(store: Store, history: list[RunRow], start: datetime, end: datetim
                          "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
                          "regressions": [], "change_points": [], "compared": 0,
                          # an instrument's series: marked, never in a policy unless asked
-                         "calibration": calibrations.get(ident.get("target_fingerprint")
-                                                         or "")}
+                         "calibration": _calibration(latest, cur)}
         # the gates the plan behind this series' latest run declared, over the defaults
         plan_name, own = declared.get(latest.sweep_id, (None, {}))
         section["gates"] = series_gates = {**gates, **own}
@@ -134,3 +139,15 @@ def _sections(store: Store, history: list[RunRow], start: datetime, end: datetim
         section["verdict"] = decide(section, facts.get(latest.node))
         out.append(section)
     return out
+
+
+def _calibration(latest: RunRow, cur: list[RunRow]) -> dict | None:
+    """A calibration series' record as its latest sweep's lock stored it, and why it no
+    longer holds for what the series measured (``no_longer_holds``), if it does not."""
+    if latest.calibration is None:
+        return None
+    spec = vals([r for r in cur if r.mode == "speculative" and not r.shaky],
+                "acceptance_rate")
+    why = no_longer_holds(latest.calibration, latest.identity,
+                          statistics.median(spec) if spec else None)
+    return {**record_summary(latest.calibration), **({"no_longer_holds": why} if why else {})}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sqlalchemy import String, case, func, select
+from sqlalchemy import String, case, cast, func, select
 
 from agent.engines import DEFAULT_ENGINE
 
@@ -46,6 +46,7 @@ class WeekRun:
     acceptance_median: float | None
     unreliable: bool
     identity: dict           # IDENTITY's columns
+    pair: str | None = None  # the lineup pair ("target+draft-2"); None: the plan's one pair
 
 
 def week_runs(store, start: datetime, end: datetime, values: bool = True) -> list[WeekRun]:
@@ -54,7 +55,7 @@ def week_runs(store, start: datetime, end: datetime, values: bool = True) -> lis
     cols = [Run.id, Run.sweep_id, Run.node, Run.chip, Run.model_pair, Run.workload,
             Run.context_bucket, Run.mode, Run.num_draft_tokens, Run.engine, Run.background,
             Run.config_key, Run.decode_tok_s_median, Run.acceptance_median, Run.unreliable,
-            *(getattr(Run, k) for k in IDENTITY if k != "node")]
+            Run.pair, *(getattr(Run, k) for k in IDENTITY if k != "node")]
     if values:
         cols.append(Run.summary)
     with store.engine.connect() as c:  # only the columns the review reads (not config)
@@ -65,7 +66,8 @@ def week_runs(store, start: datetime, end: datetime, values: bool = True) -> lis
                     r.model_pair, r.workload, r.context_bucket, r.mode, r.num_draft_tokens,
                     r.engine, r.background, r.config_key,
                     (r.summary or {}) if values else None, r.decode_tok_s_median,
-                    r.acceptance_median, r.unreliable, {k: getattr(r, k) for k in IDENTITY})
+                    r.acceptance_median, r.unreliable, {k: getattr(r, k) for k in IDENTITY},
+                    r.pair)
             for r in rows]
 
 
@@ -107,6 +109,26 @@ def sweep_plans(store, sweep_ids: list[str]) -> dict[str, tuple[str, dict]]:
             .where(Sweep.id.in_(sweep_ids)))}
 
 
+def calibration_locks(store, start: datetime | None = None, end: datetime | None = None,
+                      sweep_id: str | None = None) -> dict[str, dict]:
+    """{sweep: its lock} for the sweeps (created in [start, end) when given) whose lock can
+    mark a calibration target: only locks whose text names one are read and decoded (a
+    year of sweeps shares a few locks)."""
+    with store.engine.connect() as c:
+        plans = dict(c.execute(select(Plan.id, Plan.lock).where(
+            cast(Plan.lock, String).like('%"calibration"%'))).all())
+        if not plans:
+            return {}
+        q = select(Sweep.id, Sweep.plan_id).where(Sweep.plan_id.in_(sorted(plans)))
+        if start is not None:
+            q = q.where(Sweep.created_at >= start)
+        if end is not None:
+            q = q.where(Sweep.created_at < end)
+        if sweep_id is not None:
+            q = q.where(Sweep.id == sweep_id)
+        return {sid: plans[pid] or {} for sid, pid in c.execute(q)}
+
+
 def sweep_times(store) -> dict[str, datetime]:
     """Every sweep's creation time, in UTC."""
     with store.engine.connect() as c:
@@ -122,6 +144,7 @@ class LevelRow:
 
     sweep_id: str
     series: tuple            # chip (or node), pair, workload, context bucket, engine
+    lineup_pair: str | None  # Run.pair: which of a lineup's pairs (its target's role)
     mode: str
     num_draft_tokens: int
     config_key: str
@@ -146,7 +169,9 @@ def level_rows(store, start: datetime, end: datetime, window: bool) -> list[Leve
     """``LevelRow`` per (sweep, series, config); ``window``: only sweeps created in
     [start, end) (by index), otherwise every sweep's."""
     reliable = Run.unreliable.is_(False) & Run.decode_tok_s_median.is_not(None)
-    keys = (Run.sweep_id, *_series_columns(), Run.mode, Run.num_draft_tokens, Run.config_key)
+    # Run.pair splits nothing further (the config key holds it): it names the run's target
+    keys = (Run.sweep_id, *_series_columns(), Run.pair, Run.mode, Run.num_draft_tokens,
+            Run.config_key)
     # grouped per sweep, not per night: no join and no date arithmetic in the scan (the
     # database reads the table once, in order); the caller merges the nights
     q = (select(*keys, func.sum(case((reliable, Run.decode_tok_s_median))),
@@ -157,10 +182,10 @@ def level_rows(store, start: datetime, end: datetime, window: bool) -> list[Leve
         q = q.where(Run.sweep_id.in_(select(Sweep.id).where(Sweep.created_at >= start,
                                                             Sweep.created_at < end)))
     with store.engine.connect() as c:
-        return [LevelRow(sid, (chip, p, workload, bucket, engine), mode, k, ck, total, n_ok, n,
-                         tuple(ident))
-                for sid, chip, p, workload, bucket, engine, mode, k, ck, total, n_ok, n, *ident
-                in c.execute(q)]
+        return [LevelRow(sid, (chip, p, workload, bucket, engine), lp, mode, k, ck, total, n_ok,
+                         n, tuple(ident))
+                for sid, chip, p, workload, bucket, engine, lp, mode, k, ck, total, n_ok, n,
+                *ident in c.execute(q)]
 
 
 def _aware(at: datetime) -> datetime:

@@ -14,7 +14,7 @@ from typing import Any
 from agent.fingerprint import manifest
 from agent.protocol import model_roles
 
-from ..calibration_record import CALIBRATION_FILE, calibration_of
+from ..calibration_record import CALIBRATION_FILE, calibration_check
 from ..errors import ConfigError
 from ..fleet.platforms import controller_platform, platform_node
 from ..yamlfile import line_of, load_yaml
@@ -60,14 +60,7 @@ def build_lock(plan: Plan, log=print) -> dict:
         m["fingerprint"] = "sha256:" + hashlib.sha256(json.dumps(
             m["manifest"], sort_keys=True, separators=(",", ":")).encode()).hexdigest()
         m["tier"] = _tier(Path(m["path"]))
-        if calibration := calibration_of(Path(m["path"]), m["fingerprint"]):
-            m["calibration"] = calibration  # a grown target: its series are marked as such
-        elif (Path(m["path"]) / CALIBRATION_FILE).exists():
-            # swept as a model, unmarked: its numbers could reach a policy as a real pair's
-            log(f"warning: {m['path']}/{CALIBRATION_FILE} does not hold for these weights "
-                "(edited since, or it contradicts itself): the folder is swept as a model, "
-                "NOT marked as a calibration pair; remake it with `specfleet models "
-                "calibrate`")
+    _calibrations(plan, models)
     w = plan.section("workloads")
     sources, buckets, workloads = plan_workloads(plan.path.parent, w)
     sweep = plan.section("sweep")
@@ -114,6 +107,33 @@ def build_lock(plan: Plan, log=print) -> dict:
            "job": job, "gates": plan.section("gates"), "nodes": plan.section("nodes")}
     doc["lock_id"] = lock_digest(doc)
     return doc
+
+
+def _calibrations(plan: Plan, models: dict) -> None:
+    """Mark each calibration target with its record; refuse, at the plan's line for the
+    folder, a record that does not hold for these weights or for the draft it is paired
+    with: swept unmarked, an instrument's numbers could reach a policy as a real pair's."""
+    for role, folder in plan.models.items():
+        m = models[role]
+        record, why = calibration_check(folder, m["fingerprint"])
+        if record is None and why is None:
+            continue
+        kind = role.split("-")[0]
+        where = (str(plan.path), line_of(load_yaml(plan.path).get("models"), kind))
+        drafts = [d for t, d in plan.lineup if t == role]
+        if why is None and drafts and record is not None and record.get(
+                "draft_fingerprint") not in {models[d]["fingerprint"] for d in drafts}:
+            # a lighter tier of its draft beside its own is a ladder rung; without its own
+            # draft the known answer is nowhere in the sweep
+            why = (f"it was grown from the draft {record.get('draft_fingerprint')}, but the "
+                   f"plan pairs it only with {', '.join(str(plan.models[d]) for d in drafts)} "
+                   f"({', '.join(models[d]['fingerprint'] for d in drafts)}): its known "
+                   "answer holds only with its own draft")
+        if why is not None:
+            raise ConfigError(f"models.{kind}: {folder}/{CALIBRATION_FILE} does not hold: "
+                              f"{why}. Remake it with `specfleet models calibrate DRAFT OUT` "
+                              "(and point the plan at OUT)", *where)
+        m["calibration"] = record  # a grown target: its series are marked as such
 
 
 def lock_digest(doc: dict) -> str:
