@@ -77,14 +77,15 @@ class Reread:
         claims = [(seq, text)] if seq is not None else _parts(text)
         out = []
         for s, part in claims:
-            first = self._first.get(s) if s <= n else None
+            first = self._first.get(s) if 1 <= s <= n else None
             if first is not None and first is not _GONE and \
                     first[2] == hashlib.sha256(part).digest():
                 out.append(self._read_at(first[0], first[1]))  # as the journal holds it
                 self._first[s] = _GONE
-        if seq is not None and seq <= n and seq not in self._first and \
+        # a seq below 1 is no seq the agent writes: no read took it as a stored seq's line
+        if seq is not None and 1 <= seq <= n and seq not in self._first and \
                 seq not in self._claimed:
             self._first[seq] = (offset, len(line), hashlib.sha256(text).digest())
             return out
-        self._claimed.update(s for s, _ in claims if s <= n)
+        self._claimed.update(s for s, _ in claims if 1 <= s <= n)
         return [*out, line]

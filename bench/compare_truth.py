@@ -2,12 +2,13 @@
 noise, how often does it claim a difference, and how often does its 95% interval cover
 1.0? Targets (issue 27): false claims ≤ 6%, coverage ≥ 93% over 200 pairs.
 
-    .venv/bin/python bench/compare_truth.py [--pairs 200] [--seed 1] [--direct 2000]
+    .venv/bin/python bench/compare_truth.py [--pairs 200] [--seed 1] [--direct 2000] [--nights 5]
 
 ``--direct N`` adds, without a store, N planted pairs per night memory φ (AR(1) from
 night to night: 0, 0.3, 0.5, 0.7) through compare's night_ratio, beside plain Welch (the
 rule before nightmemory): false claims and coverage at a true ratio of 1.0, and how often
-a true 10% difference is found (power).
+a true 10% difference is found (power); ``--nights`` a side (5; 3 reads φ by its exact
+bound, nightmemory.exact_memory).
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ def main() -> None:
     p.add_argument("--night-sd", type=float, default=Noise.night_sd)
     p.add_argument("--rep-sd", type=float, default=Noise.rep_sd)
     p.add_argument("--direct", type=int, default=0, help="pairs per φ without a store")
+    p.add_argument("--nights", type=int, default=Noise.nights, help="a side, for --direct")
     args = p.parse_args()
     if args.direct:
-        direct(args.direct, args.seed)
+        direct(args.direct, args.seed, args.nights)
     if not args.pairs:
         return
     noise = Noise(night_sd=args.night_sd, rep_sd=args.rep_sd)
@@ -52,13 +54,13 @@ def main() -> None:
           f"(target ≥ 93%)")
 
 
-def direct(pairs: int, seed: int) -> None:
-    print(f"night_ratio, {pairs} planted pairs per φ (5 nights a side, weekend between):")
+def direct(pairs: int, seed: int, nights: int = Noise.nights) -> None:
+    print(f"night_ratio, {pairs} planted pairs per φ ({nights} nights a side, weekend between):")
     print(f"{'φ':>4} {'rule':<14}{'false claims':>13}{'coverage':>10}{'found 10%':>11}")
     for phi in (0.0, 0.3, 0.5, 0.7):
         for name, memory in (("night memory", True), ("plain Welch", False)):
-            null = direct_score(phi, 1.0, pairs, seed, memory)
-            power = direct_score(phi, 1.1, pairs, seed + 1, memory)["claims"]
+            null = direct_score(phi, 1.0, pairs, seed, memory, nights)
+            power = direct_score(phi, 1.1, pairs, seed + 1, memory, nights)["claims"]
             print(f"{phi:>4} {name:<14}{null['claims']:>13.1%}{null['coverage']:>10.1%}"
                   f"{power:>11.1%}")
     print()

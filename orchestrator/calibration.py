@@ -31,7 +31,7 @@ from typing import Any
 from agent.fingerprint import fingerprint
 from agent.stats import acceptance_summary
 
-from .calibration_record import CALIBRATION_FILE, SCHEMA, calibration_of
+from .calibration_record import CALIBRATION_FILE, SCHEMA, calibration_of, tensors_digest
 from .errors import ConfigError
 
 ZEROED = ("self_attn.o_proj.weight", "mlp.down_proj.weight")  # the residual writes
@@ -231,7 +231,7 @@ def calibrate(draft: Path, out: Path, layers: int = 32, acceptance: float = 1.0,
             "added_layers": layers - int(config["num_hidden_layers"]),
             "copied_from_layer": int(config["num_hidden_layers"]) - 1,
             "residual_writes": list(ZEROED), "noise_scale": 0.0, "seed": seed,
-            "dtype": "float32"},
+            "dtype": "float32", "draft_tensors_sha256": tensors_digest(draft)},
         "key": calibration_key(draft_fp, layers, acceptance, seed, width, max_tokens),
         "mlx": metadata.version("mlx"), "mlx_lm": metadata.version("mlx-lm")}
     if acceptance >= 1.0:
@@ -271,8 +271,26 @@ def ensure_calibration(draft: Path, out: Path, layers: int, log=print) -> Path:
     key = calibration_key(fingerprint(draft), layers, 1.0, 0, MEASURE_WIDTH,
                           MEASURE_MAX_TOKENS)
     if record is None or record.get("key") != key:
+        _replaceable(out)
         shutil.rmtree(out, ignore_errors=True)
         calibrate(draft, out, layers=layers, log=log)
         log(f"made the calibration target ({layers} layers grown from {draft}, acceptance "
             f"1.0 by construction): {out}")
     return out
+
+
+def _replaceable(out: Path) -> None:
+    """Refuse to remove a folder that is not an exact calibration target (one that can be
+    grown again from its inputs): a user's model, or a perturbed target whose noise scale
+    took minutes of measuring, is never cleared to make room."""
+    if not out.exists():
+        return
+    try:
+        raw = json.loads((out / CALIBRATION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raw = None
+    c = raw.get("construction") if isinstance(raw, dict) else None
+    if not (isinstance(raw, dict) and raw.get("expected_acceptance") == 1.0
+            and isinstance(c, dict) and c.get("noise_scale") == 0.0):
+        raise ConfigError(f"{out} exists and is not an exact calibration target; it is not "
+                          "removed: choose another folder (--workdir)")

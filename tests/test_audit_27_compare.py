@@ -131,19 +131,18 @@ def test_the_night_order_does_not_depend_on_the_calendar(tmp_path):
     assert early["ci"] == pytest.approx(later["ci"]), (early["ci"], later["ci"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "audit 27 compare (medium, a known gap named in nightmemory.MIN_PAIRS): three nights a "
-    "side (4 neighbour pairs < 6) fall back to plain Welch; at φ 0.5 (1,000 pairs, seed "
-    "4242) coverage 84.8%, false claims 4.3%; at φ 0.9 70.1% and 11.6%"))
 def test_three_nights_a_side_with_memory_meet_the_targets():
+    """Audit 27 compare (medium), closed: three nights a side (4 neighbour pairs < 6) fell
+    back to plain Welch; at φ 0.5 (1,000 pairs, seed 4242) coverage 84.8%, false claims 4.3%;
+    at φ 0.9 70.1% and 11.6%. Below six pairs φ is now the exact one-sided bound
+    (nightmemory.exact_memory): 96.5% / 1.1% here."""
     claims, coverage = _score(_weeks(3, 3, 0.5), 1000, 4242)
     assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "audit 27 compare (medium): two nights against three (φ not read: 3 neighbour pairs) at "
-    "φ 0.5 cover 89.6% (1,000 pairs, seed 777); one night against six 89.9%"))
 def test_two_nights_against_three_with_memory_meet_the_coverage_target():
+    """Audit 27 compare (medium), closed: two nights against three (φ not read: 3 neighbour
+    pairs) at φ 0.5 covered 89.6% (1,000 pairs, seed 777); now 96.4%, 0.5% false claims."""
     claims, coverage = _score(_weeks(2, 3, 0.5), 1000, 777)
     assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
 
@@ -152,7 +151,11 @@ def test_two_nights_against_three_with_memory_meet_the_coverage_target():
     "audit 27 compare (low): at φ 0.9 (the most memory nightmemory believes) coverage falls "
     "under 93% from eight nights a side: 91.1% at 8, 92.2% at 12, 91.9% at 20 (1,000 pairs, "
     "seed 4242; 92.6% at 5); false claims stay ≤ 4.8%. The 0.6 SE upper bound and the 0.9 "
-    "cap leave φ taken at 0.81-0.86 on average"))
+    "cap leave φ taken at 0.81-0.86 on average. Measured fixes trade the power guard below: "
+    "0.8 SE covers 93.2% here but 92.1-94.2% on seeds 1-4 and finds the guard's 20% in "
+    "80.0% (seed 99, from 87.9%); the exact bound (nightmemory.exact_memory) at every "
+    "count, ALPHA 0.2: 93.5% and 78.3%; Satterthwaite degrees of freedom under AR(1) "
+    "(0.6 SE): 91.7-92.6% at 8-20 nights, 86.4% power (seed 6)"))
 def test_strong_memory_over_eight_nights_meets_the_coverage_target():
     claims, coverage = _score(_weeks(8, 8, 0.9), 1000, 4242)
     assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
@@ -185,7 +188,9 @@ def test_fresh_seed_at_night_memory_meets_the_targets():
     "above it: 1,000 fresh pairs (seed 31337) cover 92.0% (3.9% false claims); "
     "tests.truth.pairs.direct_score, 5 seeds × 2,000 (11, 22, 33, 44, 55): 93.9, 93.15, "
     "94.0, 93.35, 92.95% = 93.47% mean, so a 200-pair bench at φ 0.7 misses ≥ 186 "
-    "covered in roughly 4 of 10 seeds; at φ 0.8 the same 10,000 pairs cover 92.95%"))
+    "covered in roughly 4 of 10 seeds; at φ 0.8 the same 10,000 pairs cover 92.95%. "
+    "0.7 SE covers 93.3% here, 0.8 SE 94.2% (95.4-96.4% on seeds 1-4), at the power "
+    "cost named in test_strong_memory_over_eight_nights_meets_the_coverage_target"))
 def test_fresh_seed_at_strong_memory_meets_the_coverage_target():
     claims, coverage = _score(_weeks(5, 5, 0.7), 1000, 31337)
     assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
@@ -323,12 +328,12 @@ def test_three_repetitions_read_sigma_as_two_do():
     assert three / two == pytest.approx(1.0, abs=0.04), (two, three)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "audit 27 spread (low): a seventh repetition makes a noisy config likelier to pass: at a "
-    "true CV of 1.5× the 10% limit 87.5% of six-repetition configs are set aside but 81.1% of "
-    "seven (2× the limit: 94.7% vs 91.7%; 20,000 draws, seed 2718): the third-farthest "
-    "repetition (ceil(7/3)) and b_7 = 1.140 < b_6 = 1.200 both step down at n = 7"))
 def test_more_repetitions_never_hide_a_noisy_config():
+    """Audit 27 spread (low), closed: a seventh repetition made a noisy config likelier to
+    pass: at a true CV of 1.5× the 10% limit 87.5% of six-repetition configs were set aside
+    but 81.1% of seven (20,000 draws, seed 2718): the third-farthest repetition (ceil(7/3))
+    stepped down at n = 7. The distance at n/3 is now interpolated between ranks: 87.2% and
+    90.8% (2× the limit: 95.0% and 96.8%)."""
     six, seven = _set_aside(6, 0.15, 20000, 2718), _set_aside(7, 0.15, 20000, 2718)
     assert seven >= six - 0.01, (six, seven)
 

@@ -76,12 +76,12 @@ def _unkeyed_row_then_lost(url: str, tmp_path, kind: str):
 # the forged line's row, which the forged line itself already used). Likewise the
 # "rewritten:" row of a line stored written again (a key twice): the line is counted against
 # it, though that row stands for a stored event, not a line set aside.
+# Closed: a conflict: or rewritten: row covers no seq and stands in for no other line of it
+# (coverage.NEVER_COVER), keyed or not; a rewritten: row beside a lost event accounts for no
+# line unless the event it became was itself set aside (coverage._refused_as_written).
 KINDS = pytest.mark.parametrize("kind", ["conflict", "rewritten"])
 
 
-@pytest.mark.xfail(strict=True, reason="reaudit 28d: unkeyed node, a forged line's conflict "
-                   "row (or a rewritten: row) counts for the lost seq 7: verify says "
-                   "complete (exit 0) while the store lacks the event and its measurement")
 @KINDS
 def test_unkeyed_verify_sees_the_agents_lost_event_past_another_row_of_its_seq(any_url,
                                                                               tmp_path, kind):
@@ -99,10 +99,8 @@ def test_unkeyed_verify_sees_the_agents_lost_event_past_another_row_of_its_seq(a
 # event 7 gone the forged line is stored as seq 7: run 2 at 99999 tok/s, outcome "ok".
 # "rewritten": seq 7 counts as covered and is never read: 27 of 28 events, 15 of 16
 # measurements, outcome "ok".
-@pytest.mark.xfail(strict=True, reason="reaudit 28d: unkeyed node, seq 7's event lost: "
-                   "--attach stores the forged line in its place (run 2 at 99999 tok/s, "
-                   "outcome ok), or, with a rewritten: row, never reads seq 7 again (15 of 16 "
-                   "measurements, outcome ok)")
+# Closed: with those rows covering nothing, --attach reads from seq 6 again: the agent's
+# line (the first of seq 7) is stored, the forged one set aside again as a conflict.
 @KINDS
 def test_unkeyed_attach_reads_the_agents_lost_event_past_another_row_of_its_seq(any_url,
                                                                                tmp_path, kind):
@@ -137,10 +135,9 @@ K15 = seq_of(journal(), "generation", 10)  # index 14: the agent's seq 15, run 1
 # from the store and --attach reads them again from the journal". Doing the latter: the
 # agent's seq 15 is gone for good (keyed: the forged line is set aside as unsigned, run 10
 # lost), or the forged line is stored in its place (unkeyed: 99999 tok/s for run 10).
-@pytest.mark.xfail(strict=True, reason="reaudit 28d: after the journal is truncated on the "
-                   "node, a forged line claiming seq 15 makes verify advise deleting the "
-                   "store's only copy of the agent's seq 15; following it loses run 10 "
-                   "(keyed) or stores the forged 99999 tok/s in its place (unkeyed)")
+# Closed: verify advises deleting a stored event only where the journal holds the agent's
+# own line of its seq (a line the key verifies, or a second copy of the stored event);
+# otherwise it says the store holds the only copy (verify.compare's "mendable").
 @pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])
 def test_verifys_advice_after_a_truncation_and_a_forged_line_loses_nothing(sqlite_url,
                                                                            tmp_path, keyed):
@@ -174,9 +171,7 @@ def test_verifys_advice_after_a_truncation_and_a_forged_line_loses_nothing(sqlit
 # ever took it (the controller sets such lines aside with no seq). So `--attach` never sends
 # it, it is never set aside, and `sweeps verify` says "incomplete: 1 missing: seq 0" for
 # ever, advising the very --attach that cannot read it.
-@pytest.mark.xfail(strict=True, reason="reaudit 28d: a line claiming seq 0 or -1 appended "
-                   "after a read is held back by every re-read (reread.Reread takes it for "
-                   "a stored seq's first line): never set aside, verify incomplete for ever")
+# Closed: a seq below 1 is never taken for a stored seq's first line (agent/reread.py).
 @pytest.mark.parametrize("seq", [0, -1])
 @pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])
 def test_a_line_claiming_no_real_seq_appended_after_a_read_is_set_aside(sqlite_url, tmp_path,
@@ -244,9 +239,8 @@ def _overlong(extra: int) -> bytes:
 # hole (or, for a line with no readable seq, a conflict) that no --attach can fill. The
 # store is a faithful copy (every agent line stored, the line set aside; the outcome "ok: 1
 # journal line(s) set aside") yet verify says "1 missing: seq 29" for ever, advising --attach.
-@pytest.mark.xfail(strict=True, reason="reaudit 28d: a line over the limit, set aside by its "
-                   "length, is hashed whole by verify's digest and by its head in the store: "
-                   "verify says incomplete (seq 29 missing) for ever")
+# Closed: the follower sends any line over the limit as its head, however it was read, and
+# the digest script hashes that head (never reading the line whole).
 def test_a_hostile_line_over_the_limit_set_aside_leaves_verify_complete(sqlite_url, tmp_path):
     key = secrets.token_bytes(32)
     store = open_store(sqlite_url)
@@ -320,9 +314,8 @@ def _other_schema() -> bytes:
 # job_started (schema 1, stored) raises ProtocolMismatch: that node's ingestion stops on this
 # and every later --attach, and nothing after that line is ever read (measured: 10 of 28
 # events stored, outcome "failed: the agent stopped before finishing").
-@pytest.mark.xfail(strict=True, reason="reaudit 28d: unkeyed node, a forged job_started of "
-                   "schema 2 after the agent's own stops the node's ingestion "
-                   "(ProtocolMismatch) instead of being set aside")
+# Closed: only a journal's first line (seq 1), before any job_started of this schema, may
+# refuse the agent; any other job_started of another schema is set aside (decode.py).
 def test_unkeyed_a_forged_other_schema_after_the_agents_start_does_not_stop_the_node(
         sqlite_url, tmp_path):
     store = open_store(sqlite_url)
@@ -377,8 +370,7 @@ def test_verify_json_human_and_exit_code_agree_on_a_hole(sqlite_url, tmp_path):
 # holds: a row planted in the store (a partial restore of the measurements table, a hand
 # edit) for run 16, which the plan never had, at 99999 tok/s, leaves verify "complete" while
 # every reader of measurements shows it.
-@pytest.mark.xfail(strict=True, reason="reaudit 28d: a measurement row with no stored event "
-                   "(run 16 at 99999 tok/s) is not seen by verify: complete, exit 0")
+# Closed: derived.measurement_mismatches names measurement rows no stored event holds.
 def test_verify_sees_a_measurement_no_stored_event_holds(any_url, tmp_path):
     from sqlalchemy import insert
 
@@ -405,8 +397,7 @@ def test_verify_sees_a_measurement_no_stored_event_holds(any_url, tmp_path):
 # a node with no row (a row deleted by hand, a partial restore, a second store's events
 # merged in) are compared with no journal at all: the sweep reads "complete", exit 0, while
 # the store holds a generation (and its measurement) no node's journal vouches for.
-@pytest.mark.xfail(strict=True, reason="reaudit 28d: events of a node the sweep has no row for "
-                   "are never compared: verify says complete (exit 0)")
+# Closed: verify reports a node with stored events and no node row, incomplete.
 def test_verify_sees_events_of_a_node_the_sweep_has_no_row_for(sqlite_url, tmp_path):
     from sqlalchemy import insert
 

@@ -183,4 +183,7 @@ def test_a_jump_set_aside_at_a_batch_edge_is_stored_once_when_read_again(tmp_pat
     digest = [(event(x)["seq"], hashlib.sha256(x).hexdigest()) for x in kept]
     ledger = compare("n1", digest, stored_line_hashes(store, sid, "n1"),
                      *set_aside_lines(store, sid, "n1"))
-    assert ledger.status == "complete"
+    # nothing both stored and set aside, nothing to read again; the 70 seqs no line holds
+    # are named, and (the integrator's decision on issue 28) leave the store incomplete
+    assert (ledger.conflicts, ledger.holes) == ([], [])
+    assert (ledger.status, ledger.journal_gaps) == ("incomplete", [(i + 1, i + DAMAGED)])

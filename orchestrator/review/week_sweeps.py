@@ -54,6 +54,13 @@ def calibration_sweeps(store: Store, sweep_ids: list[str]) -> set[str]:
             if _calibrations(lock)}
 
 
+def calibration_roles(store: Store, sweep_ids: list[str]) -> dict[str, set[str]]:
+    """Per sweep, the model roles its lock marks as calibration targets."""
+    return {sid: {role for role, m in (lock.get("models") or {}).items()
+                  if isinstance(m, dict) and isinstance(m.get("calibration"), dict)}
+            for sid, (_, lock) in sweep_plans(store, sweep_ids).items()}
+
+
 def series_key(names: tuple, calibration: object) -> tuple:
     """A series' key: its names (chip, pair, workload, bucket, engine) and, for a
     calibration target's runs, ``True``: a real pair of the same names is another series."""

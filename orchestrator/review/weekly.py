@@ -17,7 +17,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 
 from ..store import Store
-from .adaptive_stops import adaptive_stops
+from .adaptive_stops import adaptive_stops, marked_stops
 from .busy import busy_vs_idle
 from .configs import canonical
 from .ladder import annotate, ladders
@@ -29,6 +29,7 @@ from .series import Week, judge, positions
 from .verdict import DECISIONS, decide
 from .week_runs import RunRow, identity_key, iso_week_bounds, load_runs, vals
 from .week_sweeps import (
+    calibration_roles,
     calibration_sweeps,
     failed_sweeps,
     no_longer_holds,
@@ -90,8 +91,8 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             "loads": ctx.ramps,
             "notices": [{**n, "calibration": n["sweep_id"] in cal_sweeps}
                         for n in agent_notices(store, sweep_ids)],
-            "adaptive_stops": [{**t, "calibration": t["sweep_id"] in cal_sweeps}
-                               for t in adaptive_stops(store, sweep_ids)],
+            "adaptive_stops": marked_stops(adaptive_stops(store, sweep_ids),
+                                           calibration_roles(store, sweep_ids)),
             "failures": failures, "counts": _counts(out, failures, this_week)}
 
 

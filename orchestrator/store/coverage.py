@@ -30,6 +30,12 @@ NOT_ASIDE = (REPEAT, REWRITTEN)
 # reasons of lines a keyed node's agent did not write (sweep.decode)
 UNSIGNED = "not written by this job's agent (no valid signature)"
 GLUED = "foreign bytes:"
+# a line claiming a seq whose stored (or earlier read) event it is not (ledger.py): it
+# stands for no other line of its seq, keyed or not
+CONFLICT = "conflict:"
+# rows that cover no seq on any node: a repeat or the line beside a stored event (with that
+# event gone nothing holds the seq), a conflicting line (another line's seq)
+NEVER_COVER = (REPEAT, REWRITTEN, CONFLICT)
 
 
 def repeat_reason(seq: int) -> str:
@@ -94,7 +100,7 @@ def stands_in(reason: str) -> bool:
     neither stored nor its own (`sweeps verify`). Not a repeat (it repeats a stored event:
     with that event gone, nothing holds the seq), nor a line the agent did not write
     (unsigned, glued): the agent's own line of that seq must be stored or set aside itself."""
-    return not reason.startswith((REPEAT, UNSIGNED, GLUED))
+    return not reason.startswith((*NEVER_COVER, UNSIGNED, GLUED))
 
 
 def coverage(store, sweep_id: str, node: str) -> Coverage:
@@ -111,7 +117,9 @@ def coverage(store, sweep_id: str, node: str) -> Coverage:
     # agent did not write (unsigned: forged, or its own line damaged) covers nothing either:
     # the agent's signed line of that seq is what must be stored, so the seq stays a hole
     # that `--attach` reads again and, if that line is gone for good, the node is not ok
-    blind = (REPEAT, UNSIGNED, GLUED) if keyed else (REPEAT,)
+    # the same for the row of a line that conflicts with another line of its seq, or the
+    # line kept beside an event stored written again: neither is the seq's event
+    blind = (*NEVER_COVER, UNSIGNED, GLUED) if keyed else NEVER_COVER
     numbered = {n for n, why in rows if n is not None and not why.startswith(blind)}
     # on a keyed node a line with no readable seq is not one the agent wrote (each of its
     # lines is JSON with a seq) and stands for none that is missing: bytes glued before
@@ -140,7 +148,7 @@ def missing_by_node(store, sweep_ids: list[str]) -> dict[str, dict[str, int]]:
             select(q.c.sweep_id, q.c.node, func.count(q.c.seq.distinct())).where(
                 q.c.sweep_id.in_(sweep_ids), q.c.seq.is_not(None), q.c.seq >= 1,
                 q.c.seq <= last,
-                ~q.c.reason.startswith(REPEAT),
+                *[~q.c.reason.startswith(p) for p in NEVER_COVER],
                 ~and_(keyed, or_(q.c.reason.startswith(UNSIGNED),
                                  q.c.reason.startswith(GLUED))),
                 ~exists().where(and_(
@@ -211,15 +219,36 @@ def set_aside_lines(store, sweep_id: str, node: str) -> tuple[set[int], Counter[
     with store.engine.connect() as c:
         stored = set(c.execute(select(Event.seq).where(
             Event.sweep_id == sweep_id, Event.node == node)).scalars())
-        for seq, digest, line, reason in c.execute(select(
-                QuarantinedEvent.seq, QuarantinedEvent.line_sha256, QuarantinedEvent.line,
-                QuarantinedEvent.reason).where(
-                # the journal line of an event stored written again is among them: where
-                # the ledger refused that event, the line is accounted for by it
-                QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)):
-            if seq is not None and stands_in(reason):
-                seqs.add(seq)
-            if reason.startswith(REPEAT) and seq not in stored:
-                continue  # a repeat of an event no longer stored stands for no line
-            hashes.update({digest, line_sha256(line)})
+        rows = c.execute(select(
+            QuarantinedEvent.seq, QuarantinedEvent.line_sha256, QuarantinedEvent.line,
+            QuarantinedEvent.reason).where(
+            # the journal line of an event stored written again is among them: where
+            # the ledger refused that event, the line is accounted for by it
+            QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node)).all()
+    for seq, digest, line, reason in rows:
+        if seq is not None and stands_in(reason):
+            seqs.add(seq)
+        if reason.startswith(REPEAT) and seq not in stored:
+            continue  # a repeat of an event no longer stored stands for no line
+        if reason.startswith(REWRITTEN) and seq not in stored and \
+                not _refused_as_written(seq, line, rows):
+            continue  # beside an event no longer stored (lost): it accounts for no line
+        hashes.update({digest, line_sha256(line)})
     return seqs, hashes
+
+
+def _refused_as_written(seq: int | None, line: str, rows) -> bool:
+    """Whether the event a line holding a key twice became was itself set aside (another
+    row of its seq holds that very object): then the journal's line is accounted for."""
+    try:
+        written = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    for s, _, other, why in rows:
+        if s == seq and not why.startswith(REWRITTEN):
+            try:
+                if orjson.loads(other) == written:
+                    return True
+            except orjson.JSONDecodeError:
+                continue
+    return False

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timezone
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 
 from .models import Event, Measurement
 
@@ -47,7 +47,8 @@ def _derived(sweep_id: str, node: str, payload: dict) -> dict:
 
 def measurement_mismatches(store, sweep_id: str, node: str) -> list[dict]:
     """Each stored generation event whose measurement row is missing or differs from the
-    row derived from the event again: {seq, run_index, problem}."""
+    row derived from the event again, and each measurement row no stored generation event
+    holds ("orphan"): {seq, line, problem}."""
     out: list[dict] = []
     with store.engine.connect() as c:
         events = {seq: p for seq, p in c.execute(select(Event.seq, Event.payload).where(
@@ -73,6 +74,12 @@ def measurement_mismatches(store, sweep_id: str, node: str) -> list[dict]:
                 f"seq {seq}: the measurement of run_index {want['run_index']} differs from "
                 f"its stored event ({k} {have[k]!r} stored, {want[k]!r} in the event"
                 + (f"; {len(wrong) - 1} more column(s)" if len(wrong) > 1 else "") + ")")})
+    # a measurement no stored generation event holds (a partial restore, a hand edit):
+    # every reader of measurements shows it, though nothing in the journal vouches for it
+    for seq in sorted(set(rows) - set(events)):
+        out.append({"seq": seq, "line": None, "orphan": True, "problem": (
+            f"the measurement of run_index {rows[seq]['run_index']} (seq {seq}) has no "
+            "stored generation event")})
     return out
 
 
@@ -102,3 +109,17 @@ def rederive_measurements(store, sweep_id: str, node: str) -> list[int]:
                 c.execute(insert(Measurement).values(**row))
             fixed.append(seq)
     return fixed
+
+
+def nodes_without_row(store, sweep_id: str, placed: set[str]) -> dict[str, tuple[int, int]]:
+    """node -> (events, measurements) the store holds for the sweep under a node the sweep
+    has no node row for (a row deleted by hand, a partial restore, another store's rows
+    merged in): no journal of the sweep's nodes vouches for them."""
+    counts: list[dict[str, int]] = []
+    with store.engine.connect() as c:
+        for t in (Event.__table__, Measurement.__table__):
+            counts.append({node: n for node, n in c.execute(
+                select(t.c.node, func.count()).where(t.c.sweep_id == sweep_id)
+                .group_by(t.c.node)) if node not in placed})
+    events, measured = counts
+    return {n: (events.get(n, 0), measured.get(n, 0)) for n in sorted({*events, *measured})}

@@ -89,6 +89,7 @@ class Decoder:
         self.node = node
         self.key = key
         self.agent_version: str | None = None
+        self.started = False  # the agent's job_started (of this schema) was read
         self.duplicate: str | None = None  # the last line's key held twice (dupkeys)
 
     @property
@@ -164,8 +165,8 @@ class Decoder:
         typ = e.get("type")
         fast = FAST_CHECKS.get(typ) if type(typ) is str else None
         if fast is not None and fast(e, text):  # nearly every line: valid, nothing to word
-            if typ == "job_started" and type(e.get("agent_version")) is str:
-                self.agent_version = e["agent_version"]
+            if typ == "job_started":
+                self._started(e)
             return e
         seq = seq_of(e)
         problem = schema_problem(e)
@@ -175,6 +176,13 @@ class Decoder:
                 # an agent of another schema announces itself with job_started; any other
                 # line is a damaged or forged one, set aside like the rest
                 return Quarantined(seq, problem, text)
+            if self.started or seq not in (1, None):
+                # an agent announces itself in its journal's first line: one after the
+                # agent's own announcement, or further down, is forged or damaged
+                return Quarantined(seq, f"{problem} (a job_started "
+                                   + ("after the agent's own" if self.started else
+                                      f"at seq {seq}, not the journal's first line") + ")",
+                                   text)
             if type(e.get("agent_version")) is str:
                 self.agent_version = e["agent_version"]
             raise ProtocolMismatch(
@@ -185,9 +193,15 @@ class Decoder:
         problem = seq_problem(e) or fields_problem(e, text)
         if problem:
             return Quarantined(seq, problem, text)
-        if e["type"] == "job_started" and type(e.get("agent_version")) is str:
-            self.agent_version = e["agent_version"]
+        if e["type"] == "job_started":
+            self._started(e)
         return e
+
+    def _started(self, e: dict) -> None:
+        """The agent's own announcement (of this schema) read."""
+        self.started = True
+        if type(e.get("agent_version")) is str:
+            self.agent_version = e["agent_version"]
 
 
 def _claimed_seq(text: str) -> int | None:

@@ -237,6 +237,9 @@ class NodeRun:
         # from the last seq up to which everything is stored, not the highest stored one:
         # a hole below it (a batch lost, rows deleted) is read again from the journal
         cov = await self.with_store(coverage, self.store, self.sweep_id, self.host.name)
+        # events stored: this schema's agent announced itself (a later announcement of
+        # another schema, read first in this read, is a forged line, not the agent)
+        self.decoder.started |= cov.last > 0
         if cov.holes:
             self.say(f"reading {cov.missing} journal line(s) the store lacks again from the "
                      f"node (seq {ranges_text(cov.holes)})")

@@ -19,6 +19,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 
 from agent import signing
+from agent.protocol import MAX_EVENT_BYTES
 
 from ..errors import RemoteError, SpecfleetError
 from ..fleet.fanout import run_fan_out
@@ -34,7 +35,7 @@ from ..store.coverage import (
     set_aside_lines,
     stored_line_hashes,
 )
-from ..store.derived import measurement_mismatches
+from ..store.derived import measurement_mismatches, nodes_without_row
 
 # Runs on the node with the agent's Python (standard library only). One output line per
 # journal line, "SEQ SHA256" ("-" for a line with no readable seq; " u" after it for a line
@@ -43,7 +44,9 @@ from ..store.derived import measurement_mismatches
 # With --key-stdin (a keyed sweep node: the key on stdin, never argv or a file) a line whose
 # signed part starts past bytes glued in front is two lines, as the follower keeps it: the
 # foreign bytes ("-") and the agent's line, split by the very rule the follower's decoder
-# uses (agent/signing.py, sent along as its source).
+# uses (agent/signing.py, sent along as its source). A line over the limit is never read
+# whole: its head (what the follower sends and the store sets aside) is hashed, and the
+# agent's line glued at its end, if any, found in its last LIMIT + 1 bytes.
 _DIGEST_BODY = r"""
 import hashlib, json, sys
 check = None
@@ -62,19 +65,65 @@ def row(b, numbered=True, unsigned=False):
     return "%s %s%s\n" % (seq, hashlib.sha256(b).hexdigest(), " u" if unsigned else "")
 
 
+# each line without its newline, twice (of one over LIMIT bytes its head, LIMIT + 1 bytes,
+# and its last LIMIT + 1 bytes: never read whole); (None, None) for a partial last line
+def lines(f):
+    while True:
+        raw = f.readline(LIMIT + 2)
+        if not raw:
+            return
+        if raw.endswith(b"\n"):
+            yield raw[:-1], raw[:-1]
+            continue
+        if len(raw) < LIMIT + 2:
+            yield None, None
+            return
+        tail = bytearray(raw)
+        while not tail.endswith(b"\n"):
+            more = f.readline(1 << 20)
+            if not more:
+                yield None, None
+                return
+            tail += more
+            if len(tail) > 2 * (LIMIT + 2):
+                del tail[:len(tail) - (LIMIT + 2)]
+        yield raw[:LIMIT + 1], bytes(tail[:-1][-(LIMIT + 1):])
+
+
+# a line over the limit: the follower sends its head, which the store keeps (set aside by
+# its length, no seq) and hashes as it arrived (with bytes that are not UTF-8: stripped)
+def long_row(head):
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        head = head.decode("utf-8", "surrogateescape").strip().encode("utf-8",
+                                                                      "surrogateescape")
+    return "- %s\n" % hashlib.sha256(head).hexdigest()
+
+
 with open(sys.argv[1], "rb") as f:
-    for raw in f:
-        if not raw.endswith(b"\n"):
+    for raw, tail in lines(f):
+        if raw is None:
             partial = 1
             break
+        if len(raw) > LIMIT:
+            n += 1
+            out.append(long_row(raw[:LIMIT + 1]))
+            # the agent's line glued after bytes that made it longer than any event: the
+            # follower kept only the head, so that line is missing, never accounted for
+            t = tail.decode("utf-8", "surrogateescape").strip().encode("utf-8",
+                                                                         "surrogateescape")
+            at = signed_from(check, t) if check is not None else None
+            if at is not None:
+                n += 1
+                out.append(row(t[at:]))
+            continue
         # bytes that are not UTF-8 kept as they are (escaped, then restored): the store
         # hashes such a line as the journal holds it, never with U+FFFD in their place
         text = raw.decode("utf-8", "surrogateescape").strip()
         if not text:
             continue
         b = text.encode("utf-8", "surrogateescape")
-        # split past the limit too: the follower kept only such a line's head, so an
-        # agent's line found in it is missing from the store, never accounted for
         at = signed_from(check, b) if check is not None else None
         if at:
             n += 2
@@ -89,7 +138,8 @@ with open(sys.argv[1], "rb") as f:
 sys.stdout.write("".join(out))
 sys.stdout.write("end %d %d\n" % (n, partial))
 """
-DIGEST_SCRIPT = inspect.getsource(signing) + _DIGEST_BODY
+DIGEST_SCRIPT = (inspect.getsource(signing) + f"\nLIMIT = {MAX_EVENT_BYTES}\n"
+                 + _DIGEST_BODY)
 
 JournalLine = tuple[int | None, str]  # (seq, content hash)
 
@@ -118,8 +168,8 @@ class NodeLedger:
     store_sha256: str | None = None    # over the stored events; equal when complete
     partial_line: bool = False
     repeats: list[int] = field(default_factory=list)  # stored seqs the journal repeats
-    # seqs below the journal's last that no line of it has (nor the store): lost on the node
-    # or never written; no read can bring them, so the store is still the journal's copy
+    # seqs below the journal's last that no line of it has (nor the store): lost on the node,
+    # damaged or never written; no read can bring them, and the store lacks them: incomplete
     journal_gaps: list[tuple[int, int]] = field(default_factory=list)
     detail: str | None = None
     journal_path: str | None = None
@@ -170,7 +220,10 @@ class VerifyReport:
             return f"sweep {self.sweep_id}: complete"
         bad = [n for n in self.nodes if n.status != "complete"]
         said = ", ".join(f"{n.node} ({n.status}: {n.missing} missing, "
-                         f"{len(n.conflicts)} conflict(s))" if n.status == "incomplete"
+                         f"{len(n.conflicts)} conflict(s)" + (
+                             f", {sum(b - a + 1 for a, b in n.journal_gaps)} in no journal "
+                             "line" if n.journal_gaps else "") + ")"
+                         if n.status == "incomplete"
                          else f"{n.node} (unverified)" for n in bad)
         attach = f"`specfleet sweep --attach {self.sweep_id}`"
         # each fix said only where it works: --attach reads holes again and derives the
@@ -178,25 +231,37 @@ class VerifyReport:
         hints = []
         if any(n.holes or n.status == "unverified" for n in bad):
             hints.append(f"{attach} reads what is missing again from the journals")
-        if any(c.get("kind") == "derived" for n in bad for c in n.conflicts):
+        if any(c.get("kind") == "derived" and not c.get("orphan")
+               for n in bad for c in n.conflicts):
             hints.append(f"{attach} derives the differing measurements again from their "
                          "stored events")
         for n in bad:
+            if n.journal_gaps:
+                hints.append(f"on {n.node} seq {ranges_text(n.journal_gaps)} is in neither "
+                             "the journal nor the store (a line lost or damaged on the node, "
+                             "or never written): no read brings it back")
             # stored events no journal line holds (the journal truncated or replaced on
             # the node): the store holds the only copy, never to be deleted for a re-read
-            gone = sorted({c["seq"] for c in n.conflicts
-                           if c.get("kind") != "derived" and c["line"] is None})
+            mine = [c for c in n.conflicts if "kind" not in c]  # against its journal
+            gone = sorted({c["seq"] for c in mine if c["line"] is None})
             if gone:
                 hints.append(f"on {n.node} no journal line holds seq "
                              f"{ranges_text(seq_ranges(gone))}, which the store holds (was "
                              "the journal truncated or replaced on the node?): the store "
                              "holds the only copy, keep it")
-            seqs = sorted({c["seq"] for c in n.conflicts
-                           if c.get("kind") != "derived" and c["seq"] is not None
-                           and c["line"] is not None})
-            if any(c.get("kind") != "derived" and c["line"] is not None
-                   for c in n.conflicts):
-                at = f" at seq {ranges_text(seq_ranges(seqs))}" if seqs else ""
+            # a journal line not known to be the agent's (a node launched before keys, a
+            # line the key does not verify): the stored event may be the only copy of it
+            kept = sorted({c["seq"] for c in mine if c["line"] is not None
+                           and c["seq"] is not None and not c.get("mendable")})
+            if kept:
+                hints.append(f"on {n.node} the journal's line of seq "
+                             f"{ranges_text(seq_ranges(kept))} differs from the stored event "
+                             "and is not known to be its agent's (a forged or damaged line, "
+                             "or the journal replaced): the store holds the only copy of "
+                             "the event, keep it")
+            seqs = sorted({c["seq"] for c in mine if c.get("mendable")})
+            if seqs:
+                at = f" at seq {ranges_text(seq_ranges(seqs))}"
                 hints.append(
                     f"on {n.node} the store differs from the node's journal{at}; the journal "
                     f"({n.journal_path or 'on the node'}) is the record, and --attach keeps "
@@ -220,11 +285,14 @@ def _digest(journal: list[tuple[int, str]], seqs: list[int]) -> str:
 
 def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
             aside_seqs: set[int], aside_hashes: Iterable[str] | Counter[str],
-            unsigned: Collection[int] = frozenset()) -> NodeLedger:
+            unsigned: Collection[int] = frozenset(), keyed: bool = False) -> NodeLedger:
     """The journal's lines (in journal order) against the stored events (seq -> content
     hash) and the set-aside lines (their seqs, and their content hashes with how many
     rows hold each: a set counts each once). ``unsigned``: the numbers (from 1) of a keyed
-    journal's lines its agent did not sign, whose seqs are claimed, not held."""
+    journal's lines its agent did not sign, whose seqs are claimed, not held; ``keyed``:
+    the journal's key verified its lines. A conflict is ``mendable`` when the journal holds
+    the agent's own line of its seq (a second copy of the stored event, or a line the key
+    verifies): only then may the stored event go for a re-read, never the only copy."""
     holes: list[int] = []
     conflicts: list[dict] = []
     matched: set[int] = set()
@@ -234,6 +302,7 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
     left = Counter(aside_hashes)
     events: list[tuple[int, str]] = []  # the journal's lines the store should hold as events
     repeats: list[int] = []
+    unreadable = 0  # lines set aside with no readable seq
     for i, (seq, sha) in enumerate(journal, 1):
         have = stored.get(seq) if seq is not None else None
         if seq is not None and have == sha and seq not in matched:
@@ -243,6 +312,7 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
         if left[sha] > 0:  # one row per line: a copy no row holds is not accounted for
             left[sha] -= 1
             aside += 1  # set aside, with its reason
+            unreadable += seq is None
             continue
         if seq is None:
             conflicts.append({"line": i, "seq": None, "problem": f"journal line {i} has no "
@@ -256,12 +326,13 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
             holes.append(seq)
             events.append((seq, sha))
         elif seq in matched:
-            conflicts.append({"line": i, "seq": seq, "problem": f"journal line {i} repeats "
+            conflicts.append({"line": i, "seq": seq, "mendable": True,
+                              "problem": f"journal line {i} repeats "
                               f"seq {seq}, which is stored, and was not set aside"})
         else:
             # both hashes said: which line is whose, without either crossing the link whole
             conflicts.append({"line": i, "seq": seq, "stored_sha256": have,
-                              "journal_sha256": sha,
+                              "journal_sha256": sha, "mendable": keyed and i not in unsigned,
                               "problem": f"seq {seq}: the store holds other content than "
                                          f"journal line {i} (stored sha256 {have[:16]}, "
                                          f"journal sha256 {sha[:16]})"})
@@ -275,10 +346,17 @@ def compare(node: str, journal: list[JournalLine], stored: dict[int, str],
                           "problem": f"seq {seq} is stored but no journal line has it"})
     j_hash = _digest(events, [s for s, _ in events])
     s_hash = _digest(list(stored.items()), list(stored))
-    complete = not holes and not conflicts and j_hash == s_hash
-    top = max(journaled, default=0)
-    # as ranges between the seqs there are: a forged seq near 2**31 must not become a list
-    gaps = holes_below(journaled | set(stored), top - 1)
+    # the journal's last event (a line set aside past it, a forged jump, is no event)
+    top = max((s for s, _ in events if s in journaled), default=0)
+    # as ranges between the seqs there are: a forged seq near 2**31 must not become a list.
+    # A seq below the journal's last that no line of the agent's holds and nothing in the
+    # store covers (a line lost or damaged on the node, one never written) is a hole too:
+    # the store lacks that event, and no read brings it back. On a node launched before
+    # keys a line set aside unreadable may be one of them (as the node's outcome counts);
+    # on a keyed one no unreadable line is the agent's
+    gaps = holes_below(journaled | set(stored) | aside_seqs, top - 1)
+    lacking = sum(b - a + 1 for a, b in gaps) - (0 if keyed else unreadable)
+    complete = not holes and lacking <= 0 and not conflicts and j_hash == s_hash
     return NodeLedger(node, "complete" if complete else "incomplete", len(journal),
                       len(stored), aside, seq_ranges(holes), conflicts, j_hash, s_hash,
                       repeats=repeats, journal_gaps=gaps)
@@ -346,13 +424,17 @@ def verify_sweep(store: Store, sweep_id: str, hosts: list[Host],
             except ValueError as e:
                 raise RemoteError(h.name, "journal digest", r.exit_status, str(e)) from None
         out = compare(h.name, digest.lines, stored, aside_seqs, aside_hashes,
-                      digest.unsigned)
+                      digest.unsigned, keyed=bool(sn.journal_key))
         out.partial_line = digest.partial
         out.repeats = sorted({*out.repeats, *await asyncio.to_thread(
             repeated_seqs, store, sweep_id, h.name)})
         out.journal_path = sn.journal_path
         # the derived rows too: a measurement must be what its stored event says
         derived = await asyncio.to_thread(measurement_mismatches, store, sweep_id, h.name)
+        # a measurement of a journal line the store lacks (its event lost, the measurement
+        # kept) is that hole's, which --attach fills; any other no stored event holds is not
+        lacked = {seq for a, b in out.holes for seq in range(a, b + 1)}
+        derived = [m for m in derived if not (m.get("orphan") and m["seq"] in lacked)]
         if derived:
             out.conflicts += [{**m, "kind": "derived"} for m in derived]
             out.status = "incomplete"
@@ -364,4 +446,10 @@ def verify_sweep(store: Store, sweep_id: str, hosts: list[Host],
     for o in run_fan_out([by_name[n] for n in rows if n in by_name], one, ssh):
         results[o.host] = o.value if o.status == "ok" else NodeLedger(
             o.host, "unverified", detail=f"{o.status}: {o.detail}")
+    for n, (events, measured) in nodes_without_row(store, sweep_id, set(rows)).items():
+        results[n] = NodeLedger(n, "incomplete", stored=events, conflicts=[{
+            "line": None, "seq": None, "kind": "unplaced",
+            "problem": f"{events} event(s) and {measured} measurement(s) are stored under "
+                       f"{n}, which the sweep ran no job on (no node row): no journal of "
+                       "the sweep vouches for them"}])
     return VerifyReport(sweep_id, [results[n] for n in sorted(results)])

@@ -82,15 +82,16 @@ def ar1_sides(rng: random.Random, phi: float, ratio: float = 1.0,
                  for scale, side in ((1.0, week_a), (ratio, week_b)))  # type: ignore[return-value]
 
 
-def direct_score(phi: float, ratio: float, pairs: int, seed: int, memory: bool = True) -> dict:
-    """night_ratio over ``pairs`` planted AR(1) pairs: claims (p < 0.01, interval off 1.0),
-    and how often the interval covers the true ratio."""
+def direct_score(phi: float, ratio: float, pairs: int, seed: int, memory: bool = True,
+                 nights: int = Noise.nights) -> dict:
+    """night_ratio over ``pairs`` planted AR(1) pairs of ``nights`` a side: claims (p < 0.01,
+    interval off 1.0), and how often the interval covers the true ratio."""
     from orchestrator.review.compare import SIGNIFICANT_P, night_ratio
 
     rng = random.Random(seed)
     claims = covered = 0
     for _ in range(pairs):
-        a, b = ar1_sides(rng, phi, ratio)
+        a, b = ar1_sides(rng, phi, ratio, Noise(nights=nights))
         r = night_ratio(a, b, memory=memory)
         claims += r["p"] < SIGNIFICANT_P and not r["ci"][0] <= 1.0 <= r["ci"][1]
         covered += r["ci"][0] <= ratio <= r["ci"][1]

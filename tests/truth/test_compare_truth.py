@@ -108,3 +108,55 @@ def test_a_mean_of_nights_scatters_more_the_more_they_remember(n, p1, p2):
     assert mean_gain(n, 0.0) == pytest.approx(1 / n)
     lo, hi = sorted((p1, p2))
     assert mean_gain(n, lo) <= mean_gain(n, hi) + 1e-12 <= 1.0 + 1e-12
+
+
+def test_the_exact_autocorrelation_tail_matches_planted_nights():
+    """lag1_cdf (Imhof) against 4,000 seeded planted pairs of AR(1) sides (three and three
+    nights at φ 0.5, two against three at 0.9): P(r ≤ c) at the planted 10%, 25%, 50%
+    quantiles within 0.025."""
+    import math
+    import random
+
+    from orchestrator.review.nightmemory import lag1, lag1_cdf
+
+    rng = random.Random(2024)
+    for ns, phi in (((3, 3), 0.5), ((2, 3), 0.9)):
+        rs = []
+        for _ in range(4000):
+            sides = []
+            for n in ns:
+                e, xs = rng.gauss(0, 1), []
+                for _ in range(n):
+                    xs.append(e)
+                    e = phi * e + rng.gauss(0, math.sqrt(1 - phi * phi))
+                sides.append(xs)
+            rs.append(lag1(sides))
+        rs.sort()
+        for q in (0.10, 0.25, 0.50):
+            c = rs[int(q * len(rs))]
+            assert lag1_cdf(ns, phi, c) == pytest.approx(q, abs=0.025), (ns, phi, q)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(2, 6), min_size=1, max_size=3), st.floats(-0.95, 0.95),
+       st.floats(0.0, 0.9), st.floats(0.0, 0.9))
+def test_the_autocorrelation_tail_is_a_probability_that_shrinks_with_memory(ns, r, p1, p2):
+    """For any sides and r: P(lag1 ≤ r) is a probability and never rises with φ (more memory,
+    a higher autocorrelation): the premise of exact_memory's bisection. So the φ it takes
+    never falls as the observed autocorrelation rises."""
+    from orchestrator.review.nightmemory import exact_memory, lag1_cdf
+
+    lo, hi = sorted((p1, p2))
+    a, b = lag1_cdf(ns, lo, r), lag1_cdf(ns, hi, r)
+    assert -1e-6 <= b <= a + 1e-6 <= 1 + 2e-6, (a, b)
+    assert exact_memory(tuple(ns), r) <= exact_memory(tuple(ns), min(0.99, r + 0.1))
+
+
+def test_two_nights_a_side_read_the_most_memory_in_any_unit():
+    """Two nights a side always show a lag-1 autocorrelation of −1/2 (a point mass, whatever
+    φ): nothing to read, so the most memory believed, 0.9, in any unit (Hypothesis found
+    50, 51 against 50, 84 reading 0.0 at × 1.5: the last bit of r flipped the exact tail)."""
+    from orchestrator.review.compare import night_ratio
+
+    for k in (1.0, 1.5, 7.0):
+        assert night_ratio([50.0 * k, 51.0 * k], [50.0 * k, 84.0 * k])["memory"] == 0.9
