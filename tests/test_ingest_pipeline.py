@@ -265,3 +265,25 @@ def test_a_full_batch_the_store_refused_is_said_at_the_next_line_and_kept(pg_url
     assert held == 3  # 1 and 2 back in front of 3
     assert sizes == [2, 2, 2]
     assert store.last_seq("s1", "n1") == 4
+
+
+@given(st.tuples(*[st.integers(0, 200_000)] * 3))
+def test_ingest_raises_the_collectors_thresholds_and_never_lowers_them(before):
+    import gc
+
+    from orchestrator.sweep.pipeline import INGEST_GC_THRESHOLDS
+
+    was = gc.get_threshold()
+    try:
+        gc.set_threshold(*before)
+
+        async def store_batch(events, lines):
+            pass
+
+        IngestPipeline(store_batch)
+        # each threshold: the larger of what the process had and ingest's
+        assert gc.get_threshold() == tuple(max(a, b) for a, b in zip(
+            before, INGEST_GC_THRESHOLDS, strict=True))
+        assert gc.isenabled()  # cycles are still collected
+    finally:
+        gc.set_threshold(*was)

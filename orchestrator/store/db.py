@@ -13,11 +13,11 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from agent.protocol import model_roles, role_kind
 
+from .bulk import Collided, bulk
 from .coverage import NOT_ASIDE, kept_line_sha256
 from .ledger import admit
 from .migrate import (  # noqa: F401  (re-exported)
@@ -65,6 +65,7 @@ def resolve_url(url: str | None) -> str:
 class Store:
     def __init__(self, engine: Engine):
         self.engine = engine
+        self._jobs: dict[str, object] = {}  # sweep → its job, once read (ledger.admit)
         self._insert = (postgresql.insert if engine.dialect.name == "postgresql"
                         else sqlite.insert)
 
@@ -232,9 +233,21 @@ class Store:
         if not events:
             return 0
         payloads = raw or [json.dumps(e, separators=(",", ":")) for e in events]
+        had = None if refused is None else len(refused)
+        try:  # rows the ledger admitted are new: written with no savepoint to fall back to
+            return self._ingest(sweep_id, node, events, payloads, refused, open_end, twice,
+                                nth, True)
+        except Collided:  # another writer stored some meanwhile: all undone, again with one
+            if refused is not None and had is not None:
+                del refused[had:]
+            return self._ingest(sweep_id, node, events, payloads, refused, open_end, twice,
+                                nth, False)
+
+    def _ingest(self, sweep_id, node, events, payloads, refused, open_end, twice, nth,
+                fresh: bool) -> int:
         with self.engine.begin() as c:
             events, payloads, out = admit(c, sweep_id, node, events, payloads, open_end, twice,
-                                         nth)
+                                         nth, self._jobs)
             if out:
                 kept = self._quarantine(c, sweep_id, node, out)
                 if refused is not None:
@@ -245,13 +258,13 @@ class Store:
             rows = [(sweep_id, node, e["seq"], e["type"], e["ts"], p)
                     for e, p in zip(events, payloads, strict=True)]
             gens = [e for e in events if e["type"] == "generation"]
-            new = self._bulk(c, "events", EVENT_COLUMNS, rows) if rows else 0
+            new = bulk(c, "events", EVENT_COLUMNS, rows, fresh) if rows else 0
             for e in events:
                 if e["type"] == "environment_checked":
                     self._set_identity(c, sweep_id, node, e)
             if gens:  # their telemetry is read through the telemetry_samples view
-                self._bulk(c, "measurements", MEASUREMENT_TABLE_COLUMNS,
-                           [measurement_tuple(sweep_id, node, e) for e in gens])
+                bulk(c, "measurements", MEASUREMENT_TABLE_COLUMNS,
+                     [measurement_tuple(sweep_id, node, e) for e in gens], fresh)
             summaries = [e for e in events if e["type"] == "config_summary"]
             if summaries:
                 identity = self._identity(c, sweep_id, node)
@@ -334,58 +347,6 @@ class Store:
             rows = list(s.scalars(q.order_by(QuarantinedEvent.id)))
             s.expunge_all()
             return rows
-
-    def _bulk(self, c, table: str, columns: tuple[str, ...], rows: list[tuple]) -> int:
-        """INSERT … ON CONFLICT DO NOTHING straight through the driver (SQLite
-        executemany, PostgreSQL COPY).
-
-        SQLAlchemy's per-row parameter processing cost more than the database itself;
-        values here are already plain (JSON pre-serialised). Returns rows inserted.
-        """
-        cols = ", ".join(columns)
-        if self.engine.dialect.name == "postgresql":
-            import psycopg
-
-            try:
-                return self._copy(c, table, cols, rows)
-            except psycopg.Error as e:
-                # the raw cursor bypasses SQLAlchemy: give callers the error they handle
-                # (the follower retries SQLAlchemyError while the store is down)
-                raise DBAPIError.instance(f"COPY {table}", None, e, psycopg.Error) from e
-        values = ", ".join("?" for _ in columns)
-        result = c.exec_driver_sql(f"INSERT INTO {table} ({cols}) VALUES ({values}) "
-                                   "ON CONFLICT DO NOTHING", rows)
-        return max(result.rowcount, 0)
-
-    @staticmethod
-    def _copy(c, table: str, cols: str, rows: list[tuple]) -> int:
-        import psycopg
-
-        cur = c.connection.driver_connection.cursor()
-        # Usually every row is new (the follower starts after the last stored seq):
-        # COPY straight in. If any row exists, undo that and take the idempotent path.
-        cur.execute("SAVEPOINT specfleet_bulk")
-        try:
-            with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as cp:
-                for row in rows:
-                    cp.write_row(row)
-            cur.execute("RELEASE SAVEPOINT specfleet_bulk")
-            return len(rows)
-        except psycopg.errors.UniqueViolation:
-            cur.execute("ROLLBACK TO SAVEPOINT specfleet_bulk")
-        # COPY into a per-transaction scratch table, then one INSERT … SELECT that skips
-        # what is already stored.
-        scratch = f"_in_{table}"
-        cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {scratch} AS SELECT {cols} FROM "
-                    f"{table} WITH NO DATA")
-        with cur.copy(f"COPY {scratch} ({cols}) FROM STDIN") as cp:
-            for row in rows:
-                cp.write_row(row)
-        cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {scratch} "
-                    "ON CONFLICT DO NOTHING")
-        inserted = cur.rowcount
-        cur.execute(f"TRUNCATE {scratch}")
-        return max(inserted, 0)
 
     def _set_identity(self, c, sweep_id: str, node: str, e: dict) -> None:
         facts = c.execute(select(NodeFacts.facts).where(NodeFacts.node == node)

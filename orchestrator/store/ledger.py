@@ -66,8 +66,10 @@ class _Plan:
     """The job's plan as its first ``plan`` event said it (None until one is seen); before
     it, the workloads of the job the controller sent (the sweep's job spec)."""
 
-    def __init__(self, c, sweep_id: str, node: str, stored: dict | None):
+    def __init__(self, c, sweep_id: str, node: str, stored: dict | None,
+                 jobs: dict[str, object] | None = None):
         self.c, self.sweep_id, self.node = c, sweep_id, node
+        self._jobs = jobs  # the store's jobs read so far, by sweep (a sweep's job is fixed)
         self._event: dict | None = None
         self._spec: list[str] | None = None
         self._total: int | None = None
@@ -94,8 +96,14 @@ class _Plan:
     def job(self) -> object:
         """The job the controller sent (the sweep's job spec), read once."""
         if self._job is None:
-            self._job = self.c.execute(select(Sweep.job).where(
-                Sweep.id == self.sweep_id)).scalar() or {}
+            jobs = self._jobs
+            job = None if jobs is None else jobs.get(self.sweep_id)
+            if job is None:  # one round trip per sweep, not per batch
+                job = self.c.execute(select(Sweep.job).where(
+                    Sweep.id == self.sweep_id)).scalar()
+                if job is not None and jobs is not None:
+                    jobs[self.sweep_id] = job
+            self._job = job or {}
             self._allowed = allowed_values(self._job)
         return self._job
 
@@ -166,14 +174,15 @@ Admitted = tuple[list[dict], list[str], list[Refused]]  # kept events, their lin
 
 def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
           open_end: bool = False, twice: frozenset[int] = frozenset(),
-          nth: list[tuple[int, bool]] | None = None) -> Admitted:
+          nth: list[tuple[int, bool]] | None = None,
+          jobs: dict[str, object] | None = None) -> Admitted:
     """The events (and their lines) the store may append, and the refused ones.
     ``open_end``: the node's agent may still be writing (its end not yet recorded), so a
     job_finished the journal goes on after, in order, to a later one is not its end; once
     the end is recorded, lines appended after it (a later job_finished too) are set aside.
     ``twice``: seqs the read has 2+ lines of (a stored event's line again: a repeat).
     ``nth``: each line's occurrence of its content in the read and whether it is the first
-    (see ``_occurrences`` and ``_seen_before``)."""
+    (see ``_occurrences`` and ``_seen_before``). ``jobs``: sweep → job, read once."""
     occurrence = _occurrences(events, payloads, nth)
     # every look-up of the batch in one round trip (read again only if the read grows)
     ctx = _context(c, sweep_id, node, events)
@@ -187,7 +196,7 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
     seqs = [e["seq"] for e in events]
     stored = _stored_lines(c, sweep_id, node, seqs, ctx.hits)
     measured = ctx.measured
-    plan = _Plan(c, sweep_id, node, ctx.plan)
+    plan = _Plan(c, sweep_id, node, ctx.plan, jobs)
     top, ended, olds = reach(ctx.base, ctx.aside, seqs), False, []
     batch: dict[int, str] = {}
     keep_e, keep_p, refused = list[dict](), list[str](), list[Refused]()
