@@ -152,3 +152,60 @@ def test_an_unkeyed_line_edited_in_place_after_it_was_stored_is_kept(sqlite_url,
     flat = " ".join(r.output.split())
     assert r.exit_code == 1, r.output
     assert "delete those events" not in flat and "keep it" in flat, flat
+
+
+# -- 2. a NUL in model output: a valid event whose stored line and measurement differ ---------
+
+def _with_nul(lines: list[bytes], k: int = K7) -> list[bytes]:
+    """The agent's line of seq k + 1 with a NUL in its output (model output may hold any
+    character: the boundary keeps the event, the measurement's text with U+FFFD)."""
+    lines = list(lines)
+    e = event(lines[k])
+    lines[k] = dump({**e, "output_text": e["output_text"] + "\x00z"})
+    return lines
+
+
+def _key_twice(lines: list[bytes], k: int = K7) -> list[bytes]:
+    lines = list(lines)
+    lines[k] = lines[k].replace(b'{"schema":1,', b'{"schema":1,"schema":1,', 1)
+    return lines
+
+
+# reaudit 28e: the stored event keeps the journal's line (NUL and all) while ingest stored
+# the measurement's output_text with U+FFFD; verify's derivation (rows.measurement_row)
+# kept the NUL, so on SQLite and PostgreSQL, keyed or not, a clean journal whose agent
+# wrote one NUL in a model's output was "incomplete" forever (exit 1: "the measurement of
+# run_index 2 differs from its stored event (output_text '…\ufffdz' stored, '…\x00z' in
+# the event)"), the sweep "ok". Following the advice (--attach derives the measurement
+# again): SQLite wrote the NUL into the measurement; PostgreSQL refused the write
+# (psycopg.DataError "PostgreSQL text fields cannot contain NUL (0x00) bytes": --attach
+# fails with "the store refused a write" on every run). A line stored written again (a key
+# twice) with such a NUL: verify "incomplete" with no hole and no conflict named (its
+# REWRITTEN row no longer matched the stored object).
+# Fixed: rows.measurement_row replaces the NUL as ingest does; coverage.stored_line_hashes
+# compares the rewritten line as the boundary stored it.
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
+@pytest.mark.parametrize("damage", [_with_nul, lambda ls: _key_twice(_with_nul(ls))],
+                         ids=["NUL in output", "NUL in output and a key twice"])
+def test_a_nul_in_model_output_leaves_verify_complete_and_attach_working(any_url, tmp_path,
+                                                                        keyed, damage):
+    from orchestrator.store.derived import measurement_mismatches, rederive_measurements
+
+    key = secrets.token_bytes(32) if keyed else None
+    lines = damage(journal())
+    lines = signed_by_agent(lines, key, set()) if key else lines
+    store = open_store(any_url)
+    where = tmp_path / "node"
+    f = follow_journal(store, lines, where, key=key)
+    assert f.stopped is None and f.outcome == "ok", f
+    assert _state(store, f.sweep_id)[0] == ALL
+    assert measurement_mismatches(store, f.sweep_id, "n1") == []
+    assert rederive_measurements(store, f.sweep_id, "n1") == []  # what --attach runs
+    code, node = _node(any_url, f.sweep_id, where)
+    assert (code, node["status"], node["conflicts"]) == (0, "complete", []), node
+    # lost from the store and read again: the same
+    with store.engine.begin() as c:
+        _lose(c, f.sweep_id, K7 + 1)
+    _follow_placed(store, f.sweep_id, where)
+    assert _state(store, f.sweep_id)[0] == ALL
+    assert _node(any_url, f.sweep_id, where)[0] == 0
