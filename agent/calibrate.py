@@ -18,6 +18,7 @@ Standard library, mlx and mlx-lm only (runs on the node).
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -102,14 +103,33 @@ def speed_rounds(costs_of, measure, widths, rounds: int) -> dict:
 
 
 def summarise_rounds(v: dict[str, list[float]]) -> dict:
-    """Medians of one width's rounds, and the quartiles of its measured/predicted ratio."""
+    """Medians of one width's rounds, the quartiles of its measured/predicted ratio (the
+    spread shown) and the per-round ratios themselves (what the check's interval for the
+    median is taken from, ``median_interval``)."""
     r = v["ratio"]
     if not r:
         return {"rounds": 0}
     q = statistics.quantiles(r, n=4, method="inclusive") if len(r) > 1 else [r[0]] * 3
     return {"rounds": len(r), "predicted": statistics.median(v["predicted"]),
             "measured": statistics.median(v["measured"]), "ratio": statistics.median(r),
-            "spread": [q[0], q[2]]}
+            "spread": [q[0], q[2]], "ratios": list(r)}
+
+
+def median_interval(xs: list[float], confidence: float = 0.90
+                    ) -> tuple[float, float, float] | None:
+    """A distribution-free interval for the median of whatever the ``xs`` were drawn from
+    (independent draws, any continuous distribution): the order statistics
+    [x_(j), x_(n+1-j)] with the largest j whose coverage 1 − 2·P(Binomial(n, ½) ≤ j − 1) is
+    at least ``confidence``; (low, high, coverage), or None when even [min, max] covers
+    less (fewer than 5 draws for 90%)."""
+    x, n = sorted(xs), len(xs)
+    best = None
+    for j in range(1, n // 2 + 1):
+        cover = 1.0 - 2.0 * sum(math.comb(n, i) for i in range(j)) / 2 ** n
+        if cover < confidence:
+            break
+        best = (x[j - 1], x[n - j], cover)
+    return best
 
 
 def bare_decode_tok_s(model, tokenizer, prompt_ids: list[int], max_tokens: int, draft=None,

@@ -8,8 +8,8 @@ sides are measured in alternating rounds (``agent.calibrate.speed_rounds``, the 
 mlx-lm autoregressive and speculative loop back to back. The table prints, per width, the
 medians of predicted and measured speedup over the rounds, the median of the per-round
 ratio measured/predicted, its spread (lower–upper quartile), and the instrument check's
-verdict on them: ok within ±10%, off beyond, unverified where the quartiles span more than
-±10% (noise the check cannot resolve).
+verdict on them: ok when the 90% distribution-free interval for the median ratio lies
+within ±10%, off when it lies wholly outside, unverified (too noisy to judge) otherwise.
 
     .venv/bin/python bench/calibration.py [--layers 16 32] [--rounds 7] [--max-tokens 64]
 """
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent.calibrate import bare_decode_tok_s, speed_rounds, step_costs  # noqa: E402
 from orchestrator.calibration import calibrate  # noqa: E402
 from orchestrator.demo_models import build_demo_models  # noqa: E402
-from orchestrator.instrument import MIN_ROUNDS, TOLERANCE  # noqa: E402
+from orchestrator.instrument import TOLERANCE, judge_width  # noqa: E402
 
 PROMPT = 'def heappush(heap, item):\n    """Push item onto heap, maintaining the heap invariant."""'
 
@@ -61,17 +61,16 @@ def one(d: Path, layers: int, widths: list[int], rounds: int, max_tokens: int,
         lo, hi = r["spread"]
         print(f"{k:>6}{r['predicted']:>10.2f}×{r['measured']:>9.2f}×{r['ratio']:>19.3f}"
               f"{lo:>13.3f} – {hi:.3f}{r['rounds']:>8}  "
-              f"{verdict(r)}")
+              f"{verdict(k, r)}")
 
 
-def verdict(r: dict) -> str:
+def verdict(k: int, r: dict) -> str:
     """What `specfleet calibrate` would say of this width (orchestrator/instrument.py)."""
-    lo, hi = r["spread"]
-    if r["rounds"] < MIN_ROUNDS:
-        return "unverified (too few rounds)"
-    if hi - lo > 2 * TOLERANCE:
-        return "unverified (too noisy)"
-    return "ok" if abs(r["ratio"] - 1) <= TOLERANCE else "off"
+    w = {"measured": r["measured"], "predicted": r["predicted"], "off": r["ratio"] - 1}
+    why = judge_width(k, r, w)
+    interval = f", {w['confidence']:.0%} interval {w['interval'][0]:.3f}–" \
+        f"{w['interval'][1]:.3f}" if "interval" in w else ""
+    return w["status"] + interval + (f": {why}" if why and w["status"] != "off" else "")
 
 
 def main() -> None:

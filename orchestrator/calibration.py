@@ -31,7 +31,7 @@ from typing import Any
 from agent.fingerprint import fingerprint
 from agent.stats import acceptance_summary
 
-from .calibration_record import CALIBRATION_FILE, SCHEMA, calibration_of
+from .calibration_record import CALIBRATION_FILE, SCHEMA, calibration_of, tensors_digest
 from .errors import ConfigError
 
 ZEROED = ("self_attn.o_proj.weight", "mlp.down_proj.weight")  # the residual writes
@@ -40,6 +40,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 MEASURE_WORKLOADS = ("code", "memo", "translation")  # the shipped prompts, short bucket
 MEASURE_WIDTH = 4          # the gates state the acceptance floor at draft width 4
 MEASURE_MAX_TOKENS = 64
+# the widths a perturbed record holds an acceptance for, per workload: the default sweep's
+# and its ends (the review compares a run only with its own workload and width's)
+RECORD_WIDTHS = (1, 2, 3, 4, 6, 8)
 
 
 def _load_draft(draft: Path) -> tuple[dict, dict]:
@@ -134,7 +137,7 @@ def measure_acceptance(target, draft, tokenizer, prompts: list[dict], width: int
     counted as the agent counts them, pooled and per prompt."""
     from mlx_lm import stream_generate
 
-    per, drafted, accepted = {}, 0, 0
+    per, counts, drafted, accepted = {}, {}, 0, 0
     for p in prompts:
         flags = [bool(r.from_draft) for r in stream_generate(
             target, tokenizer, tokenizer.encode(p["prompt"]), max_tokens=max_tokens,
@@ -143,8 +146,27 @@ def measure_acceptance(target, draft, tokenizer, prompts: list[dict], width: int
         drafted += s["drafted_tokens"]
         accepted += s["accepted_tokens"]
         per[p["name"]] = s["acceptance_rate"]
+        counts[p["name"]] = (s["drafted_tokens"], s["accepted_tokens"])
     return {"acceptance": round(accepted / drafted, 4) if drafted else None,
-            "drafted_tokens": drafted, "accepted_tokens": accepted, "by_prompt": per}
+            "drafted_tokens": drafted, "accepted_tokens": accepted, "by_prompt": per,
+            "counts": counts}
+
+
+def measure_cells(target, draft, tokenizer, prompts: list[dict], widths, max_tokens: int,
+                  known: dict | None = None) -> list[dict]:
+    """The acceptance per prompt (its workload) and width, what the review compares each
+    run of a calibration series with: the same workload's prompt at the same width.
+    ``known``: {width: measure_acceptance(...)} already measured."""
+    out = []
+    for k in widths:
+        m = (known or {}).get(k) or measure_acceptance(target, draft, tokenizer, prompts, k,
+                                                        max_tokens)
+        for p in prompts:
+            d, a = m["counts"][p["name"]]
+            out.append({"workload": p["name"], "prompt_sha256": p["prompt_sha256"],
+                        "num_draft_tokens": k, "drafted_tokens": d, "accepted_tokens": a,
+                        "acceptance": round(a / d, 4) if d else None})
+    return out
 
 
 def build_model(config: dict, weights: dict):
@@ -231,7 +253,7 @@ def calibrate(draft: Path, out: Path, layers: int = 32, acceptance: float = 1.0,
             "added_layers": layers - int(config["num_hidden_layers"]),
             "copied_from_layer": int(config["num_hidden_layers"]) - 1,
             "residual_writes": list(ZEROED), "noise_scale": 0.0, "seed": seed,
-            "dtype": "float32"},
+            "dtype": "float32", "draft_tensors_sha256": tensors_digest(draft)},
         "key": calibration_key(draft_fp, layers, acceptance, seed, width, max_tokens),
         "mlx": metadata.version("mlx"), "mlx_lm": metadata.version("mlx-lm")}
     if acceptance >= 1.0:
@@ -244,13 +266,16 @@ def calibrate(draft: Path, out: Path, layers: int = 32, acceptance: float = 1.0,
         scale, measured, tried = choose_scale(draft, config, weights, layers, acceptance,
                                               seed, prompts, width, max_tokens, log)
         target_cfg, target_w = grow(config, weights, layers, scale, seed)
+        cells = _cells(draft, target_cfg, target_w, prompts, width, max_tokens, measured)
         record["construction"]["noise_scale"] = scale
         record["expected_acceptance"] = measured["acceptance"]
         record["acceptance_basis"] = "measured with mlx-lm's speculative loop (greedy)"
-        record["measured"] = {**measured, "asked": acceptance, "num_draft_tokens": width,
+        record["measured"] = {**{k: v for k, v in measured.items() if k != "counts"},
+                              "asked": acceptance, "num_draft_tokens": width,
                               "max_tokens": max_tokens,
                               "prompts": {p["name"]: p["prompt_sha256"] for p in prompts},
-                              "tried": tried}
+                              "tried": tried, "widths": sorted({*RECORD_WIDTHS, width}),
+                              "cells": cells}
     # a scratch name of our own: a folder "OUT.partial" may be someone's (never cleared)
     tmp = out.with_name(f".{out.name}.partial-{uuid.uuid4().hex[:12]}")
     try:
@@ -261,6 +286,17 @@ def calibrate(draft: Path, out: Path, layers: int = 32, acceptance: float = 1.0,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return record
+
+
+def _cells(draft: Path, config: dict, weights: dict, prompts: list[dict], width: int,
+           max_tokens: int, measured: dict) -> list[dict]:
+    """The chosen target's acceptance per workload at every recorded width (the chosen
+    width's from the measurement that chose it)."""
+    from mlx_lm import load
+
+    draft_model, tokenizer = load(str(draft))  # type: ignore[misc]  # (model, tokenizer)
+    return measure_cells(build_model(config, weights), draft_model, tokenizer, prompts,
+                         sorted({*RECORD_WIDTHS, width}), max_tokens, {width: measured})
 
 
 def ensure_calibration(draft: Path, out: Path, layers: int, log=print) -> Path:

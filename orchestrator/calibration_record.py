@@ -4,12 +4,16 @@ which needs mlx-lm and the shipped prompts)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
 import struct
 from pathlib import Path
 
 from agent.fingerprint import fingerprint
+
+from .errors import ConfigError
 
 CALIBRATION_FILE = "specfleet-calibration.json"
 SCHEMA = "specfleet-calibration/1"
@@ -49,6 +53,8 @@ def _as_constructed(folder: Path, record: dict) -> str | None:
     if not isinstance(c, dict):
         return "it has no construction"
     if why := _numbers(record, c):
+        return why
+    if why := _copied_as_drafts(folder, record, c):
         return why
     exact = record.get("expected_acceptance") == 1.0
     if exact != (c.get("noise_scale") == 0.0):
@@ -102,3 +108,85 @@ def _zero(folder: Path, names: list[str]):
                 left.discard(name)
                 yield len(data) == b - a and data.count(0) == len(data)
     yield from (False for _ in left)
+
+
+def _copied_as_drafts(folder: Path, record: dict, c: dict) -> str | None:
+    """Why the layers the record says are its draft's are not (None: they are): the
+    tensors below the added layers (embeddings, the draft's decoder layers, norm, head) must
+    hash, as fp32, to the record's digest of its draft's tensors. The added layers alone
+    are no known answer: a target whose copied layers were edited computes other logits."""
+    want = c.get("draft_tensors_sha256")
+    if not isinstance(want, str):
+        return ("it has no digest of the tensors copied from its draft (written by an older "
+                "specfleet), so its draft's layers cannot be checked")
+    try:
+        have = tensors_digest(folder, below=int(c["draft_layers"]))
+    except (KeyError, TypeError, ValueError, OSError) as e:
+        return f"its copied tensors could not be read ({e})"
+    if have != want:
+        return (f"the tensors it says are copied from its draft (all but the layers from "
+                f"{c['draft_layers']} on) hash to {have}, not the record's {want}: the "
+                "draft's layers were edited since it was grown")
+    return None
+
+
+def draft_holds(record: dict, draft: Path) -> str | None:
+    """Why ``draft`` (the folder whose fingerprint the record names) is not the draft the
+    record's digest was taken of (None: it is). A record is outside the fingerprint, so its
+    digest could be rewritten to fit edited weights; the draft's own tensors cannot."""
+    want = (record.get("construction") or {}).get("draft_tensors_sha256")
+    have = tensors_digest(Path(draft))
+    if have != want:
+        return (f"its digest of the draft's tensors is {want}, but the draft {draft} hashes "
+                f"to {have}: the layers it says are copied from the draft are not the draft's")
+    return None
+
+
+_LAYER = re.compile(r"model\.layers\.(\d+)\.")
+
+
+def tensors_digest(folder: Path, below: int | None = None) -> str:
+    """sha256 over a folder's safetensors tensors as little-endian fp32 (name, shape, values;
+    by name), read from the files' headers and byte ranges without mlx. ``below``: only the
+    decoder layers numbered below it (and every tensor outside the decoder layers)."""
+    import numpy as np
+
+    h = hashlib.sha256()
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+            for name in sorted(k for k in header if k != "__metadata__"):
+                m = _LAYER.match(name)
+                if below is not None and m and int(m.group(1)) >= below:
+                    continue
+                t = header[name]
+                a, b = t["data_offsets"]
+                fh.seek(8 + n + a)
+                data = fh.read(b - a)
+                if t["dtype"] == "BF16":
+                    data = (np.frombuffer(data, "<u2").astype("<u4") << 16).tobytes()
+                elif t["dtype"] == "F16":
+                    data = np.frombuffer(data, "<f2").astype("<f4").tobytes()
+                elif t["dtype"] != "F32":
+                    data = t["dtype"].encode() + data  # never equal to an fp32 copy
+                h.update(json.dumps([name, t["shape"]]).encode() + data)
+    return "sha256:" + h.hexdigest()
+
+def refuse_quantising(src: Path) -> None:
+    """Refuse to quantise a calibration target. Refused rather than recorded: its known
+    answer (acceptance 1.0 by construction, or measured on its fp32 weights) is gone once
+    quantised (the demo's exact target at 4 bits accepts 0.82 at width 4), so a copy could
+    only carry a record saying "acceptance unknown", an instrument with no answer to check,
+    that every page would still have to mark and keep out of the policy. (Growing from a
+    quantised draft is refused by ``models calibrate`` too: the pair is fp32.) Called by
+    ``specfleet models quantize`` before ``tiers.quantize``."""
+    if (src / CALIBRATION_FILE).exists():
+        raise ConfigError(
+            f"{src} is a calibration target ({src}/{CALIBRATION_FILE}): refusing to "
+            "quantise it. Its known acceptance holds only for its own fp32 weights; a "
+            "quantised copy has none and would be locked as a real model. To sweep a lighter "
+            "calibration pair, quantise its draft (`specfleet models quantize DRAFT OUT "
+            "--bits N`) and give that tier beside its own draft in the plan's lineup (a "
+            "ladder rung); to check the instrument, sweep this target as it is. If the "
+            f"folder is a real model's, remove its stray {CALIBRATION_FILE}")

@@ -11,8 +11,10 @@ node's own step costs (``agent/calibrate.py``). Per node:
   noisy machine costs timed at one moment and speeds measured at another disagree by the
   noise, so the node measures both in alternating rounds (step costs, then the agent's
   loop autoregressive and speculative back to back at each width) and the check judges
-  the median of the per-round ratio measured/predicted, with its quartiles as the spread
-  (a spread wider than the tolerance either side is unverified, not ok or off); the sweep's
+  a distribution-free 90% interval for the median of the per-round ratio
+  measured/predicted: ok only when it lies within the tolerance, off only when it lies
+  wholly outside, otherwise unverified (too noisy to judge), never ok or off on the median
+  alone (its quartiles are shown as the spread); the sweep's
   own stored speedup outside that spread (widened by the tolerance) is two readings that
   disagree: unverified, never ok;
 - overhead: the agent's measuring loop against a bare mlx-lm loop in the same process.
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from agent.calibrate import predicted_speedup
+from agent.calibrate import median_interval, predicted_speedup
 from agent.protocol import DEFAULT_SWEEP
 
 from .calibration import ensure_calibration
@@ -48,7 +50,8 @@ TOLERANCE = 0.10       # measured vs predicted speedup, per width
 # "within 10%" includes 10%: 1.1 - 1 is 0.10000000000000009 in binary, and 0.9 - 1 is
 # -0.09999999999999998, so a bare float compare judged +10% off and -10% ok
 EDGE = 1e-9
-MIN_ROUNDS = 3         # fewer rounds give no spread to judge the noise by
+CONFIDENCE = 0.90      # the interval for a width's median ratio: a line wrong <= 5%
+MIN_ROUNDS = 5         # the fewest rounds whose range covers the median with CONFIDENCE
 OVERHEAD_FLOOR = 0.95  # the agent's loop at least this share of a bare loop's decode rate
 
 
@@ -226,11 +229,13 @@ def _sweep_agrees(base: list[dict], spec: list[dict], widths: list[dict],
 
 def _robust_widths(speed: dict, acceptance: float | None, problems: list[str],
                    unverified: list[str]) -> list[dict]:
-    """Judge each width on the median of its per-round ratio measured/predicted: off beyond
-    ``TOLERANCE``; unverified where no round was timed, where the pair did not accept every
-    token (the rounds predict at acceptance 1.0), where fewer than ``MIN_ROUNDS`` were
-    timed, or where the quartiles of the ratio span more than the tolerance either side
-    (noise the check cannot resolve)."""
+    """Judge each width on a distribution-free interval for the median of its per-round
+    ratio measured/predicted (``agent.calibrate.median_interval``, ``CONFIDENCE``): ok only
+    when the interval lies within ``TOLERANCE``, off only when it lies wholly outside, and
+    otherwise unverified, too noisy to judge; never ok or off on the median alone, which
+    noise moves past the tolerance. Unverified too where no round was timed, where too
+    few were for an interval, or where the pair did not accept every token (the rounds
+    predict at acceptance 1.0)."""
     widths = []
     for k in sorted(speed):
         r = speed[k]
@@ -240,21 +245,43 @@ def _robust_widths(speed: dict, acceptance: float | None, problems: list[str],
         w = {"k": k, "measured": r["measured"], "predicted": r["predicted"],
              "off": r["ratio"] - 1, "spread": r["spread"], "rounds": r["rounds"]}
         widths.append(w)
-        lo, hi = r["spread"]
-        if r["rounds"] < MIN_ROUNDS:
-            unverified.append(f"speed unverified at width {k}: {r['rounds']} round(s) timed, "
-                              f"fewer than the {MIN_ROUNDS} that show the spread")
-        elif hi - lo > 2 * TOLERANCE + EDGE:
-            unverified.append(f"speed unverified at width {k}: measured/predicted spread "
-                              f"{lo:.2f}–{hi:.2f} over {r['rounds']} rounds (too noisy)")
-        elif abs(w["off"]) > TOLERANCE + EDGE:
-            problems.append(f"width {k} measured {w['measured']:.2f}× vs predicted "
-                            f"{w['predicted']:.2f}× ({w['off']:+.0%}, median of "
-                            f"{r['rounds']} rounds)")
+        if why := judge_width(k, r, w):
+            (problems if w.get("status") == "off" else unverified).append(why)
     if acceptance != 1.0 and widths:
         unverified.append("speed unverified: predicted at acceptance 1.0, which the sweep "
                           "did not measure")
     return widths
+
+
+def judge_width(k: int, r: dict, w: dict) -> str | None:
+    """What is wrong with one width's reading (None: ok), its status set in ``w``."""
+    n = r["rounds"]
+    if not r.get("ratios"):
+        w["status"] = "unverified"
+        return (f"speed unverified at width {k}: the node reported no per-round ratios "
+                "(no interval for their median)")
+    got = median_interval(r["ratios"], CONFIDENCE)
+    if got is None:
+        w["status"] = "unverified"
+        return (f"speed unverified at width {k}: {n} round(s) timed, fewer than the "
+                f"{MIN_ROUNDS} whose range covers the median with {CONFIDENCE:.0%} "
+                "confidence")
+    lo, hi, cover = got
+    w["interval"], w["confidence"] = [lo, hi], cover
+    said = (f"{cover:.0%} interval of the median {lo - 1:+.0%} to {hi - 1:+.0%} over {n} "
+            "rounds")
+    if 1 - TOLERANCE - EDGE <= lo and hi <= 1 + TOLERANCE + EDGE:
+        w["status"] = "ok"
+        return None
+    if hi < 1 - TOLERANCE - EDGE or lo > 1 + TOLERANCE + EDGE:
+        w["status"] = "off"
+        return (f"width {k} measured {w['measured']:.2f}× vs predicted "
+                f"{w['predicted']:.2f}× ({w['off']:+.0%}, median of {n} rounds; {said}, "
+                f"wholly outside ±{TOLERANCE:.0%})")
+    w["status"] = "unverified"
+    return (f"speed unverified at width {k}: too noisy to judge (measured/predicted "
+            f"{w['off']:+.0%}, {said}, crosses ±{TOLERANCE:.0%}; per-round spread "
+            f"{r['spread'][0]:.2f}–{r['spread'][1]:.2f})")
 
 
 def _positive(x) -> bool:
@@ -291,7 +318,15 @@ def _rounds(r: dict) -> dict:
     if not lo * (1 - EDGE) <= r["ratio"] <= hi * (1 + EDGE):
         # a median lies between its quartiles: a reading whose does not judged no rounds
         raise ValueError(f"a median ratio {r['ratio']} outside its own quartiles {lo}–{hi}")
-    return {k: r[k] for k in ("rounds", "predicted", "measured", "ratio", "spread")}
+    out = {k: r[k] for k in ("rounds", "predicted", "measured", "ratio", "spread")}
+    if "ratios" in r:  # the per-round ratios the interval is taken from: n positive numbers
+        x = r["ratios"]
+        if not isinstance(x, list) or len(x) != n or not all(map(_positive, x)) or \
+                abs(statistics.median(x) - r["ratio"]) > EDGE * r["ratio"]:
+            raise ValueError("per-round ratios that are not the rounds' (n positive numbers "
+                             "whose median is the ratio)")
+        out["ratios"] = x
+    return out
 
 
 def check_instrument(hosts, store: Store, workdir: Path, draft: Path, *, layers: int = 16,

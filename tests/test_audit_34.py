@@ -390,7 +390,7 @@ def test_noisy_sweep_timings_without_rounds_are_unverified_never_ok():
 def test_too_noisy_rounds_are_unverified_never_ok():
     p = predicted_speedup(COSTS, 2)
     speed = {2: {"rounds": 5, "predicted": p, "measured": p, "ratio": 1.0,
-                 "spread": [0.7, 1.3]}}
+                 "spread": [0.7, 1.3], "ratios": [0.7, 0.7, 1.0, 1.3, 1.3]}}
     c = judge("n", _gens([50.0] * 3, [100.0] * 3), COSTS, OK_LOOP, speed)
     assert c.status == "unverified" and "too noisy" in c.line
 

@@ -32,8 +32,10 @@ def _gens(spec_speedup: float, ids=(1, 2, 3, 4), prompts=("p",)) -> list[dict]:
 
 def _rounds(ratio: float = 1.02) -> dict:
     p = predicted_speedup(COSTS, 4)
+    # five rounds within ±2% of the median: the reply carries them (the judge's interval)
+    ratios = [ratio - 0.02, ratio - 0.01, ratio, ratio + 0.01, ratio + 0.02]
     return {4: {"rounds": 5, "predicted": p, "measured": p * ratio, "ratio": ratio,
-                "spread": [ratio - 0.02, ratio + 0.02]}}
+                "spread": [ratio - 0.02, ratio + 0.02], "ratios": ratios}}
 
 
 def test_instrument_is_not_ok_when_the_sweep_measured_far_from_the_prediction():

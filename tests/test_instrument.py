@@ -140,8 +140,10 @@ def test_alternating_rounds_give_medians_the_ratio_per_round_and_its_quartiles()
 
 def _speed(ratio: float, lo: float, hi: float, k: int = 4) -> dict:
     p = predicted_speedup(COSTS, k)
+    # five rounds whose quartiles are lo and hi and whose range (the 94% interval of the
+    # median: min and max of 5) is lo to hi too
     return {k: {"rounds": 5, "predicted": p, "measured": p * ratio, "ratio": ratio,
-                "spread": [lo, hi]}}
+                "spread": [lo, hi], "ratios": [lo, lo, ratio, hi, hi]}}
 
 
 def test_the_robust_reading_judges_the_median_ratio_and_shows_its_spread():
@@ -157,32 +159,39 @@ def test_the_robust_reading_judges_the_median_ratio_and_shows_its_spread():
     assert c.status == "ok" and c.line.endswith("(+5%, spread +1% to +8%); loop 0.99× bare")
     c = judge("mac-a", _gens({4: 1.0}), COSTS, OK_LOOP, _speed(1.15, 1.12, 1.18))
     assert c.status == "off" and ("width 4 measured 3.03× vs predicted 2.63× (+15%, median "
-                                  "of 5 rounds)") in c.line
+                                  "of 5 rounds; 94% interval of the median +12% to +18% over "
+                                  "5 rounds, wholly outside ±10%)") in c.line
     c = judge("mac-a", _gens({4: 1.0}), COSTS, OK_LOOP, _speed(1.0, 0.85, 1.06))
-    assert c.status == "unverified" and ("speed unverified at width 4: measured/predicted "
-                                         "spread 0.85–1.06 over 5 rounds (too noisy)") in c.line
+    assert c.status == "unverified" and (
+        "speed unverified at width 4: too noisy to judge (measured/predicted +0%, 94% "
+        "interval of the median -15% to +6% over 5 rounds, crosses ±10%; per-round spread "
+        "0.85–1.06)") in c.line
     c = judge("mac-a", _gens({4: 1.0}), COSTS, OK_LOOP, {4: {"rounds": 0}})
     assert c.status == "unverified" and "no round could be timed" in c.line
     two = _speed(1.3, 1.29, 1.31)
-    two[4]["rounds"] = 2  # two rounds that agree by chance show no spread: no verdict
-    c = judge("mac-a", _gens({4: 1.0}), COSTS, OK_LOOP, two)
+    two[4]["rounds"], two[4]["ratios"] = 2, [1.29, 1.31]  # two rounds that agree by chance:
+    c = judge("mac-a", _gens({4: 1.0}), COSTS, OK_LOOP, two)  # no interval, no verdict
     assert c.status == "unverified" and ("speed unverified at width 4: 2 round(s) timed, "
-                                         "fewer than the 3 that show the spread") in c.line
+                                         "fewer than the 5 whose range covers the median "
+                                         "with 90% confidence") in c.line
 
 
 @settings(max_examples=300, deadline=None)
 @given(ratio=st.floats(0.5, 1.5), lo=st.floats(0.0, 0.4), hi=st.floats(0.0, 0.4))
-def test_any_robust_reading_is_ok_exactly_when_its_median_and_spread_are_within_tolerance(
+def test_any_robust_reading_is_ok_exactly_when_its_interval_is_within_tolerance(
         ratio, lo, hi):
+    """Five rounds lo, lo, ratio, hi, hi: the median's 94% interval is their range; ok
+    exactly when it lies within ±10%, off exactly when it lies wholly outside."""
     spread = [ratio - lo, ratio + hi]
-    edge = min(abs(abs(ratio - 1) - TOLERANCE), abs(lo + hi - 2 * TOLERANCE))
+    edge = min(abs(abs(x - 1) - TOLERANCE) for x in spread)
     if edge < 1e-6 or spread[0] <= 0:
         return  # at the edge floating point decides
     c = judge("n", _gens({4: 100 / 38 * ratio}), COSTS, OK_LOOP, _speed(ratio, *spread))
-    ok = abs(ratio - 1) <= TOLERANCE and lo + hi <= 2 * TOLERANCE
-    assert (c.status == "ok") == ok
+    inside = 1 - TOLERANCE <= spread[0] and spread[1] <= 1 + TOLERANCE
+    outside = spread[1] < 1 - TOLERANCE or spread[0] > 1 + TOLERANCE
+    assert (c.status == "ok") == inside
     assert c.status in ("ok", "off", "unverified")
-    assert (c.status == "off") == (lo + hi <= 2 * TOLERANCE and abs(ratio - 1) > TOLERANCE)
+    assert (c.status == "off") == outside
 
 
 def test_calibrate_checks_this_machine_with_one_line(tmp_path, monkeypatch):

@@ -60,8 +60,10 @@ def models_quantize(src: Path, out: Path, bits: int, group_size: int, as_json: b
     Example:
       specfleet models quantize lab/models/draft lab/models/draft-6bit --bits 6
     """
+    from ..calibration_record import refuse_quantising
     from ..tiers import quantize
 
+    refuse_quantising(src)  # a calibration target's known answer is its fp32 weights'
     record = quantize(src, out, bits, group_size)
     click.echo(json.dumps(record, indent=2) if as_json else
                f"{record['tier']} tier of {src} written to {out} ({record['fingerprint']})")

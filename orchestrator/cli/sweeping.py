@@ -350,15 +350,17 @@ def _folder_name(ctx, param, value: str) -> Path:
 @click.option("--max-tokens", type=click.IntRange(16, 4096), default=64, show_default=True)
 @click.option("--rounds", type=click.IntRange(1, 50), default=5, show_default=True,
               help="Alternating rounds per node of step costs and measured speedup (the "
-                   "speed verdict is the median of their ratios).")
+                   "speed verdict is a 90% interval for the median of their ratios: at "
+                   "least 5 rounds; more narrow it on a noisy node).")
 @db_option
 def calibrate(draft, workdir, layers, repetitions, max_tokens, rounds, db_url,
               failed_hosts_file, as_json, **kw):
     """Check the instrument on each node with a calibration pair (a target grown from the
     draft with identity layers): acceptance exactly 1.0 and output identical to
     autoregressive; the speedup at each width within 10% of the one predicted from the
-    node's own step costs (both measured in alternating rounds on the node, judged on the
-    median ratio; a spread too wide to judge is unverified); the agent's loop against a
+    node's own step costs (both measured in alternating rounds on the node, judged on a
+    90% interval for the median ratio: ok or off only when it is clear of ±10%, else
+    unverified, too noisy to judge); the agent's loop against a
     bare mlx-lm loop. One line per node:
     "instrument ok" or what is off and by how much. Exit 0 if every node is ok, 1 if one
     is off or failed, 3 if a reading could not be taken (e.g. a contended node). Nodes run

@@ -37,3 +37,19 @@ def adaptive_stops(store: Store, sweep_ids: list[str]) -> list[dict]:
                     "why": why, "best": why.startswith(BEST),
                     "text": f"{what} stopped {count}: {why}"})
     return out
+
+
+def stop_role(variant: object) -> str:
+    """The lock's role of the target a stop's pair runs ("speculative@target-2+draft" →
+    target-2); a variant naming no pair (one pair per sweep) is the plan's one target's."""
+    v = str(variant or "")
+    return v.split("@", 1)[1].split("+", 1)[0] if "@" in v else "target"
+
+
+def marked_stops(stops: list[dict], marked: dict[str, set[str]]) -> list[dict]:
+    """Each stop with ``calibration``: is its own pair's target a calibration target
+    (``marked``: per sweep, the roles its lock marks)? Not the sweep's: in a lineup of a
+    real and a calibration target, only the instrument's stops are the instrument's."""
+    return [{**t, "calibration": stop_role(t.get("variant")) in marked.get(t["sweep_id"], set())}
+            for t in stops]
+

@@ -113,7 +113,7 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                          "context_bucket": rs[0].context_bucket or "short",
                          "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows),
                          "verdict_short": _busy_verdict(rows)})
-    from .adaptive_stops import adaptive_stops
+    from .adaptive_stops import adaptive_stops, marked_stops
     from .load import load_ramps
     from .runtimes import agent_notices, stream_checks
 
@@ -125,8 +125,8 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
             if busy else None,
             "calibration": cal,
             "notices": agent_notices(store, [sweep_id]) + stream_checks(store, sweep_id),
-            "adaptive_stops": [{**t, "calibration": cal is not None}
-                               for t in adaptive_stops(store, [sweep_id])],
+            "adaptive_stops": marked_stops(adaptive_stops(store, [sweep_id]),
+                                           {sweep_id: set(marked)}),
             "soaks": soak_results(store, sweep_id),
             "loads": load_ramps(store, [sweep_id]),
             "set_aside": store.quarantined(sweep_id), "failed_generations": failed}

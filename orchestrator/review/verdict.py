@@ -162,9 +162,11 @@ def decide(section: dict, facts: dict | None = None) -> dict:
         out["text"] += f", provisional: {p['nights']} of {p['needed']} nights"
     if cal := section.get("calibration"):
         why = cal.get("no_longer_holds") if isinstance(cal, dict) else None
+        unknown = cal.get("unverified") if isinstance(cal, dict) else None
         out["text"] = ("calibration pair (an instrument, not a model" + (
-            f"; stale: its record no longer holds: {'; '.join(why)}" if why else "") + "): "
-            + out["text"])
+            f"; stale: its record no longer holds: {'; '.join(why)}" if why else
+            f"; unverified against its record: {'; '.join(unknown)}" if unknown else "")
+            + "): " + out["text"])
     return out
 
 
@@ -265,13 +267,15 @@ def policy(a: dict, calibration: bool = False) -> dict:
         # one night is not enough to switch on a model, for a candidate as for a ladder
         # rung: a provisional one is named (``candidate``) and left off until its nights are
         # in. A calibration pair asked into the policy is an instrument whose answer is known
-        # by construction: it is switched on, and the entry says on how few nights (not
-        # once its record no longer holds: then its answer is not known)
+        # by construction: it is switched on, and the entry says on how few nights. Once
+        # its record no longer holds its answer is not known: never switched on; while the
+        # record cannot be checked against some of it (unverified), not before its nights
         cal = s.get("calibration")
         stale = (cal.get("no_longer_holds") if isinstance(cal, dict) else None) or []
-        early = bool(s.get("calibration")) and not stale
-        use = None if v.get("provisional") and not early else v.get("enable")
-        if use is None and v["decision"] == "graded fallback" and measured \
+        unverified = (cal.get("unverified") if isinstance(cal, dict) else None) or []
+        early = bool(s.get("calibration")) and not stale and not unverified
+        use = None if stale or (v.get("provisional") and not early) else v.get("enable")
+        if use is None and not stale and v["decision"] == "graded fallback" and measured \
                 and measured["step"] in (1, 2) and measured["to"].get("num_draft_tokens") \
                 and (early or not measured.get("provisional")):
             use = {"num_draft_tokens": measured["to"]["num_draft_tokens"], "config": {},
@@ -314,6 +318,7 @@ def policy(a: dict, calibration: bool = False) -> dict:
                if v.get("provisional") and v.get("enable") and not on else {}),
             **({"calibration": True} if s.get("calibration") else {}),
             **({"calibration_stale": stale} if stale else {}),
+            **({"calibration_unverified": unverified} if unverified else {}),
             **({"measured_ladder": measured} if measured else {})})
     return {"schema": POLICY_SCHEMA, "week": a["week"], "series": out}
 

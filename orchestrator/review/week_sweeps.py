@@ -54,6 +54,13 @@ def calibration_sweeps(store: Store, sweep_ids: list[str]) -> set[str]:
             if _calibrations(lock)}
 
 
+def calibration_roles(store: Store, sweep_ids: list[str]) -> dict[str, set[str]]:
+    """Per sweep, the model roles its lock marks as calibration targets."""
+    return {sid: {role for role, m in (lock.get("models") or {}).items()
+                  if isinstance(m, dict) and isinstance(m.get("calibration"), dict)}
+            for sid, (_, lock) in sweep_plans(store, sweep_ids).items()}
+
+
 def series_key(names: tuple, calibration: object) -> tuple:
     """A series' key: its names (chip, pair, workload, bucket, engine) and, for a
     calibration target's runs, ``True``: a real pair of the same names is another series."""
@@ -75,12 +82,21 @@ def calibration_marks(store: Store, start: datetime | None = None,
                       end: datetime | None = None,
                       sweep_id: str | None = None) -> dict[tuple[str, str], dict]:
     """{(sweep, model role): the calibration record the sweep's lock stored for that
-    model, with the model's locked fingerprint} for sweeps created in [start, end) (or
+    model, with the model's locked fingerprint and every fingerprint the lock holds} for
+    sweeps created in [start, end) (or
     the one sweep asked)."""
-    return {(sid, role): {**m["calibration"], "locked_fingerprint": m.get("fingerprint")}
+    return {(sid, role): {**m["calibration"], "locked_fingerprint": m.get("fingerprint"),
+                          # what a node's draft may be without being a stranger to the sweep
+                          "lock_fingerprints": _fingerprints(lock)}
             for sid, lock in calibration_locks(store, start, end, sweep_id).items()
             for role, m in (lock.get("models") or {}).items()
             if isinstance(m, dict) and isinstance(m.get("calibration"), dict)}
+
+
+def _fingerprints(lock: dict) -> list[str]:
+    """Every model fingerprint a lock holds."""
+    return sorted({m["fingerprint"] for m in (lock.get("models") or {}).values()
+                   if isinstance(m, dict) and isinstance(m.get("fingerprint"), str)})
 
 
 def record_summary(record: dict) -> dict:
@@ -90,36 +106,14 @@ def record_summary(record: dict) -> dict:
             "draft_fingerprint": record.get("draft_fingerprint")}
 
 
-def no_longer_holds(record: dict, identity: dict, acceptance: float | None) -> list[str]:
-    """Why a calibration series' record no longer holds for what it measured (empty: it
-    holds): the node's target weights are not the record's, or, with the draft it was
-    grown from, the measured acceptance (median of the reliable speculative runs) drifted
-    from the manifest's. (With another draft, a lighter tier of its own on a ladder, the
-    record says nothing of acceptance.)"""
-    out = []
-    want = record.get("fingerprint") or record.get("locked_fingerprint")
-    got = identity.get("target_fingerprint")
-    if want and got and got != want:
-        out.append(f"the target's fingerprint changed ({_short(want)} in the record, "
-                   f"{_short(got)} measured)")
-    own = record.get("draft_fingerprint") in (None, identity.get("draft_fingerprint"))
-    expected = record.get("expected_acceptance")
-    if own and isinstance(expected, (int, float)) and acceptance is not None \
-            and abs(acceptance - expected) > ACCEPTANCE_TOLERANCE + 1e-9:
-        out.append(f"measured acceptance {acceptance:.2f} drifted from the manifest's "
-                   f"{expected:.2f} (more than {ACCEPTANCE_TOLERANCE:.2f})")
-    return out
-
-
-def _short(fp: str) -> str:
-    return str(fp).removeprefix("sha256:")[:12]
-
-
 def calibration_words(cal: object) -> str:
-    """How a page names a calibration series ("" for a real pair's): always marked, and
-    marked stale when its record no longer holds for what it measured."""
+    """How a page names a calibration series ("" for a real pair's): always marked, marked
+    stale when its record no longer holds for what it measured, and unverified when the
+    record has nothing to compare some of it with (``record_holds``)."""
     if not cal:
         return ""
     why = cal.get("no_longer_holds") if isinstance(cal, dict) else None
-    return "calibration pair" + (f" (stale: its record no longer holds: {'; '.join(why)})"
-                                 if why else "")
+    unknown = cal.get("unverified") if isinstance(cal, dict) else None
+    return "calibration pair" + (
+        f" (stale: its record no longer holds: {'; '.join(why)})" if why
+        else f" (unverified against its record: {'; '.join(unknown)})" if unknown else "")

@@ -12,26 +12,26 @@ The store side (what is read) is ``store.weekly_rows``; the judgement is here an
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from datetime import datetime, timedelta
 
 from ..store import Store
-from .adaptive_stops import adaptive_stops
+from .adaptive_stops import adaptive_stops, marked_stops
 from .busy import busy_vs_idle
 from .configs import canonical
 from .ladder import annotate, ladders
 from .levels import nightly_levels
 from .load import load_ramps
+from .record_holds import series_holds
 from .rules import Rule, fire
 from .runtimes import agent_notices, side_by_side
 from .series import Week, judge, positions
 from .verdict import DECISIONS, decide
-from .week_runs import RunRow, identity_key, iso_week_bounds, load_runs, vals
+from .week_runs import RunRow, identity_key, iso_week_bounds, load_runs
 from .week_sweeps import (
+    calibration_roles,
     calibration_sweeps,
     failed_sweeps,
-    no_longer_holds,
     plan_gates,
     record_summary,
     series_dict,
@@ -90,8 +90,8 @@ def analyse(store: Store, week: str | None, rules: list[Rule], gates: dict | Non
             "loads": ctx.ramps,
             "notices": [{**n, "calibration": n["sweep_id"] in cal_sweeps}
                         for n in agent_notices(store, sweep_ids)],
-            "adaptive_stops": [{**t, "calibration": t["sweep_id"] in cal_sweeps}
-                               for t in adaptive_stops(store, sweep_ids)],
+            "adaptive_stops": marked_stops(adaptive_stops(store, sweep_ids),
+                                           calibration_roles(store, sweep_ids)),
             "failures": failures, "counts": _counts(out, failures, this_week)}
 
 
@@ -129,7 +129,7 @@ def _sections(store: Store, history: list[RunRow], start: datetime, end: datetim
                          "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
                          "regressions": [], "change_points": [], "compared": 0,
                          # an instrument's series: marked, never in a policy unless asked
-                         "calibration": _calibration(latest, cur)}
+                         "calibration": _calibration(latest, current)}
         # the gates the plan behind this series' latest run declared, over the defaults
         plan_name, own = declared.get(latest.sweep_id, (None, {}))
         section["gates"] = series_gates = {**gates, **own}
@@ -141,13 +141,10 @@ def _sections(store: Store, history: list[RunRow], start: datetime, end: datetim
     return out
 
 
-def _calibration(latest: RunRow, cur: list[RunRow]) -> dict | None:
-    """A calibration series' record as its latest sweep's lock stored it, and why it no
-    longer holds for what the series measured (``no_longer_holds``), if it does not."""
+def _calibration(latest: RunRow, current: list[RunRow]) -> dict | None:
+    """A calibration series' record as its latest sweep's lock stored it, and, judged on
+    each of this week's runs against its own record (``record_holds``), why it no longer
+    holds (``no_longer_holds``) or what it has nothing to compare with (``unverified``)."""
     if latest.calibration is None:
         return None
-    spec = vals([r for r in cur if r.mode == "speculative" and not r.shaky],
-                "acceptance_rate")
-    why = no_longer_holds(latest.calibration, latest.identity,
-                          statistics.median(spec) if spec else None)
-    return {**record_summary(latest.calibration), **({"no_longer_holds": why} if why else {})}
+    return {**record_summary(latest.calibration), **series_holds(current)}

@@ -14,7 +14,7 @@ from typing import Any
 from agent.fingerprint import manifest
 from agent.protocol import model_roles
 
-from ..calibration_record import CALIBRATION_FILE, calibration_check
+from ..calibration_record import CALIBRATION_FILE, calibration_check, draft_holds
 from ..errors import ConfigError
 from ..fleet.platforms import controller_platform, platform_node
 from ..yamlfile import line_of, load_yaml
@@ -129,6 +129,18 @@ def _calibrations(plan: Plan, models: dict) -> None:
                    f"plan pairs it only with {', '.join(str(plan.models[d]) for d in drafts)} "
                    f"({', '.join(models[d]['fingerprint'] for d in drafts)}): its known "
                    "answer holds only with its own draft")
+        own = [d for d in drafts if models[d]["fingerprint"] == (record or {}).get(
+            "draft_fingerprint")]
+        if why is None and record is not None and own:
+            why = draft_holds(record, plan.models[own[0]])
+        if why is None and record is not None and kind == "draft":
+            # its known answer is a target's (its logits are its draft's): as a draft it is
+            # a real pair's draft whose series would go unmarked into the policy
+            raise ConfigError(f"models.{role}: {folder} is a calibration target ("
+                              f"{folder}/{CALIBRATION_FILE}); it has a known answer only as "
+                              "a target: give it as models.target, with the draft it was "
+                              f"grown from ({record.get('draft_fingerprint')}) as "
+                              "models.draft", *where)
         if why is not None:
             raise ConfigError(f"models.{kind}: {folder}/{CALIBRATION_FILE} does not hold: "
                               f"{why}. Remake it with `specfleet models calibrate DRAFT OUT` "
