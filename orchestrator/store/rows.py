@@ -62,6 +62,12 @@ def measurement_row(sweep_id: str, node: str, e: dict) -> dict:
     """A generation event's measurement row, as ingest derives it (and verify again)."""
     row = dict(zip(MEASUREMENT_TABLE_COLUMNS, measurement_tuple(sweep_id, node, e)))
     row["measured_at"] = datetime.fromisoformat(row["measured_at"])
+    text = row.get("output_text")
+    if type(text) is str and "\x00" in text:
+        # the stored event keeps the journal's line, NUL and all; ingest stored the text
+        # with it replaced (eventcheck._check_generation): derived again alike, or verify
+        # calls the row edited and --attach writes a NUL PostgreSQL's text cannot hold
+        row["output_text"] = text.replace("\x00", "\ufffd")
     return row
 
 
