@@ -74,6 +74,9 @@ def test_a_folder_declares_its_store_and_inventory_in_specfleet_toml(tmp_path, m
 
     monkeypatch.delenv("SPECFLEET_CONFIG")
     monkeypatch.delenv("SPECFLEET_DB", raising=False)
+    # the search stops at $HOME: a specfleet.toml a demo left in /tmp (above pytest's
+    # folders) must not decide this one
+    monkeypatch.setenv("HOME", str(tmp_path))
     project = tmp_path / "project"
     work = project / ".specfleet-demo"
     work.mkdir(parents=True)
