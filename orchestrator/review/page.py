@@ -203,7 +203,9 @@ def shared_once(sections: list[dict]) -> dict:
     noisy = 0  # series whose runs were all set aside for their spread alone
     for s in sections:
         v = s["verdict"]
-        v["own_caveats"] = [c for c in v.get("caveats") or [] if c not in common]
+        # the busy node is said once, at the top: a row keeps only what is its own
+        v["own_caveats"] = [c for c in v.get("caveats") or [] if c not in common
+                            and not (busy_runs and BUSY in c)]
         v["short_evidence"] = v.get("evidence") or ""
         aside = s.get("set_aside") or []
         if v["decision"] == "needs more data" and aside and all(_contended(x) for x in aside):
