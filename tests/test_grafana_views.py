@@ -88,7 +88,7 @@ def test_views_give_one_row_per_measurement_and_load_level(pg_url):
 @pytest.mark.postgres
 def test_an_open_loop_level_gives_its_served_point_and_bound(pg_url):
     """Issue 27: served_rps is the point estimate, served_rps_at_most the 95% bound the
-    verdict rests on (migration 0099 adds the column, last)."""
+    verdict rests on (migration 0019 adds the column, last)."""
     store = open_store(pg_url)
     sid = plant(store)
     ingest_lines(store, sid, "mac-b", [{

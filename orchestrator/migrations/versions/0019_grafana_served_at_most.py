@@ -5,7 +5,7 @@ the measurement (issue 27). The agent now reports the point estimate as ``served
 the bound the saturation verdict rests on as ``served_rps_at_most``; the view gives both,
 the new column last (older levels: null, their ``served_rps`` the bound).
 
-Revision ID: 0099
+Revision ID: 0019
 Revises: 0018
 Create Date: 2026-11-28 04:15:00
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from alembic import op
 
-revision = "0099"
+revision = "0019"
 down_revision = "0018"
 branch_labels = None
 depends_on = None
