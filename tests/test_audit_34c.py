@@ -702,13 +702,12 @@ def test_any_rounds_are_judged_ok_or_off_only_by_an_interval_clear_of_the_tolera
 
 # --- hostile user: the lock's copy of the record -------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "low: the lock's calibration mark is never re-read from the folder. A lock of the exact "
-    "pair with models.target.calibration deleted (or added to a real target) and its "
-    "lock_id recomputed (an unkeyed sha256 anyone can recompute) passes verify_lock: the "
-    "weights, plan and prompts are unchanged, so the instrument's sweep runs unmarked and "
-    "its win reaches the policy as a real pair's"))
 def test_a_lock_edited_to_unmark_a_calibration_target_is_refused(grown, tmp_path):
+    """Closed finding (low): the lock's calibration mark was never re-read from the folder;
+    a lock of the exact pair with models.target.calibration deleted and its lock_id
+    recomputed (an unkeyed sha256 anyone can recompute) passed verify_lock, so the
+    instrument's win reached the policy as a real pair's. verify_lock now compares the
+    mark with the folder's record, both ways."""
     from orchestrator.sweep.lock import load_lock, lock_digest, verify_lock
 
     plan, _ = _plan(tmp_path, grown["exact"], grown["draft"])
@@ -719,8 +718,19 @@ def test_a_lock_edited_to_unmark_a_calibration_target_is_refused(grown, tmp_path
     assert doc["models"]["target"].pop("calibration")
     doc["lock_id"] = lock_digest(doc)
     path.write_text(json.dumps(doc))
-    with pytest.raises(ConfigError, match="calibration"):
+    with pytest.raises(ConfigError, match="does not mark it a calibration target"):
         verify_lock(load_lock(path), path)
+    # and a mark the folder's record no longer backs: the record removed after locking
+    r = CliRunner().invoke(main, ["plan", "lock", str(plan)])
+    assert r.exit_code == 0, r.output
+    record = Path(grown["exact"]) / "specfleet-calibration.json"
+    kept = record.read_bytes()
+    record.unlink()
+    try:
+        with pytest.raises(ConfigError, match="specfleet-calibration.json is gone"):
+            verify_lock(load_lock(path), path)
+    finally:
+        record.write_bytes(kept)
 
 
 @settings(max_examples=200, deadline=None)

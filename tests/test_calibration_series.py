@@ -207,8 +207,8 @@ def test_a_series_whose_record_no_longer_holds_is_marked_stale_and_never_switche
     [p] = [p for p in policy(a, calibration=True)["series"] if p.get("calibration")]
     assert p["speculation"] is False and p["calibration_stale"] == [why]
     written = write_review(store, tmp_path / "out", week=WEEK, now=NOW, formats=("md",))
-    assert f"calibration pair (stale: its record no longer holds: {why})" in \
-        written["md"].read_text()
+    md = written["md"].read_text()  # the label marks it; its row says why
+    assert "calibration pair, stale" in md and f"stale: its record no longer holds: {why}" in md
     html = write_site(store, tmp_path / "site", week=WEEK, now=NOW).read_text()
     [row] = [r for r in html.split('<tr data-label="')[1:] if "data-calibration" in
              r.split(">")[0]]

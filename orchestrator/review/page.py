@@ -112,8 +112,9 @@ def label_series(sections: list[dict]) -> list[str]:
             v = str(x.get(p))
             bits.append(short_chip(v) if p == "chip" else short_pair(v) if p == "model_pair"
                         else f"{v} context" if p == "context_bucket" else v)
-        # an instrument's series is marked in every label (a real pair may share its names)
-        cal = calibration_words(s.get("calibration") or x.get("calibration"))
+        # an instrument's series is marked in every label (a real pair may share its names);
+        # why it is stale or unverified is said in its row and in the full label's hover
+        cal = calibration_words(s.get("calibration") or x.get("calibration"), short=True)
         s["short_label"] = " · ".join(bits + ([cal] if cal else []))
         s["full_label"] = full_label(s)
     # shortening must not merge two series ("Intel(R) Xeon" and "Intel Xeon"): those keep

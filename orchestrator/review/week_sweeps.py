@@ -106,14 +106,17 @@ def record_summary(record: dict) -> dict:
             "draft_fingerprint": record.get("draft_fingerprint")}
 
 
-def calibration_words(cal: object) -> str:
+def calibration_words(cal: object, short: bool = False) -> str:
     """How a page names a calibration series ("" for a real pair's): always marked, marked
     stale when its record no longer holds for what it measured, and unverified when the
-    record has nothing to compare some of it with (``record_holds``)."""
+    record has nothing to compare some of it with (``record_holds``). ``short``: the mark
+    alone, for a label whose row or hover says why."""
     if not cal:
         return ""
     why = cal.get("no_longer_holds") if isinstance(cal, dict) else None
     unknown = cal.get("unverified") if isinstance(cal, dict) else None
+    if short:
+        return "calibration pair" + (", stale" if why else ", unverified" if unknown else "")
     return "calibration pair" + (
         f" (stale: its record no longer holds: {'; '.join(why)})" if why
         else f" (unverified against its record: {'; '.join(unknown)})" if unknown else "")

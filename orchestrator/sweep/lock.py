@@ -203,6 +203,25 @@ def load_lock(path: str | Path) -> dict:
     return doc
 
 
+def _record_differs(m: dict, folder: Path) -> str | None:
+    """Why the lock's calibration mark of a model is not its folder's record now (the
+    record file is outside the fingerprint, and lock_id is a hash anyone can recompute: an
+    instrument unmarked in the lock would reach the policy as a real pair)."""
+    path = folder / CALIBRATION_FILE
+    try:
+        now = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    except (OSError, ValueError):
+        now = "unreadable"
+    was = m.get("calibration")
+    if was is None and now is not None:
+        return (f"its folder holds {CALIBRATION_FILE}, but the lock does not mark it a "
+                "calibration target (lock it again with `specfleet plan lock`)")
+    if was is not None and now != was:
+        return (f"the lock marks it a calibration target whose {CALIBRATION_FILE} is "
+                f"{'gone' if now is None else 'not the one locked'} (lock it again)")
+    return None
+
+
 def verify_lock(doc: dict, lock_file: Path) -> None:
     """Refuse a lock that was edited, or whose plan, weights or prompts changed since it
     was written."""
@@ -231,6 +250,8 @@ def verify_lock(doc: dict, lock_file: Path) -> None:
         diff = sorted(p for p in set(now) | set(was) if now.get(p) != was.get(p))
         if diff:
             changes.append(f"{role} weights changed: {', '.join(diff)}")
+        if why := _record_differs(m, d):
+            changes.append(f"{role}: {why}")
     from .jobspec import load_workloads
 
     src = doc["prompt_sources"]
