@@ -4,7 +4,10 @@ The decode boundary judges one line alone; what it cannot see is the journal aro
 ``admit`` judges a decoded batch against what the store already holds for that node:
 
 - a seq already stored (or earlier in the batch) with other content is a *conflict*: the
-  stored event is kept, the new line set aside (the same line again is a harmless re-read);
+  stored event is kept, the new line set aside (the stored bytes again are a harmless
+  re-read; the same JSON in other bytes is a copy, set aside as a repeat). When the event
+  it conflicted with is an end set aside since (not the agent's last word), the line is
+  judged again: the agent's next line after a forged end claiming its seq is stored;
 - a generation for a run index already measured, or outside the job's plan (its run index,
   its workload), is set aside: it would replace or add a measurement the job never made.
   Before the plan event is read, the workloads of the sweep's job spec judge it; once the
