@@ -169,3 +169,67 @@ def test_an_attach_after_the_live_follow_of_two_copies_changes_nothing(any_url, 
     _follow_placed(store, sid, where)
     assert _node(any_url, sid, where)[0] == 0
     assert _store_rows(store) == before
+
+
+@pytest.mark.parametrize("parts", ["one read", "the second end alone"])
+def test_two_forged_ends_at_the_agents_next_seq(sqlite_url, parts):
+    """A forged job_finished and a forged job_failed (or a second job_finished) both at
+    seq 21 before the agent's line of it, read live: the agent's 28 events stored, the two
+    forged ends set aside once each."""
+    import uuid
+
+    from tests.hostile import JOB
+    from tests.test_ledger_exact import _ingest
+
+    lines, forged, at = _forged_end_at_the_agents_next_seq("job_finished")
+    other = forged.replace(b'"job_finished"', b'"job_failed"')
+    store = open_store(sqlite_url)
+    sid = uuid.uuid4().hex[:12]
+    store.create_sweep(sid, JOB, None)
+    _ingest(store, sid, {"one read": [lines[:at] + [forged, other] + lines[at:]],
+                         "the second end alone": [lines[:at] + [forged], [other],
+                                                  lines[at:]]}[parts], open_end=True)
+    assert _state(store, sid) == (ALL, [21, 21])
+
+
+def test_a_forged_end_on_a_keyed_journal_is_set_aside_at_the_boundary(sqlite_url, tmp_path):
+    """Keyed: the forged end carries no valid MAC; set aside before the ledger sees it, the
+    agent's seq 21 stored, verify complete, a second --attach changes nothing."""
+    import secrets
+
+    from tests.hostile import signed_by_agent
+
+    key = secrets.token_bytes(32)
+    lines, forged, at = _forged_end_at_the_agents_next_seq("job_finished")
+    signed = signed_by_agent(lines, key, set())
+    store = open_store(sqlite_url)
+    where = tmp_path / "node"
+    f = follow_journal(store, signed[:at] + [forged] + signed[at:], where, key=key)
+    assert _state(store, f.sweep_id) == (ALL, [21])
+    code, node = _node(sqlite_url, f.sweep_id, where)
+    assert (code, node["status"]) == (0, "complete"), node
+    before = _store_rows(store)
+    _follow_placed(store, f.sweep_id, where)
+    assert _store_rows(store) == before
+
+
+# reaudit 28g (measured, SQLite): the agent killed after its seq 27 (no end of its own);
+# a forged job_finished at seq 21 that IS consistent with the counts (16 generations, the
+# plan's 16) stands as the job's end: no later job_finished sets it aside, so the agent's
+# seq 21 (a conflict) and 22-27 ("after the job's end") are set aside, outcome "ok: 7
+# journal line(s) set aside", verify complete. The same journal without the forged line:
+# "failed: the agent stopped before finishing … run `specfleet sweep --resume`". Every
+# measurement is stored and every line accounted (set aside with its reason); what the
+# forged line buys is "ok" for a killed agent and 7 of its lines aside. An unkeyed limit
+# (a forged end appended after seq 27 would also read "ok"), but the journal here says
+# more: a second line at the end's own seq, going on in order from it.
+@pytest.mark.xfail(strict=True, reason="low: unkeyed, a count-consistent forged end at the "
+                   "agent's next seq with no later end stands: a killed agent reads 'ok: 7 "
+                   "journal line(s) set aside' (without it: failed, --resume)")
+def test_a_forged_end_before_a_killed_agents_last_lines_does_not_read_ok(sqlite_url,
+                                                                        tmp_path):
+    lines, forged, at = _forged_end_at_the_agents_next_seq("job_finished")
+    store = open_store(sqlite_url)
+    f = follow_journal(store, lines[:at] + [forged] + lines[at:27], tmp_path / "node")
+    assert _state(store, f.sweep_id)[0] == ALL[:27], f.outcome
+    assert not f.outcome.startswith("ok"), f.outcome
