@@ -217,3 +217,57 @@ def test_a_record_whose_one_value_changed_is_refused(tmp_path):
     rec = json.loads(json.dumps(PERTURBED))
     rec["measured"]["cells"][0]["acceptance"] = 0.81
     assert "not the one locked" in _differs(tmp_path, PERTURBED, json.dumps(rec))
+
+
+# --- the pages' labels --------------------------------------------------------------------
+
+def _review(tmp_path: Path, acceptance: float, identity: dict) -> dict[str, str]:
+    from orchestrator.review.report import write_review
+    from orchestrator.store import open_store
+    from tests.history import config_values, lock_doc, night, week_nights
+    from tests.store_templates import fresh_sqlite
+
+    lock = lock_doc("cal", {"target": {"fingerprint": FP, "calibration": {
+        "expected_acceptance": 1.0, "fingerprint": FP, "draft_fingerprint": DFP,
+        "construction": {"layers": 16, "noise_scale": 0.0}}}, "draft": {"fingerprint": DFP}})
+    monday = datetime(2026, 3, 2, tzinfo=timezone.utc)
+    store = open_store(fresh_sqlite(tmp_path / "p.db"))
+    for at in week_nights(monday, 3):
+        night(store, at, node="mac-a", chip="Apple M2", workload="code",
+              pair="grown (calibration) / draft", lock=lock, identity=identity,
+              configs={("baseline", 0): config_values(40.0),
+                       ("speculative", 4): config_values(96.0, acceptance=acceptance,
+                                                         jitter=0.0)})
+    paths = write_review(store, tmp_path / "out", week="2026-W10", formats=("md", "json"),
+                         now=monday + timedelta(days=6))
+    return {k: Path(p).read_text() for k, p in paths.items()}
+
+
+def test_a_stale_pairs_markdown_and_json_say_stale_and_why(tmp_path):
+    """Guard held: an exact pair measuring 0.50 on three nights is marked "calibration
+    pair, stale" in its row with the nights that missed, and its JSON holds them under
+    no_longer_holds."""
+    out = _review(tmp_path, 0.5, {"target_fingerprint": FP, "draft_fingerprint": DFP})
+    assert "calibration pair" in out["md"] and "stale" in out["md"]
+    assert "measured acceptance 0.50 on code at width 4" in out["md"]
+    assert "measured its known win" not in out["md"]  # the headline: page.headline
+    [s] = json.loads(out["json"])["series"]
+    assert len(s["calibration"]["no_longer_holds"]) == 3
+
+
+def test_a_pair_whose_node_hid_its_target_is_marked_unverified_on_the_page(tmp_path):
+    """Fixed by this audit (identity_holds): with no target fingerprint reported, the page
+    called the pair a plain, clean calibration pair; it says unverified, and why, now."""
+    out = _review(tmp_path, 1.0, {"target_fingerprint": None, "draft_fingerprint": DFP})
+    assert "unverified" in out["md"] and "no target fingerprint" in out["md"], out["md"]
+
+
+def test_a_stale_pairs_headline_does_not_call_its_win_known(tmp_path):
+    """Fixed by this audit (page.headline): a pair measuring 1.0 on a node whose target is
+    not the record's (sha256:ttt…, the record's sha256:aaa…) is "calibration pair, stale"
+    in its row, yet the headline above said "the calibration pair measured its known win".
+    It says the pair is stale now."""
+    out = _review(tmp_path, 1.0, {"draft_fingerprint": DFP})
+    assert "calibration pair, stale" in out["md"]
+    assert "measured its known win" not in out["md"]
+    assert "the calibration pair is stale" in out["md"]
