@@ -222,6 +222,10 @@ class LoadLevel(Event):
     load: str
     level: float
     status: str
+    # an open loop's served rate: the point estimate, and the most it can be said to have
+    # served (95%), which the saturation verdict rests on (events 1.9; absent before)
+    served_rps: ONum = None
+    served_rps_at_most: ONum = None
 
 
 @_event("job_failed")

@@ -56,6 +56,10 @@ Format history
   (``share``: of the CPU other processes took, ``limit``), its ``config_summary`` the
   contended trials' ``shares`` and the ``limit``: readers take the figures from the
   fields, not the reason's text. Optional, so a 1.7 agent's events still decode.
+- ``load_level`` (an open loop) carries ``served_rps`` as the point estimate (Theil-Sen's
+  median lag slope) and ``served_rps_at_most``, the most served at 95% (Sen's bound), which
+  the saturation rule judges by (before, ``served_rps`` was that bound). Optional: an
+  older agent's events decode, and their ``served_rps`` is judged as the bound.
 """
 
 from __future__ import annotations

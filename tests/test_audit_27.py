@@ -236,7 +236,7 @@ def test_poisson_levels_report_their_realised_rate_and_rules_use_it():
             assert saturation([m], "request_rate", rate) is None, m
             # the same level served at half its realised rate: the message's number is
             # the realised one, not the nominal
-            m2 = {**m, "served_rps": realised / 2}
+            m2 = {**m, "served_rps": realised / 2, "served_rps_at_most": realised / 2}
             assert f"of {m['offered_rps']:.2f} offered (nominal {rate:g})" in \
                 saturation([m2], "request_rate", rate)
     assert len(set(shares)) == 3, shares

@@ -104,11 +104,9 @@ def test_a_rewritten_copy_in_the_same_read_is_set_aside_as_a_repeat(sqlite_url, 
 # aside", mendable) and sends the operator to "restore the store from a backup, or delete
 # those events" -- for a harmless copy. Measured on SQLite and PostgreSQL, each rewrite.
 # (A byte-identical copy is handled: test_audit_28's repeated-line tests.)
+# Fixed: a stored event is stored as written, so only its very bytes are it read again
+# (ledger._seen_before); the same JSON in other bytes is a copy, set aside as a repeat.
 @COPIES
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: a copy of a stored line in other bytes (same JSON) read in a later read is "
-    "neither stored nor set aside: outcome 'ok', `sweeps verify` exit 1 'incomplete' and "
-    "advises restoring from a backup"))
 def test_a_rewritten_copy_read_later_is_set_aside_as_a_repeat(any_url, tmp_path, rewrite):
     store, sid, where, outcome = _copy_after_a_read(any_url, tmp_path, rewrite)
     assert _state(store, sid)[0] == ALL and _speeds(store, sid) == _real_speeds()
@@ -328,12 +326,13 @@ def _forged_end_at_the_agents_next_seq(kind: str) -> tuple[list[bytes], bytes, i
 # first config_summary is lost (5 of 6 runs), the outcome "ok: 2 journal line(s) set
 # aside", `sweeps verify` "complete" (exit 0). The existing forged-end tests renumber the
 # agent's lines after the forged one, which an appender cannot do to the agent's counter.
+# Fixed: an end set aside as not the agent's held its seq for no one; the lines refused
+# as conflicts with it (in the same read, or kept aside by an earlier one) are judged again
+# and the agent's stored (ledger._rejudged). "the end later": the agent's end is
+# read after its seq 21, 22, 23 were set aside (a conflict, two after the forged end).
 @pytest.mark.parametrize("kind", ["job_finished", "job_failed"])
-@pytest.mark.parametrize("batches", [1, 2], ids=["one read", "read live in two"])
-@pytest.mark.xfail(strict=True, reason=(
-    "high (unkeyed): a forged end claiming the agent's next seq is set aside, but the "
-    "agent's own line of that seq is refused as a conflict with it first: the event is lost "
-    "(5 of 6 runs), outcome ok, verify complete"))
+@pytest.mark.parametrize("batches", [1, 2, 3],
+                         ids=["one read", "read live in two", "the end later"])
 def test_a_forged_end_at_the_agents_next_seq_takes_none_of_its_lines(any_url, kind,
                                                                     batches):
     from orchestrator.store.models import Run
@@ -344,8 +343,9 @@ def test_a_forged_end_at_the_agents_next_seq_takes_none_of_its_lines(any_url, ki
     store = open_store(any_url)
     sid = uuid.uuid4().hex[:12]
     store.create_sweep(sid, JOB, None)
-    parts = ([lines[:at] + [forged] + lines[at:]] if batches == 1
-             else [lines[:at] + [forged], lines[at:]])
+    parts = {1: [lines[:at] + [forged] + lines[at:]],
+             2: [lines[:at] + [forged], lines[at:]],
+             3: [lines[:at] + [forged] + lines[at:at + 3], lines[at + 3:]]}[batches]
     _ingest(store, sid, parts, open_end=True)  # the agent still running: followed live
     stored, aside = _state(store, sid)
     assert aside == [21], aside  # the forged end only
@@ -355,18 +355,27 @@ def test_a_forged_end_at_the_agents_next_seq_takes_none_of_its_lines(any_url, ki
             Run.sweep_id == sid)).scalar() == 6
 
 
-def test_a_forged_end_at_the_agents_next_seq_through_the_follower(sqlite_url, tmp_path):
-    """The same through the real follower and `sweeps verify` (measured today: the agent's
-    seq 21 set aside, outcome "ok: 2 journal line(s) set aside", verify exit 0): pinned so
-    a fix shows here too. Verify counts the agent's line as set aside (it has a row), so
-    it is "complete" by the letter of the ledger; the xfail above names what is lost."""
+@pytest.mark.parametrize("copy", [False, True], ids=["once", "its seq 21 copied at the end"])
+def test_a_forged_end_at_the_agents_next_seq_through_the_follower(sqlite_url, tmp_path,
+                                                                  copy):
+    """The same through the real follower and `sweeps verify` (before the fix: the agent's
+    seq 21 set aside, outcome "ok: 2 journal line(s) set aside", verify exit 0): the
+    agent's 28 events stored, the forged end alone set aside; verify complete, and a
+    second read (`sweep --attach`) changes nothing. A copy of the agent's seq 21 appended
+    after its end (the same bytes) is a repeat of the event stored, set aside as one."""
     lines, forged, at = _forged_end_at_the_agents_next_seq("job_finished")
     store = open_store(sqlite_url)
-    f = follow_journal(store, lines[:at] + [forged] + lines[at:], tmp_path / "node")
-    stored, aside = _state(store, f.sweep_id)
+    where = tmp_path / "node"
+    extra = [lines[at]] if copy else []
+    f = follow_journal(store, lines[:at] + [forged] + lines[at:] + extra, where)
+    aside = [21, 21] if copy else [21]
     assert f.stopped is None and f.outcome.startswith("ok"), f
-    assert 21 in aside and len(stored) + len(aside) == 29
-    assert _node(sqlite_url, f.sweep_id, tmp_path / "node")[0] == 0
+    assert _state(store, f.sweep_id) == (ALL, aside)
+    code, node = _node(sqlite_url, f.sweep_id, where)
+    assert (code, node["status"]) == (0, "complete"), node
+    _follow_placed(store, f.sweep_id, where)
+    assert _state(store, f.sweep_id) == (ALL, aside)
+    assert _node(sqlite_url, f.sweep_id, where)[0] == 0
 
 
 # -- 6. `sweeps verify` on a sweep still running, and twice -----------------------------------

@@ -81,6 +81,26 @@ def test_views_give_one_row_per_measurement_and_load_level(pg_url):
         (900.0, 880.0, 1.5, 3)
     assert lv["rss_peak_bytes"] == 2_000_000_000 and lv["unreliable"] is False
     assert lv["e2e_ms_p99"] is None  # not reported: empty, not zero
+    # a closed loop's served rate is a count: no bound beside it
+    assert (lv["served_rps"], lv["served_rps_at_most"]) == (2.0, None)
+
+
+@pytest.mark.postgres
+def test_an_open_loop_level_gives_its_served_point_and_bound(pg_url):
+    """Issue 27: served_rps is the point estimate, served_rps_at_most the 95% bound the
+    verdict rests on (migration 0019 adds the column, last)."""
+    store = open_store(pg_url)
+    sid = plant(store)
+    ingest_lines(store, sid, "mac-b", [{
+        "type": "load_level", "workload": "code", "variant": "draft-3", "mode": "speculative",
+        "load": "request_rate", "level": 8, "status": "saturated", "requests": 16,
+        "completed": 16, "errors": 0, "offered_rps": 8.0, "served_rps": 4.6,
+        "served_rps_at_most": 5.1}], AT.timestamp() + 60)
+    with store.engine.connect() as c:
+        (lv,) = c.execute(text("SELECT * FROM grafana_load_levels")).mappings().all()
+        cols = list(lv.keys())
+    assert (lv["offered_rps"], lv["served_rps"], lv["served_rps_at_most"]) == (8.0, 4.6, 5.1)
+    assert cols[-1] == "served_rps_at_most"
 
 
 @pytest.mark.postgres

@@ -2,7 +2,9 @@
 batched autoregressive serving overtakes speculation, and memory per added stream.
 
 Read from the ``load_level`` events a sweep stored (events 1.5; 1.6 adds the offered and
-served rates). A level that saturated or
+served rates; 1.9 the most served at 95%, ``served_rps_at_most``, beside the point
+estimate: the page shows the point, and the bound where it differs, since the saturation
+rule judged by it). A level that saturated or
 failed is shown with its reason but never chosen as the knee or as a cap; a level the agent
 flagged unreliable (throttled, on battery, contended) is shown with its reasons and feeds
 nothing: no knee, cap, crossover or rule; a level whose
@@ -18,6 +20,7 @@ from ..store import Store, queries
 LOAD_NAMES = {"concurrency": "concurrency (streams)", "request_rate": "request rate (req/s)"}
 SHOWN = ("requests", "completed", "errors", "error_examples", "output_tok_s_total",
          "output_tok_s_per_stream_p50", "requests_per_s", "offered_rps", "served_rps",
+         "served_rps_at_most",  # the most served at 95%: what 'saturated' was judged by
          "queue_growth_ms", "goodput_rps", "good_requests",
          "ttft_ms_p95", "itl_ms_p95", "tpot_ms_p50", "e2e_ms_p50", "e2e_ms_p95", "e2e_ms_p99",
          "e2el_ms_p50", "e2el_ms_p99",  # vLLM's E2EL: from the actual send, no client queueing

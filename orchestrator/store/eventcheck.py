@@ -291,7 +291,8 @@ def _check_load_level(e: dict) -> str | None:
         if v is not None and (type(v) is not int or not 0 <= v <= MAX_INT32):
             return f"{k} {v!r} is not a count"
     for k, v in e.items():
-        if k.endswith(("_ms", "_s", "_rps")) or "_ms_p" in k or k.startswith("output_tok_s"):
+        if k.endswith(("_ms", "_s", "_rps", "_rps_at_most")) or "_ms_p" in k \
+                or k.startswith("output_tok_s"):
             if v is not None and (type(v) not in (int, float) or not math.isfinite(v) or v < 0):
                 return f"{k} {v!r} is not a non-negative number"
     for k in _LOAD_NUMBERS:

@@ -4,7 +4,10 @@ The decode boundary judges one line alone; what it cannot see is the journal aro
 ``admit`` judges a decoded batch against what the store already holds for that node:
 
 - a seq already stored (or earlier in the batch) with other content is a *conflict*: the
-  stored event is kept, the new line set aside (the same line again is a harmless re-read);
+  stored event is kept, the new line set aside (the stored bytes again are a harmless
+  re-read; the same JSON in other bytes is a copy, set aside as a repeat). When the event
+  it conflicted with is an end set aside since (not the agent's last word), the line is
+  judged again: the agent's next line after a forged end claiming its seq is stored;
 - a generation for a run index already measured, or outside the job's plan (its run index,
   its workload), is set aside: it would replace or add a measurement the job never made.
   Before the plan event is read, the workloads of the sweep's job spec judge it; once the
@@ -21,13 +24,16 @@ Every refusal is a ``Quarantined`` (seq, reason, line), stored in the same trans
 
 from __future__ import annotations
 
+import hashlib
+
 import orjson
-from sqlalchemy import Text, func, select, type_coerce
+from sqlalchemy import Text, delete, func, select, type_coerce
 
 from .coverage import NOT_ASIDE, repeat_reason
 from .job_configs import Allowed, allowed_values, config_problem
 from .journal_ends import (
     END_REASONS,
+    NOT_LAST,
     Refused,
     failed_ends,
     jump_reason,
@@ -42,7 +48,8 @@ from .ledger_context import Context, read_context
 from .models import Event, QuarantinedEvent, Sweep
 
 # how the ledger's reasons begin (a line it refuses is an extra line, not one of the job's)
-LEDGER_REASONS = ("conflict:", "already measured:", "not in the job:", "job_finished:",
+CONFLICT = "conflict:"
+LEDGER_REASONS = (CONFLICT, "already measured:", "not in the job:", "job_finished:",
                   *END_REASONS, *NOT_ASIDE)
 
 
@@ -248,10 +255,74 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
         refused += out
     # a plan or an end read may have moved stored events aside: then read them again
     moved = ended or any(r.moved for r in refused)
-    keep_e, keep_p, out = failed_ends(c, sweep_id, node, keep_e, keep_p,
-                                      None if moved else ctx.failed)
+    ends = failed_ends(c, sweep_id, node, keep_e, keep_p, None if moved else ctx.failed)
+    keep_e, keep_p, refused = _rejudged(c, sweep_id, node, ends, refused, end, measured, plan)
     withdraw_jumps(c, keep_e, keep_p, ctx.jumps)
-    return keep_e, keep_p, refused + out
+    return keep_e, keep_p, refused
+
+
+def _rejudged(c, sweep_id: str, node: str, kept: Admitted, refused: list[Refused],
+              end: int | None, measured: dict[int, int], plan: _Plan) -> Admitted:
+    """An end set aside now (a job_finished the journal went on after, a job_failed it went
+    on after) held its seq for no one: the lines refused as conflicts with it, in this read
+    or an earlier one (an appender's forged end at the seq the agent writes next comes
+    first), are judged again, and the first that passes is stored. ``kept``: what
+    ``failed_ends`` kept and set aside; ``refused``: what the read set aside before it."""
+    keep_e, keep_p, out = kept
+    refused = refused + out
+    gone = {r.seq for r in refused if r.reason.startswith((NOT_LAST, END_REASONS[2]))}
+    if not gone:
+        return keep_e, keep_p, refused
+    gone -= set(c.execute(select(Event.seq).where(  # an end set aside again: seq held
+        Event.sweep_id == sweep_id, Event.node == node, Event.seq.in_(gone))).scalars())
+    rows = c.execute(select(QuarantinedEvent.id, QuarantinedEvent.seq, QuarantinedEvent.line,
+                            QuarantinedEvent.line_sha256).where(
+        QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+        QuarantinedEvent.seq.in_(gone), QuarantinedEvent.reason.startswith(CONFLICT))).all()
+    again: list[tuple[int | None, Refused]] = [
+        (None, r) for r in refused if r.seq in gone and r.reason.startswith(CONFLICT)]
+    again += [(i, Refused(seq, CONFLICT, x)) for i, seq, x, h in rows  # kept whole only
+              if hashlib.sha256(x.encode("utf-8", "replace")).hexdigest() == h]
+    held = {e["seq"]: "" for e in keep_e}  # seq -> the line stored now ("": held before)
+    rows_gone, taken = list[int](), set[int]()  # rows to delete; in-read refusals stored
+    repeats = dict[int, Refused]()  # in-read refusals that are copies of a line stored
+    for row, r in sorted(again, key=lambda a: a[1].seq or 0):  # this read's first
+        if held.get(r.seq) == r.line:  # a copy of the line just stored
+            if row is None:  # another line of this read: a repeat of it
+                repeats[id(r)] = Refused(r.seq, repeat_reason(r.seq or 0), r.line,
+                                         occurrence=r.occurrence)
+            else:  # kept aside by an earlier read: this line read again, or a copy of it
+                rows_gone.append(row)
+            continue
+        e = orjson.loads(r.line)
+        if r.seq in held or not _judged_again(e, end, measured, plan):
+            continue
+        held[r.seq] = r.line
+        at = next((k for k, x in enumerate(keep_e) if x["seq"] > r.seq), len(keep_e))
+        keep_e.insert(at, e)
+        keep_p.insert(at, r.line)
+        if row is None:
+            taken.add(id(r))
+        else:
+            rows_gone.append(row)
+    if rows_gone:
+        c.execute(delete(QuarantinedEvent).where(QuarantinedEvent.id.in_(rows_gone)))
+    return keep_e, keep_p, [repeats.get(id(r), r) for r in refused if id(r) not in taken]
+
+
+def _judged_again(e: dict, end: int | None, measured: dict[int, int], plan: _Plan) -> bool:
+    """Whether a line refused as a conflict with an end since set aside may be stored: no
+    end itself (judged as such only in journal order), nothing past the journal's end, no
+    second measurement of a run, nothing outside the plan."""
+    if not isinstance(e, dict) or e.get("type") in ("job_finished", "job_failed") or \
+            end is not None and e["seq"] > end:
+        return False
+    if e["type"] == "generation":
+        i = e["run_index"]
+        if i in measured and measured[i] != e["seq"] or plan.problem(e) is not None:
+            return False
+        measured[i] = e["seq"]
+    return True
 
 
 def _seen_before(e: dict, line: str, batch: dict[int, str], stored: dict[int, str],
@@ -266,13 +337,15 @@ def _seen_before(e: dict, line: str, batch: dict[int, str], stored: dict[int, st
     if seq in batch or seq in stored and seq in twice:  # the event twice: stored once
         if _same(batch.get(seq) or stored[seq], line):
             n, first = occurrence(e, line)
-            if seq not in batch and nth and first:
+            if seq not in batch and nth and first and stored[seq] == line:
                 return True  # the read's first line of it: the stored event, read again
             return Refused(seq, repeat_reason(seq), line, occurrence=n)
         return f"conflict: seq {seq} arrived earlier in this read with other content"
     if seq in stored:
-        if _same(stored[seq], line):
-            return True  # a re-read of what is stored
+        if stored[seq] == line:
+            return True  # a re-read of what is stored (stored as written: the same bytes)
+        if _same(stored[seq], line):  # the same JSON in other bytes: a copy, not a re-read
+            return Refused(seq, repeat_reason(seq), line, occurrence=occurrence(e, line)[0])
         kind_stored = orjson.loads(stored[seq]).get("type")
         return (f"conflict: seq {seq} is stored with other content ({kind_stored}); "
                 "the stored event is kept")

@@ -88,6 +88,25 @@ SERVED_6 = 6.0
 AT_8, AT_8_WALL = _open([0.125] * 12, 1 / 4.8)
 SERVED_8 = 4.8
 
+
+
+def fifo_behind(rate: float, n: int, services: list[float]
+                ) -> tuple[list[Outcome], float, float]:
+    """A FIFO server falling behind, its replies overlapping: arrivals every 1/``rate`` s,
+    each reply's first chunk 20 ms after its arrival (its header and prefill, in parallel)
+    and its last when the server, finishing them in arrival order, has spent the cycled
+    ``services`` on it and every one before. Returns (outcomes, wall, truth): truth is the
+    pace of its completions, (n − 1) gaps over their span, worked out from the planted
+    finish times alone."""
+    out, free = [], 0.0
+    for k in range(n):
+        t = k / rate
+        free = max(t, free) + services[k % len(services)]
+        out.append(Outcome(t, t, chunk_times=[0.020, free - t], end=free, tokens=8))
+    ends = [o.end for o in out]
+    return out, free, (n - 1) / (ends[-1] - ends[0])
+
+
 LEVELS = (
     Level("concurrency", 1, ONE, ONE_WALL, {
         "status": "ok", "itl_ms_p95": 20.0, "itl_ms_p50": 20.0, "ttft_ms_p95": 50.0,
@@ -112,11 +131,11 @@ LEVELS = (
 SIGNALS = {"load_cap": 1, "load_saturated_at": 4}
 
 
-def events() -> list[dict]:
-    """The ``load_level`` events the agent's load loop journals for LEVELS, its own way:
+def events(levels: tuple[Level, ...] = LEVELS) -> list[dict]:
+    """The ``load_level`` events the agent's load loop journals for ``levels``, its own way:
     summarize each level, ask ``saturation`` of the ramp so far."""
     out, ramps = [], {}
-    for lv in LEVELS:
+    for lv in levels:
         closed = lv.load == "concurrency"
         m = summarize(list(lv.outcomes), lv.wall_s, closed=closed)
         m.update(rss_peak_bytes=None, swap_in_bytes=None, unreliable=False,
@@ -131,12 +150,12 @@ def events() -> list[dict]:
     return out
 
 
-def plant(store: Store) -> str:
+def plant(store: Store, levels: tuple[Level, ...] = LEVELS) -> str:
     """One night of the week: a sweep with the series' configs, and its load levels."""
     at = W20.replace(hour=2)
     sid = night(store, at, node=NODE, chip="Apple M2 Max", pair="gemma-9b / gemma-2b",
                 workload=WORKLOAD, configs={
                     C("baseline", 0): config_values(100.0, jitter=0.0),
                     C("speculative", 3): config_values(150.0, jitter=0.0, acceptance=0.7)})
-    ingest_lines(store, sid, NODE, events(), at.timestamp())
+    ingest_lines(store, sid, NODE, events(levels), at.timestamp())
     return sid
