@@ -18,7 +18,6 @@ Standard library, mlx and mlx-lm only (runs on the node).
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 
@@ -123,9 +122,11 @@ def median_interval(xs: list[float], confidence: float = 0.90
     at least ``confidence``; (low, high, coverage), or None when even [min, max] covers
     less (fewer than 5 draws for 90%)."""
     x, n = sorted(xs), len(xs)
-    best = None
+    best, tail, comb, total = None, 0, 1, 2 ** n
     for j in range(1, n // 2 + 1):
-        cover = 1.0 - 2.0 * sum(math.comb(n, i) for i in range(j)) / 2 ** n
+        tail += comb  # sum of C(n, i) for i < j, kept as an int: one pass, no float overflow
+        comb = comb * (n - j + 1) // j
+        cover = 1.0 - 2 * tail / total  # int / int: exact for thousands of rounds
         if cover < confidence:
             break
         best = (x[j - 1], x[n - j], cover)

@@ -22,6 +22,7 @@ from agent.fingerprint import fingerprint
 from .errors import ConfigError
 
 TIER_FILE = "specfleet-tier.json"
+CALIBRATION_FILE = "specfleet-calibration.json"  # calibration_record's (a layer apart)
 BITS = (2, 3, 4, 5, 6, 8)
 GROUP_SIZES = (32, 64, 128)
 
@@ -40,6 +41,10 @@ def quantize(src: Path, out: Path, bits: int, group_size: int = 64) -> dict:
                           "unquantised weights, so every tier has one source")
     if out.exists():
         raise ConfigError(f"{out} exists; choose a new folder (a tier is written whole)")
+    if (src / CALIBRATION_FILE).exists():  # the CLI says more (refuse_quantising)
+        raise ConfigError(f"{src} is a calibration target ({src}/{CALIBRATION_FILE}): refusing "
+                          "to quantise it (its known acceptance holds only for its fp32 "
+                          "weights; `specfleet models quantize` says what to do instead)")
     from mlx_lm import convert
 
     source = fingerprint(src)

@@ -234,6 +234,21 @@ def classification_words(c: dict, gates: dict) -> str:
     return f"{head}: " + "; ".join(gate_text(n, v, gates) for n, v in missed)
 
 
+def _calibration_news(series: list[dict]) -> list[str]:
+    """The calibration pair's win, said as its record judged it (a stale pair's win is no
+    known answer, and an unverified one is not checked against it)."""
+    won = [s["calibration"] for s in series if s.get("calibration")
+           and s["verdict"]["decision"] == "production candidate"]
+    if not won:
+        return []
+    cal = [c for c in won if isinstance(c, dict)]
+    if any(c.get("no_longer_holds") for c in cal):
+        return ["the calibration pair is stale (its record no longer holds)"]
+    if any(c.get("unverified") for c in cal):
+        return ["the calibration pair measured a win, unverified against its record"]
+    return ["the calibration pair measured its known win"]
+
+
 def headline(a: dict, busy: bool = False) -> dict:
     """One sentence of what changed this week and one of what to do."""
     series = a["series"]
@@ -253,9 +268,7 @@ def headline(a: dict, busy: bool = False) -> dict:
     # well, never "switch it on"
     cands = [s for s in series if s["verdict"]["decision"] == "production candidate"
              and not s.get("calibration")]
-    if any(s.get("calibration") and s["verdict"]["decision"] == "production candidate"
-           for s in series):
-        changed.append("the calibration pair measured its known win")
+    changed += _calibration_news(series)
     if cands:
         todo.append("switch on speculation for " + ", ".join(
             f"{s.get('short_label') or full_label(s)} (draft width {s['verdict']['k']})"

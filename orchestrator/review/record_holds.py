@@ -43,8 +43,13 @@ def exact(record: dict) -> bool:
     return record.get("expected_acceptance") == 1.0
 
 
+MAX_COUNT = 10 ** 15  # more tokens than any record drafts: no count (and past a float's range)
+
+
 def _count(x: object) -> int | None:
-    return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else None
+    if isinstance(x, int) and not isinstance(x, bool) and 0 < x < MAX_COUNT:
+        return x
+    return None
 
 
 def _rate(x: object) -> float | None:
@@ -82,6 +87,7 @@ def acceptance_tolerance(expected: float, drafted_record: int, measured: float,
     """How far a run's acceptance may be from the record's before chance cannot explain it:
     ``Z`` standard errors of the difference of two binomial proportions (accepted / drafted,
     the two pooled for the variance), at least ``ACCEPTANCE_TOLERANCE``."""
+    drafted = min(drafted, MAX_COUNT)  # a run's huge count: the record's alone bounds it
     p = (expected * drafted_record + measured * drafted) / (drafted_record + drafted)
     se = math.sqrt(max(p * (1.0 - p), 0.0) * (1.0 / drafted_record + 1.0 / drafted))
     return max(ACCEPTANCE_TOLERANCE, Z * se)
@@ -89,8 +95,10 @@ def acceptance_tolerance(expected: float, drafted_record: int, measured: float,
 
 def drafted_estimate(generated: float, width: int, acceptance: float) -> int:
     """Tokens one generation drafted: each verify round drafts ``width`` and yields its
-    accepted ones and one of the target's (``acceptance × width + 1``)."""
-    return max(1, round(generated * width / (acceptance * width + 1.0)))
+    accepted ones and one of the target's (``acceptance × width + 1``). An acceptance
+    outside [0, 1] (no rate: judged, it misses) is estimated at its nearest bound."""
+    a = min(max(acceptance, 0.0), 1.0)
+    return max(1, round(generated * width / (a * width + 1.0)))
 
 
 def identity_holds(record: dict, identity: dict) -> tuple[list[str], list[str]]:
@@ -103,6 +111,8 @@ def identity_holds(record: dict, identity: dict) -> tuple[list[str], list[str]]:
     if want and got and got != want:
         stale.append(f"the target's fingerprint changed ({short(want)} in the record, "
                      f"{short(got)} measured)")
+    elif want and not got:
+        unverified.append("its node reported no target fingerprint")
     own, draft = record.get("draft_fingerprint"), identity.get("draft_fingerprint")
     if own and draft != own:
         if not draft:
