@@ -29,9 +29,8 @@ nothing is known yet.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import comb
 
-from .stats import median
+from .stats import median, median_interval
 
 KEYS = {"tolerance", "confidence", "min_repetitions"}  # the maximum: sweep.repetitions
 DEFAULTS = {"tolerance": 0.03, "confidence": 0.9, "min_repetitions": 3}
@@ -39,19 +38,9 @@ DEFAULTS = {"tolerance": 0.03, "confidence": 0.9, "min_repetitions": 3}
 
 def median_ci(xs: list[float], confidence: float) -> tuple[float, float] | None:
     """The distribution-free interval for the median, or None while n is too small for
-    any interval at this confidence."""
-    n = len(xs)
-    tail = (1 - confidence) / 2
-    j, cum = 0, 0.0
-    for i in range(n + 1):  # j = how many order statistics to drop at each end
-        cum += comb(n, i) / 2 ** n
-        if cum > tail:
-            break
-        j = i + 1
-    if j == 0 or j > n - j:
-        return None
-    s = sorted(xs)
-    return s[j - 1], s[n - j]
+    any interval at this confidence (``stats.median_interval``, without its coverage)."""
+    got = median_interval(xs, confidence)
+    return None if got is None else (got[0], got[1])
 
 
 @dataclass

@@ -228,3 +228,22 @@ def acceptance_summary(from_draft: list[bool], k: int, max_tokens: int) -> dict:
         "mean_acceptance_length_vllm": round(1 + accepted / len(rounds), 4) if rounds else None,
         "acceptance_by_position": by_pos,
     }
+
+
+def median_interval(xs: list[float], confidence: float = 0.90
+                    ) -> tuple[float, float, float] | None:
+    """A distribution-free interval for the median of whatever the ``xs`` were drawn from
+    (independent draws, any continuous distribution): the order statistics
+    [x_(j), x_(n+1-j)] with the largest j whose coverage 1 − 2·P(Binomial(n, ½) ≤ j − 1) is
+    at least ``confidence``; (low, high, coverage), or None when even [min, max] covers
+    less (fewer than 5 draws for 90%)."""
+    x, n = sorted(xs), len(xs)
+    best, tail, comb, total = None, 0, 1, 2 ** n
+    for j in range(1, n // 2 + 1):
+        tail += comb  # sum of C(n, i) for i < j, kept as an int: one pass, no float overflow
+        comb = comb * (n - j + 1) // j
+        cover = 1.0 - 2 * tail / total  # int / int: exact for thousands of rounds
+        if cover < confidence:
+            break
+        best = (x[j - 1], x[n - j], cover)
+    return best

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from agent.calibrate import median_interval, predicted_speedup
+from agent.calibrate import predicted_speedup
 from agent.protocol import DEFAULT_SWEEP
+from agent.stats import median_interval
 
 from .calibration import ensure_calibration
 from .errors import SpecfleetError
@@ -230,7 +231,7 @@ def _sweep_agrees(base: list[dict], spec: list[dict], widths: list[dict],
 def _robust_widths(speed: dict, acceptance: float | None, problems: list[str],
                    unverified: list[str]) -> list[dict]:
     """Judge each width on a distribution-free interval for the median of its per-round
-    ratio measured/predicted (``agent.calibrate.median_interval``, ``CONFIDENCE``): ok only
+    ratio measured/predicted (``agent.stats.median_interval``, ``CONFIDENCE``): ok only
     when the interval lies within ``TOLERANCE``, off only when it lies wholly outside, and
     otherwise unverified, too noisy to judge; never ok or off on the median alone, which
     noise moves past the tolerance. Unverified too where no round was timed, where too

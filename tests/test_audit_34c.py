@@ -648,7 +648,7 @@ ORDER = {5: 1, 6: 1, 7: 1, 8: 2, 9: 2, 10: 2, 11: 3, 12: 3}
 
 
 def test_the_interval_of_the_median_is_the_order_statistics_planted():
-    from agent.calibrate import median_interval
+    from agent.stats import median_interval
 
     assert median_interval([1.0, 0.9, 1.2, 0.8, 1.1]) == (0.8, 1.2, 0.9375)
     assert median_interval(list(range(1, 10))) == (2, 8, 1 - 2 * 10 / 512)
@@ -661,7 +661,7 @@ def test_the_interval_of_the_median_is_the_order_statistics_planted():
 def test_any_rounds_interval_holds_their_median_at_its_stated_coverage(xs):
     """For any 5 or more rounds: the interval is two of the rounds, the sample median lies
     in it, its coverage is at least 90%, and one step narrower would cover less."""
-    from agent.calibrate import median_interval
+    from agent.stats import median_interval
 
     lo, hi, cover = median_interval(xs)
     x, n = sorted(xs), len(xs)

@@ -130,7 +130,7 @@ def _gens():
 
 
 def test_a_node_reporting_thousands_of_rounds_is_judged_not_crashed():
-    """Fixed by this audit (agent.calibrate.median_interval): a node replying 2000 rounds
+    """Fixed by this audit (agent.stats.median_interval): a node replying 2000 rounds
     (``--rounds 2000``, or a hostile node) raised OverflowError (2.0 × a 600-digit binomial
     sum), so ``specfleet calibrate`` failed for every node; and the coverage sums were
     recomputed per j (0.65 s at 1000 rounds, quadratic). The interval is found in one pass
