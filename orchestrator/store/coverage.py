@@ -168,6 +168,12 @@ def line_sha256(text: str) -> str:
     return hashlib.sha256(text.strip().encode("utf-8", "replace")).hexdigest()
 
 
+def kept_whole(line: str, digest: str) -> bool:
+    """Whether a set-aside row holds its line whole (a cut one, 64 KiB of a longer line,
+    hashes otherwise): only a whole line may be judged again as an event."""
+    return hashlib.sha256(line.encode("utf-8", "replace")).hexdigest() == digest
+
+
 def kept_line_sha256(line: str) -> str:
     """A set-aside line's content hash: the line as it is (a line that is UTF-8, as ever);
     one with bytes that were not UTF-8 (arrived escaped) as the journal holds those bytes,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import orjson
 from sqlalchemy import Text, delete, select, text, type_coerce
 
+from .coverage import kept_whole
 from .models import Event, Measurement, QuarantinedEvent
 
 MAX_SEQ_GAP = 64  # lines in a row a journal may lack (unreadable) before a seq is a jump
@@ -158,8 +159,7 @@ def with_set_aside(c, sweep_id: str, node: str, end: int, events: list[dict],
         QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
         QuarantinedEvent.seq > end, QuarantinedEvent.seq < min(e["seq"] for e in events),
         QuarantinedEvent.reason.startswith(END_REASONS[1])).order_by(QuarantinedEvent.seq))
-    back = [(orjson.loads(x), x) for _, x, h in rows
-            if hashlib.sha256(x.encode("utf-8", "replace")).hexdigest() == h]
+    back = [(orjson.loads(x), x) for _, x, h in rows if kept_whole(x, h)]
     return [e for e, _ in back] + events, [x for _, x in back] + lines
 
 

@@ -24,12 +24,10 @@ Every refusal is a ``Quarantined`` (seq, reason, line), stored in the same trans
 
 from __future__ import annotations
 
-import hashlib
-
 import orjson
 from sqlalchemy import Text, delete, func, select, type_coerce
 
-from .coverage import NOT_ASIDE, repeat_reason
+from .coverage import NOT_ASIDE, kept_whole, repeat_reason
 from .job_configs import Allowed, allowed_values, config_problem
 from .journal_ends import (
     END_REASONS,
@@ -281,8 +279,7 @@ def _rejudged(c, sweep_id: str, node: str, kept: Admitted, refused: list[Refused
         QuarantinedEvent.seq.in_(gone), QuarantinedEvent.reason.startswith(CONFLICT))).all()
     again: list[tuple[int | None, Refused]] = [
         (None, r) for r in refused if r.seq in gone and r.reason.startswith(CONFLICT)]
-    again += [(i, Refused(seq, CONFLICT, x)) for i, seq, x, h in rows  # kept whole only
-              if hashlib.sha256(x.encode("utf-8", "replace")).hexdigest() == h]
+    again += [(i, Refused(seq, CONFLICT, x)) for i, seq, x, h in rows if kept_whole(x, h)]
     held = {e["seq"]: "" for e in keep_e}  # seq -> the line stored now ("": held before)
     rows_gone, taken = list[int](), set[int]()  # rows to delete; in-read refusals stored
     repeats = dict[int, Refused]()  # in-read refusals that are copies of a line stored
