@@ -31,11 +31,6 @@ def realised_rate(times: list[float]) -> float | None:
     return rate if rate is not None and math.isfinite(rate) else None  # 2 events 5e-324 apart
 
 
-def served_rate(outcomes: list[Outcome]) -> float | None:
-    """The served rate's point estimate (``served_rates``' first)."""
-    return served_rates(outcomes)[0]
-
-
 def served_rates(outcomes: list[Outcome]) -> tuple[float | None, float | None]:
     """An open loop's served rate: the pace of its completions against the pace of its
     arrivals. A server that keeps up completes each request a time after its arrival that
