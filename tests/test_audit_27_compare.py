@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 Sides = tuple[list[float], list[float]]
@@ -287,6 +287,8 @@ _night = st.floats(min_value=1.0, max_value=1e5, allow_nan=False)
 @settings(max_examples=200, deadline=None)
 @given(a=st.lists(_night, min_size=2, max_size=12), b=st.lists(_night, min_size=2, max_size=12),
        scale=st.floats(min_value=0.01, max_value=100.0))
+# found by a CI run: the last bit of a log read as a night's memory (0.9 in one unit, 0 in another)
+@example(a=[1.0, 1.0], b=[1.0, 1.0000000000000002], scale=0.125)
 def test_the_interval_holds_its_ratio_and_ignores_units(a, b, scale):
     """Property: for any positive nights, the interval is finite and holds the ratio, p is
     a probability, and measuring both sides in other units (× scale) changes nothing."""
