@@ -413,8 +413,8 @@ def _noisy_verdict(rows: list[Row], rs: list[Measurement], gates: dict, bucket: 
         acc = median(m.acceptance_rate for m in cand)
         g: dict = {"acceptance": {"value": acc, "passed": None if acc is None else
                                   acc >= gates["acceptance_floor"] - 1e-9},
-                   "exact": {"value": None, "passed": False if row.exactness.startswith("diverged")
-                       else None}}
+                   "exact": {"value": None, "passed": False
+                             if row.exactness.startswith("diverged") else None}}
         g.update(timing_gates({n: [getattr(m, n) for m in base] for n in ("decode_tok_s",
                                                                          "ttft_ms")},
                               {n: [getattr(m, n) for m in cand] for n in (
