@@ -63,7 +63,8 @@ def plant(path, seed: int, *, ratios: dict[int, float], acceptance: float, nb: i
                        ("speculative", min(ratios)): cfg(900.0, ns, 0.99)})
     a = analyse(store, "2026-W20", load_rules(), now=NOW)
     (s,) = a["series"]
-    return {"verdict": s["verdict"], "configs": s["configs"], "policy": policy(a)}
+    return {"verdict": s["verdict"], "configs": s["configs"], "policy": policy(a),
+            "store": store}
 
 
 def test_a_trained_like_pair_is_kept_autoregressive_through_the_noise(tmp_path):
@@ -84,6 +85,12 @@ def test_a_trained_like_pair_is_kept_autoregressive_through_the_noise(tmp_path):
     assert all(c["classification"].startswith("decided through the noise") for c in spec)
     (entry,) = got["policy"]["series"]
     assert entry["speculation"] is False and entry["through_noise"]["outcome"] == "fail"
+    from orchestrator.review.report import write_review
+
+    md = write_review(got["store"], tmp_path / "r.html", week="2026-W20", now=NOW)["md"]
+    text = md.read_text()
+    assert "(1 decided through the noise: runs set aside for their spread)" in text, text
+    assert "the verdict above was decided through the noise" in text
 
 
 def test_a_calibration_like_pair_is_a_marked_candidate_never_silently_on(tmp_path):
