@@ -40,7 +40,8 @@ def _ar_score(x: np.ndarray, segs: list, sums: Sums, log_n: float) -> float:
     # are a hinge: the second's level is the first's end, no parameter of its own
     params = 2 * len(segs) - 1 - sum(_hinge(a, b, sums) for a, b in zip(segs, segs[1:]))
     slopes = sum(k == "line" for *_, k in segs)
-    return len(r) * math.log(var) - math.log(1 - phi * phi) + log_n * (BIC_WEIGHT * params + SLOPE_WEIGHT * slopes)
+    return (len(r) * math.log(var) - math.log(1 - phi * phi)
+            + log_n * (BIC_WEIGHT * params + SLOPE_WEIGHT * slopes))
 
 
 def _hinge(a: tuple, b: tuple, sums: Sums) -> bool:
