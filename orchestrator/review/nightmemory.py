@@ -27,9 +27,10 @@ and 79.8% where the sides apart give 94.2% and 80.0% (LR_BOUND 1.0), and the wee
 covariance it then credits narrows the interval (91.9% at 1.0).
 
 Below six neighbour pairs (three nights a side, two against three) the lag-1
-autocorrelation's normal reading (the rule before the likelihood) failed: the expectation hardly moves with φ (−0.33 at φ 0 … −0.18 at 0.9 for three nights)
-and 1/√pairs (≥ 0.5) is no standard error of so skewed a statistic; the rule before read no
-memory there (plain Welch: 84.8% coverage at φ 0.5, 70.1% at 0.9). There φ is taken at the
+autocorrelation's normal reading (the rule before the likelihood) failed: the expectation
+hardly moves with φ (−0.33 at φ 0 … −0.18 at 0.9 for three nights) and 1/√pairs (≥ 0.5)
+is no standard error of so skewed a statistic; the rule before read no memory there
+(plain Welch: 84.8% coverage at φ 0.5, 70.1% at 0.9). There φ is taken at the
 same kind of bound read exactly: the largest φ under which the observed autocorrelation is
 not in the lower ``ALPHA`` tail of its exact distribution (a ratio of quadratic forms in
 Gaussian nights, Imhof 1961). Few nights tell little, so the bound is mostly near MAX_PHI
