@@ -22,7 +22,8 @@ HINGE_SLACK = 3      # nights a break between two lines may move to where they m
 
 
 def _ar_score(x: np.ndarray, segs: list, sums: Sums, log_n: float) -> float:
-    """−2 log-likelihood of the fit with AR(1) noise (its φ fitted to the residuals), plus
+    """−2 exact log-likelihood of the fit with AR(1) noise (its φ fitted to the residuals;
+    the first night at the stationary spread σ²/(1 − φ²), so a V is no wander), plus
     BIC's log n per parameter (a level, a slope, a break's night): a wandering level is
     explained by the noise's memory at the price of one parameter, a step by a break."""
     fit = np.concatenate([sums.fit(i, j, k)[0] + sums.fit(i, j, k)[1] * np.arange(j - i)
@@ -31,12 +32,16 @@ def _ar_score(x: np.ndarray, segs: list, sums: Sums, log_n: float) -> float:
     lag = float(r[:-1] @ r[:-1])
     phi = min(max(float(r[1:] @ r[:-1]) / lag, 0.0), MAX_PHI) if lag > 0 else 0.0
     u = r[1:] - phi * r[:-1]
-    var = max(float(u @ u) / len(u), (NOISE_FLOOR / 10) ** 2)
+    # the exact AR(1) likelihood counts the first night too, at the noise's stationary
+    # spread: a flat level with strong memory no longer explains a V's far first night free
+    first = (1 - phi * phi) * float(r[0] * r[0])
+    var = max((float(u @ u) + first) / len(r), (NOISE_FLOOR / 10) ** 2)
     # a level per segment, a night per break; but two lines that meet (a drift that turns)
     # are a hinge: the second's level is the first's end, no parameter of its own
     params = 2 * len(segs) - 1 - sum(_hinge(a, b, sums) for a, b in zip(segs, segs[1:]))
     slopes = sum(k == "line" for *_, k in segs)
-    return len(u) * math.log(var) + log_n * (BIC_WEIGHT * params + SLOPE_WEIGHT * slopes)
+    return (len(r) * math.log(var) - math.log(1 - phi * phi)
+            + log_n * (BIC_WEIGHT * params + SLOPE_WEIGHT * slopes))
 
 
 def _hinge(a: tuple, b: tuple, sums: Sums) -> bool:

@@ -51,6 +51,9 @@ class ConfigStats:
     tpot_p50: float | None = None       # ms: median over requests of (E2E − TTFT)/(tokens − 1)
     reliable_nights: int = 0            # nights with a reliable run: the unit of evidence
     contention: list = field(default_factory=list)  # its unreliable runs' readings (page)
+    # set aside for its decode-rate spread alone, judged anyway (``through_noise``): the
+    # spreads, runs and nights behind it and the outcome of its gates
+    through_noise: dict | None = None
 
 
 def tpots(runs: list[RunRow]) -> list[float]:

@@ -271,9 +271,13 @@ def headline(a: dict, busy: bool = False) -> dict:
     changed += _calibration_news(series)
     if cands:
         todo.append("switch on speculation for " + ", ".join(
-            f"{s.get('short_label') or full_label(s)} (draft width {s['verdict']['k']})"
-            for s in cands[:3]) + (f" and {len(cands) - 3} more" if len(cands) > 3 else ""))
+            f"{s.get('short_label') or full_label(s)} (draft width {s['verdict']['k']}"
+            + (", decided through the noise" if s["verdict"].get("through_noise") else "")
+            + ")" for s in cands[:3]) + (f" and {len(cands) - 3} more" if len(cands) > 3 else ""))
     decided = ", ".join(f"{k} {d}" for d, k in n.items() if k)
+    # a decision from runs set aside for their spread alone is never unmarked here either
+    if noisy := sum(1 for s in series if s["verdict"].get("through_noise")):
+        decided += f" ({noisy} decided through the noise: runs set aside for their spread)"
     what = (f"{len(series)} series: {decided}" if series else "no series measured") + (
         "; " + ", ".join(changed) if changed else
         ("; nothing regressed" if a["counts"].get("compared") else ""))

@@ -18,6 +18,7 @@ from .configs import ConfigId, canonical, group_configs
 from .load import load_signals
 from .regression import regression
 from .rules import Rule, fire
+from .through_noise import outcome, spread_alone, spread_text, timing_gates
 from .week_runs import RunRow, identity_changes, vals
 from .windows import GenRow
 
@@ -47,12 +48,6 @@ class Best:
     family: list[ConfigStats]
 
 
-def _spread_alone(r: RunRow) -> dict | None:
-    """The spread that set a run aside when it is the run's only reason."""
-    s = r.summary or {}
-    return s.get("spread") if len(s.get("unreliable_reasons") or []) == 1 else None
-
-
 def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], latest: RunRow,
           series_gates: dict, week: Week) -> None:
     """A series' configs this week (one per ingest config key), gates, metrics, signals,
@@ -65,7 +60,7 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
          **({"contention": cr} if (cr := contention_readings(rs)) else {}),
          # events 1.9: the spread that set each run aside, as fields (None: another reason
          # too, or a run stored before 1.9)
-         **({"spreads": sp} if any(sp := [_spread_alone(r) for r in rs]) else {})}
+         **({"spreads": sp} if any(sp := [spread_alone(r.summary) for r in rs]) else {})}
         for ck, rs in sorted(shaky.items(), key=lambda kv: kv[0].order()) if rs]
     # each speculative config against the baseline of its own sampling settings
     bases = {c.sampling: c for c in stats.values() if c.mode == "baseline" and not c.set_aside}
@@ -76,6 +71,9 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
                      for r in configs[ck])
             c.gates = evaluate_gates(c, base, key[3], series_gates, fw)
             c.classification = classify(c)
+        elif c.mode == "speculative":
+            _judge_through_noise(c, configs[ck] or shaky[ck], cur, stats, configs, shaky,
+                                 key[3], series_gates, week)
         section["configs"].append(c.__dict__)
     b = _best(stats, bases)
     metrics = _metrics(b, stats, configs)
@@ -93,6 +91,47 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
     section["itl_p95_values"] = {
         "baseline": vals(configs[b.base_id], "itl_p95_ms") if b.base_id else [],
         "best": vals(configs[b.best_id], "itl_p95_ms") if b.best_id else []}
+
+
+def _usable(rs: list[RunRow]) -> tuple[list[RunRow], bool]:
+    """A config's runs to judge by: its reliable ones, else those set aside for their
+    spread alone (marked: True); a run set aside for anything else never counts."""
+    ok = [r for r in rs if not r.shaky]
+    return (ok, False) if ok else ([r for r in rs if spread_alone(r.summary)], True)
+
+
+def _judge_through_noise(c: ConfigStats, runs: list[RunRow], cur: list[RunRow],
+                         stats: dict[ConfigId, ConfigStats], configs: dict, shaky: dict,
+                         bucket: str, gates: dict, week: Week) -> None:
+    """A speculative config without a reliable verdict, because it or its baseline was
+    set aside for the decode-rate spread alone: gates that do not hang on timing as
+    always, timing gates on intervals (``through_noise``), marked."""
+    spec, spec_noisy = _usable(runs)
+    base_ck = next((ck for ck, b in stats.items() if b.mode == "baseline"
+                    and b.sampling == c.sampling), None)
+    if not spec or base_ck is None:
+        return
+    base, base_noisy = _usable(configs[base_ck] + shaky.get(base_ck, []))
+    sweeps = {(r.sweep_id, r.node) for r in spec}
+    base = [r for r in base if (r.sweep_id, r.node) in sweeps]  # the same nights' baseline
+    if not base or not (spec_noisy or base_noisy):
+        return
+    st, bst = config_stats(spec, {}, week.quality), config_stats(base, {}, week.quality)
+    fw = any((r.sweep_id, r.node, bucket, r.pair, canonical(r.config)) in week.failed
+             for r in spec)
+    g = evaluate_gates(st, bst, bucket, gates, fw)
+    g.update(timing_gates({m: vals(base, m) for m in ("decode_tok_s", "ttft_ms")},
+                          {m: vals(spec, m) for m in ("decode_tok_s", "ttft_ms",
+                                                      "itl_p95_ms")}, bucket, gates))
+    c.gates, res = g, outcome(g)
+    spreads = [sp for r in spec + base if (sp := spread_alone(r.summary))]
+    c.through_noise = {"outcome": res, "spreads": spreads, "text": spread_text(spreads),
+                       "runs": len(spec), "nights": len({r.at.date() for r in spec}),
+                       "speedup": g["speedup"]["value"], "acceptance": st.acceptance_p50,
+                       "exact": st.exact, "sampling": c.sampling, "k": c.k}
+    c.classification = "decided through the noise: " + (
+        classify(c) if res != "undecided" else "undecided: " + ", ".join(
+            n for n, v in g.items() if v.get("undecided")))
 
 
 def _config_table(cur: list[RunRow], quality: dict

@@ -23,6 +23,7 @@ from ..store import Store, queries
 from ..store import runs as stored
 from ..store.db import result_pair
 from ..store.models import Measurement
+from .through_noise import outcome, spread_of_reason, spread_text, timing_gates
 from .week_sweeps import target_role
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
@@ -89,6 +90,12 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     kv_mb = _kv_cache_mb(summaries)
     engines, flagged, parity = _config_marks(summaries)
     marked = _calibrations(store, sweep)  # each calibration target's record, by role
+    from .week_sweeps import plan_gates
+    from .weekly import DEFAULT_GATES
+
+    # the gates the sweep's plan declared: a row set aside for its spread alone is judged
+    # by them through the noise, as the weekly review judges it
+    gates = {**DEFAULT_GATES, **plan_gates(store, [sweep_id]).get(sweep_id, (None, {}))[1]}
     groups: dict[tuple, list] = {}
     for r in runs:
         groups.setdefault((r.node, (r.workload, r.pair)), []).append(r)
@@ -111,7 +118,9 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                          "engine": engine or DEFAULT_ENGINE,
                          "has_parity": any(r.streaming_parity for r in rows),
                          "context_bucket": rs[0].context_bucket or "short",
-                         "prompt_sha256": rs[0].prompt_sha256, "verdict": _verdict(rows),
+                         "prompt_sha256": rs[0].prompt_sha256,
+                         "verdict": _noisy_verdict(rows, rs, gates, rs[0].context_bucket
+                                                   or "short") or _verdict(rows),
                          "verdict_short": _busy_verdict(rows)})
     from .adaptive_stops import adaptive_stops, marked_stops
     from .load import load_ramps
@@ -372,6 +381,61 @@ def _verdict(rows: list[Row]) -> str:
                 f"at {best.speedup:.2f}× the baseline. Keep autoregressive decoding.{note}")
     return (f"Best: draft width {best.num_draft_tokens} at {best.speedup:.2f}× the baseline "
             f"(acceptance {fmt_value(best.acceptance_rate, '.2f')}).{note}")
+
+
+def _noisy_verdict(rows: list[Row], rs: list[Measurement], gates: dict, bucket: str
+                   ) -> str | None:
+    """The section's verdict through the noise (``through_noise``) when its speculative
+    rows have no speedup because they, or their baseline, were set aside for the decode-rate
+    spread alone; None when that does not apply or the answer is not decisive."""
+    def setting(r: Measurement) -> tuple[str, str]:
+        return r.knob or "num_draft_tokens", r.knob_value or ""
+
+    spec = [r for r in rows if r.mode == "speculative"]
+    if not spec or any(r.speedup is not None for r in spec):
+        return None
+    judged: list[tuple[Row, dict, str]] = []
+    spreads: list = []
+    for row in spec:
+        reasons = (row.set_aside or "").removeprefix("its baseline is unreliable: ").split("; ")
+        sp = [spread_of_reason(x) for x in reasons]
+        if not all(sp):
+            continue
+        spreads += sp
+        cand = [m for m in rs if m.mode == "speculative" and setting(m) == (row.knob,
+                                                                          row.knob_value or "")]
+        base = [m for m in rs if m.mode == "baseline" and (
+            setting(m)[0] in SPECULATION_SETTINGS if row.knob in SPECULATION_SETTINGS
+            else setting(m) == (row.knob, row.knob_value or ""))]
+        cand, base = [m for m in cand if not m.unreliable], [m for m in base if not m.unreliable]
+        if not cand or not base:
+            continue
+        acc = median(m.acceptance_rate for m in cand)
+        g: dict = {"acceptance": {"value": acc, "passed": None if acc is None else
+                                  acc >= gates["acceptance_floor"] - 1e-9},
+                   "exact": {"value": None, "passed": False
+                             if row.exactness.startswith("diverged") else None}}
+        g.update(timing_gates({n: [getattr(m, n) for m in base] for n in ("decode_tok_s",
+                                                                         "ttft_ms")},
+                              {n: [getattr(m, n) for m in cand] for n in (
+                                  "decode_tok_s", "ttft_ms", "itl_p95_ms")}, bucket, gates))
+        judged.append((row, g, outcome(g)))
+    if not judged or len(judged) < len(spec):
+        return None
+    mark = f"Decided through the noise ({spread_text(spreads)}; every row set aside)"
+    passing = [(r, g) for r, g, o in judged if o == "pass"]
+    if passing:
+        r, g = max(passing, key=lambda x: x[1]["speedup"]["value"])
+        lo, hi = g["speedup"]["interval"]
+        return (f"{mark}: best is draft width {r.num_draft_tokens} at "
+                f"{g['speedup']['value']:.2f}× the baseline (95% interval {lo:.2f}–{hi:.2f}), "
+                f"every gate passed (acceptance {fmt_value(r.acceptance_rate, '.2f')}): a "
+                "production candidate, provisional.")
+    if all(o == "fail" for _, _, o in judged):
+        missed = sorted({n for _, g, _ in judged for n, v in g.items() if v["passed"] is False})
+        return (f"{mark}: every draft width fails a gate ({', '.join(missed)}). Keep "
+                "autoregressive decoding, provisional.")
+    return None
 
 
 def fmt_value(value, spec: str = ".1f", missing: str = "–") -> str:

@@ -27,6 +27,7 @@ import re
 from typing import Any
 
 from .configs import NOT_SAMPLING, sampling_key
+from .through_noise import spread_text
 
 MIN_RUNS = 3
 DECISIONS = ("production candidate", "graded fallback", "keep autoregressive",
@@ -160,6 +161,8 @@ def decide(section: dict, facts: dict | None = None) -> dict:
     out = _decide(section, facts)
     if p := out.get("provisional"):
         out["text"] += f", provisional: {p['nights']} of {p['needed']} nights"
+    if tn := out.get("through_noise"):
+        out["text"] += f"; decided through the noise: {tn['text']}"
     if cal := section.get("calibration"):
         why = cal.get("no_longer_holds") if isinstance(cal, dict) else None
         unknown = cal.get("unverified") if isinstance(cal, dict) else None
@@ -186,6 +189,8 @@ def _decide(section: dict, facts: dict | None = None) -> dict:
     if section.get("stale") and not configs:
         out["text"] = "needs more data: no run this week"
         out["evidence"] = f"latest run {section['latest_run'][:10]}"
+        return out
+    if (base is None or not spec) and _through_noise(section, out):
         return out
     if base is None or not spec:
         out["text"] = "needs more data: " + ("no reliable baseline this week" if base is None
@@ -243,6 +248,86 @@ def _decide(section: dict, facts: dict | None = None) -> dict:
                         "draft tier",
                    evidence=_describe(fastest, gates))
     return out
+
+
+def _through_noise(section: dict, out: dict) -> bool:
+    """The decision from configs set aside for their decode-rate spread alone and judged
+    through the noise (``through_noise``), only where it is decisive: keep autoregressive
+    when every one fails a gate (decisively, for a timing gate), a production candidate
+    at the fastest that passes every gate decisively; a graded fallback when all fail but
+    one is decisively faster than the baseline. Marked in the text and as a field."""
+    gates = section["gates"]
+    noisy = [c for c in section.get("configs") or [] if c["mode"] == "speculative"
+             and c.get("through_noise") and c.get("gates")]
+    passing = [c for c in noisy if c["through_noise"]["outcome"] == "pass"]
+    failing = [c for c in noisy if c["through_noise"]["outcome"] == "fail"]
+    if not noisy or (not passing and len(failing) < len(noisy)):
+        return False
+
+    def speed(c: dict) -> float:
+        return c["gates"]["speedup"]["value"] or 0.0
+
+    judged = max(passing or failing, key=speed)
+    tn = judged["through_noise"]
+    spreads = [s for c in noisy for s in c["through_noise"]["spreads"]]
+    if passing:
+        sp = judged["gates"]["speedup"]
+        why = (f"speedup {sp['value']:.2f}× (95% interval {sp['interval'][0]:.2f}–"
+               f"{sp['interval'][1]:.2f}) ≥ {_limit(gates['min_speedup'])}")
+    else:  # a gate every width fails, as its comparison ("acceptance 0.38 < 0.55 at ...")
+        common = sorted(n for n, v in failing[0]["gates"].items() if v["passed"] is False
+                        and all(c["gates"][n]["passed"] is False for c in failing))
+        where = " at every width" if len(failing) > 1 else f" at {_width(failing[0])}"
+        why = "; ".join(_noisy_gate(n, [c["gates"][n] for c in failing], gates) + where
+                        for n in common[:2])
+    out["through_noise"] = {"text": spread_text(spreads) + (f", {why}" if why else ""),
+                            "configs": len(noisy), "outcome": tn["outcome"]}
+    if tn["nights"] < MIN_RUNS:
+        out["provisional"] = {"nights": tn["nights"], "needed": MIN_RUNS}
+    evidence = _noisy_describe(judged, gates)
+    if passing:
+        out.update(decision="production candidate", k=judged["k"],
+                   enable={"num_draft_tokens": judged["k"], "config": judged.get("knobs") or {}},
+                   text=f"production candidate at {_width(judged)}",
+                   evidence=evidence + "; passes every gate through the noise")
+        return True
+    helps = [c for c in failing if c["gates"]["speedup"].get("interval")
+             and c["gates"]["speedup"]["interval"][0] > 1.0]
+    if helps and not all(c.get("exact") is False for c in failing):
+        best = max(helps, key=speed)
+        out.update(decision="graded fallback", step=2, k=best["k"],
+                   text="graded fallback step 2: serve autoregressive; no config passes every "
+                        "gate; next to measure: a lighter draft tier",
+                   evidence=_noisy_describe(best, gates))
+        return True
+    out.update(decision="keep autoregressive", step=3,
+               text="keep autoregressive: every draft width fails a gate", evidence=evidence)
+    return True
+
+
+def _noisy_gate(name: str, judged: list[dict], gates: dict) -> str:
+    """A gate every width missed, by its worst reading (a timing gate by its interval)."""
+    worst = max(judged, key=lambda v: -(v["value"] or 0) if name in (
+        "speedup", "acceptance") else (v["value"] or 0))
+    text = gate_text(name, worst["value"], gates)
+    if iv := worst.get("interval"):
+        text += f" (95% interval {iv[0]:.2f}–{iv[1]:.2f})"
+    return text
+
+
+def _noisy_describe(c: dict, gates: dict) -> str:
+    """'speculation at draft width 3 is 0.52× the baseline (95% interval 0.41–0.66) on 1
+    run set aside for its spread; acceptance 0.38 < 0.55'."""
+    sp = c["gates"]["speedup"]
+    iv = f" (95% interval {sp['interval'][0]:.2f}–{sp['interval'][1]:.2f})" \
+        if sp.get("interval") else ""
+    n = c["through_noise"]["runs"]
+    parts = [f"speculation at {_width(c)} is {sp['value'] or 0:.2f}× the baseline{iv} on {n} "
+             f"run{'s' if n != 1 else ''} set aside for the spread (judged through the noise)"]
+    parts += [gate_text(name, v["value"], gates) for name, v in c["gates"].items()
+              if v["passed"] is False]
+    parts += [f"{name} undecided" for name, v in c["gates"].items() if v.get("undecided")]
+    return "; ".join(parts)
 
 
 POLICY_SCHEMA = "specfleet-policy/1"
@@ -317,6 +402,8 @@ def policy(a: dict, calibration: bool = False) -> dict:
                               "off_until": "its nights are in (provisional)"}}
                if v.get("provisional") and v.get("enable") and not on else {}),
             **({"calibration": True} if s.get("calibration") else {}),
+            # decided through the noise: never on (or named) without its marker
+            **({"through_noise": v["through_noise"]} if v.get("through_noise") else {}),
             **({"calibration_stale": stale} if stale else {}),
             **({"calibration_unverified": unverified} if unverified else {}),
             **({"measured_ladder": measured} if measured else {})})

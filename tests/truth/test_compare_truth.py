@@ -110,6 +110,40 @@ def test_a_mean_of_nights_scatters_more_the_more_they_remember(n, p1, p2):
     assert mean_gain(n, lo) <= mean_gain(n, hi) + 1e-12 <= 1.0 + 1e-12
 
 
+_log_night = st.floats(-3.0, 3.0, allow_nan=False)
+
+
+@settings(deadline=None, max_examples=60)
+@given(a=st.lists(_log_night, min_size=2, max_size=9), b=st.lists(_log_night, min_size=2,
+                                                                  max_size=9))
+def test_the_restricted_likelihood_is_the_dense_one(a, b):
+    """Property: nightmemory.restricted_loglik's closed forms (AR(1) determinant,
+    tridiagonal inverse) equal the restricted log-likelihood computed from the dense
+    correlation matrices, log|R| + log|X'R⁻¹X| + (N − p) log(x'Px), up to one constant
+    across φ."""
+    import numpy as np
+
+    from orchestrator.review.nightmemory import _GRID, restricted_loglik
+
+    if max(a) - min(a) < 1e-3 or max(b) - min(b) < 1e-3:
+        return  # a side without spread: x'Px is rounding
+    x = np.array(a + b)
+    t = np.arange(len(x))
+    side = np.array([0] * len(a) + [1] * len(b))
+    design = np.stack([side == 0, side == 1], axis=1).astype(float)
+    dense = []
+    for phi in _GRID[::10]:
+        r = np.where(side[:, None] == side[None, :], phi ** np.abs(t[:, None] - t[None, :]), 0)
+        ri = np.linalg.inv(r)
+        xrx = design.T @ ri @ design
+        proj = ri - ri @ design @ np.linalg.inv(xrx) @ design.T @ ri
+        dense.append(-0.5 * (np.linalg.slogdet(r)[1] + np.linalg.slogdet(xrx)[1]
+                             + (len(x) - 2) * np.log(x @ proj @ x)))
+    got = restricted_loglik([a, b])[::10]
+    diff = got - np.array(dense)
+    assert np.ptp(diff) < 1e-6 * max(1.0, float(np.abs(got).max())), diff
+
+
 def test_the_exact_autocorrelation_tail_matches_planted_nights():
     """lag1_cdf (Imhof) against 4,000 seeded planted pairs of AR(1) sides (three and three
     nights at φ 0.5, two against three at 0.9): P(r ≤ c) at the planted 10%, 25%, 50%

@@ -1,0 +1,206 @@
+"""Deciding through the noise (review.through_noise): a config set aside for its
+decode-rate spread alone is judged on the gates that do not hang on timing, and on 95%
+intervals for those that do; a decision reached so is decisive and marked. Planted with
+lognormal trial noise of CV 20% and a known true ratio, through the real ingest."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.review.rules import load_rules
+from orchestrator.review.through_noise import decisive, ratio_interval
+from orchestrator.review.verdict import policy
+from orchestrator.review.weekly import analyse
+from orchestrator.store import open_store
+from tests.history import config_values as V
+from tests.history import night, week_nights
+from tests.store_templates import fresh_sqlite
+from tests.test_weekly_review import NOW, W20
+
+SIGMA = math.sqrt(math.log(1 + 0.20 ** 2))  # the log-sd of a lognormal of CV 20%
+FLOOR, MIN_SPEEDUP = 0.55, 1.16
+
+
+def lognormal(rng: random.Random, mean: float, n: int) -> list[float]:
+    return [mean * math.exp(rng.gauss(0, SIGMA)) for _ in range(n)]
+
+
+def _reason(pct: int) -> str:
+    return (f"decode tok/s spread {pct}% ≥ 10% over 4 repetitions (robust CV, or how far a "
+            "third of them lie from the median): rerun with more repetitions or check the "
+            "node for background load")
+
+
+def plant(path, seed: int, *, ratios: dict[int, float], acceptance: float, nb: int, ns: int,
+          scale: float = 1.0, busy: bool = False) -> dict:
+    """One night of one series, every config set aside for its spread alone (36%): the
+    baseline's ``nb`` trials at 100 tok/s × ``scale``, each width's ``ns`` at its true
+    ratio; ``busy``: a second sweep that night set aside as contended. Its verdict."""
+    rng = random.Random(seed)
+    store = open_store(fresh_sqlite(path))
+    at = week_nights(W20, 1)[0] + timedelta(hours=1)
+
+    def cfg(rate: float, n: int, acc=None) -> dict:
+        v = V(rate, reps=n, acceptance=acc, rng=rng)
+        v["decode_tok_s"] = lognormal(rng, rate, n)
+        return v
+
+    common = dict(node="ci-01", chip="Apple M2 Max", pair="target / draft", workload="code")
+    night(store, at, **common, unreliable=_reason(36), spread={"value": 0.36, "limit": 0.10},
+          configs={("baseline", 0): cfg(100.0 * scale, nb),
+                   **{("speculative", k): cfg(100.0 * scale * r, ns, acceptance)
+                      for k, r in ratios.items()}})
+    if busy:  # noise of another kind: never evidence, whatever its numbers say
+        night(store, at + timedelta(hours=2), **common,
+              unreliable="other processes took 60% of the CPU (limit 20%)",
+              configs={("baseline", 0): cfg(300.0, nb),
+                       ("speculative", min(ratios)): cfg(900.0, ns, 0.99)})
+    a = analyse(store, "2026-W20", load_rules(), now=NOW)
+    (s,) = a["series"]
+    return {"verdict": s["verdict"], "configs": s["configs"], "policy": policy(a),
+            "store": store}
+
+
+def test_a_trained_like_pair_is_kept_autoregressive_through_the_noise(tmp_path):
+    """The demo's trained pair: 0.5× and acceptance 0.40 at every width, one trial a width
+    against four of the baseline's, all set aside for a 36% spread."""
+    got = plant(tmp_path / "s.db", 1, ratios={2: 0.5, 3: 0.5, 4: 0.5}, acceptance=0.40,
+                nb=4, ns=1)
+    v = got["verdict"]
+    assert v["decision"] == "keep autoregressive", v
+    assert v["provisional"] == {"nights": 1, "needed": 3}
+    assert v["text"].startswith("keep autoregressive: every draft width fails a gate, "
+                                "provisional: 1 of 3 nights; decided through the noise: "
+                                "decode tok/s varied 36% (the plan allows under 10%), "
+                                "acceptance 0.40 < 0.55 at every width"), v["text"]
+    spec = [c for c in got["configs"] if c["mode"] == "speculative"]
+    # every number stays marked: set aside, no speedup in the table, classified as such
+    assert all(c["set_aside"] and c["speedup"] is None for c in spec)
+    assert all(c["classification"].startswith("decided through the noise") for c in spec)
+    (entry,) = got["policy"]["series"]
+    assert entry["speculation"] is False and entry["through_noise"]["outcome"] == "fail"
+    from orchestrator.review.report import write_review
+
+    md = write_review(got["store"], tmp_path / "r.html", week="2026-W20", now=NOW)["md"]
+    text = md.read_text()
+    assert "(1 decided through the noise: runs set aside for their spread)" in text, text
+    assert "the verdict above was decided through the noise" in text
+
+
+def test_a_calibration_like_pair_is_a_marked_candidate_never_silently_on(tmp_path):
+    got = plant(tmp_path / "s.db", 2, ratios={1: 1.7, 2: 1.75, 4: 1.8}, acceptance=1.0,
+                nb=8, ns=8)
+    v = got["verdict"]
+    assert v["decision"] == "production candidate" and v["k"] in (1, 2, 4), v
+    assert "provisional: 1 of 3 nights; decided through the noise" in v["text"]
+    assert "95% interval" in v["evidence"] and "set aside for the spread" in v["evidence"]
+    (entry,) = got["policy"]["series"]
+    # a real pair's one noisy night: named, off, and marked
+    assert entry["speculation"] is False and entry["candidate"]["num_draft_tokens"] == v["k"]
+    assert entry["through_noise"]["outcome"] == "pass" and entry["provisional"]
+
+
+def test_undecided_stays_needs_more_data(tmp_path):
+    """A ratio on the gate with one trial a side: no interval can settle it."""
+    got = plant(tmp_path / "s.db", 3, ratios={3: 1.16}, acceptance=0.9, nb=4, ns=1)
+    assert got["verdict"]["decision"] == "needs more data", got["verdict"]
+    assert "through_noise" not in got["verdict"]
+
+
+# the simulation: the speedup gate's interval at CV 20%, true ratio on the gate / at 0.5×
+def _rates(nb: int, ns: int, true: float, draws: int = 2000) -> tuple[float, float]:
+    rng = random.Random(11)
+    passed = failed = 0
+    for _ in range(draws):
+        iv = ratio_interval(lognormal(rng, 100, nb), lognormal(rng, 100 * true, ns))
+        d = decisive(iv[1], iv[2], MIN_SPEEDUP, True) if iv else None
+        passed += d is True
+        failed += d is False
+    return passed / draws, failed / draws
+
+
+@pytest.mark.parametrize("nb,ns", [(4, 1), (4, 4), (8, 8)])
+def test_a_ratio_on_the_gate_is_rarely_a_decisive_pass(nb, ns):
+    passed, _ = _rates(nb, ns, MIN_SPEEDUP)
+    assert passed <= 0.05, passed  # measured: 2.2%, 2.0%, 2.6%
+
+
+@pytest.mark.parametrize("nb,ns", [(4, 4), (8, 8)])
+def test_half_the_baseline_is_nearly_always_a_decisive_fail(nb, ns):
+    _, failed = _rates(nb, ns, 0.5)
+    assert failed >= 0.90, failed  # measured: 99.6%, 100%
+
+
+@pytest.mark.xfail(strict=True, reason="moderate: at the demo trained pair's counts (4 "
+                   "baseline trials, 1 a width) a 95% interval at CV 20% fails 0.5x "
+                   "decisively in 72% of draws, not 90% (the acceptance gate, which no noise "
+                   "touches, is what decides that pair)")
+def test_half_the_baseline_at_the_demo_counts_is_a_decisive_fail():
+    _, failed = _rates(4, 1, 0.5)
+    assert failed >= 0.90, failed
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10_000), ratio=st.floats(0.3, 2.5),
+       acceptance=st.floats(0.2, 1.0), scale=st.floats(0.05, 20.0))
+def test_decisions_ignore_scale_and_busy_runs_and_never_pass_a_failed_acceptance(
+        tmp_path_factory, seed, ratio, acceptance, scale):
+    ratios = {2: ratio, 4: ratio * 0.9}
+    d = tmp_path_factory.mktemp("tn")
+    one = plant(d / "a.db", seed, ratios=ratios, acceptance=acceptance, nb=6, ns=6)
+    scaled = plant(d / "b.db", seed, ratios=ratios, acceptance=acceptance, nb=6, ns=6,
+                   scale=scale)
+    busy = plant(d / "c.db", seed, ratios=ratios, acceptance=acceptance, nb=6, ns=6,
+                 busy=True)
+    decision = one["verdict"]["decision"]
+    assert scaled["verdict"]["decision"] == decision == busy["verdict"]["decision"]
+    assert scaled["verdict"]["k"] == one["verdict"]["k"] == busy["verdict"]["k"]
+    if acceptance < FLOOR:
+        assert decision != "production candidate"
+
+
+# --- the sweep page judges the same way -------------------------------------------------
+
+def _sweep_verdict(seed: int, ratios: dict[int, float], acceptance: float, nb: int,
+                   ns: int) -> str | None:
+    """The sweep page's verdict for one section whose configs were all set aside for a 36%
+    spread, from generations planted as the store holds them."""
+    from orchestrator.review.sweep_page import _noisy_verdict, _rows, _set_aside
+    from orchestrator.review.weekly import DEFAULT_GATES
+    from orchestrator.store.models import Measurement
+
+    rng = random.Random(seed)
+
+    def gen(mode: str, k: int, rate: float, acc) -> Measurement:
+        return Measurement(mode=mode, num_draft_tokens=k, knob=None if mode == "baseline"
+                           else "num_draft_tokens", knob_value=None if mode == "baseline"
+                           else str(k), decode_tok_s=rate, ttft_ms=50.0, itl_p95_ms=20.0,
+                           acceptance_rate=acc, exact_match=mode == "speculative" or None,
+                           unreliable=False, output_text="x")
+
+    rs = [gen("baseline", 0, r, None) for r in lognormal(rng, 100.0, nb)]
+    rs += [gen("speculative", k, r, acceptance) for k, ratio in ratios.items()
+           for r in lognormal(rng, 100.0 * ratio, ns)]
+    why = [_reason(36)]
+    flagged = {("n", ("code", None), "baseline", None, None): why,
+               **{("n", ("code", None), "speculative", "num_draft_tokens", str(k)): why
+                  for k in ratios}}
+    rows = _set_aside(_rows(rs), flagged, "n", ("code", None))
+    return _noisy_verdict(rows, rs, DEFAULT_GATES, "short")
+
+
+def test_the_sweep_page_agrees_through_the_noise():
+    keep = _sweep_verdict(1, {2: 0.5, 3: 0.5, 4: 0.5}, 0.40, 4, 1)
+    assert keep is not None and keep.startswith(
+        "Decided through the noise (decode tok/s varied 36% (the plan allows under 10%); "
+        "every row set aside): every draft width fails a gate (acceptance"), keep
+    assert "Keep autoregressive decoding, provisional." in keep
+    win = _sweep_verdict(2, {1: 1.7, 2: 1.75, 4: 1.8}, 1.0, 8, 8)
+    assert win is not None and "every gate passed" in win and "production candidate" in win
+    assert _sweep_verdict(3, {3: 1.16}, 0.9, 4, 1) is None  # undecided: "No conclusion"
