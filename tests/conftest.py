@@ -220,20 +220,20 @@ def empty_any_url(request, tmp_path):
 # Modules that take 20 s or more, longest first: with one module per worker (--dist
 # loadscope, so module fixtures run once), a long module started last would hold the whole
 # run up after every other worker is done. Ranked by the CPU each used run alone (its
-# process tree's cgroup CPU, robust to other load; 2026-11-28, CONTRIBUTING.md says how):
-# the --help examples and the README blocks ~80 CPU-s, store faults ~64, first provision
-# ~60 (an empty wheel cache), the store outages ~54 (and mostly waiting: ~80 s in CI, so
-# first), the machine lock, agent faults and the hostile-journal property ~45, weekly
-# review ~35, sweeps over SSH ~32, then 20-30 each; the demo's example (~55 s in CI) and the
-# load measures (~30 s) from CI's durations. The --fail-on reviews (~9 CPU-s since their
+# process tree's cgroup CPU, on a host loaded ~5x, which inflates them alike; 2026-11-28):
+# the store outages first (54 CPU-s and mostly waiting: ~80 s in CI), then sweep
+# lifecycle, the demo's and --help's examples and the README ~80, store faults and first
+# provision (an empty wheel cache) ~55-60, machine lock, agent faults and the hostile
+# property ~45, wheel install, weekly review, lint, sweeps over SSH ~32-37, the load
+# measures (~30 s in CI), then 20-27 each. The --fail-on reviews (~9 CPU-s since their
 # planted stores are copied) and the calibration demo (all `alone`) left the list.
-SLOW_FIRST = ("test_store_outage.py", "test_help_examples.py", "test_docs.py",
-              "test_demo_example.py", "test_sweep_faults.py", "test_provision.py",
-              "test_machine_lock.py", "test_agent_faults.py", "test_hostile_lines.py",
-              "test_weekly_review.py", "test_sweep_ssh.py", "test_load_measures.py",
-              "test_site.py", "test_schedule.py", "test_load.py", "test_knobs.py",
-              "test_wheel_install.py", "test_lint.py", "test_http_sweep.py",
-              "test_otlp_export.py", "test_hostile_examples.py", "test_sweep_lifecycle.py")
+SLOW_FIRST = ("test_store_outage.py", "test_sweep_lifecycle.py", "test_demo_example.py",
+              "test_help_examples.py", "test_docs.py", "test_provision.py",
+              "test_sweep_faults.py", "test_machine_lock.py", "test_agent_faults.py",
+              "test_hostile_lines.py", "test_wheel_install.py", "test_weekly_review.py",
+              "test_lint.py", "test_sweep_ssh.py", "test_load_measures.py", "test_site.py",
+              "test_http_sweep.py", "test_knobs.py", "test_schedule.py", "test_agent.py",
+              "test_otlp_export.py", "test_load.py", "test_hostile_examples.py")
 
 
 def pytest_collection_modifyitems(config, items):
