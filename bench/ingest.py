@@ -8,8 +8,9 @@ schema, seq, type and every value checked against its store column) and then the
 follower's ``IngestPipeline``, which stores batches with ``Store.ingest`` in a thread
 (events and measurements; telemetry is read through a view over the events). Then the
 same lines again, to time the idempotent path (everything already stored). The lines are
-signed as a keyed agent signs them (``agent.signing``) and the boundary checks each MAC, as
-for every sweep launched since issue 28; ``unsigned`` is the boundary's rate without a key.
+signed as a keyed agent signs them (``agent.signing``); each is framed (``Decoder.framed``:
+bytes glued before the signed line, none here) and the boundary checks its MAC, as for every
+sweep launched since issue 28; ``unsigned`` is the boundary's rate without a key.
 
 ``floor`` is what the database itself takes on this machine in the same run: the same
 rows, already built, written by the bare driver (sqlite3 executemany / psycopg COPY) in
@@ -23,7 +24,11 @@ loaded machine gives each side whatever share of the cores it gets, which moves 
 ratio by more than any change to the code; the CPU ratio stays put (it does not count the
 overlap of decoding with the database's own work that a free core allows).
 
-    .venv/bin/python bench/ingest.py [--events 20000] [--repeat 3]
+``--stages`` instead prints where a generation event's CPU goes on our path, stage by
+stage (this thread's CPU time per event, median of ``--repeat`` batches of 1000 fresh
+lines, each stored into a new sweep), beside the floor's: what each check costs.
+
+    .venv/bin/python bench/ingest.py [--events 20000] [--repeat 3] [--stages]
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from sqlalchemy import create_engine, text  # noqa: E402
 from agent.signing import sign  # noqa: E402
 from orchestrator.store import open_store  # noqa: E402
 from orchestrator.sweep.decode import Decoder, Quarantined  # noqa: E402
-from orchestrator.sweep.pipeline import IngestPipeline  # noqa: E402
+from orchestrator.sweep.pipeline import IngestPipeline, ingest_gc  # noqa: E402
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 KEY = secrets.token_bytes(32)  # the sweep node's journal key (a keyed launch's)
@@ -155,8 +160,9 @@ def run(url: str, events: list[dict],
         pipeline = IngestPipeline(store_batch)
         cpu0, t0 = cpu_seconds(url), time.perf_counter()
         for line in lines:
+            glued, line = decoder.framed(line)  # as the follower frames each line first
             event = decoder.event(line)  # typed (agent.events), as a follower decodes
-            assert not isinstance(event, Quarantined), event
+            assert glued is None and not isinstance(event, Quarantined), event
             await pipeline.add(event.raw, line)
         await pipeline.close()
         rate = len(lines) / (time.perf_counter() - t0)
@@ -190,12 +196,135 @@ def decode_rates(events: list[dict]) -> tuple[float, float, float, float]:
     return rates[0], rates[1], rates[2], rates[3]
 
 
+def stages(url: str, events: list[dict], lines: list[str], repeat: int) -> dict[str, float]:
+    """CPU µs per event of each stage of our path for one batch of generation lines, and of
+    the floor's write of the same rows (this thread only: not PostgreSQL's server)."""
+    n = min(1000, len(lines))
+    times: dict[str, list[float]] = {}
+    store = open_store(url)
+    for r in range(repeat):  # a batch of fresh lines each time, as a follower reads them
+        _stage_batch(store, url, lines[r * n % len(lines):][:n], times)
+    store.engine.dispose()
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _stage_batch(store, url: str, batch: list[str], times: dict[str, list[float]]) -> None:
+    import orjson
+
+    from agent.events import Event
+    from agent.signing import Verifier
+    from orchestrator.store.bulk import bulk
+    from orchestrator.store.dupkeys import duplicate_key
+    from orchestrator.store.fastcheck import FAST_CHECKS
+    from orchestrator.store.ledger import admit
+    from orchestrator.store.rows import (
+        EVENT_COLUMNS,
+        MEASUREMENT_TABLE_COLUMNS,
+        measurement_tuple,
+    )
+
+    n, clock, check, verify = len(batch), time.thread_time, FAST_CHECKS["generation"], \
+        Verifier(KEY)
+
+    def sweep() -> str:
+        sid = uuid.uuid4().hex[:12]
+        store.create_sweep(sid, {"models": {"target": {}, "draft": {}}}, None)
+        return sid
+
+    def timed(stage: str, fn, *args):
+        t0 = clock()
+        out = fn(*args)
+        times.setdefault(stage, []).append((clock() - t0) / n * 1e6)
+        return out
+
+    raw = [x.encode() for x in batch]
+    timed("MAC (HMAC-SHA256 of the line)", lambda: [verify(x) for x in raw])
+    objs = timed("parse (orjson)", lambda: [orjson.loads(x) for x in batch])
+    timed("duplicate keys", lambda: [duplicate_key(x, e) for x, e in zip(batch, objs)])
+    timed("typed check (msgspec shape, depth, NUL)",
+          lambda: [check(e, x) for x, e in zip(batch, objs)])
+    timed("typed event (Event.from_json)", lambda: [Event.from_json(e) for e in objs])
+    decoder = Decoder("bench-node", key=KEY)
+
+    def boundary() -> list[dict]:
+        out = []
+        for x in batch:
+            _, own = decoder.framed(x)
+            out.append(decoder.event(own).raw)  # type: ignore[union-attr]
+        return out
+
+    evs = timed("= framing + decode boundary (Decoder)", boundary)
+    sid = sweep()
+    with store.engine.begin() as c:
+        kept, kept_lines, _ = timed("ledger (admit: one context read + rules)", admit, c,
+                                    sid, "bench-node", evs, batch)
+        rows = timed("event rows", lambda: [(sid, "bench-node", e["seq"], e["type"], e["ts"],
+                                             x) for e, x in zip(kept, kept_lines)])
+        m = timed("measurement rows", lambda: [measurement_tuple(sid, "bench-node", e)
+                                               for e in kept])
+        timed("write events", bulk, c, "events", EVENT_COLUMNS, rows, True)
+        timed("write measurements", bulk, c, "measurements", MEASUREMENT_TABLE_COLUMNS, m, True)
+        t0 = clock()
+    times.setdefault("commit", []).append((clock() - t0) / n * 1e6)
+    timed("= store.ingest", store.ingest, sweep(), "bench-node", evs, batch)
+    sid = sweep()
+    ev_rows = [(sid, "n", e["seq"], e["type"], e["ts"], x) for e, x in zip(evs, batch)]
+    m_rows = [measurement_tuple(sid, "n", e) for e in evs]
+    conn = store.engine.raw_connection().driver_connection
+    t0 = clock()
+    if url.startswith("sqlite"):
+        conn.execute("BEGIN")  # the driver autocommits under SQLAlchemy: as floor() does
+    for table, cols, rws in (("events", EVENT_COLUMNS, ev_rows),
+                             ("measurements", MEASUREMENT_TABLE_COLUMNS, m_rows)):
+        if url.startswith("sqlite"):
+            conn.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES "
+                             f"({', '.join('?' * len(cols))})", rws)
+        else:
+            with conn.cursor() as cur, cur.copy(
+                    f"COPY {table} ({', '.join(cols)}) FROM STDIN") as cp:
+                for row in rws:
+                    cp.write_row(row)
+    conn.execute("COMMIT") if url.startswith("sqlite") else conn.commit()
+    times.setdefault("floor: the driver's write + commit", []).append(
+        (clock() - t0) / n * 1e6)
+    conn.close()
+
+
+def print_stages(admin, events: list[dict], lines: list[str], repeat: int) -> None:
+    name = f"specfleet_bench_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            got = {"SQLite": stages(f"sqlite:///{d}/stages.db", events, lines, repeat),
+                   "PostgreSQL": stages(f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}",
+                                        events, lines, repeat)}
+    finally:
+        with admin.connect() as c:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    print(f"\nCPU µs per generation event ({len(lines[0])} bytes), median of {repeat} "
+          "batches of 1000; this thread only")
+    print(f"{'stage':<44}{'SQLite':>9}{'PostgreSQL':>12}")
+    for k in got["SQLite"]:
+        print(f"{k:<44}{got['SQLite'][k]:>9.1f}{got['PostgreSQL'][k]:>12.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--stages", action="store_true",
+                    help="where a generation event's CPU goes, stage by stage")
     args = ap.parse_args()
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    if args.stages:
+        events = sample_events(max(args.events, 1000))
+        lines = [sign(KEY, json.dumps(e, separators=(",", ":"))) for e in events]
+        gc.collect()
+        gc.freeze()
+        ingest_gc()  # the controller's collector thresholds, as IngestPipeline sets them
+        print_stages(admin, events, lines, args.repeat)
+        return
     targets = {"SQLite": 50000, "PostgreSQL": 30000}
     for label, events in (("generation", sample_events(args.events)),
                           ("light", light_events(args.events * 2))):

@@ -122,6 +122,34 @@ def test_the_keyed_decoder_sets_aside_every_recorded_line_it_did_not_see_signed(
     assert d.decode(b"not json").reason == UNSIGNED and d.decode(b"not json").seq is None
 
 
+
+@settings(max_examples=200, deadline=None)
+@given(glue=st.sampled_from(["", "junk", '{"schema":1,"seq":9']), forge=st.booleans(),
+       index=st.integers(min_value=0, max_value=20), flip=st.integers(min_value=0))
+def test_a_framed_line_is_decoded_on_one_mac_and_any_other_text_on_its_own(glue, forge,
+                                                                           index, flip):
+    # a follower frames each line, then decodes what framing returned: that text's MAC was
+    # just taken and is not taken again; any other text handed to decode (a changed byte,
+    # a line framed earlier) is checked itself: framing vouches for one text, once
+    lines = recorded()
+    x = sign(KEY, lines[index % len(lines)].decode())
+    d = Decoder("n1", key=KEY)
+    calls = []
+    check = d._signed
+    assert check is not None
+    d._signed = lambda b: calls.append(b) or check(b)  # counts, then verifies as ever
+    glued, own = d.framed(glue + x)
+    assert own == x and glued == (glue or None) and len(calls) == (1 if not glue else 2)
+    if forge:  # another text than the one framed: its own MAC decides (a forgery's fails)
+        i = flip % (len(x) - 80)
+        other = x[:i] + chr(ord(x[i]) ^ 1) + x[i + 1:]
+        got = d.decode(other)
+        assert isinstance(got, Quarantined) and got.reason == UNSIGNED
+    else:
+        before = len(calls)
+        assert not isinstance(d.decode(own), Quarantined) and len(calls) == before
+        assert not isinstance(d.decode(own), Quarantined) and len(calls) == before + 1
+
 # -- end to end: a live journal on a loopback sshd node ----------------------------------
 
 

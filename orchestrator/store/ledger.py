@@ -207,7 +207,9 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
     keep_e, keep_p, refused = list[dict](), list[str](), list[Refused]()
     for e, line in zip(events, payloads, strict=True):
         seq, kind = e["seq"], e["type"]
-        seen = _seen_before(e, line, batch, stored, twice, nth, occurrence)
+        # nearly every line's seq is new to the read and the store: nothing to look up
+        seen = _seen_before(e, line, batch, stored, twice, nth, occurrence) \
+            if seq in batch or seq in stored else None
         if seen is True:
             continue  # the stored event read again
         if isinstance(seen, Refused):

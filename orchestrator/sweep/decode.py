@@ -91,6 +91,9 @@ class Decoder:
         self.agent_version: str | None = None
         self.started = False  # the agent's job_started (of this schema) was read
         self.duplicate: str | None = None  # the last line's key held twice (dupkeys)
+        # the line ``framed`` just found signed: ``decode`` of that very text does not
+        # take its MAC again (a follower frames each line, then decodes it: one MAC a line)
+        self._verified: str | None = None
 
     @property
     def key(self) -> bytes | None:
@@ -100,6 +103,7 @@ class Decoder:
     def key(self, key: bytes | None) -> None:
         self._key = key
         self._signed = None if key is None else Verifier(key)
+        self._verified = None
 
     def framed(self, line: str | bytes) -> tuple[str | None, str]:
         """(bytes another writer glued before the agent's signed line, or None; the line
@@ -107,6 +111,7 @@ class Decoder:
         (``signing.signed_from``; surrounding whitespace is no line's content, as
         everywhere in the ledger) is the agent's line with foreign bytes in front: the two
         are judged apart, the agent's line whole. Any other line is returned as it is."""
+        self._verified = None
         if isinstance(line, bytes):
             line = line.decode("utf-8", "surrogateescape")
         check = self._signed
@@ -121,10 +126,10 @@ class Decoder:
         at = signed_from(check, raw)
         if at is None:
             return None, line
-        if at == 0:
-            return None, text
-        return (raw[:at].decode("utf-8", "surrogateescape").strip(),
-                raw[at:].decode("utf-8", "surrogateescape"))
+        own = text if at == 0 else raw[at:].decode("utf-8", "surrogateescape")
+        self._verified = own  # its MAC checked: decode takes this very text as signed
+        return (None if at == 0 else raw[:at].decode("utf-8", "surrogateescape").strip(),
+                own)
 
     def event(self, line: str | bytes) -> Event | Quarantined:
         """The typed event, or why the line was set aside. Raises ``ProtocolMismatch``
@@ -137,6 +142,7 @@ class Decoder:
         """The checked JSON object of the event (its wire form), or why the line was set
         aside. Raises ``ProtocolMismatch`` for an agent of another major schema version."""
         self.duplicate = None
+        verified, self._verified = self._verified, None  # framed's, for this text only
         if isinstance(line, bytes):
             line = line.decode("utf-8", "surrogateescape")
         text = line[:-1] if line.endswith("\n") else line  # kept as the journal holds it
@@ -147,7 +153,8 @@ class Decoder:
             return Quarantined(None, f"line of {size} bytes or more is longer than the "
                                      f"limit of {MAX_LINE_BYTES} bytes", text)
         signed = self._signed
-        if signed is not None and not signed(text.encode("utf-8", "surrogateescape")):
+        if signed is not None and text is not verified and \
+                not signed(text.encode("utf-8", "surrogateescape")):
             return Quarantined(_claimed_seq(text), UNSIGNED, text)
         try:
             e = orjson.loads(text)
