@@ -217,22 +217,23 @@ def empty_any_url(request, tmp_path):
     return request.getfixturevalue("empty_pg_url")
 
 
-# Modules that take 40 s or more, longest first: with one module per worker (--dist
+# Modules that take 20 s or more, longest first: with one module per worker (--dist
 # loadscope, so module fixtures run once), a long module started last would hold the whole
-# run up after every other worker is done. Measured one module at a time on the 2-core host
-# under other load (wall s, 2026-11-27; CONTRIBUTING.md says how): the 200-series site
-# ~140, the hostile-journal property, first provision (an empty wheel cache) and the store
-# outages (mostly waiting) ~105, the --fail-on/JUnit/notify reviews ~85, README and store
-# faults ~80, weekly review ~75, agent faults, --help examples and the machine lock ~65,
-# sweeps over SSH ~60, then 40-55 s each.
-SLOW_FIRST = ("test_site.py", "test_hostile_lines.py", "test_provision.py",
-              "test_store_outage.py", "test_review_ci.py", "test_docs.py",
-              "test_sweep_faults.py", "test_weekly_review.py", "test_agent_faults.py",
-              "test_help_examples.py", "test_machine_lock.py", "test_sweep_ssh.py",
-              "test_load.py", "test_schedule.py", "test_demo_example.py",
-              "test_calibration_demo.py", "test_knobs.py", "test_wheel_install.py",
-              "test_lint.py", "test_http_sweep.py", "test_otlp_export.py",
-              "test_hostile_examples.py", "test_sweep_lifecycle.py")
+# run up after every other worker is done. Ranked by the CPU each used run alone (its
+# process tree's cgroup CPU, on a host loaded ~5x, which inflates them alike; 2026-11-28):
+# the store outages first (54 CPU-s and mostly waiting: ~80 s in CI), then sweep
+# lifecycle, the demo's and --help's examples and the README ~80, store faults and first
+# provision (an empty wheel cache) ~55-60, machine lock, agent faults and the hostile
+# property ~45, wheel install, weekly review, lint, sweeps over SSH ~32-37, the load
+# measures (~30 s in CI), then 20-27 each. The --fail-on reviews (~9 CPU-s since their
+# planted stores are copied) and the calibration demo (all `alone`) left the list.
+SLOW_FIRST = ("test_store_outage.py", "test_sweep_lifecycle.py", "test_demo_example.py",
+              "test_help_examples.py", "test_docs.py", "test_provision.py",
+              "test_sweep_faults.py", "test_machine_lock.py", "test_agent_faults.py",
+              "test_hostile_lines.py", "test_wheel_install.py", "test_weekly_review.py",
+              "test_lint.py", "test_sweep_ssh.py", "test_load_measures.py", "test_site.py",
+              "test_http_sweep.py", "test_knobs.py", "test_schedule.py", "test_agent.py",
+              "test_otlp_export.py", "test_load.py", "test_hostile_examples.py")
 
 
 def pytest_collection_modifyitems(config, items):
