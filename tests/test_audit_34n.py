@@ -431,6 +431,36 @@ def test_one_reliable_baseline_night_does_not_flip_the_decision_on(tmp_path):
     assert entry["speculation"] is False, after["text"]
 
 
+
+# -- 10b (medium): paired by sweep, but pooled: unequal trial counts per night (Simpson) ----
+
+def _unequal_nights(tmp_path, seed: int, fast: float = 1.7):
+    """Three nights, both sides set aside for their spread every night (CV 20%), true ratio
+    1.0 every night; night 1 at 100 tok/s with 8 baseline trials and 2 speculative, nights 2
+    and 3 at ``fast``x with 2 and 8 (repetitions stopped at different counts per config)."""
+    store = open_store(fresh_sqlite(tmp_path / "unequal.db"))
+    rng = random.Random(seed)
+    for i, at in enumerate(week_nights(W20, 3)):
+        m, nb, ns = (100.0, 8, 2) if i == 0 else (100.0 * fast, 2, 8)
+        sweep(store, at, {("baseline", 0): (lognormal_values(rng, m, nb), _reason(36), SPREAD),
+                          ("speculative", 2): (lognormal_values(rng, m, ns, 0.9), _reason(36),
+                                               SPREAD)})
+    a, s = weekly(store)
+    return s["verdict"], policy(a)["series"][0]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: medium. Every night has both sides, but through_noise.ratio_interval pools "
+    "all trials of the week into one Welch test, so a night with more speculative trials "
+    "weighs more on that side only: true ratio 1.0 on every night, 1.7x between nights, "
+    "8/2 then 2/8 and 2/8 trials (baseline/speculative): production candidate, not "
+    "provisional, speculation ON on seeds 4 and 9 (2 of 20; 2.0x between nights: 5 of 20; "
+    "no drift: 0 of 20). A per-night paired ratio (one log-ratio a night) has no such bias"))
+def test_unequal_trials_per_night_do_not_make_a_candidate(tmp_path):
+    verdict, entry = _unequal_nights(tmp_path, 4)
+    assert entry["speculation"] is False, verdict["text"]
+
+
 # -- 11 (low): a node's spread fields are taken as sent --------------------------------------
 
 @pytest.mark.xfail(strict=True, reason=(
