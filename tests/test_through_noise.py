@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from datetime import timedelta
 
 import pytest
@@ -75,10 +76,13 @@ def test_a_trained_like_pair_is_kept_autoregressive_through_the_noise(tmp_path):
     v = got["verdict"]
     assert v["decision"] == "keep autoregressive", v
     assert v["provisional"] == {"nights": 1, "needed": 3}
-    assert v["text"].startswith("keep autoregressive: every draft width fails a gate, "
-                                "provisional: 1 of 3 nights; decided through the noise: "
-                                "decode tok/s varied 36% (the plan allows under 10%), "
-                                "acceptance 0.40 < 0.55 at every width"), v["text"]
+    # the spread shown is recomputed from each run's stored trials where it can be (the
+    # baseline's four: a CV-20% draw, not the 36% planted as the node's claim); a width's
+    # one trial cannot be, so its claim stands
+    assert re.match(r"keep autoregressive: every draft width fails a gate, provisional: 1 "
+                    r"of 3 nights; decided through the noise: decode tok/s varied \d+–36% "
+                    r"\(the plan allows under 10%\), acceptance 0.40 < 0.55 at every width",
+                    v["text"]), v["text"]
     spec = [c for c in got["configs"] if c["mode"] == "speculative"]
     # every number stays marked: set aside, no speedup in the table, classified as such
     assert all(c["set_aside"] and c["speedup"] is None for c in spec)

@@ -18,7 +18,7 @@ from .configs import ConfigId, canonical, group_configs
 from .load import load_signals
 from .regression import regression
 from .rules import Rule, fire
-from .through_noise import outcome, spread_alone, spread_text, timing_gates
+from .through_noise import night_timing_gates, outcome, spread_alone, spread_text
 from .week_runs import RunRow, identity_changes, vals
 from .windows import GenRow
 
@@ -64,6 +64,11 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
         for ck, rs in sorted(shaky.items(), key=lambda kv: kv[0].order()) if rs]
     # each speculative config against the baseline of its own sampling settings
     bases = {c.sampling: c for c in stats.values() if c.mode == "baseline" and not c.set_aside}
+    # the configs judged through the noise, paired night by night with their baseline: how
+    # many there are sets the level a pass is read at (Bonferroni over them)
+    noisy = {ck: p for ck, c in stats.items() if c.mode == "speculative"
+             and (bases.get(c.sampling) is None or c.set_aside)
+             and (p := _paired_nights(c, ck, stats, configs, shaky))}
     for ck, c in sorted(stats.items(), key=lambda kv: kv[0].order()):
         base = bases.get(c.sampling)
         if c.mode == "speculative" and base is not None and not c.set_aside:
@@ -71,9 +76,8 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
                      for r in configs[ck])
             c.gates = evaluate_gates(c, base, key[3], series_gates, fw)
             c.classification = classify(c)
-        elif c.mode == "speculative":
-            _judge_through_noise(c, configs[ck] or shaky[ck], cur, stats, configs, shaky,
-                                 key[3], series_gates, week)
+        elif ck in noisy:
+            _judge_through_noise(c, noisy[ck], len(noisy), key[3], series_gates, week)
         section["configs"].append(c.__dict__)
     b = _best(stats, bases)
     metrics = _metrics(b, stats, configs)
@@ -94,41 +98,67 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
 
 
 def _usable(rs: list[RunRow]) -> tuple[list[RunRow], bool]:
-    """A config's runs to judge by: its reliable ones, else those set aside for their
-    spread alone (marked: True); a run set aside for anything else never counts."""
+    """One night's runs of one config to judge by: its reliable ones, else those set aside
+    for their spread alone (marked: True); a run set aside for anything else never counts.
+    Chosen night by night: one reliable night must not discard the other nights' noisy
+    runs and leave every night's trials judged against that one night (audit 34n)."""
     ok = [r for r in rs if not r.shaky]
     return (ok, False) if ok else ([r for r in rs if spread_alone(r.summary)], True)
 
 
-def _judge_through_noise(c: ConfigStats, runs: list[RunRow], cur: list[RunRow],
-                         stats: dict[ConfigId, ConfigStats], configs: dict, shaky: dict,
-                         bucket: str, gates: dict, week: Week) -> None:
+Paired = list[tuple[list[RunRow], list[RunRow]]]  # (baseline runs, speculative) a night
+
+
+def _paired_nights(c: ConfigStats, ck: ConfigId, stats: dict[ConfigId, ConfigStats],
+                   configs: dict, shaky: dict) -> Paired:
+    """The nights (sweep, node) on which both the config and its baseline have usable runs,
+    one of them set aside for the spread alone: a night with one side only is no evidence
+    (its trials pooled against another night's would measure the drift between nights)."""
+    base_ck = next((k for k, b in stats.items() if b.mode == "baseline"
+                    and b.sampling == c.sampling), None)
+    if base_ck is None:
+        return []
+
+    def by_night(rs: list[RunRow]) -> dict[tuple, list[RunRow]]:
+        out: dict[tuple, list[RunRow]] = defaultdict(list)
+        for r in rs:
+            out[(r.sweep_id, r.node)].append(r)
+        return out
+
+    spec = by_night(configs[ck] + shaky.get(ck, []))
+    base = by_night(configs[base_ck] + shaky.get(base_ck, []))
+    out, noisy = [], False
+    for night in sorted(spec.keys() & base.keys()):
+        (b, b_noisy), (s, s_noisy) = _usable(base[night]), _usable(spec[night])
+        if b and s:
+            out.append((b, s))
+            noisy |= b_noisy or s_noisy
+    return out if noisy else []
+
+
+def _judge_through_noise(c: ConfigStats, nights: Paired, family: int, bucket: str,
+                         gates: dict, week: Week) -> None:
     """A speculative config without a reliable verdict, because it or its baseline was
     set aside for the decode-rate spread alone: gates that do not hang on timing as
-    always, timing gates on intervals (``through_noise``), marked."""
-    spec, spec_noisy = _usable(runs)
-    base_ck = next((ck for ck, b in stats.items() if b.mode == "baseline"
-                    and b.sampling == c.sampling), None)
-    if not spec or base_ck is None:
-        return
-    base, base_noisy = _usable(configs[base_ck] + shaky.get(base_ck, []))
-    sweeps = {(r.sweep_id, r.node) for r in spec}
-    base = [r for r in base if (r.sweep_id, r.node) in sweeps]  # the same nights' baseline
-    if not base or not (spec_noisy or base_noisy):
-        return
+    always, timing gates on intervals over the paired nights (``through_noise``), a pass
+    read at the level for ``family`` such configs, marked."""
+    spec = [r for _, s in nights for r in s]
+    base = [r for b, _ in nights for r in b]
     st, bst = config_stats(spec, {}, week.quality), config_stats(base, {}, week.quality)
     fw = any((r.sweep_id, r.node, bucket, r.pair, canonical(r.config)) in week.failed
              for r in spec)
     g = evaluate_gates(st, bst, bucket, gates, fw)
-    g.update(timing_gates({m: vals(base, m) for m in ("decode_tok_s", "ttft_ms")},
-                          {m: vals(spec, m) for m in ("decode_tok_s", "ttft_ms",
-                                                      "itl_p95_ms")}, bucket, gates))
+    g.update(night_timing_gates(
+        [({m: vals(b, m) for m in ("decode_tok_s", "ttft_ms")},
+          {m: vals(s, m) for m in ("decode_tok_s", "ttft_ms", "itl_p95_ms")})
+         for b, s in nights], bucket, gates, family))
     c.gates, res = g, outcome(g)
     spreads = [sp for r in spec + base if (sp := spread_alone(r.summary))]
     c.through_noise = {"outcome": res, "spreads": spreads, "text": spread_text(spreads),
-                       "runs": len(spec), "nights": len({r.at.date() for r in spec}),
+                       # the nights behind it are the paired ones (provisional counts them)
+                       "runs": len(spec), "nights": len({b[0].at.date() for b, _ in nights}),
                        "speedup": g["speedup"]["value"], "acceptance": st.acceptance_p50,
-                       "exact": st.exact, "sampling": c.sampling, "k": c.k}
+                       "exact": st.exact, "sampling": c.sampling, "k": c.k, "family": family}
     c.classification = "decided through the noise: " + (
         classify(c) if res != "undecided" else "undecided: " + ", ".join(
             n for n, v in g.items() if v.get("undecided")))

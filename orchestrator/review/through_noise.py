@@ -6,7 +6,13 @@ answer does not hang on that noise.
   rate, swap) is judged as for any config: failing it fails whatever the noise.
 - A timing gate (speedup, TTFT change, ITL p95) is judged on a 95% interval, never the
   point: it passes when the whole interval clears the limit, fails when none of it does,
-  and is otherwise undecided (``passed`` None, ``undecided`` True).
+  and is otherwise undecided (``passed`` None, ``undecided`` True). A pass is read on the
+  interval at level 1 − 0.05/m, m the configs judged through the noise in the series
+  (Bonferroni): the verdict takes the fastest that passes, so m 95% intervals would make a
+  false candidate up to m times as often (audit 34n: 8.7% of weeks at six widths).
+- The night (one sweep on one node) is the unit: only nights with both sides count, and
+  with two or more the ratio's interval is Student's t on each night's log ratio, so a
+  night with more trials on one side weighs no more on that side (audit 34n, Simpson).
 
 Both pages (the weekly review and the sweep page) judge through this module, and a
 decision reached so is marked wherever it is shown (``through_noise``)."""
@@ -16,6 +22,8 @@ from __future__ import annotations
 import math
 import re
 import statistics
+
+from agent.stats import repetition_spread
 
 from .compare import night_ratio
 
@@ -33,12 +41,20 @@ def spread_of_reason(reason: str) -> dict | None:
 
 def spread_alone(summary: dict | None) -> dict | None:
     """The spread ({value, limit}) that set a config's run aside when it is the run's only
-    reason (None: another reason too, or a run stored before events 1.9)."""
+    reason (None: another reason too, or a run stored before events 1.9). The node's value
+    is a claim: where the run's per-repetition decode rates are stored the spread is
+    recomputed from them (the agent's own ``repetition_spread``), and a spread under its
+    limit set nothing aside (None): a node could otherwise send 'varied 1%' as a reason."""
     s = summary or {}
     reasons = s.get("unreliable_reasons") or []
-    if len(reasons) == 1 and reasons[0].startswith(_SPREAD) and s.get("spread"):
-        return s["spread"]
-    return None
+    claim = s.get("spread")
+    if not (len(reasons) == 1 and reasons[0].startswith(_SPREAD) and claim):
+        return None
+    decode = (s.get("values") or {}).get("decode_tok_s") or []
+    value = repetition_spread([x for x in decode if isinstance(x, (int, float))])
+    if value is None:  # one repetition or none stored: nothing to check the claim with
+        return claim
+    return {"value": value, "limit": claim["limit"]} if value >= claim["limit"] else None
 
 
 def _positive(xs) -> list[float]:
@@ -58,14 +74,54 @@ def ratio_interval(base: list[float], spec: list[float], level: float = LEVEL
 def level_interval(values: list[float], level: float = LEVEL
                    ) -> tuple[float, float, float] | None:
     """The geometric mean of ``values`` and its interval (Student's t on the logs)."""
+    logs = [math.log(x) for x in _positive(values)]
+    return _t_interval(logs, level)
+
+
+def _t_interval(logs: list[float], level: float) -> tuple[float, float, float] | None:
     from scipy import stats
 
-    logs = [math.log(x) for x in _positive(values)]
     if len(logs) < 2:
         return None
     m, se = statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(len(logs))
     q = float(stats.t.ppf(0.5 + level / 2, len(logs) - 1))
     return math.exp(m), math.exp(m - q * se), math.exp(m + q * se)
+
+
+def _log_mean(xs: list[float]) -> float | None:
+    logs = [math.log(x) for x in _positive(xs)]
+    return statistics.fmean(logs) if logs else None
+
+
+Night = tuple[list[float], list[float]]  # (baseline's trials, speculative's) of one night
+
+
+def nights_ratio_interval(nights: list[Night], level: float = LEVEL
+                          ) -> tuple[float, float, float] | None:
+    """spec/base over paired nights. One night: Welch on its trials (``ratio_interval``).
+    Two or more: each night's log ratio of geometric means is one observation, Student's
+    t on them (df nights − 1): a night's trial counts never weigh one side only, and the
+    night-to-night wobble of the ratio, which trials within a night cannot see, is in it."""
+    both = [(b, s) for b, s in nights if _positive(b) and _positive(s)]
+    if len(both) == 1:
+        return ratio_interval(*both[0], level=level)
+    diffs = [_log_mean(s) - _log_mean(b) for b, s in both]  # type: ignore[operator]
+    return _t_interval(diffs, level)
+
+
+def nights_level_interval(nights: list[list[float]], level: float = LEVEL
+                          ) -> tuple[float, float, float] | None:
+    """A level (ITL p95) over nights: one night's trials, else one geometric mean a night."""
+    have = [xs for xs in nights if _positive(xs)]
+    if len(have) == 1:
+        return level_interval(have[0], level)
+    return _t_interval([m for xs in have if (m := _log_mean(xs)) is not None], level)
+
+
+def pass_level(family: int) -> float:
+    """The level a pass is read at when ``family`` configs are judged through the noise and
+    the best passing one is taken (Bonferroni: at most 2.5% false passes over them all)."""
+    return 1 - (1 - LEVEL) / max(1, family)
 
 
 def decisive(low: float, high: float, limit: float, higher_is_better: bool) -> bool | None:
@@ -76,28 +132,48 @@ def decisive(low: float, high: float, limit: float, higher_is_better: bool) -> b
     return True if good else False if bad else None
 
 
-def interval_gate(iv: tuple[float, float, float] | None, limit: float,
-                  higher_is_better: bool, offset: float = 0.0) -> dict:
-    """A timing gate judged on an interval (``offset`` moves a ratio to a change: −1)."""
-    if iv is None:
+def interval_gate(ivs: tuple, limit: float, higher_is_better: bool,
+                  offset: float = 0.0, level: float = LEVEL) -> dict:
+    """A timing gate judged on intervals (``ivs``: the 95% one, then the one at the pass
+    ``level``; ``offset`` moves a ratio to a change: −1). It fails when none of the 95%
+    interval clears the limit, passes when all of the pass-level one does."""
+    iv, wide = ivs
+    if iv is None or wide is None:
         return {"value": None, "passed": None, "undecided": True}
     point, lo, hi = (x + offset for x in iv)
-    ok = decisive(lo, hi, limit, higher_is_better)
+    _, wlo, whi = (x + offset for x in wide)
+    ok = True if decisive(wlo, whi, limit, higher_is_better) else \
+        False if decisive(lo, hi, limit, higher_is_better) is False else None
     return {"value": point, "passed": ok, "interval": [lo, hi],
+            **({"pass_interval": [wlo, whi], "pass_level": level} if level != LEVEL else {}),
             **({"undecided": True} if ok is None else {})}
 
 
 def timing_gates(base: dict[str, list[float]], spec: dict[str, list[float]], bucket: str,
-                 gates: dict) -> dict:
+                 gates: dict, family: int = 1) -> dict:
     """The speedup, TTFT and ITL gates on intervals, from each side's trials
-    ({decode_tok_s, ttft_ms, itl_p95_ms: [per trial]})."""
-    g = {"speedup": interval_gate(ratio_interval(base["decode_tok_s"], spec["decode_tok_s"]),
-                                  gates["min_speedup"], True),
-         "itl_p95_ms": interval_gate(level_interval(spec["itl_p95_ms"]),
-                                     gates["itl_p95_ceiling_ms"], False)}
+    ({decode_tok_s, ttft_ms, itl_p95_ms: [per trial]}) of one night."""
+    return night_timing_gates([(base, spec)], bucket, gates, family)
+
+
+def night_timing_gates(nights: list[tuple[dict, dict]], bucket: str, gates: dict,
+                       family: int = 1) -> dict:
+    """The timing gates over paired nights ((base, spec) trials a night), a pass read at
+    ``pass_level(family)``."""
+    lv = pass_level(family)
+
+    def ratio(m: str) -> tuple:
+        pairs = [(b[m], s[m]) for b, s in nights]
+        return nights_ratio_interval(pairs), nights_ratio_interval(pairs, lv)
+
+    itl = [s["itl_p95_ms"] for _, s in nights]
+    g = {"speedup": interval_gate(ratio("decode_tok_s"), gates["min_speedup"], True, level=lv),
+         "itl_p95_ms": interval_gate((nights_level_interval(itl),
+                                      nights_level_interval(itl, lv)),
+                                     gates["itl_p95_ceiling_ms"], False, level=lv)}
     if bucket == "short":
-        g["ttft_change"] = interval_gate(ratio_interval(base["ttft_ms"], spec["ttft_ms"]),
-                                         gates["ttft_regression_limit"], False, -1.0)
+        g["ttft_change"] = interval_gate(ratio("ttft_ms"), gates["ttft_regression_limit"],
+                                         False, -1.0, lv)
     return g
 
 
