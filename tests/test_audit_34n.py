@@ -154,6 +154,8 @@ def _drift(tmp_path, seed: int, fast: float = 1.7) -> tuple[dict, dict]:
 
 
 def test_a_night_without_a_usable_baseline_lends_no_speculative_trials(tmp_path):
+    """Fixed (fix34w): only nights where both sides have usable runs count, and those are
+    the nights 'provisional' counts (was ON in 14/40 seeds at 1.7x drift; now 0/20)."""
     verdict, entry = _drift(tmp_path, 3)
     assert entry["speculation"] is False, (verdict["text"], entry)
     assert verdict["decision"] != "production candidate", verdict["text"]
@@ -312,6 +314,8 @@ def test_the_config_table_keeps_the_through_noise_mark(tmp_path):
 # -- 7 (low-medium): a through-noise pass beside a reliable width is dropped and contradicted
 
 def test_a_through_noise_pass_beside_a_reliable_width_is_not_contradicted(tmp_path):
+    """Fixed (fix34w): with no reliable width passing, a width that passes through the
+    noise is the verdict, marked (was 'graded fallback step 2 ... no config passes')."""
     store = open_store(fresh_sqlite(tmp_path / "s.db"))
     rng = random.Random(2)
     sweep(store, AT, {("baseline", 0): (V(100, reps=8, rng=rng), None, None),
@@ -434,6 +438,8 @@ def _unequal_nights(tmp_path, seed: int, fast: float = 1.7):
 
 
 def test_unequal_trials_per_night_do_not_make_a_candidate(tmp_path):
+    """Fixed (fix34w): with two or more paired nights the interval is Student's t on each
+    night's log ratio (was ON on 2/20 seeds at 1.7x, 5/20 at 2.0x; now 0/20 both)."""
     verdict, entry = _unequal_nights(tmp_path, 4)
     assert entry["speculation"] is False, verdict["text"]
 
@@ -441,6 +447,8 @@ def test_unequal_trials_per_night_do_not_make_a_candidate(tmp_path):
 # -- 11 (low): a node's spread fields are taken as sent --------------------------------------
 
 def test_a_spread_under_its_own_limit_is_not_a_reason_to_decide_through_the_noise(tmp_path):
+    """Fixed (fix34w): the spread is recomputed from the run's stored decode rates
+    (agent.stats.repetition_spread); the node's field is a claim only."""
     store = open_store(fresh_sqlite(tmp_path / "s.db"))
     rng = random.Random(2)
     lying = {"value": 0.01, "limit": 0.10}

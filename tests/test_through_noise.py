@@ -208,3 +208,64 @@ def test_the_sweep_page_agrees_through_the_noise():
     win = _sweep_verdict(2, {1: 1.7, 2: 1.75, 4: 1.8}, 1.0, 8, 8)
     assert win is not None and "every gate passed" in win and "production candidate" in win
     assert _sweep_verdict(3, {3: 1.16}, 0.9, 4, 1) is None  # undecided: "No conclusion"
+
+
+# --- the night is the unit; a pass at the family's level; the spread from the trials -----
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), scales=st.lists(st.floats(0.05, 20.0), min_size=1,
+                                                    max_size=5),
+       counts=st.lists(st.tuples(st.integers(2, 9), st.integers(2, 9)), min_size=5,
+                       max_size=5))
+def test_a_machine_that_drifts_between_nights_moves_no_interval(seed, scales, counts):
+    """Each night's both sides at its own speed (any drift between nights, any trial counts
+    a night): the interval is the same as with no drift, since each night is compared
+    within itself. Pooled trials (the rule before) moved with the drift."""
+    from orchestrator.review.through_noise import nights_ratio_interval
+
+    rng = random.Random(seed)
+    nights = [(lognormal(rng, 100, nb), lognormal(rng, 120, ns))
+              for _, (nb, ns) in zip(scales, counts)]
+    drifted = [([x * f for x in b], [x * f for x in s]) for (b, s), f in zip(nights, scales)]
+    one, two = nights_ratio_interval(nights), nights_ratio_interval(drifted)
+    assert one is not None and two is not None
+    assert all(math.isclose(x, y, rel_tol=1e-9) for x, y in zip(one, two))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), family=st.integers(1, 8), ratio=st.floats(0.3, 3.0))
+def test_a_pass_at_the_familys_level_is_a_pass_at_95_percent(seed, family, ratio):
+    """The pass level widens with the configs judged (Bonferroni), never narrows: whatever
+    passes at it passes at 95%, and a fail is read at 95% whatever the family."""
+    from orchestrator.review.through_noise import interval_gate, pass_level
+
+    rng = random.Random(seed)
+    b, s = lognormal(rng, 100, 6), lognormal(rng, 100 * ratio, 6)
+    alone = interval_gate((ratio_interval(b, s),) * 2, MIN_SPEEDUP, True)
+    lv = pass_level(family)
+    wide = interval_gate((ratio_interval(b, s), ratio_interval(b, s, lv)), MIN_SPEEDUP, True,
+                         level=lv)
+    assert lv == 1 - 0.05 / family
+    if wide["passed"] is True:
+        assert alone["passed"] is True
+    assert (wide["passed"] is False) == (alone["passed"] is False)
+
+
+def test_the_spread_is_read_from_the_stored_trials_not_the_nodes_field():
+    """The node's spread is a claim: four stored rates 100, 101, 99, 100 spread ~1% (under
+    a 10% limit: nothing was set aside for it, so the run is not judged through the noise),
+    and rates 60, 100, 140, 100 spread far over it (shown as computed, not as claimed)."""
+    from agent.stats import repetition_spread
+    from orchestrator.review.through_noise import spread_alone
+
+    claim = {"value": 0.36, "limit": 0.10}
+
+    def summary(rates: list[float]) -> dict:
+        return {"unreliable_reasons": [_reason(36)], "spread": claim,
+                "values": {"decode_tok_s": rates}}
+
+    assert spread_alone(summary([100, 101, 99, 100])) is None
+    noisy = [60, 100, 140, 100]
+    assert spread_alone(summary(noisy)) == {"value": repetition_spread(noisy), "limit": 0.10}
+    assert repetition_spread(noisy) >= 0.3  # planted: 40% off the median for half of them
+    assert spread_alone(summary([100])) == claim  # one trial: nothing to check it with
