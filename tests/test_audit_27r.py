@@ -79,9 +79,20 @@ def _score(draw: Callable[[random.Random], Sides], pairs: int, seed: int,
     "severity: high. Two nodes (independent AR(1) sides) at φ 0.9, eight nights a side: "
     "the interval covers 1.0 in 86.0% with 7.2% false claims (1,000 pairs, seed 2701; "
     "grid seed 7: 85.1-89.3% over 4-20 nights, 6-7.6% claims). The 93.7% claimed is for "
-    "two weeks of one series two nights apart, whose means correlate (93.9% there)"))
+    "two weeks of one series two nights apart (93.9% there), whose means correlate 0.48 at "
+    "φ 0.9: the difference's true variance is 0.52 of the sum the interval assumes, so "
+    "LR_BOUND was tuned on a layout that hides about seven points of coverage"))
 def test_two_nodes_with_strong_memory_meet_the_targets():
     claims, coverage, _ = _score(_sides(8, 8, 0.9), 1000, 2701)
+    assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: high (same cause, the exact lag-1 path below MIN_PAIRS). Two nodes, three "
+    "nights a side, φ 0.9: 84.7% covered, 7.0% false claims; φ 0.8: 90.5%, 3.3% (1,000 "
+    "pairs, seed 2706); the same nights two apart in one series: 92.3%, 2.2%"))
+def test_two_nodes_three_nights_with_strong_memory_meet_the_targets():
+    claims, coverage, _ = _score(_sides(3, 3, 0.9), 1000, 2706)
     assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
 
 
@@ -205,8 +216,10 @@ def _with_findings(n: int, phi: float, series: int, seed: int) -> int:
     "severity: medium. No change, AR(1) φ 0.9 (σ 1.5%), ten nights: 31 of 400 series "
     "(7.8%) report a change (30 drifts), 22 (5.5%) with the score before the exact "
     "likelihood; fourteen nights 26 (was 17), 35 nights 27 (was 20), 35 nights at φ 0.95 "
-    "39 (was 36) (seed 5). The exact score's −log(1 − φ²) charges the flat fit, whose "
-    "residuals keep the strong memory, up to 1.66 more than a line's"))
+    "39 (was 36) (seed 5); the bench's own planted_nightly at φ 0.9, fresh seeds 100-499: "
+    "none 29 false (was 21), step 25 (was 20), drift 7 (7). The exact score's "
+    "−log(1 − φ²) charges the flat fit, whose residuals keep the strong memory, up to "
+    "1.66 more than a line's"))
 def test_strong_memory_in_a_short_window_is_no_change():
     assert _with_findings(10, 0.9, 400, 5) <= 20
 
@@ -215,7 +228,8 @@ def test_strong_memory_in_a_short_window_is_no_change():
     "severity: medium. A 12% drift over nights 0-14, a level held ten nights, then a 15% "
     "step up at night 24 (35 nights, φ 0.3, σ 1.5%): the step is not reported within a "
     "night in 34 of 200 series (17%; 11 at φ 0), the drift stretched over the held level "
-    "to night 23 and the step read as its edge (seed 9)"))
+    "to night 23 and the step read as its edge (seed 9). Worse since today's exact score: "
+    "18 of 200 with the score before (arselect before e62c97d)"))
 def test_a_step_after_a_drift_and_a_hold_is_found():
     from orchestrator.review.changepoints import analyse
 
@@ -244,7 +258,8 @@ def test_a_step_after_the_third_night_is_reported():
 
 @pytest.mark.xfail(strict=True, reason=(
     "severity: low. An inverted V 15% high (up over 17 nights, down over 17, φ 0.3): "
-    "silent in 13 of 100 series, where the V 15% deep is silent in 4 (seed 9)"))
+    "silent in 13 of 100 series, where the V 15% deep is silent in 4 (seed 9; 200 series: "
+    "23 and 10, with the score before 81 and 37: today's change helps, not enough)"))
 def test_an_inverted_v_is_found_as_often_as_a_v():
     from orchestrator.review.changepoints import analyse
 
