@@ -177,6 +177,16 @@ def _context(c, sweep_id: str, node: str, events: list[dict]) -> Context:
 Admitted = tuple[list[dict], list[str], list[Refused]]  # kept events, their lines, refused
 
 
+def _past_end_too(c, sweep_id: str, node: str, end: int, events: list[dict],
+                  payloads: list[str], ctx):
+    """The read with the lines set aside past the stored end added (judged again), and its
+    look-ups redone when that grew it."""
+    grown = with_set_aside(c, sweep_id, node, end, events, payloads)
+    if len(grown[0]) == len(events):
+        return events, payloads, ctx
+    return grown[0], grown[1], _context(c, sweep_id, node, grown[0])
+
+
 def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
           open_end: bool = False, twice: frozenset[int] = frozenset(),
           nth: list[tuple[int, bool]] | None = None,
@@ -194,10 +204,7 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
     end = ctx.end
     final, replaced = last_word(c, sweep_id, node, events, end, open_end)
     if final is not None and end is not None:  # what was set aside past the stored end
-        grown = with_set_aside(c, sweep_id, node, end, events, payloads)
-        if len(grown[0]) != len(events):
-            events, payloads = grown
-            ctx = _context(c, sweep_id, node, events)
+        events, payloads, ctx = _past_end_too(c, sweep_id, node, end, events, payloads, ctx)
     seqs = [e["seq"] for e in events]
     stored = _stored_lines(c, sweep_id, node, seqs, ctx.hits)
     measured = ctx.measured
