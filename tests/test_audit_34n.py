@@ -171,13 +171,6 @@ def test_a_night_without_a_usable_baseline_lends_no_speculative_trials(tmp_path)
 
 # -- 2 (medium): the sweep page's through-noise path skips gates the weekly review checks --
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: medium. sweep_page._noisy_verdict judges acceptance, exact and the timing "
-    "gates only: swap, task pass rate, streaming parity and the failure window are never "
-    "checked there. Planted (8 v 8 trials, CV 20%, 2.0x): the weekly review says 'graded "
-    "fallback ... peak swap 3000.0 MB > 1500 MB' / 'task pass rate -30.0% vs the baseline', "
-    "the sweep page 'every gate passed (acceptance 1.00): a production candidate, "
-    "provisional' (1.66x, 95% interval 1.31-2.11) for the same sweep"))
 @pytest.mark.parametrize("case", ["swap", "task pass rate"])
 def test_the_sweep_page_checks_the_gates_the_weekly_review_checks(tmp_path, case):
     store = open_store(fresh_sqlite(tmp_path / "s.db"))
@@ -194,13 +187,6 @@ def test_the_sweep_page_checks_the_gates_the_weekly_review_checks(tmp_path, case
 
 # -- 3 (medium): mixed reasons: the sweep page decides against a throttled baseline --------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: medium. A speculative row set aside for its spread alone is judged on the "
-    "sweep page whatever set its baseline aside: with the baseline's summary reasons "
-    "'1 of 8 trials unreliable (thermal throttling ...)' and its spread, the weekly review "
-    "keeps the old behaviour ('needs more data: no reliable baseline this week') but the "
-    "sweep page says 'Decided through the noise ... 1.77x (95% interval 1.45-2.17), every "
-    "gate passed: a production candidate' (it reads the row's own reasons only)"))
 def test_the_sweep_page_does_not_decide_against_a_throttled_baseline(tmp_path):
     store = open_store(fresh_sqlite(tmp_path / "s.db"))
     rng = random.Random(2)
@@ -216,12 +202,6 @@ def test_the_sweep_page_does_not_decide_against_a_throttled_baseline(tmp_path):
 
 # -- 4 (low-medium): events before 1.9 (reason words, no spread field): pages disagree ----
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low-medium. The weekly review decides through the noise only with the "
-    "'spread' fields (events 1.9); the sweep page parses the reason's words "
-    "(spread_of_reason). A summary without the fields (a node before 1.9, or one that drops "
-    "them): weekly 'needs more data: no reliable baseline this week', sweep page 'Decided "
-    "through the noise ... 1.66x (95% interval 1.31-2.11) ... a production candidate'"))
 def test_both_pages_agree_on_a_spread_reason_without_its_fields(tmp_path):
     store = open_store(fresh_sqlite(tmp_path / "s.db"))
     rng = random.Random(2)
