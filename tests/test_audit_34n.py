@@ -227,25 +227,11 @@ def _calibration_like(tmp_path) -> dict:
     return a
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: medium. ci.judged_config takes any speculative config with gates; a "
-    "through-noise config now has gates and its classification reads 'decided through the "
-    "noise: production candidate' (not == 'production candidate'), so a series whose "
-    "verdict IS a production candidate (1.61x, interval 1.27-2.05) is a --fail-on "
-    "gate-miss finding: '... no production candidate; best speculative k=2 misses ' (no "
-    "gate named); `specfleet review --fail-on gate-miss` exits non-zero on it"))
 def test_a_through_noise_candidate_is_no_gate_miss(tmp_path):
     a = _calibration_like(tmp_path)
     assert ci.findings(a)["gate-miss"] == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low-medium. A series left undecided through the noise ('needs more data', "
-    "the old verdict) no longer keeps the old CI behaviour: besides its no-data finding it "
-    "is a gate-miss finding with no gate named ('misses '), and the JUnit report turns its "
-    "set-aside runs into passing gate cases (acceptance, ttft_change, exact, swap, "
-    "not_failed: 5 passes, 3 skipped 'not measured') where it said 'skipped: no speculative "
-    "config measured reliably this week'"))
 def test_an_undecided_series_keeps_the_old_ci_behaviour(tmp_path):
     store = open_store(fresh_sqlite(tmp_path / "s.db"))
     rng = random.Random(3)
@@ -259,11 +245,6 @@ def test_an_undecided_series_keeps_the_old_ci_behaviour(tmp_path):
     assert "no speculative config measured reliably this week" in out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low. A through-noise 'keep autoregressive' reaches the --fail-on gate-miss "
-    "line and the webhook unmarked: 'no production candidate; best speculative k=2 misses "
-    "speedup 0.51 < 1.16; acceptance 0.40 < 0.55' (a point speedup from a run whose "
-    "baseline was set aside, no interval, no 'through the noise')"))
 def test_a_through_noise_gate_miss_is_marked_in_ci(tmp_path):
     a = _trained_like(tmp_path)
     (line,) = ci.findings(a)["gate-miss"]
@@ -283,12 +264,6 @@ def _trained_like(tmp_path) -> dict:
     return a
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low. page.classification_words rewrites any classification with a missed "
-    "gate: 'decided through the noise: not a candidate: misses speedup, acceptance' is shown "
-    "(HTML and Markdown config tables) as 'not a candidate, misses: speedup 0.51 < 1.16; "
-    "acceptance 0.40 < 0.55' on a row that is not set aside (its baseline was), with a "
-    "point speedup and no interval"))
 def test_the_config_table_keeps_the_through_noise_mark(tmp_path):
     from orchestrator.review.page import prepare
 
@@ -463,11 +438,6 @@ def test_a_spread_under_its_own_limit_is_not_a_reason_to_decide_through_the_nois
 
 # -- 12 (low): the calibration pair's "known win" from runs set aside for their spread ------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low. page._calibration_news counts any 'production candidate' verdict of a "
-    "calibration series: one night with every run set aside for its spread (2.42x, interval "
-    "2.05-2.86, through the noise) makes the headline say 'the calibration pair measured its "
-    "known win' with no mark that the win was decided through the noise"))
 def test_the_calibration_pairs_win_through_the_noise_is_marked(tmp_path):
     from orchestrator.review.page import prepare
     from tests.history import night
