@@ -328,12 +328,6 @@ def test_the_chance_of_a_false_candidate_over_six_widths_is_at_most_five_percent
 
 # -- 9 (low): careless plans: cv_threshold is never checked ---------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low. The job parser takes cv_threshold as float(...) unchecked (the "
-    "contention threshold is checked in (0, 1]): 0 sets aside every config of two or more "
-    "trials on a quiet node ('decode tok/s spread 1% ≥ 0%'), so every verdict is 'decided "
-    "through the noise' ('the plan allows under 0%'); a negative one writes spread.limit < 0, "
-    "which the decode boundary refuses: every flagged summary is quarantined"))
 @pytest.mark.parametrize("threshold", [0.0, -0.05])
 def test_a_plan_cannot_set_every_config_aside_for_its_spread(threshold):
     from agent.errors import JobFileError
