@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.fingerprint import VERIFY_MAX_AGE_S, model_files
-from agent.job import SOAK_FIELDS, cv_threshold_problem, job_field_types
-from agent.protocol import MAX_ROLES
+from agent.job import SOAK_FIELDS, job_field_types
+from agent.protocol import MAX_ROLES, cv_threshold_problem
 
 from ..errors import ConfigError
 from ..yamlfile import line_of, load_yaml
