@@ -1,0 +1,289 @@
+"""Audit 27r: `compare`'s night-memory interval (nightmemory: the likelihood bound from six
+neighbour pairs, the exact lag-1 bound below) and the change-point selection's exact AR(1)
+score (arselect._ar_score), against truths planted here.
+
+Every planted pair or series is drawn by this module: nightly log levels with AR(1) memory
+φ, stationary, σ 5% (compare) or 1.5% (change points). Issue 27's targets for compare, at
+a true ratio of 1.0: false claims ≤ 6%, coverage ≥ 93%. A test marked xfail(strict) is a
+finding that fails today (its reason says the severity and what was measured); a plain one
+is a guard that held.
+
+The project's own planted pairs (tests/truth/pairs.ar1_sides, tests/test_audit_27_compare)
+draw both weeks from one AR(1) series with two nights between them: at strong memory the
+two weeks' means are then positively correlated, which shrinks the variance of their
+difference below the sum the interval assumes. Two nodes (``node=a`` vs ``node=b``) or two
+weeks months apart have no such help; ``_sides(..., gap=None)`` plants that.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+Sides = tuple[list[float], list[float]]
+
+
+def _ar1(rng: random.Random, n: int, phi: float, sd: float = 0.05) -> list[float]:
+    e, out = rng.gauss(0, sd), []
+    for _ in range(n):
+        out.append(e)
+        e = phi * e + rng.gauss(0, sd * math.sqrt(1 - phi * phi))
+    return out
+
+
+def _sides(na: int, nb: int, phi: float, gap: int | None = None,
+           outliers: float | None = None) -> Callable[[random.Random], Sides]:
+    """A pair at a true ratio of 1.0: independent AR(1) sides (``gap`` None: two nodes, or
+    weeks far apart) or one series with ``gap`` unmeasured nights between the sides;
+    ``outliers`` scales one random night of each side (one busy night a week each, so
+    the true ratio stays 1.0)."""
+    def draw(rng: random.Random) -> Sides:
+        if gap is None:
+            la, lb = _ar1(rng, na, phi), _ar1(rng, nb, phi)
+        else:
+            lv = _ar1(rng, na + gap + nb, phi)
+            la, lb = lv[:na], lv[na + gap:]
+        a, b = [100 * math.exp(x) for x in la], [100 * math.exp(x) for x in lb]
+        if outliers is not None:
+            a[rng.randrange(na)] *= outliers
+            b[rng.randrange(nb)] *= outliers
+        return a, b
+    return draw
+
+
+def _score(draw: Callable[[random.Random], Sides], pairs: int, seed: int,
+           memory: bool = True) -> tuple[float, float, float]:
+    """(false claims, coverage of 1.0, mean φ read) of night_ratio over ``pairs`` planted
+    pairs; a claim as compare makes one (p < 0.01 and the interval off 1.0)."""
+    from orchestrator.review.compare import SIGNIFICANT_P, night_ratio
+
+    rng = random.Random(seed)
+    claims = covered = 0
+    phis = 0.0
+    for _ in range(pairs):
+        r = night_ratio(*draw(rng), memory=memory)
+        assert r["ci"] is not None and all(math.isfinite(v) for v in r["ci"])
+        claims += r["p"] < SIGNIFICANT_P and not r["ci"][0] <= 1.0 <= r["ci"][1]
+        covered += r["ci"][0] <= 1.0 <= r["ci"][1]
+        phis += r.get("memory", 0.0)
+    return claims / pairs, covered / pairs, phis / pairs
+
+
+# -- compare: findings ---------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: high. Two nodes (independent AR(1) sides) at φ 0.9, eight nights a side: "
+    "the interval covers 1.0 in 86.0% with 7.2% false claims (1,000 pairs, seed 2701; "
+    "grid seed 7: 85.1-89.3% over 4-20 nights, 6-7.6% claims). The 93.7% claimed is for "
+    "two weeks of one series two nights apart (93.9% there), whose means correlate 0.48 at "
+    "φ 0.9: the difference's true variance is 0.52 of the sum the interval assumes, so "
+    "LR_BOUND was tuned on a layout that hides about seven points of coverage"))
+def test_two_nodes_with_strong_memory_meet_the_targets():
+    claims, coverage, _ = _score(_sides(8, 8, 0.9), 1000, 2701)
+    assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: high (same cause, the exact lag-1 path below MIN_PAIRS). Two nodes, three "
+    "nights a side, φ 0.9: 84.7% covered, 7.0% false claims; φ 0.8: 90.5%, 3.3% (1,000 "
+    "pairs, seed 2706); the same nights two apart in one series: 92.3%, 2.2%"))
+def test_two_nodes_three_nights_with_strong_memory_meet_the_targets():
+    claims, coverage, _ = _score(_sides(3, 3, 0.9), 1000, 2706)
+    assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: medium. Two against twenty independent nights at φ 0 (no memory at all): "
+    "91.0% covered, 3.6% false claims (1,000 pairs, seed 2702; 89.8-91.0% on seeds 21-22); "
+    "plain Welch 87.7%, 6.9% claims: the Welch-Satterthwaite df credits the 20-night "
+    "side while the two-night side's variance is one degree of freedom"))
+def test_two_nights_against_twenty_meet_the_coverage_target():
+    claims, coverage, _ = _score(_sides(2, 20, 0.0), 1000, 2702)
+    assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: medium. One busy night (0.7x) in each of two weeks of twenty nights, φ 0.9, "
+    "weeks two nights apart (the project's own layout): the outliers break the likelihood's "
+    "read of memory (mean φ 0.87 -> 0.30), so the interval covers 1.0 in 87.2% with 4.7% "
+    "false claims (1,000 pairs, seed 2703; 93.8% without the busy nights; one 0.7x night "
+    "in A alone: 79.5% and 9.0%)"))
+def test_one_busy_night_a_week_does_not_hide_strong_memory():
+    claims, coverage, _ = _score(_sides(20, 20, 0.9, gap=2, outliers=0.7), 1000, 2703)
+    assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: low (MAX_PHI 0.9 is the design's ceiling). φ 0.95 on two weeks of twenty "
+    "nights two apart: 90.8% covered, 3.0% false claims (1,000 pairs, seed 2704); "
+    "independent sides at φ 0.95: 76-80% covered, 10.5-13.4% false claims (4-20 nights)"))
+def test_memory_beyond_the_ceiling_meets_the_coverage_target():
+    claims, coverage, _ = _score(_sides(20, 20, 0.95, gap=2), 1000, 2704)
+    assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: medium (the sweep page's through-noise gate, memory=False, not today's "
+    "change). ratio_interval on two base trials against ten spec trials, iid log-normal "
+    "(σ 10%): the 95% interval covers the true 1.0 in 90.3% (2,000 pairs, seed 2705; "
+    "2 vs 20: 87.8%), so a timing gate is decided on a too-narrow interval"))
+def test_through_noise_two_trials_against_ten_cover_the_truth():
+    from orchestrator.review.through_noise import ratio_interval
+
+    rng, covered, pairs = random.Random(2705), 0, 2000
+    for _ in range(pairs):
+        a = [100 * math.exp(rng.gauss(0, 0.1)) for _ in range(2)]
+        b = [100 * math.exp(rng.gauss(0, 0.1)) for _ in range(10)]
+        iv = ratio_interval(a, b)
+        assert iv is not None
+        covered += iv[1] <= 1.0 <= iv[2]
+    assert covered / pairs >= 0.93, covered / pairs
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: low. A second night on the one-night side widens the interval: five nights "
+    "against one, independent, φ 0, median log-width 0.469; against two 0.637 (+36%; three "
+    "nights against one 0.949, against two 1.015) (1,000 pairs, seed 8). One night borrows "
+    "the other side's spread (pooled df 4), two switch to Welch on B's own one-df variance"))
+def test_a_second_night_does_not_widen_the_interval():
+    from orchestrator.review.compare import night_ratio
+
+    widths: dict[int, list[float]] = {1: [], 2: []}
+    for nb in widths:
+        rng = random.Random(8)
+        for _ in range(1000):
+            a = [100 * math.exp(x) for x in _ar1(rng, 5, 0.0)]
+            b = [100 * math.exp(x) for x in _ar1(rng, nb, 0.0)]
+            ci = night_ratio(a, b)["ci"]
+            widths[nb].append(math.log(ci[1] / ci[0]))
+    assert float(np.median(widths[2])) <= float(np.median(widths[1])), widths
+
+
+# -- compare: guards that held -------------------------------------------------------------
+
+@pytest.mark.parametrize("phi", [-0.5, 0.0, 0.5])
+def test_two_nodes_with_weak_or_negative_memory_meet_the_targets(phi):
+    """Guard: independent sides, five and ten nights, φ −0.5/0/0.5 (seed 2710, 400 pairs:
+    94.5-99.8% covered, ≤ 2.5% claims)."""
+    for n in (5, 10):
+        claims, coverage, _ = _score(_sides(n, n, phi), 400, 2710)
+        assert claims <= 0.06 and coverage >= 0.93, (n, claims, coverage)
+
+
+def test_the_interval_ignores_units_at_any_scale():
+    """Guard: the same planted pairs at 1e-300 and 1e300 tok/s give the same interval."""
+    from orchestrator.review.compare import night_ratio
+
+    rng = random.Random(2711)
+    for _ in range(50):
+        a, b = _sides(6, 6, 0.5)(rng)
+        base = night_ratio(a, b)
+        for scale in (1e-300, 1e300):
+            got = night_ratio([x * scale for x in a], [x * scale for x in b])
+            assert got["ci"] == pytest.approx(base["ci"], rel=1e-9)
+            assert got["memory"] == base["memory"]
+
+
+def test_rounded_nights_and_a_level_shift_inside_a_week_meet_the_targets():
+    """Guard: nights rounded to whole tok/s at 10 tok/s (ties everywhere), and a 10% level
+    shift from A's fifth night of eight that B keeps (truth: B over A's geometric mean),
+    φ 0.5, weeks two nights apart (seed 2712, 400 pairs: 97.8% and 98.8% covered, 0.3%
+    and 0.8% false claims)."""
+    from orchestrator.review.compare import SIGNIFICANT_P, night_ratio
+
+    rng, up = random.Random(2712), math.log(1.1)
+    tallies = {"ties": [0, 0], "shift": [0, 0]}
+    for _ in range(400):
+        lv = _ar1(rng, 18, 0.5)
+        cases = {"ties": ([round(10 * math.exp(x)) for x in lv[:8]],
+                          [round(10 * math.exp(x)) for x in lv[10:]], 1.0),
+                 "shift": ([100 * math.exp(x + (up if i >= 4 else 0)) for i, x in
+                            enumerate(lv[:8])], [110 * math.exp(x) for x in lv[10:]],
+                           math.exp(up / 2))}
+        for name, (a, b, truth) in cases.items():
+            r = night_ratio(a, b)
+            tallies[name][0] += r["p"] < SIGNIFICANT_P and not r["ci"][0] <= truth <= r["ci"][1]
+            tallies[name][1] += r["ci"][0] <= truth <= r["ci"][1]
+    for name, (claims, covered) in tallies.items():
+        assert claims / 400 <= 0.06 and covered / 400 >= 0.93, (name, claims, covered)
+
+
+# -- change points: findings ---------------------------------------------------------------
+
+def _cp_series(rng: np.random.Generator, n: int, phi: float, level: np.ndarray,
+               sd: float = 0.015) -> list[float]:
+    e = rng.standard_normal() * sd
+    noise = []
+    for _ in range(n):
+        noise.append(e)
+        e = phi * e + rng.standard_normal() * sd * math.sqrt(1 - phi * phi)
+    return list(100 * level * (1 + np.asarray(noise)))
+
+
+def _with_findings(n: int, phi: float, series: int, seed: int) -> int:
+    from orchestrator.review.changepoints import analyse
+
+    rng = np.random.default_rng(seed)
+    return sum(bool(analyse(_cp_series(rng, n, phi, np.ones(n)))) for _ in range(series))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: medium. No change, AR(1) φ 0.9 (σ 1.5%), ten nights: 31 of 400 series "
+    "(7.8%) report a change (30 drifts), 22 (5.5%) with the score before the exact "
+    "likelihood; fourteen nights 26 (was 17), 35 nights 27 (was 20), 35 nights at φ 0.95 "
+    "39 (was 36) (seed 5); the bench's own planted_nightly at φ 0.9, fresh seeds 100-499: "
+    "none 29 false (was 21), step 25 (was 20), drift 7 (7). The exact score's "
+    "−log(1 − φ²) charges the flat fit, whose residuals keep the strong memory, up to "
+    "1.66 more than a line's"))
+def test_strong_memory_in_a_short_window_is_no_change():
+    assert _with_findings(10, 0.9, 400, 5) <= 20
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: medium. A 12% drift over nights 0-14, a level held ten nights, then a 15% "
+    "step up at night 24 (35 nights, φ 0.3, σ 1.5%): the step is not reported within a "
+    "night in 34 of 200 series (17%; 11 at φ 0), the drift stretched over the held level "
+    "to night 23 and the step read as its edge (seed 9). Worse since today's exact score: "
+    "18 of 200 with the score before (arselect before e62c97d)"))
+def test_a_step_after_a_drift_and_a_hold_is_found():
+    from orchestrator.review.changepoints import analyse
+
+    n = 35
+    level = np.array([(1 + 0.12 * min(i / 14, 1)) * (1.0 if i < 24 else 1.15) for i in range(n)])
+    rng, missed = np.random.default_rng(9), 0
+    for _ in range(200):
+        found = analyse(_cp_series(rng, n, 0.3, level))
+        missed += not any("step" in f["kind"] and abs(f["index"] - 24) <= 1 for f in found)
+    assert missed <= 10, missed
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: low. A 15% step after the third night of 35 (32 nights at the new level, "
+    "φ 0.3): nothing is reported in 100 of 100 series (seed 9); the first segment needs "
+    "MIN_NIGHTS 4, and the move is neither step nor drift"))
+def test_a_step_after_the_third_night_is_reported():
+    from orchestrator.review.changepoints import analyse
+
+    n = 35
+    level = np.array([1.0 if i < 3 else 1.15 for i in range(n)])
+    rng = np.random.default_rng(9)
+    silent = sum(not analyse(_cp_series(rng, n, 0.3, level)) for _ in range(100))
+    assert silent <= 5, silent
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: low. An inverted V 15% high (up over 17 nights, down over 17, φ 0.3): "
+    "silent in 13 of 100 series, where the V 15% deep is silent in 4 (seed 9; 200 series: "
+    "23 and 10, with the score before 81 and 37: today's change helps, not enough)"))
+def test_an_inverted_v_is_found_as_often_as_a_v():
+    from orchestrator.review.changepoints import analyse
+
+    n, m = 35, 17
+    level = np.array([1 + 0.15 * (1 - abs(i - m) / m) for i in range(n)])
+    rng = np.random.default_rng(9)
+    silent = sum(not analyse(_cp_series(rng, n, 0.3, level)) for _ in range(100))
+    assert silent <= 5, silent
