@@ -38,8 +38,7 @@ def weekly_verdicts(store: Store, sweep_id: str, defaults: dict) -> dict[Section
             if r.sweep_id == sweep_id]
     if not runs:
         return {}
-    name, own = plan_gates(store, [sweep_id]).get(sweep_id, (None, {}))
-    gates = {**defaults, **own}
+    gates = {**defaults, **plan_gates(store, [sweep_id]).get(sweep_id, (None, {}))[1]}
     week = Week(start=at, quality=quality_rates(store, [sweep_id]),
                 failed=failed_window_configs(store, [sweep_id], gates["failed_acceptance"],
                                              gates["failed_window_s"]),

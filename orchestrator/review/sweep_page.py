@@ -124,9 +124,9 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                          "has_parity": any(r.streaming_parity for r in rows),
                          "context_bucket": rs[0].context_bucket or "short",
                          "prompt_sha256": rs[0].prompt_sha256,
-                         "verdict": agreed(_noisy_verdict(rows, rs, gates, rs[0].context_bucket
-                                                          or "short"), weekly.get((node, workload)))
-                         or _verdict(rows),
+                         "verdict": agreed(_noisy_verdict(
+                             rows, rs, gates, rs[0].context_bucket or "short"),
+                             weekly.get((node, workload))) or _verdict(rows),
                          "verdict_short": _busy_verdict(rows)})
     from .adaptive_stops import adaptive_stops, marked_stops
     from .load import load_ramps
