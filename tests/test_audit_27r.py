@@ -96,14 +96,32 @@ def test_two_nodes_three_nights_with_strong_memory_meet_the_targets():
     assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: medium. Two against twenty independent nights at φ 0 (no memory at all): "
-    "91.0% covered, 3.6% false claims (1,000 pairs, seed 2702; 89.8-91.0% on seeds 21-22); "
-    "plain Welch 87.7%, 6.9% claims: the Welch-Satterthwaite df credits the 20-night "
-    "side while the two-night side's variance is one degree of freedom"))
 def test_two_nights_against_twenty_meet_the_coverage_target():
+    """Audit 27r finding 5 (medium), closed: two against twenty independent nights at φ 0
+    covered 91.0% with 3.6% false claims (1,000 pairs, seed 2702; plain Welch 87.7%,
+    6.9%): Welch-Satterthwaite's df credited the twenty-night side while the two-night
+    side's variance is one df. A side of ≤ compare.POOL_BELOW nights now pools the night
+    spread with the other side's (keeping its own where larger), Student's t on the
+    pooled df: 97.8% here, no false claim."""
     claims, coverage, _ = _score(_sides(2, 20, 0.0), 1000, 2702)
     assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
+
+
+def test_a_two_night_side_twice_as_noisy_is_covered_as_welch_covers_it():
+    """Guard for the pooled rule's cost: two nights twice as noisy (σ 10%) as the twenty
+    they meet, iid: the plain pooled spread covers 80.3% (3,000 pairs, seed 5) where
+    Welch covers 90.8%; the few-night side keeps its own spread where larger: 89.9% (here,
+    2,000 pairs: 89.7%, Welch 91.0%). Welch's own shortfall there (the Behrens-Fisher
+    problem on one df) remains, below the 93% target."""
+    from orchestrator.review.compare import night_ratio
+
+    rng, covered, pairs = random.Random(5), 0, 2000
+    for _ in range(pairs):
+        a = [100 * math.exp(rng.gauss(0, 0.10)) for _ in range(2)]
+        b = [100 * math.exp(rng.gauss(0, 0.05)) for _ in range(20)]
+        ci = night_ratio(a, b)["ci"]
+        covered += ci[0] <= 1.0 <= ci[1]
+    assert covered / pairs >= 0.88, covered / pairs
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -144,19 +162,19 @@ def test_through_noise_two_trials_against_ten_cover_the_truth():
     assert covered / pairs >= 0.93, covered / pairs
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low. A second night on the one-night side widens the interval: five nights "
-    "against one, independent, φ 0, median log-width 0.469; against two 0.637 (+36%; three "
-    "nights against one 0.949, against two 1.015) (1,000 pairs, seed 8). One night borrows "
-    "the other side's spread (pooled df 4), two switch to Welch on B's own one-df variance"))
-def test_a_second_night_does_not_widen_the_interval():
+@pytest.mark.parametrize("na", [3, 5])
+def test_a_second_night_does_not_widen_the_interval(na):
+    """Audit 27r finding 8 (low), closed: five nights against one, independent, φ 0, median
+    log-width 0.469, against two 0.637 (+36%; three against one 0.949, against two 1.015)
+    (1,000 pairs, seed 8): one night borrowed the other side's spread, two switched to
+    Welch on B's own one-df variance. Two nights now pool as one did: 0.455 and 0.822."""
     from orchestrator.review.compare import night_ratio
 
     widths: dict[int, list[float]] = {1: [], 2: []}
     for nb in widths:
         rng = random.Random(8)
         for _ in range(1000):
-            a = [100 * math.exp(x) for x in _ar1(rng, 5, 0.0)]
+            a = [100 * math.exp(x) for x in _ar1(rng, na, 0.0)]
             b = [100 * math.exp(x) for x in _ar1(rng, nb, 0.0)]
             ci = night_ratio(a, b)["ci"]
             widths[nb].append(math.log(ci[1] / ci[0]))
