@@ -263,7 +263,7 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
         warmup_tokens=int(raw.get("warmup_tokens", 16)),
         decode_skip_tokens=int(raw.get("decode_skip_tokens", 64)), seed=int(raw.get("seed", 0)),
         pins=raw.get("pins", {}), telemetry_interval_s=float(raw.get("telemetry_interval_s", 0.5)),
-        cv_threshold=float(raw.get("cv_threshold", 0.10)),
+        cv_threshold=_share(raw, "cv_threshold", 0.10, path),
         contention_threshold=_share(raw, "contention_threshold", 0.25, path),
         memory_bandwidth_gbs=raw.get("memory_bandwidth_gbs"), soak=soak,
         quality_tasks=tuple(raw.get("quality_tasks", ())), engine=engine,
@@ -413,7 +413,9 @@ def _python(raw: dict, path: Path) -> str | None:
 def _share(raw: dict, key: str, default: float, path: Path) -> float:
     v = raw.get(key, default)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-        raise _fail(path, key, f"{key}: a share of the machine's CPU in (0, 1], got {v!r}")
+        # the spread limit is a share in (0, 1] too, said in its own words
+        raise _fail(path, key, protocol.cv_threshold_problem(v) or "" if key == "cv_threshold"
+                    else f"{key}: a share of the machine's CPU in (0, 1], got {v!r}")
     return float(v)
 
 

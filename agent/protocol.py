@@ -326,3 +326,14 @@ AGENT_REQUIREMENTS = ("psutil==7.2.2",)
 TELEMETRY_KEYS = ("swap_used_bytes", "swap_in_bytes_total", "rss_bytes", "memory_pressure",
                   "thermal_throttled", "cpu_speed_limit_pct", "power_source",
                   "low_power_mode")
+
+
+def cv_threshold_problem(v: object) -> str | None:
+    """Why ``v`` is no spread limit (``cv_threshold``), else None. 0 sets aside every config
+    of two or more trials on a quiet node (every verdict "decided through the noise"), and a
+    negative one writes a spread limit the orchestrator's boundary refuses (every flagged
+    summary quarantined): (0, 1] only, said by the agent's parser and the plan's alike."""
+    if not isinstance(v, bool) and isinstance(v, (int, float)) and 0 < v <= 1:
+        return None
+    return ("cv_threshold: the decode tok/s spread over which a config's repetitions are set "
+            f"aside, in (0, 1] (0.10 is 10%), got {v!r}")

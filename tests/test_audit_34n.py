@@ -163,13 +163,6 @@ def test_a_night_without_a_usable_baseline_lends_no_speculative_trials(tmp_path)
 
 # -- 2 (medium): the sweep page's through-noise path skips gates the weekly review checks --
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: medium. sweep_page._noisy_verdict judges acceptance, exact and the timing "
-    "gates only: swap, task pass rate, streaming parity and the failure window are never "
-    "checked there. Planted (8 v 8 trials, CV 20%, 2.0x): the weekly review says 'graded "
-    "fallback ... peak swap 3000.0 MB > 1500 MB' / 'task pass rate -30.0% vs the baseline', "
-    "the sweep page 'every gate passed (acceptance 1.00): a production candidate, "
-    "provisional' (1.66x, 95% interval 1.31-2.11) for the same sweep"))
 @pytest.mark.parametrize("case", ["swap", "task pass rate"])
 def test_the_sweep_page_checks_the_gates_the_weekly_review_checks(tmp_path, case):
     store = open_store(fresh_sqlite(tmp_path / "s.db"))
@@ -186,13 +179,6 @@ def test_the_sweep_page_checks_the_gates_the_weekly_review_checks(tmp_path, case
 
 # -- 3 (medium): mixed reasons: the sweep page decides against a throttled baseline --------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: medium. A speculative row set aside for its spread alone is judged on the "
-    "sweep page whatever set its baseline aside: with the baseline's summary reasons "
-    "'1 of 8 trials unreliable (thermal throttling ...)' and its spread, the weekly review "
-    "keeps the old behaviour ('needs more data: no reliable baseline this week') but the "
-    "sweep page says 'Decided through the noise ... 1.77x (95% interval 1.45-2.17), every "
-    "gate passed: a production candidate' (it reads the row's own reasons only)"))
 def test_the_sweep_page_does_not_decide_against_a_throttled_baseline(tmp_path):
     store = open_store(fresh_sqlite(tmp_path / "s.db"))
     rng = random.Random(2)
@@ -208,12 +194,6 @@ def test_the_sweep_page_does_not_decide_against_a_throttled_baseline(tmp_path):
 
 # -- 4 (low-medium): events before 1.9 (reason words, no spread field): pages disagree ----
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low-medium. The weekly review decides through the noise only with the "
-    "'spread' fields (events 1.9); the sweep page parses the reason's words "
-    "(spread_of_reason). A summary without the fields (a node before 1.9, or one that drops "
-    "them): weekly 'needs more data: no reliable baseline this week', sweep page 'Decided "
-    "through the noise ... 1.66x (95% interval 1.31-2.11) ... a production candidate'"))
 def test_both_pages_agree_on_a_spread_reason_without_its_fields(tmp_path):
     store = open_store(fresh_sqlite(tmp_path / "s.db"))
     rng = random.Random(2)
@@ -239,25 +219,11 @@ def _calibration_like(tmp_path) -> dict:
     return a
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: medium. ci.judged_config takes any speculative config with gates; a "
-    "through-noise config now has gates and its classification reads 'decided through the "
-    "noise: production candidate' (not == 'production candidate'), so a series whose "
-    "verdict IS a production candidate (1.61x, interval 1.27-2.05) is a --fail-on "
-    "gate-miss finding: '... no production candidate; best speculative k=2 misses ' (no "
-    "gate named); `specfleet review --fail-on gate-miss` exits non-zero on it"))
 def test_a_through_noise_candidate_is_no_gate_miss(tmp_path):
     a = _calibration_like(tmp_path)
     assert ci.findings(a)["gate-miss"] == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low-medium. A series left undecided through the noise ('needs more data', "
-    "the old verdict) no longer keeps the old CI behaviour: besides its no-data finding it "
-    "is a gate-miss finding with no gate named ('misses '), and the JUnit report turns its "
-    "set-aside runs into passing gate cases (acceptance, ttft_change, exact, swap, "
-    "not_failed: 5 passes, 3 skipped 'not measured') where it said 'skipped: no speculative "
-    "config measured reliably this week'"))
 def test_an_undecided_series_keeps_the_old_ci_behaviour(tmp_path):
     store = open_store(fresh_sqlite(tmp_path / "s.db"))
     rng = random.Random(3)
@@ -271,11 +237,6 @@ def test_an_undecided_series_keeps_the_old_ci_behaviour(tmp_path):
     assert "no speculative config measured reliably this week" in out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low. A through-noise 'keep autoregressive' reaches the --fail-on gate-miss "
-    "line and the webhook unmarked: 'no production candidate; best speculative k=2 misses "
-    "speedup 0.51 < 1.16; acceptance 0.40 < 0.55' (a point speedup from a run whose "
-    "baseline was set aside, no interval, no 'through the noise')"))
 def test_a_through_noise_gate_miss_is_marked_in_ci(tmp_path):
     a = _trained_like(tmp_path)
     (line,) = ci.findings(a)["gate-miss"]
@@ -295,12 +256,6 @@ def _trained_like(tmp_path) -> dict:
     return a
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low. page.classification_words rewrites any classification with a missed "
-    "gate: 'decided through the noise: not a candidate: misses speedup, acceptance' is shown "
-    "(HTML and Markdown config tables) as 'not a candidate, misses: speedup 0.51 < 1.16; "
-    "acceptance 0.40 < 0.55' on a row that is not set aside (its baseline was), with a "
-    "point speedup and no interval"))
 def test_the_config_table_keeps_the_through_noise_mark(tmp_path):
     from orchestrator.review.page import prepare
 
@@ -364,12 +319,6 @@ def test_the_chance_of_a_false_candidate_over_several_widths_is_at_most_five_per
 
 # -- 9 (low): careless plans: cv_threshold is never checked ---------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low. The job parser takes cv_threshold as float(...) unchecked (the "
-    "contention threshold is checked in (0, 1]): 0 sets aside every config of two or more "
-    "trials on a quiet node ('decode tok/s spread 1% ≥ 0%'), so every verdict is 'decided "
-    "through the noise' ('the plan allows under 0%'); a negative one writes spread.limit < 0, "
-    "which the decode boundary refuses: every flagged summary is quarantined"))
 @pytest.mark.parametrize("threshold", [0.0, -0.05])
 def test_a_plan_cannot_set_every_config_aside_for_its_spread(threshold):
     from agent.errors import JobFileError
@@ -462,11 +411,6 @@ def test_a_spread_under_its_own_limit_is_not_a_reason_to_decide_through_the_nois
 
 # -- 12 (low): the calibration pair's "known win" from runs set aside for their spread ------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low. page._calibration_news counts any 'production candidate' verdict of a "
-    "calibration series: one night with every run set aside for its spread (2.42x, interval "
-    "2.05-2.86, through the noise) makes the headline say 'the calibration pair measured its "
-    "known win' with no mark that the win was decided through the noise"))
 def test_the_calibration_pairs_win_through_the_noise_is_marked(tmp_path):
     from orchestrator.review.page import prepare
     from tests.history import night

@@ -43,14 +43,58 @@ def series_label(s: dict) -> str:
                                else "")
 
 
+NOISE = "decided through the noise: "  # series._judge_through_noise's mark on a config
+
+
+def candidate(c: dict) -> bool:
+    """A production candidate, reliably or decided through the noise (the mark stays on
+    its classification, and it is no gate miss)."""
+    return c.get("classification", "").removeprefix(NOISE) == "production candidate"
+
+
 def judged_config(s: dict) -> dict | None:
     """The config a series is judged by: its fastest production candidate, else its
-    fastest speculative config with gates (set-aside configs have none)."""
-    judged = [c for c in s["configs"] if c["mode"] == "speculative" and c.get("gates")]
+    fastest speculative config with gates (set-aside configs have none). A config judged
+    through the noise counts only where the series' verdict was decided so: an undecided
+    series keeps the old reading (no speculative config measured reliably)."""
+    decided = bool((s.get("verdict") or {}).get("through_noise"))
+    judged = [c for c in s["configs"] if c["mode"] == "speculative" and c.get("gates")
+              and (decided or not c.get("through_noise"))]
     if not judged:
         return None
-    candidates = [c for c in judged if c["classification"] == "production candidate"]
-    return max(candidates or judged, key=lambda c: c.get("speedup") or 0.0)
+    return max([c for c in judged if candidate(c)] or judged, key=_speed)
+
+
+def _speed(c: dict) -> float:
+    # a config judged through the noise has no reliable speedup, only its gate's point
+    return c.get("speedup") or ((c.get("gates") or {}).get("speedup") or {}).get("value") \
+        or 0.0
+
+
+def gate_words(name: str, v: dict, gates: dict) -> str:
+    """A gate as the comparison it made; through the noise, with its 95% interval (a
+    point speedup from runs set aside for their spread is no reading on its own)."""
+    if v.get("undecided") and v.get("passed") is None:
+        return f"{name} undecided" + (f" (95% interval {v['interval'][0]:.2f}–"
+                                      f"{v['interval'][1]:.2f})" if v.get("interval") else "")
+    text = gate_text(name, v["value"], gates)
+    if iv := v.get("interval"):
+        text += f" (95% interval {iv[0]:.2f}–{iv[1]:.2f})"
+    return text
+
+
+def gate_miss(s: dict, c: dict) -> str:
+    """What the judged config misses, every gate named (a miss with no failed gate names
+    its undecided ones), marked when it was decided through the noise."""
+    g = c["gates"]
+    missed = [gate_words(n, v, s["gates"]) for n, v in g.items() if v["passed"] is False] \
+        or [gate_words(n, v, s["gates"]) for n, v in g.items() if v.get("undecided")] \
+        or [c.get("classification") or "unclassified"]
+    # the config's own spreads (the verdict's words name the missed gates again)
+    tn = c.get("through_noise")
+    mark = f" (decided through the noise: {tn['text']})" if tn else ""
+    return (f"no production candidate{mark}; best {c.get('label') or 'k=' + str(c['k'])} "
+            f"misses {'; '.join(missed)}")
 
 
 def no_data(s: dict) -> str | None:
@@ -77,12 +121,8 @@ def findings(a: dict) -> dict[str, list[str]]:
                     f"{name}: {r['config']} {r['period']}: {r['ratio']:.3f}× (p={r['p']:.2g}, "
                     f"n={r['n'][0]} vs {r['n'][1]}){why}")
         c = judged_config(s)
-        if c is not None and c["classification"] != "production candidate":
-            missed = [gate_text(g, v["value"], s["gates"]) for g, v in c["gates"].items()
-                      if v["passed"] is False]
-            out["gate-miss"].append(f"{name}: no production candidate; best "
-                                    f"{c.get('label') or 'k=' + str(c['k'])} misses "
-                                    f"{'; '.join(missed)}")
+        if c is not None and not candidate(c):
+            out["gate-miss"].append(f"{name}: {gate_miss(s, c)}")
         nothing = no_data(s)
         if nothing:
             out["no-data"].append(f"{name}: {nothing}")
@@ -136,12 +176,15 @@ def write_junit(a: dict, path: Path) -> Path:
         if c is None:
             case(name, "gates", skipped="no speculative config measured reliably this week")
         else:
+            mark = " (decided through the noise)" if c.get("through_noise") else ""
             for gate, v in c["gates"].items():
                 if v["passed"] is None:
-                    case(name, gate, skipped=f"k={c['k']}: not measured")
+                    case(name, gate, skipped=f"k={c['k']}: " + (
+                        gate_words(gate, v, s["gates"]) + mark if v.get("undecided")
+                        else "not measured"))
                 else:
                     case(name, gate, None if v["passed"] else
-                         f"{c.get('label') or c['k']}: {gate_text(gate, v['value'], s['gates'])}")
+                         f"{c.get('label') or c['k']}: {gate_words(gate, v, s['gates'])}{mark}")
         regs = [r for r in s.get("regressions", []) if r["verdict"] == "regression"]
         case(name, "no regression", "; ".join(
             f"{r['config']} {r['period']} {r['ratio']:.3f}×" for r in regs) or None)

@@ -34,7 +34,13 @@ def config_attributes(series: dict, config: dict, calibration: bool = False) -> 
     the series is a calibration pair (an instrument, not a model), marked so a dashboard
     that sees only the attributes never shows it as a model."""
     speculative = config["mode"] == "speculative"
+    # judged through the noise (set aside for its spread alone): marked, with the speedup's
+    # 95% interval, so a dashboard never reads its point as a reliable speedup
+    tn = config.get("through_noise")
+    sp = (config.get("gates") or {}).get("speedup") or {}
     return {
+        **({"specfleet.decided_through_the_noise": True,
+            "specfleet.speculative.speedup.interval": sp.get("interval")} if tn else {}),
         **({"specfleet.calibration": True} if calibration else {}),
         "gen_ai.provider.name": provider_name(series.get("engine")),
         "gen_ai.request.model": target_name(series.get("model_pair")),

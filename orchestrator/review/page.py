@@ -223,30 +223,36 @@ def shared_once(sections: list[dict]) -> dict:
 
 def classification_words(c: dict, gates: dict) -> str:
     """"just misses: ttft_change" → "misses: TTFT +10.2% > +8%": each gate as the
-    comparison it made, never its identifier."""
-    from .verdict import gate_text
+    comparison it made, never its identifier; a config decided through the noise keeps
+    that mark, and its timing gates their 95% intervals (never a bare point)."""
+    from .ci import NOISE, gate_words
 
-    missed = [(n, g["value"]) for n, g in (c.get("gates") or {}).items()
-              if g["passed"] is False]
-    if not missed or c.get("classification", "").startswith(("failed", "set aside")):
-        return c.get("classification") or ""
+    cls = c.get("classification") or ""
+    noisy = cls.startswith(NOISE)
+    missed = [(n, g) for n, g in (c.get("gates") or {}).items() if g["passed"] is False]
+    if not missed or cls.removeprefix(NOISE).startswith(("failed", "set aside")):
+        return cls
     head = "just misses" if len(missed) == 1 else "not a candidate, misses"
-    return f"{head}: " + "; ".join(gate_text(n, v, gates) for n, v in missed)
+    return (NOISE if noisy else "") + f"{head}: " + "; ".join(
+        gate_words(n, g, gates) for n, g in missed)
 
 
 def _calibration_news(series: list[dict]) -> list[str]:
     """The calibration pair's win, said as its record judged it (a stale pair's win is no
-    known answer, and an unverified one is not checked against it)."""
-    won = [s["calibration"] for s in series if s.get("calibration")
+    known answer, and an unverified one is not checked against it); a win decided through
+    the noise (runs set aside for their spread) says so."""
+    won = [s for s in series if s.get("calibration")
            and s["verdict"]["decision"] == "production candidate"]
     if not won:
         return []
-    cal = [c for c in won if isinstance(c, dict)]
+    cal = [s["calibration"] for s in won if isinstance(s["calibration"], dict)]
+    noisy = " (decided through the noise)" if any(
+        s["verdict"].get("through_noise") for s in won) else ""
     if any(c.get("no_longer_holds") for c in cal):
         return ["the calibration pair is stale (its record no longer holds)"]
     if any(c.get("unverified") for c in cal):
-        return ["the calibration pair measured a win, unverified against its record"]
-    return ["the calibration pair measured its known win"]
+        return [f"the calibration pair measured a win{noisy}, unverified against its record"]
+    return [f"the calibration pair measured its known win{noisy}"]
 
 
 def headline(a: dict, busy: bool = False) -> dict:

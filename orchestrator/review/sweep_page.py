@@ -23,6 +23,7 @@ from ..store import Store, queries
 from ..store import runs as stored
 from ..store.db import result_pair
 from ..store.models import Measurement
+from .sweep_noise import agreed, weekly_verdicts
 from .through_noise import outcome, spread_of_reason, spread_text, timing_gates
 from .week_sweeps import target_role
 
@@ -96,6 +97,10 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     # the gates the sweep's plan declared: a row set aside for its spread alone is judged
     # by them through the noise, as the weekly review judges it
     gates = {**DEFAULT_GATES, **plan_gates(store, [sweep_id]).get(sweep_id, (None, {}))[1]}
+    # ... and only where the weekly review's judgement of these same runs decides through
+    # the noise (every gate it checks; both sides set aside for the spread alone, with the
+    # fields of events 1.9): the two pages never disagree
+    weekly = weekly_verdicts(store, sweep_id, DEFAULT_GATES)
     groups: dict[tuple, list] = {}
     for r in runs:
         groups.setdefault((r.node, (r.workload, r.pair)), []).append(r)
@@ -119,8 +124,9 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                          "has_parity": any(r.streaming_parity for r in rows),
                          "context_bucket": rs[0].context_bucket or "short",
                          "prompt_sha256": rs[0].prompt_sha256,
-                         "verdict": _noisy_verdict(rows, rs, gates, rs[0].context_bucket
-                                                   or "short") or _verdict(rows),
+                         "verdict": agreed(_noisy_verdict(
+                             rows, rs, gates, rs[0].context_bucket or "short"),
+                             weekly.get((node, workload))) or _verdict(rows),
                          "verdict_short": _busy_verdict(rows)})
     from .adaptive_stops import adaptive_stops, marked_stops
     from .load import load_ramps

@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.fingerprint import VERIFY_MAX_AGE_S, model_files
 from agent.job import SOAK_FIELDS, job_field_types
-from agent.protocol import MAX_ROLES
+from agent.protocol import MAX_ROLES, cv_threshold_problem
 
 from ..errors import ConfigError
 from ..yamlfile import line_of, load_yaml
@@ -186,6 +186,10 @@ def load_plan(path: str | Path) -> Plan:
                           f"{', '.join(VERIFY_MAX_AGE_S)}", str(path),
                           line_of(data["models"], "verify"))
     _check_knobs(data, path)
+    # refused when the plan is read (as at lock, by the agent's parser), at its own line
+    sweep = data.get("sweep") or {}
+    if "cv_threshold" in sweep and (why := cv_threshold_problem(sweep["cv_threshold"])):
+        raise ConfigError(why, str(path), line_of(sweep, "cv_threshold"))
     _check_group_size(pair, data, path)
     _check_kv_start(data, path)
     if len(lineup) > 1 and (data.get("engine") or data.get("soak")):
