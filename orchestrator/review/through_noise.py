@@ -187,8 +187,11 @@ def outcome(gates: dict) -> str:
 
 def spread_text(spreads: list[dict]) -> str:
     """'decode tok/s varied 36% (the plan allows under 10%)' over a config's spreads."""
-    vs = sorted(round(100 * s["value"]) for s in spreads)
     limits = sorted({round(100 * s["limit"]) for s in spreads})
+    # a spread just over its limit must not read as the limit ("varied 10%, allows under
+    # 10%"): one decimal where the whole percent would not show it over
+    vs = sorted((f"{100 * s['value']:.0f}" if round(100 * s["value"]) > round(100 * s["limit"])
+                 else f"{100 * s['value']:.1f}" for s in spreads), key=float)
     varied = f"{vs[0]}%" if vs[0] == vs[-1] else f"{vs[0]}–{vs[-1]}%"
     return (f"decode tok/s varied {varied} (the plan allows under "
             f"{'/'.join(f'{x}%' for x in limits)})")
