@@ -128,7 +128,7 @@ def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_a
         stops = re.findall(r'<li data-best="(yes|no)" data-calibration="yes">local · '
                            rf"calibration pair \(an instrument, not a model\){item} · workload "
                            rf"<code>code</code>: (?:<b>)?num_draft_tokens=(\d) stopped after "
-                           rf"(\d) of {most} repetitions: ({item})(?:</b>)?</li>", listed)
+                           rf"(\d+) of {most} repetitions: ({item})(?:</b>)?</li>", listed)
         assert len(stops) == len(notices) == listed.count("<li"), (listed, notices)
         first = [s for s in stops if s[0] == "yes" and int(s[1]) == best
                  and int(s[2]) == ran[best]]
