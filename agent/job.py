@@ -412,10 +412,12 @@ def _python(raw: dict, path: Path) -> str | None:
 
 def _share(raw: dict, key: str, default: float, path: Path) -> float:
     v = raw.get(key, default)
+    if key == "cv_threshold":  # a spread, not a share: it may pass 100% (protocol says why)
+        if (why := protocol.cv_threshold_problem(v)) is not None:
+            raise _fail(path, key, why)
+        return float(v)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-        # the spread limit is a share in (0, 1] too, said in its own words
-        raise _fail(path, key, protocol.cv_threshold_problem(v) or "" if key == "cv_threshold"
-                    else f"{key}: a share of the machine's CPU in (0, 1], got {v!r}")
+        raise _fail(path, key, f"{key}: a share of the machine's CPU in (0, 1], got {v!r}")
     return float(v)
 
 

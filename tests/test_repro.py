@@ -35,7 +35,7 @@ def test_repro_on_two_sshd_nodes(fleet, model_pair, tmp_path, sqlite_url):
     # (and rightly "inconclusive": tests/test_reliability.py); this test is about agreement,
     # so its plan declares loose thresholds
     lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=2,
-                     extra="  cv_threshold: 1.0\n  contention_threshold: 1.0")
+                     extra="  cv_threshold: 5.0\n  contention_threshold: 1.0")
     inv = tmp_path / "hosts.yml"
     inv.write_text(fleet.inventory_yaml())
     r = CliRunner().invoke(main, [

@@ -64,7 +64,7 @@ def reviewed_store(model_pair, tmp_path_factory):
     # the loosest spread limit a plan may declare).
     doc = load_lock(make_lock(d, model_pair, use=("code", "memo"), widths=(2, 4),
                               max_tokens=40, quality=True,
-                              extra="  cv_threshold: 1.0\n  contention_threshold: 1.0"))
+                              extra="  cv_threshold: 5.0\n  contention_threshold: 1.0"))
     with preloaded():  # tests/blas.py: this page's layout is the subject, not timing
         result = start_sweep(doc, [local], store, opts=SweepOptions(provision=False))
     assert result.ok, result.outcomes
