@@ -1,6 +1,6 @@
 """The demo's calibration plan swept for real on the local node, and the weekly review read
 back through Chromium: the calibration series as a production candidate at its measured
-best width, the ladder walked from rung 0, the adaptive sweep stopped on its winner, the
+best width, the ladder walked from rung 0, the adaptive sweep's stops on both pages, the
 policy on (the demo asks calibration in; provisional: 1 of 3 nights), and why its TTFT
 limit is raised, each marked as calibration."""
 
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_MACHINE = "  cv_threshold: 1.0\n  contention_threshold: 1.0\n"
 
 
-# judges the win and the adaptive stop on its winner: the parallel part's load scatters the
+# judges the win and reads the adaptive stops: the parallel part's load scatters the
 # paired speedups (measured here under a load average of 13 on 2 cores: 0.37-11.8x round to
 # round, and a width's every run over the 100% spread threshold)
 @pytest.mark.alone
@@ -118,13 +118,19 @@ def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_a
     assert "a cost of the construction, not of any model" in dom
     # the knee: the speedup-by-width chart is drawn
     assert 'id="chart-speedup_vs_width"' in dom
-    # the adaptive sweep stopped on its winner: the draft's widths known slower stopped,
-    # then the best was settled, before the plan's last repetition; the same stop on the
-    # review and on the sweep page, each after the rounds it ran of the plan's 8
+    # the adaptive sweep's stops, the same on the review and on the sweep page, each after
+    # the rounds it ran of the plan's maximum. Whether the winner settles before the last
+    # round is the machine's noise (CI's load kept width 2 within reach of width 4 for all
+    # 12 rounds once): the stop logic itself is judged on planted rounds in
+    # tests/test_adaptive*.py; here, what the agent journaled is what both pages say, and a
+    # width stopped early only as the settled best or as slower with confidence.
     sweep_dom = dump_dom(render_review(store, tmp_path / "calibration.html", result.sweep_id))
     rounds = _paired_rounds(store)  # what the stops rested on, said when one is missing
     item = "(?:(?!</li>).)*?"  # within one list item
     for page in (dom, sweep_dom):
+        if not notices:
+            assert '<ul id="adaptive-stops">' not in page, (rounds, ran)
+            continue
         assert '<ul id="adaptive-stops">' in page, ("no adaptive stop", rounds, ran)
         listed = page.split('<ul id="adaptive-stops">')[1].split("</ul>")[0]
         stops = re.findall(r'<li data-best="(yes|no)" data-calibration="yes">local · '
@@ -132,11 +138,17 @@ def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_a
                            rf"<code>code</code>: (?:<b>)?num_draft_tokens=(\d) stopped after "
                            rf"(\d+) of {most} repetitions: ({item})(?:</b>)?</li>", listed)
         assert len(stops) == len(notices) == listed.count("<li"), (listed, notices)
-        first = [s for s in stops if s[0] == "yes" and int(s[1]) == best
-                 and int(s[2]) == ran[best]]
-        assert first and ran[best] < most, (stops, ran, speedup, rounds)
-        assert first[0][3].startswith("settled as the best: faster than its baseline beyond "
-                                      "the tolerance with 80% confidence")
+        settled = [s for s in stops if s[3].startswith("settled as the best: faster than its "
+                                                       "baseline beyond the tolerance with 80% "
+                                                       "confidence")]
+        assert all(s[3].startswith("slower than ") for s in stops if s not in settled), stops
+        assert all(s[0] == "yes" for s in settled) and len(settled) <= len(set(
+            r.pair for r in rows)), stops
+        mine_settled = [s for s in settled if int(s[1]) == best and int(s[2]) == ran[best]]
+        if ran[best] < most:  # the best stopped early: only as the settled winner
+            assert mine_settled, (stops, ran, speedup, rounds)
+        else:  # it ran every round: no stop claims it settled
+            assert not mine_settled, (stops, ran, speedup, rounds)
     # and each stop the agent journaled is among the review's notices, marked
     shown = re.findall(r'<li data-calibration="yes">local · calibration pair \(an instrument, '
                        rf"not a model\){item}: (adaptive: {item})</li>", dom)
