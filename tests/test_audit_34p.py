@@ -1,0 +1,184 @@
+"""Audit 34p: today's change to deciding through the noise (a side of one or two trials
+pools its spread with the other side's, ``ratio_interval``; the demo measures each width
+twice) attacked as a statistician, a hostile node and a careless user. Rates come from
+planted lognormal trials read by the real interval code; verdicts from sweeps planted
+through the real ingest (the agent's own ``config_summary``, ``tests/test_audit_34n``'s
+journal). A strict xfail names what is wrong today, measured; a plain test is a guard
+that held."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import timedelta
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from agent.stats import repetition_spread
+from orchestrator.review.sweep_page import review_data
+from orchestrator.review.through_noise import interval_gate, pass_level, ratio_interval
+from orchestrator.review.verdict import policy
+from orchestrator.store import open_store
+from tests.history import week_nights
+from tests.store_templates import fresh_sqlite
+from tests.test_audit_34n import AT, sweep_gens, weekly
+from tests.test_weekly_review import W20
+
+SIGMA = math.sqrt(math.log(1 + 0.20 ** 2))  # the log-sd of a lognormal of CV 20%
+GATE = 1.16  # DEFAULT_GATES["min_speedup"]
+
+
+def _trials(xs, acceptance=None) -> list[dict]:
+    return [{"decode_tok_s": float(x), "acceptance_rate": acceptance} for x in xs]
+
+
+def _false_candidates(widths: int, draws: int, base_cv_scale: float,
+                      set_aside_only: bool) -> float:
+    """Share of weeks with a decisive speedup pass at one width or more, every width's true
+    ratio exactly on the 1.16 gate: one shared baseline of 8 trials (log-sd ``SIGMA`` ×
+    ``base_cv_scale``), each width 2 trials at CV 20% (the demo's counts at two
+    repetitions), each gate read as the weekly review reads it (a pass at
+    ``pass_level(widths)``). ``set_aside_only``: only weeks that reach this path, the
+    baseline reliable (spread under 10%) and every width set aside for its spread (the
+    agent's own ``repetition_spread`` at or over 10%)."""
+    rng, level, n, hits = random.Random(7), pass_level(widths), 0, 0
+    while n < draws:
+        base = [100 * math.exp(rng.gauss(0, SIGMA * base_cv_scale)) for _ in range(8)]
+        specs = [[100 * GATE * math.exp(rng.gauss(0, SIGMA)) for _ in range(2)]
+                 for _ in range(widths)]
+        if set_aside_only and (repetition_spread(base) >= 0.10 or any(
+                repetition_spread(s) < 0.10 for s in specs)):
+            continue
+        n += 1
+        hits += any(interval_gate((ratio_interval(base, s), ratio_interval(base, s, level)),
+                                  GATE, True, level=level)["passed"] is True for s in specs)
+    return hits / draws
+
+
+# -- guard: equal noise on both sides at the demo's counts (8 v 2) -------------------------
+
+def test_equal_noise_two_trials_a_width_keep_false_candidates_under_the_family_level():
+    """Baseline and widths at CV 20%, 3 widths on the gate, 1,000 weeks (seed 7): 1.4%
+    (2,000 weeks: 1.5% at 3 widths, 1.65% at 6), under the 2.5% the pass level promises."""
+    assert _false_candidates(3, 1000, 1.0, False) <= 0.025
+
+
+# -- 1 (medium): a quiet reliable baseline beside widths set aside for their spread --------
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: medium. The commonest way into the through-noise path is a reliable, quiet "
+    "baseline (CV 5%, 8 trials) beside widths set aside for their spread (CV 20%, 2 trials "
+    "each, the demo's counts). The pooled spread is the baseline's; a width's own is a "
+    "one-df estimate (used where larger) but t is read on the pooled 8 df, so the interval "
+    "is too narrow. Every width's true ratio exactly on the 1.16 gate, the pass read at "
+    "pass_level(m), 1,000 such weeks (seed 7): a false production candidate in 3.3% / 5.5% "
+    "/ 6.2% of weeks at 1 / 3 / 6 widths, against the 2.5% the Bonferroni level promises "
+    "(equal noise: 1.5%). The commit measured coverage only at equal noise and 2x"))
+def test_a_quiet_baseline_beside_noisy_two_trial_widths_keeps_false_candidates_under_2_5():
+    assert _false_candidates(3, 1000, 0.25, True) <= 0.025
+
+
+# -- 2 (high): a stalled trial (0 tok/s) is dropped and the rest decides -------------------
+
+BASE = [100, 104, 96, 101, 99, 103, 97, 100]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: high. through_noise._positive (and night_ratio) drop a trial of 0 tok/s "
+    "silently, and the spread it causes (177%) is what sends the width through the noise. "
+    "Planted through the ingest, three nights: a quiet reliable baseline (~100 tok/s, 8 "
+    "trials) and width 2 with trials [0, 150] (then [0, 149], [0, 152]) tok/s, acceptance "
+    "1.0: the weekly review says 'production candidate at draft width 2 ... speedup "
+    "1.50x (95% interval 1.47-1.54)' and the policy switches speculation ON at width 2; "
+    "one night alone is a (provisional) candidate at 1.50x (1.40-1.61) on both pages. Half "
+    "the width's trials produced nothing: its mean rate is 75 tok/s, 0.75x the baseline"))
+def test_a_width_that_stalled_on_half_its_trials_is_never_switched_on(tmp_path):
+    store = open_store(fresh_sqlite(tmp_path / "stall.db"))
+    for i, at in enumerate(week_nights(W20, 3)):
+        sweep_gens(store, at + timedelta(hours=1), {
+            ("baseline", 0): _trials(BASE),
+            ("speculative", 2): _trials([0.0, 150.0 + (i % 3) * (-1) ** i], 1.0)})
+    a, s = weekly(store)
+    (entry,) = policy(a)["series"]
+    assert entry["speculation"] is False, (s["verdict"]["text"], entry)
+    assert s["verdict"]["decision"] != "production candidate", s["verdict"]["text"]
+
+
+def test_a_negative_rate_is_refused_at_the_boundary(tmp_path):
+    """Guard: a hostile node's negative decode rate never reaches the store."""
+    store = open_store(fresh_sqlite(tmp_path / "neg.db"))
+    with pytest.raises(AssertionError, match="not a non-negative number"):
+        sweep_gens(store, AT, {("baseline", 0): _trials(BASE),
+                               ("speculative", 2): _trials([-5.0, 150.0], 1.0)})
+
+
+@pytest.mark.parametrize("spec", [[], [0.0], [0.0, math.inf, math.nan], [150.0]])
+def test_no_interval_without_two_positive_finite_trials_somewhere(spec):
+    """Guard: one trial beside one, or none usable, is no interval (the gate stays
+    undecided), whatever zeros, infinities or NaNs come with it."""
+    assert ratio_interval([100.0], spec) is None
+    undecided = interval_gate((None, None), GATE, True)
+    assert undecided["passed"] is None and undecided["undecided"] is True
+
+
+# -- 3 (medium): the sweep page names a width the review and the policy do not -------------
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: medium. The sweep page reads each width's pass at 95% (timing_gates, "
+    "family 1) and names the fastest; the weekly review reads it at 1 - 0.05/m and the "
+    "policy follows the review. Planted through the ingest (one sweep, everything set "
+    "aside for its spread): baseline 90-110 tok/s (8 trials, spread 13%), width 2 [148, "
+    "152], width 4 [160, 240]. Review and policy: 'production candidate at draft width 2', "
+    "1.50x (97.5% interval 1.27-1.78). Sweep page: 'best is draft width 4 at 1.97x (95% "
+    "interval 1.22-3.17) ... a production candidate' (its 97.5% interval 1.11-3.48 "
+    "does not clear 1.16). sweep_noise.agreed compares only the decision's words, so the "
+    "page's own sentence, with the other width, is shown. Also: at 6 widths on the gate "
+    "(8 v 2, CV 20%) 95% a width passes some width in 9.75% of weeks, the family level "
+    "1.65%"))
+def test_the_sweep_page_names_the_width_the_review_and_policy_name(tmp_path):
+    store = open_store(fresh_sqlite(tmp_path / "widths.db"))
+    sid = sweep_gens(store, AT, {
+        ("baseline", 0): _trials([90, 110, 100, 93, 107, 100, 91, 109]),
+        ("speculative", 2): _trials([148, 152], 1.0),
+        ("speculative", 4): _trials([160, 240], 1.0)})
+    a, s = weekly(store)
+    assert s["verdict"]["decision"] == "production candidate" and s["verdict"]["k"] == 2
+    (entry,) = policy(a)["series"]
+    assert entry["candidate"]["num_draft_tokens"] == 2  # holds: the policy follows the review
+    (section,) = review_data(store, sid)["sections"]
+    assert "draft width 2" in section["verdict"], section["verdict"]
+
+
+# -- guards: the pooled rule's algebra, for any trials -------------------------------------
+
+rates = st.lists(st.floats(1.0, 1000.0), min_size=1, max_size=10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(base=rates, spec=rates, family=st.integers(1, 8))
+@example(base=[100.0, 100.0], spec=[117.0], family=3)
+@example(base=[100.0], spec=[90.0, 140.0], family=6)
+@example(base=[100.0, 101.0, 99.0, 100.0, 100.0, 102.0, 98.0, 100.0], spec=[160.0, 240.0],
+         family=2)
+def test_any_trials_give_a_symmetric_interval_that_widens_with_the_family(base, spec, family):
+    """Swapping the sides inverts the interval exactly (the pooled spread is the sides'
+    together, whichever is the few one); the point lies inside; the pass level's interval
+    holds the 95% one; scaling both sides moves nothing."""
+    iv, back = ratio_interval(base, spec), ratio_interval(spec, base)
+    if iv is None:
+        assert back is None and min(len(base), len(spec)) == 1 and max(
+            len(base), len(spec)) == 1
+        return
+    assert back is not None
+    assert math.isclose(iv[0], 1 / back[0], rel_tol=1e-9)
+    assert math.isclose(iv[1], 1 / back[2], rel_tol=1e-9)
+    assert math.isclose(iv[2], 1 / back[1], rel_tol=1e-9)
+    wide = ratio_interval(base, spec, pass_level(family))
+    assert wide is not None
+    assert wide[1] <= iv[1] * (1 + 1e-12) and iv[1] <= iv[0] * (1 + 1e-12)
+    assert iv[0] <= iv[2] * (1 + 1e-12) and iv[2] <= wide[2] * (1 + 1e-12)
+    scaled = ratio_interval([x * 7.5 for x in base], [x * 7.5 for x in spec])
+    assert scaled is not None and all(math.isclose(p, q, rel_tol=1e-9)
+                                      for p, q in zip(iv, scaled))
