@@ -21,9 +21,9 @@ from orchestrator.review.sweep_page import review_data
 from orchestrator.review.through_noise import interval_gate, pass_level, ratio_interval
 from orchestrator.review.verdict import policy
 from orchestrator.store import open_store
-from tests.history import week_nights
+from tests.history import config_values, week_nights
 from tests.store_templates import fresh_sqlite
-from tests.test_audit_34n import AT, sweep_gens, weekly
+from tests.test_audit_34n import AT, SPREAD, _reason, sweep, sweep_gens, weekly
 from tests.test_weekly_review import W20
 
 SIGMA = math.sqrt(math.log(1 + 0.20 ** 2))  # the log-sd of a lognormal of CV 20%
@@ -149,6 +149,63 @@ def test_the_sweep_page_names_the_width_the_review_and_policy_name(tmp_path):
     assert entry["candidate"]["num_draft_tokens"] == 2  # holds: the policy follows the review
     (section,) = review_data(store, sid)["sections"]
     assert "draft width 2" in section["verdict"], section["verdict"]
+
+
+# -- 4 (low): a third repetition widens the interval a second one gave ---------------------
+
+def _median_width(ns: int, draws: int = 400) -> float:
+    """Median log-width of the 95% interval over draws that reach the through-noise path:
+    a quiet baseline (8 trials, CV 5%, reliable) and a width of ``ns`` trials at CV 20%
+    that the agent's own ``repetition_spread`` sets aside (seed 2705)."""
+    rng, widths = random.Random(2705), []
+    while len(widths) < draws:
+        b = [100 * math.exp(rng.gauss(0, SIGMA / 4)) for _ in range(8)]
+        s = [100 * math.exp(rng.gauss(0, SIGMA)) for _ in range(ns)]
+        if repetition_spread(b) >= 0.10 or repetition_spread(s) < 0.10:
+            continue
+        iv = ratio_interval(b, s)
+        assert iv is not None
+        widths.append(math.log(iv[2] / iv[1]))
+    return sorted(widths)[draws // 2]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: low. Two trials pool (t on the pooled 8 df), three take Welch (about 2 df "
+    "here): on draws that reach the path (quiet baseline CV 5%, 8 trials; the width CV "
+    "20%, set aside; 400 draws, seed 2705) the median log-width of the 95% interval is "
+    "0.651 at 2 trials, 0.921 at 3, 0.586 at 4 (1,000 draws: coverage 91.3% / 99.2% / "
+    "97.6%). A third "
+    "repetition widens the interval by 41%, the very defect the commit removed from 1 -> 2; "
+    "a node that repeats less is decided sooner"))
+def test_a_third_repetition_never_widens_the_interval_two_gave():
+    assert _median_width(3) <= _median_width(2)
+
+
+# -- 5 (low): one repetition's claimed spread is not in the interval ----------------------
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: low (a hostile or broken node). The baseline's one repetition arrives set "
+    "aside for a claimed 36% spread, which one value cannot check (spread_alone keeps the "
+    "claim); the width's two trials are identical (118, 118). The pooled spread is 0: the "
+    "weekly review says 'production candidate at draft width 2, provisional: 1 of 3 nights; "
+    "decided through the noise: decode tok/s varied 36% ..., speedup 1.18x (95% interval "
+    "1.18-1.18)', an interval of zero width beside the 36% it names. Three such nights: "
+    "speculation ON (the nights' interval is zero too)"))
+def test_a_claimed_spread_never_yields_an_interval_of_zero_width(tmp_path):
+    store = open_store(fresh_sqlite(tmp_path / "claim.db"))
+    rng = random.Random(1)
+
+    def cfg(xs: list[float], acc=None) -> dict:
+        v = config_values(xs[0], reps=len(xs), acceptance=acc, rng=rng)
+        v["decode_tok_s"] = xs
+        return v
+
+    sweep(store, AT, {("baseline", 0): (cfg([100.0]), _reason(36), SPREAD),
+                      ("speculative", 2): (cfg([118.0, 118.0], 1.0), None, None)})
+    _, s = weekly(store)
+    (c,) = [c for c in s["configs"] if c["mode"] == "speculative"]
+    lo, hi = c["gates"]["speedup"]["interval"]
+    assert lo < hi, s["verdict"]["text"]
 
 
 # -- guards: the pooled rule's algebra, for any trials -------------------------------------
