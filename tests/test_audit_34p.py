@@ -114,6 +114,22 @@ def test_a_negative_rate_is_refused_at_the_boundary(tmp_path):
                                ("speculative", 2): _trials([-5.0, 150.0], 1.0)})
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: medium (a hostile or broken node takes the fleet's review down). A "
+    "decode rate of 1e200 tok/s passes the decode boundary (non-negative, finite) and the "
+    "agent's own config_summary; its spread sends the width through the noise, and "
+    "night_ratio's math.exp of the interval's end overflows: the weekly review (analyse) "
+    "and the sweep page (review_data) both raise OverflowError (1e150 and below: no "
+    "crash). One night of one node: no review for any series that week"))
+def test_an_absurd_decode_rate_never_crashes_the_review(tmp_path):
+    store = open_store(fresh_sqlite(tmp_path / "huge.db"))
+    sid = sweep_gens(store, AT, {("baseline", 0): _trials(BASE),
+                                 ("speculative", 2): _trials([1e200, 150.0], 1.0)})
+    _, s = weekly(store)
+    assert s["verdict"]["decision"] != "production candidate", s["verdict"]["text"]
+    assert review_data(store, sid)["sections"]
+
+
 @pytest.mark.parametrize("spec", [[], [0.0], [0.0, math.inf, math.nan], [150.0]])
 def test_no_interval_without_two_positive_finite_trials_somewhere(spec):
     """Guard: one trial beside one, or none usable, is no interval (the gate stays
