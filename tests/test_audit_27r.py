@@ -108,6 +108,19 @@ def test_the_same_nights_one_node_apart_keep_their_narrower_interval():
     assert _score(_sides(3, 3, 0.9), 1000, 2706)[:2] == (0.07, 0.847)
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: low. One node's back-to-back weeks (two nights between, compare reads them "
+    "as one series), three nights a side, φ 0.9: 92.1% covered, 3.0% false claims (1,000 "
+    "pairs, seed 2701; seeds 1-3: 92.2-93.8%); five nights 92.8% (seeds 1-3: 93.3-94.8%). "
+    "The joined bounds (LR_BOUND 0.9, ALPHA 0.25) lean on the weeks' covariance, which few "
+    "nights barely give. Read apart: 98.3% and 97.8%, at the power cost in "
+    "test_two_nodes_find_a_difference; four nights between read as one series would cover "
+    "89.6-90.3% at 3-8 nights, hence compare.JOINED_DAYS 3"))
+def test_one_node_three_nights_back_to_back_with_strong_memory_meet_the_targets():
+    claims, coverage, _ = _score(_sides(3, 3, 0.9, gap=2), 1000, 2701)
+    assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
+
+
 @pytest.mark.parametrize("nights,found", [(8, 0.45), (12, 0.85)])
 def test_two_nodes_find_a_difference(nights, found):
     """Guard (power on independent sides, the price of closing findings 1 and 2): a true

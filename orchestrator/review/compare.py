@@ -44,7 +44,8 @@ SIGNIFICANT_P = 0.01
 # on the pooled df), as one night always borrowed the other side's: its own rests on ≤ 1 df
 POOL_BELOW = 2
 # one node's two sides whose nearest nights are at most this many days apart (a weekend
-# between weeks) are one series, not independent sides (``_apart``)
+# between weeks) are one series, not independent sides (``_apart``); read as one series,
+# weeks four nights apart at φ 0.9 cover 89.6-90.3% (3-8 nights, tests/test_audit_27r.py)
 JOINED_DAYS = 3
 
 

@@ -42,27 +42,28 @@ audit's seed 31337 (92.2%; seeds 1-6: 93.5-96.0%). A bound high enough for that 
 (92.7% at LR_BOUND 1.0, 95.7% at 1.64) leaves eight independent nights' 20% difference
 found in 80.0% and 71.7% of pairs (guarded: ≥ 80%).
 
-Independent sides (``apart``: two nodes, or weeks not back to back) have no such help: the
-figures above are for two weeks of one node with a weekend between, whose means correlate
-(0.48 at φ 0.9 for eight nights), so the variance of their difference is below the sum the
-interval assumes. Two nodes at φ 0.9, eight nights a side, covered 86.0% (7.2% false
-claims; 1,000 pairs, seed 2701, tests/test_audit_27r.py), three nights 84.7%. Two things
-were missing. φ's bound: the sides are read at a one-sided 95% bound (``LR_APART`` 2.71 =
-χ²₁'s 90% point; ``ALPHA_APART`` 0.05 below MIN_PAIRS), where the weeks' covariance made
-~83% (0.9) and 75% (0.25) enough. And the spread's df: under memory a side's sample
-variance rests on far fewer than n − 1 df (eight nights at φ 0.9: 2.8, ``spread_df``,
-Satterthwaite), so its t quantile was too small even at the true φ (φ known: 93.0%, with
-the df 96.5%). Both: 94.1% covered, 2.0% false claims (seed 2701); 93.6-95.4% over 4-12
-nights a side at φ 0.9 (seeds 7 and 2701, 1,000 pairs each); three nights 94.5%, two
-against three 94.7%. Either alone falls short (the df at 0.9: 88.9%; the bound 2.71 with
-n − 1 df: 91.3%). The price, on two nodes only: a true 20% difference at eight independent
-nights (φ 0) is found in 50.8% of pairs (82.5% before; seed 99), at twelve 89.5%; the
-bounds between (seed 2701 covered / seed 99 found): 0.9 88.9% / 78.3%, 1.64 91.9% /
-66.0%, 2.71 94.1% / 50.8%, 3.84 94.8% / 37.5%. A profile likelihood-ratio test of the
-difference (φ profiled on [0, 0.9], its critical value the worst over φ) finds that 20% in
-75% of pairs at 7% false claims, so little is left for a smarter rule: at eight nights a
-side, two independent sides that sit apart are as likely no difference under strong
-memory as a difference without it.
+Independent sides (``apart``: two nodes, or one node's weeks more than a weekend apart,
+compare._apart) have no such help: the figures above are for one node's weeks with a
+weekend between, whose means correlate (0.48 at φ 0.9 for eight nights), so the variance of
+their difference is below the sum the interval assumes. Two nodes at φ 0.9, eight nights a
+side, covered 86.0% (7.2% false claims; 1,000 pairs, seed 2701, tests/test_audit_27r.py),
+three nights 84.7%. Two things were missing. φ's bound: independent sides are read at a
+one-sided 95% bound (``LR_APART`` 2.71, χ²₁'s 90% point; ``ALPHA_APART`` 0.05 below
+MIN_PAIRS). And the spread's df: under memory a side's sample variance rests on far fewer
+than n − 1 df (eight nights at φ 0.9: 2.8, ``spread_df``, Satterthwaite), so the t quantile
+was too small even at the true φ (φ known, 0.9: 93.0% covered; with the df 95.9%). Both:
+94.1% covered, 2.0% false claims (seed 2701; seeds 1-5 93.7-95.6%); 93.6-95.2% from four
+to twenty nights a side (seed 7); three nights 94.7% (seeds 1-5 94.2-96.1%), two against
+three 93.5%. Either alone falls short (the df at LR_BOUND: 88.9%; LR_APART with n − 1
+df: 91.3%). The price, on two nodes only: a true 20% difference at eight independent
+nights (φ 0) is found in 50.8% of pairs (82.5% read as one node's weeks; seed 99, 600
+pairs), at twelve 89.5%. The bound against it (eight nights, seed 2701 covered at φ 0.9 /
+seed 99 found): 0.9 88.9% / 78.3%, 1.64 91.9% / 66.0%, 2.71 94.1% / 50.8%, 3.84 94.8% /
+37.5%. Little is left for a cleverer rule: a likelihood-ratio test of the difference with
+φ profiled on [0, 0.9] and its critical value the worst over φ (7% of no-difference pairs
+rejected at most) finds that 20% in 75% of pairs, at 7% where compare claims at 1%.
+Eight nights on two nodes that sit apart are as likely no difference under strong memory
+as a difference without it.
 """
 
 from __future__ import annotations
