@@ -126,13 +126,13 @@ def _night_order(key) -> tuple:
 
 
 def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: bool = True,
-                apart: bool = False) -> dict:
+                few: int | None = None, apart: bool = False) -> dict:
     """B/A from one value per night a side, each side in night order: the ratio of geometric
     means, its ``level`` interval and a two-sided p, by Welch's t on the logs (Student's on
     the sides' pooled spread when a side has one or two nights, ``POOL_BELOW``), with each
     side's variance of its mean taken under the nights' memory (``nightmemory``: φ 0, plain
-    Welch, where the nights show none; ``memory=False``: plain Welch and one night
-    borrowing, the rule before, for the bench's side-by-side and through_noise). One night
+    Welch, where the nights show none; ``memory=False``: φ 0, and only one night borrows
+    unless ``few`` says how many pool, as through_noise's trials do). One night
     on each side leaves night-to-night noise unmeasured: the ratio only, no interval, no p.
     ``apart``: the sides are independent (two nodes, or weeks not back to back; compare
     knows which, ``_apart``): φ at its wider bound and each spread's df under it
@@ -161,8 +161,10 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
         return out
     phi = night_memory([la, lb], apart) if memory else 0.0
     out["memory"] = phi
-    se2, df = _mean_variance((va, vb), (len(la), len(lb)), phi,
-                             POOL_BELOW if memory else 1, apart and memory)
+    # memory=False keeps the rule before (only one night borrows) unless ``few`` is given:
+    # the bench's side-by-side; through_noise's trials pool as few nights do
+    few = few if few is not None else POOL_BELOW if memory else 1
+    se2, df = _mean_variance((va, vb), (len(la), len(lb)), phi, few, apart and memory)
     se = math.sqrt(se2)
     if se == 0:
         out["ci"] = [out["ratio"], out["ratio"]]
@@ -181,8 +183,6 @@ def _mean_variance(vs: tuple, ns: tuple[int, int], phi: float, few: int,
     (None for one night) under memory ``phi``; a side's spread rests on n − 1 df, or on
     ``spread_df`` under that memory where the sides are ``apart``."""
     dfs = [(spread_df(n, phi) if apart else n - 1) if n > 1 else 0 for n in ns]
-    # memory=False (few 1) keeps the rule before whole (only one night borrows):
-    # through_noise's trials and the bench's side-by-side
     if min(ns) <= few:
         # few nights on a side (one or two): its own spread rests on at most one df. Both
         # sides' night σ² are pooled (weighted by their df: a single night adds none, the
