@@ -24,11 +24,10 @@ def reasons_said(reasons: list[tuple[str, dict | None]]) -> tuple[str, str]:
     """(every reason in full, the row's short words): ``reasons`` as (the agent's words, the
     spread's fields when the words are a spread's); the short words name each spread by
     its figure ("spread 28–31%") and keep every other reason as it is."""
-    words = dict(sorted(reasons, key=lambda x: x[0]))
-    spreads = [sp for sp in words.values() if sp]
-    others = [w for w, sp in words.items() if not sp]
+    spreads = [sp for _, sp in reasons if sp]
+    others = sorted({w for w, sp in reasons if not sp})
     short = ([f"spread {spread_range(spreads)}"] if spreads else []) + others
-    return "; ".join(words), "; ".join(short)
+    return "; ".join(sorted({w for w, _ in reasons})), "; ".join(short)
 
 
 def spread_note(rows: Sequence[AsideRow]) -> str | None:
