@@ -159,8 +159,10 @@ def decide(section: dict, facts: dict | None = None) -> dict:
     than ``MIN_RUNS`` reliable runs behind it, marked provisional with the count
     ("production candidate at draft width 4, provisional: 1 of 3 nights")."""
     out = _decide(section, facts)
+    # the decision alone, before its marks: a page that says them its own way starts here
+    out["words"] = out["text"]
     if p := out.get("provisional"):
-        out["text"] += f", provisional: {p['nights']} of {p['needed']} nights"
+        out["text"] += provisional_words(p)
     if tn := out.get("through_noise"):
         out["text"] += f"; decided through the noise: {tn['text']}"
     if cal := section.get("calibration"):
@@ -171,6 +173,12 @@ def decide(section: dict, facts: dict | None = None) -> dict:
             f"; unverified against its record: {'; '.join(unknown)}" if unknown else "")
             + "): " + out["text"])
     return out
+
+
+def provisional_words(p: dict) -> str:
+    """", provisional: 1 of 3 nights": a decision's mark when fewer nights are behind it
+    than the review needs."""
+    return f", provisional: {p['nights']} of {p['needed']} nights"
 
 
 def _decide(section: dict, facts: dict | None = None) -> dict:
