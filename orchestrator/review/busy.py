@@ -3,6 +3,8 @@ profile (a series whose runtime reads "mlx-lm · busy: …" beside its idle twin
 
 from __future__ import annotations
 
+from agent.protocol import summary_contention_parts
+
 SEP = " · "
 
 
@@ -60,10 +62,12 @@ def busy_vs_idle(sections: list[dict]) -> list[dict]:
 
 def contention_readings(runs) -> list[dict]:
     """Each run's contention readings from its summary's fields (events 1.8: the shares
-    of the CPU other processes took in its contended trials, and the limit)."""
+    of the CPU taken in its contended trials, and the limit; since 1.10 ``parts``: per
+    cause, other processes, the controller on the node, the host's steal, their range)."""
     out = []
     for r in runs:
         c = r.summary.get("contention")
         if c:
-            out.append({"low": min(c["shares"]), "high": max(c["shares"]), "limit": c["limit"]})
+            out.append({"low": min(c["shares"]), "high": max(c["shares"]), "limit": c["limit"],
+                        "parts": summary_contention_parts(c)})
     return out

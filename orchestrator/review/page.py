@@ -145,14 +145,26 @@ def collapse_reasons(reasons, contention=None) -> list[str]:
     """One line for a config's contention readings instead of one per run ("contended:
     other processes used 56–66% of the CPU (limit 25%)"), its range taken from the runs'
     fields; every other reason as it is (so are the lines of runs stored before 1.8)."""
-    covered = {contention_text(c["low"], c["high"], c["limit"]) for c in contention or ()}
+    covered = {contention_text(c["low"], c["high"], c["limit"], c.get("parts"))
+               for c in contention or ()}
     limits: dict[float, list[dict]] = {}
     for c in contention or ():
         limits.setdefault(c["limit"], []).append(c)
-    merged = [contention_text(min(c["low"] for c in cs), max(c["high"] for c in cs), limit)
+    merged = [contention_text(min(c["low"] for c in cs), max(c["high"] for c in cs), limit,
+                              _merged_parts(cs))
               for limit, cs in limits.items()]
     out = [r for r in reasons or () if r not in covered]
     return out + [m for m in merged if m not in out]
+
+
+def _merged_parts(readings: list[dict]) -> dict | None:
+    """Per cause, the range over several runs' readings (None when none names a cause)."""
+    out: dict = {}
+    for c in readings:
+        for k, (lo, hi) in (c.get("parts") or {}).items():
+            was = out.get(k, (lo, hi))
+            out[k] = (min(was[0], lo), max(was[1], hi))
+    return out or None
 
 
 def _busy_runs(sections: list[dict]) -> tuple[int, int]:
