@@ -262,3 +262,38 @@ def test_a_window_of_samples_carries_each_share_as_fields():
     mac = summarise_window([{**r, "cpu_steal_s": None, "controller_cpu_s": None} for r in w])
     assert (mac["cpu_other_share"], mac["cpu_controller_share"], mac["cpu_steal_share"]) == (
         0.25, None, None)
+
+
+def test_the_busy_banner_names_who_took_the_cpu():
+    from orchestrator.review.page import busy_who
+
+    assert busy_who([{"low": 0.6, "high": 0.7, "limit": 0.25}]) == "other processes"
+    assert busy_who([{"low": 0.4, "high": 0.4, "limit": 0.25,
+                      "parts": {"other": (0.001, 0.001), "steal": (0.4, 0.4)}}]) == \
+        "the host (hypervisor)"
+    assert busy_who(reasons=[
+        "contended: other processes used 10%, the controller on this node used 15% and the "
+        "host (hypervisor) took 10% of the CPU (limit 25%)"]) == \
+        "other processes, the controller on this node and the host (hypervisor)"
+
+
+def test_a_sweep_page_of_a_node_whose_host_took_the_cpu_says_so(tmp_path):
+    from orchestrator.review.sweep_page import render_review
+    from orchestrator.store import open_store
+    from tests.history import generation, ingest_lines, new_sweep
+    from tests.store_templates import fresh_sqlite
+    from tests.test_pages import visible
+    from tests.test_weekly_review import W20
+
+    store = open_store(fresh_sqlite(tmp_path / "s.db"))
+    sid = new_sweep(store, W20)
+    stolen = ["contended: the host (hypervisor) took 40% of the CPU (limit 25%)"]
+    events = [generation(mode, k, unreliable=True, unreliable_reasons=stolen, repetition=rep,
+                         acceptance_rate=0.5 if k else None,
+                         **({"knob": "num_draft_tokens", "knob_value": k} if k else {}))
+              for mode, k in (("baseline", 0), ("speculative", 2)) for rep in range(2)]
+    ingest_lines(store, sid, "local", events, W20.timestamp())
+    text = visible(render_review(store, tmp_path / "sweep.html", sid).read_text())
+    assert "2 of 2 rows were set aside because the host (hypervisor) competed for the CPU" \
+        in text
+    assert "other processes" not in text

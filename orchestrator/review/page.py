@@ -9,8 +9,9 @@ a ``page`` key for the templates and a ``short_label`` / ``full_label`` per seri
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-from agent.protocol import contention_text
+from agent.protocol import CONTENTION_CAUSES, contention_text
 
 from .week_sweeps import calibration_words
 
@@ -167,6 +168,24 @@ def _merged_parts(readings: list[dict]) -> dict | None:
     return out or None
 
 
+_WHO = {"other": "other processes", "controller": "the controller on this node",
+        "steal": "the host (hypervisor)"}
+
+
+def busy_who(readings: Sequence[dict] = (), reasons: Sequence[str] = ()) -> str:
+    """Who took the CPU from the runs set aside for it, in words ("other processes and the
+    host (hypervisor)"): the causes with a visible share in the readings' fields (events
+    1.10), else the causes the agent's own words name; before 1.10, other processes."""
+    seen: set[str] = set()
+    for c in readings:
+        parts = c.get("parts") or {"other": (c["low"], c["high"])}
+        seen |= {k for k, (_, hi) in parts.items() if f"{hi:.0%}" != "0%"} or {"other"}
+    for r in reasons:
+        seen |= {k for k, words in CONTENTION_CAUSES if f"{words} " in r} or {"other"}
+    who = [_WHO[k] for k, _ in CONTENTION_CAUSES if k in seen] or [_WHO["other"]]
+    return who[0] if len(who) == 1 else ", ".join(who[:-1]) + " and " + who[-1]
+
+
 def _busy_runs(sections: list[dict]) -> tuple[int, int]:
     aside = sum(x["runs"] for s in sections for x in s.get("set_aside") or []
                 if _contended(x))
@@ -230,7 +249,9 @@ def shared_once(sections: list[dict]) -> dict:
             "noisy": noisy,
             "any_own_caveats": any(s["verdict"]["own_caveats"] for s in sections),
             "any_rules": any(s["verdict"].get("rules") for s in sections),
-            "busy": {"runs": busy_runs, "of": total} if busy_runs else None}
+            "busy": {"runs": busy_runs, "of": total, "who": busy_who(
+                [c for s in sections for x in s.get("set_aside") or [] if _contended(x)
+                 for c in x.get("contention") or ()])} if busy_runs else None}
 
 
 def classification_words(c: dict, gates: dict) -> str:

@@ -23,6 +23,7 @@ from ..store import Store, queries
 from ..store import runs as stored
 from ..store.db import result_pair
 from ..store.models import Measurement
+from .page import busy_who
 from .sweep_noise import agreed, weekly_verdicts
 from .through_noise import outcome, spread_of_reason, spread_text, timing_gates
 from .week_sweeps import target_role
@@ -136,7 +137,9 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     cal = marked.get("target")
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
             # a busy node is said once, at the top; rows keep a short mark (figures on hover)
-            "busy": {"rows": len(busy), "of": sum(len(s["rows"]) for s in sections)}
+            "busy": {"rows": len(busy), "of": sum(len(s["rows"]) for s in sections),
+                     "who": busy_who(reasons=[x for r in busy for x in r.unreliable_reasons
+                                              if x.startswith("contended")])}
             if busy else None,
             "calibration": cal,
             "notices": agent_notices(store, [sweep_id]) + stream_checks(store, sweep_id),
