@@ -121,13 +121,14 @@ def _night_order(key) -> tuple:
     return ("", f"{key:>20}")
 
 
-def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: bool = True) -> dict:
+def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: bool = True,
+                few: int | None = None) -> dict:
     """B/A from one value per night a side, each side in night order: the ratio of geometric
     means, its ``level`` interval and a two-sided p, by Welch's t on the logs (Student's on
     the sides' pooled spread when a side has one or two nights, ``POOL_BELOW``), with each
     side's variance of its mean taken under the nights' memory (``nightmemory``: φ 0, plain
-    Welch, where the nights show none; ``memory=False``: plain Welch and one night
-    borrowing, the rule before, for the bench's side-by-side and through_noise). One night
+    Welch, where the nights show none; ``memory=False``: φ 0, and only one night borrows
+    unless ``few`` says how many pool, as through_noise's trials do). One night
     on each side leaves night-to-night noise unmeasured: the ratio only, no interval, no p.
 
     The pooled rule for few nights (independent AR(1) sides, σ 5%, 3,000 pairs, seed 1,
@@ -155,9 +156,9 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
     out["memory"] = phi
     df: float
     ns = (len(la), len(lb))
-    # memory=False keeps the rule before whole (only one night borrows): through_noise's
-    # trials and the bench's side-by-side
-    few = POOL_BELOW if memory else 1
+    # memory=False keeps the rule before (only one night borrows) unless ``few`` is given:
+    # the bench's side-by-side; through_noise's trials pool as few nights do
+    few = few if few is not None else POOL_BELOW if memory else 1
     if min(ns) <= few:
         # few nights on a side (one or two): its own spread rests on at most one df. Both
         # sides' night σ² are pooled (weighted by their df: a single night adds none, the
