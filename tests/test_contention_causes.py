@@ -265,7 +265,7 @@ def test_a_window_of_samples_carries_each_share_as_fields():
 
 
 def test_the_busy_banner_names_who_took_the_cpu():
-    from orchestrator.review.page import busy_who
+    from orchestrator.review.busy import busy_who
 
     assert busy_who([{"low": 0.6, "high": 0.7, "limit": 0.25}]) == "other processes"
     assert busy_who([{"low": 0.4, "high": 0.4, "limit": 0.25,
@@ -297,3 +297,78 @@ def test_a_sweep_page_of_a_node_whose_host_took_the_cpu_says_so(tmp_path):
     assert "2 of 2 rows were set aside because the host (hypervisor) competed for the CPU" \
         in text
     assert "other processes" not in text
+
+
+def test_the_weekly_caveat_names_who_competed():
+    from orchestrator.review.verdict import _shaky
+
+    stolen = {"reasons": ["contended: the host (hypervisor) took 40% of the CPU (limit 25%)"]}
+    assert _shaky({"set_aside": [stolen]}) == [
+        "the host (hypervisor) competed for the CPU in some runs (set aside)"]
+    fields = {"reasons": ["contended: …"], "contention": [
+        {"low": 0.5, "high": 0.5, "limit": 0.25,
+         "parts": {"other": (0.3, 0.3), "controller": (0.2, 0.2)}}]}
+    assert _shaky({"set_aside": [fields]}) == [
+        "other processes and the controller on this node competed for the CPU in some runs "
+        "(set aside)"]
+
+
+def test_the_controllers_journal_followers_count_as_the_controllers_and_a_hog_does_not():
+    """Real processes, children of this test (the controller): one whose command line is a
+    journal follower's (``-m agent follow``) spins 0.5 CPU-s; a hog spins as long. Only the
+    follower's CPU joins the controller's."""
+    spin = "import time\nt = time.process_time() + 0.5\nwhile time.process_time() < t: pass\n"
+    me = ControllerCpu(os.getpid())
+    before, ours = me.cpu(), sum(os.times()[:2])
+    follower = subprocess.Popen([sys.executable, "-c", spin + "time.sleep(60)", "-m", "agent",
+                                 "follow", "journal.jsonl"])
+    hog = subprocess.Popen([sys.executable, "-c", spin + "time.sleep(60)"])
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and min(_cpu(follower.pid), _cpu(hog.pid)) < 0.5:
+            time.sleep(0.1)
+        after, ours = me.cpu(), sum(os.times()[:2]) - ours
+        followed = _cpu(follower.pid)
+    finally:
+        for p in (follower, hog):
+            p.kill()
+            p.wait()
+    assert before is not None and after is not None
+    # the controller's: this process's own, and the follower's (its start-up included)
+    assert after - before == pytest.approx(ours + followed, abs=0.05)
+    assert followed < 1.0  # ... and not the hog's 0.5 on top
+
+
+def _cpu(pid: int) -> float:
+    from agent.telemetry.cpu import parse_proc_pid_stat
+
+    try:
+        return parse_proc_pid_stat(Path(f"/proc/{pid}/stat").read_text()) or 0.0
+    except OSError:
+        return 0.0
+
+
+def test_a_local_sweep_reads_the_controller_and_the_host_apart(model_pair, tmp_path):
+    """Through the controller on a local node: the job it writes names its pid, and every
+    judged generation carries the controller's share and the host's steal as fields."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+    from tests.locks import make_lock
+
+    lock = make_lock(tmp_path, model_pair, widths=(2,), max_tokens=400, repetitions=1,
+                     extra="  contention_threshold: 1.0")
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    local:\n      ansible_connection: local\n"
+                   f"      specfleet_root: {tmp_path / 'node'}\n")
+    r = CliRunner().invoke(main, ["sweep", str(lock), "-i", str(inv), "--db",
+                                  f"sqlite:///{tmp_path / 's.db'}"])
+    assert r.exit_code == 0, r.output
+    [job] = (tmp_path / "node" / "jobs").glob("*[0-9a-f].json")
+    assert json.loads(job.read_text())["controller_pid"] == os.getpid()
+    journal = job.with_name(job.stem + ".events.jsonl").read_text().splitlines()
+    gens = [e for e in map(json.loads, journal) if e["type"] == "generation"]
+    judged = [g for g in gens if g["cpu_other_share"] is not None]
+    assert judged, [g["readings_unavailable"] for g in gens]
+    assert all(g["cpu_controller_share"] is not None and g["cpu_steal_share"] is not None
+               for g in judged)

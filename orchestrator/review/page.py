@@ -9,10 +9,10 @@ a ``page`` key for the templates and a ``short_label`` / ``full_label`` per seri
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-from agent.protocol import CONTENTION_CAUSES, contention_text
+from agent.protocol import contention_text
 
+from .busy import busy_who
 from .week_sweeps import calibration_words
 
 PARTS = ("chip", "model_pair", "workload", "context_bucket", "engine")
@@ -133,7 +133,7 @@ def label_series(sections: list[dict]) -> list[str]:
     return [said[p] for p in common if p in said]
 
 
-BUSY = "other processes competed for the CPU"
+BUSY = "competed for the CPU"  # the busy caveat, whoever competed (busy.busy_who)
 
 
 def _contended(x: dict) -> bool:
@@ -166,24 +166,6 @@ def _merged_parts(readings: list[dict]) -> dict | None:
             was = out.get(k, (lo, hi))
             out[k] = (min(was[0], lo), max(was[1], hi))
     return out or None
-
-
-_WHO = {"other": "other processes", "controller": "the controller on this node",
-        "steal": "the host (hypervisor)"}
-
-
-def busy_who(readings: Sequence[dict] = (), reasons: Sequence[str] = ()) -> str:
-    """Who took the CPU from the runs set aside for it, in words ("other processes and the
-    host (hypervisor)"): the causes with a visible share in the readings' fields (events
-    1.10), else the causes the agent's own words name; before 1.10, other processes."""
-    seen: set[str] = set()
-    for c in readings:
-        parts = c.get("parts") or {"other": (c["low"], c["high"])}
-        seen |= {k for k, (_, hi) in parts.items() if f"{hi:.0%}" != "0%"} or {"other"}
-    for r in reasons:
-        seen |= {k for k, words in CONTENTION_CAUSES if f"{words} " in r} or {"other"}
-    who = [_WHO[k] for k, _ in CONTENTION_CAUSES if k in seen] or [_WHO["other"]]
-    return who[0] if len(who) == 1 else ", ".join(who[:-1]) + " and " + who[-1]
 
 
 def _busy_runs(sections: list[dict]) -> tuple[int, int]:

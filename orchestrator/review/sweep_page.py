@@ -23,7 +23,7 @@ from ..store import Store, queries
 from ..store import runs as stored
 from ..store.db import result_pair
 from ..store.models import Measurement
-from .page import busy_who
+from .busy import busy_who
 from .sweep_noise import agreed, weekly_verdicts
 from .through_noise import outcome, spread_of_reason, spread_text, timing_gates
 from .week_sweeps import target_role
