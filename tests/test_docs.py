@@ -118,7 +118,8 @@ def test_quick_start_is_short_and_development_notes_live_in_contributing():
     assert len(quick.strip().splitlines()) < 40
     for dev in ("OpenBLAS", "CPU-s", "mypy's cache", "xdist", "SIGSTOP"):
         assert dev not in quick, dev
-    assert "CONTRIBUTING.md" in quick and "9:14" in quick
+    # the suite's measured time, stated (CONTRIBUTING.md has the runs behind it)
+    assert "CONTRIBUTING.md" in quick and re.search(r"it took \d+:\d\d \(", quick)
     contributing = (ROOT / "CONTRIBUTING.md").read_text()
     assert "OpenBLAS" in contributing and "## Benchmarks" in contributing
     heads = re.findall(r"^## (.+)$", README, re.M)

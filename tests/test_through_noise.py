@@ -129,20 +129,23 @@ def _rates(nb: int, ns: int, true: float, draws: int = 2000) -> tuple[float, flo
     return passed / draws, failed / draws
 
 
-@pytest.mark.parametrize("nb,ns", [(4, 1), (4, 4), (8, 8)])
+@pytest.mark.parametrize("nb,ns", [(4, 1), (8, 2), (4, 4), (8, 8)])
 def test_a_ratio_on_the_gate_is_rarely_a_decisive_pass(nb, ns):
     passed, _ = _rates(nb, ns, MIN_SPEEDUP)
-    assert passed <= 0.05, passed  # measured: 2.2%, 2.0%, 2.6%
+    assert passed <= 0.05, passed  # measured: 2.55%, 2.45%, 2.0%, 2.6%
 
 
-@pytest.mark.parametrize("nb,ns", [(4, 4), (8, 8)])
+# (8, 2): the demo trained pair's counts at two repetitions (a width's two trials pool
+# their spread with the baseline's eight)
+@pytest.mark.parametrize("nb,ns", [(8, 2), (4, 4), (8, 8)])
 def test_half_the_baseline_is_nearly_always_a_decisive_fail(nb, ns):
     _, failed = _rates(nb, ns, 0.5)
-    assert failed >= 0.90, failed  # measured: 99.6%, 100%
+    assert failed >= 0.90, failed  # measured: 97.5%, 99.6%, 100%
 
 
-@pytest.mark.xfail(strict=True, reason="moderate: at the demo trained pair's counts (4 "
-                   "baseline trials, 1 a width) a 95% interval at CV 20% fails 0.5x "
+@pytest.mark.xfail(strict=True, reason="moderate: at one repetition a width (4 baseline "
+                   "trials, 1 a width; the demo's counts before it went to two) a 95% "
+                   "interval at CV 20% fails 0.5x "
                    "decisively in 72% of draws, not 90% (the acceptance gate, which no noise "
                    "touches, is what decides that pair)")
 def test_half_the_baseline_at_the_demo_counts_is_a_decisive_fail():
