@@ -23,6 +23,7 @@ from ..store import Store, queries
 from ..store import runs as stored
 from ..store.db import result_pair
 from ..store.models import Measurement
+from .busy import busy_who
 from .sweep_noise import noise_sentence, weekly_verdicts
 from .sweep_reasons import reasons_said, spread_note
 from .through_noise import SPREAD, stored_spread
@@ -135,12 +136,10 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     from .load import load_ramps
     from .runtimes import agent_notices, stream_checks
 
-    busy = [r for s in sections for r in s["rows"] if busy_row(r)]
     cal = marked.get("target")
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
             # a busy node is said once, at the top; rows keep a short mark (figures on hover)
-            "busy": {"rows": len(busy), "of": sum(len(s["rows"]) for s in sections)}
-            if busy else None,
+            "busy": _busy(sections),
             "calibration": cal,
             "notices": agent_notices(store, [sweep_id]) + stream_checks(store, sweep_id),
             "adaptive_stops": marked_stops(adaptive_stops(store, [sweep_id], {sweep_id: lock}),
@@ -353,6 +352,16 @@ def _row(label, mode, k, runs, base_rate, knob=None, knob_value=None) -> Row:
                unreliable=sum(1 for r in runs if r.unreliable),
                unreliable_reasons=tuple(sorted({x for r in runs
                                                 for x in r.unreliable_reasons or []})))
+
+
+def _busy(sections: list[dict]) -> dict | None:
+    """The rows set aside for contention alone, of all, and who took the CPU from them."""
+    busy = [r for s in sections for r in s["rows"] if busy_row(r)]
+    if not busy:
+        return None
+    return {"rows": len(busy), "of": sum(len(s["rows"]) for s in sections),
+            "who": busy_who(reasons=[x for r in busy for x in r.unreliable_reasons
+                                     if x.startswith("contended")])}
 
 
 def busy_row(r: Row) -> bool:

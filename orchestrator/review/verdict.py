@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .busy import busy_who
 from .configs import NOT_SAMPLING, sampling_key
 from .through_noise import spread_text
 
@@ -135,7 +136,7 @@ def _shaky(section: dict) -> list[str]:
     kinds = [("throttl", "the node throttled during some runs this week (set aside)"),
              ("battery", "some runs this week were on battery (set aside)"),
              ("Low Power", "Low Power Mode was on during some runs this week (set aside)"),
-             ("contended", "other processes competed for the CPU in some runs (set aside)"),
+             ("contended", f"{_who(section)} competed for the CPU in some runs (set aside)"),
              ("swap", "the node swapped during some runs this week (set aside)")]
     # a reading that could not be taken says which and how to get it (agent's READINGS)
     missing = sorted({r[:r.index(" (")].removeprefix("unverified: ") + " — "
@@ -144,6 +145,15 @@ def _shaky(section: dict) -> list[str]:
     measured = [r for r in reasons if not r.startswith("unverified: ")]
     return [text for key, text in kinds if any(key in r for r in measured)] + [
         f"some runs this week could not read {m} (set aside as unverified)" for m in missing]
+
+
+def _who(section: dict) -> str:
+    """Who took the CPU from the runs set aside as contended (their fields, else words)."""
+    aside = [x for x in section.get("set_aside") or [] if any("contended" in r
+                                                              for r in x["reasons"])]
+    return busy_who([c for x in aside for c in x.get("contention") or ()],
+                    [r for x in aside if not x.get("contention") for r in x["reasons"]
+                     if r.startswith("contended")])
 
 
 def _identity(section: dict) -> dict:
