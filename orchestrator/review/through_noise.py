@@ -20,7 +20,6 @@ decision reached so is marked wherever it is shown (``through_noise``)."""
 from __future__ import annotations
 
 import math
-import re
 import statistics
 
 from agent.stats import repetition_spread
@@ -29,26 +28,29 @@ from .compare import POOL_BELOW, night_ratio
 
 LEVEL = 0.95
 TIMING_GATES = ("speedup", "ttft_change", "itl_p95_ms")
-_SPREAD = "decode tok/s spread "  # agent.summary.config_summary's words for the spread
-_SPREAD_WORDS = re.compile(r"^decode tok/s spread (\d+)% ≥ (\d+)%")
-
-
-def spread_of_reason(reason: str) -> dict | None:
-    """{value, limit} from the agent's words for a spread (None: another reason)."""
-    m = _SPREAD_WORDS.match(reason)
-    return {"value": int(m.group(1)) / 100, "limit": int(m.group(2)) / 100} if m else None
+SPREAD = "decode tok/s spread "  # agent.summary.config_summary's words for the spread
 
 
 def spread_alone(summary: dict | None) -> dict | None:
     """The spread ({value, limit}) that set a config's run aside when it is the run's only
-    reason (None: another reason too, or a run stored before events 1.9). The node's value
-    is a claim: where the run's per-repetition decode rates are stored the spread is
-    recomputed from them (the agent's own ``repetition_spread``), and a spread under its
-    limit set nothing aside (None): a node could otherwise send 'varied 1%' as a reason."""
+    reason (None: another reason too, or a run stored before events 1.9; see
+    ``stored_spread``)."""
     s = summary or {}
     reasons = s.get("unreliable_reasons") or []
+    if not (len(reasons) == 1 and reasons[0].startswith(SPREAD)):
+        return None
+    return stored_spread(s)
+
+
+def stored_spread(summary: dict | None) -> dict | None:
+    """The spread ({value, limit}) that set a config's run aside (events 1.9's fields; None
+    before them). The node's value is a claim: where the run's per-repetition decode rates
+    are stored the spread is recomputed from them (the agent's own ``repetition_spread``),
+    and a spread under its limit set nothing aside (None): a node could otherwise send
+    'varied 1%' as a reason."""
+    s = summary or {}
     claim = s.get("spread")
-    if not (len(reasons) == 1 and reasons[0].startswith(_SPREAD) and claim):
+    if not claim:
         return None
     decode = (s.get("values") or {}).get("decode_tok_s") or []
     value = repetition_spread([x for x in decode if isinstance(x, (int, float))])
@@ -191,11 +193,19 @@ def outcome(gates: dict) -> str:
 
 def spread_text(spreads: list[dict]) -> str:
     """'decode tok/s varied 36% (the plan allows under 10%)' over a config's spreads."""
-    limits = sorted({round(100 * s["limit"]) for s in spreads})
+    return (f"decode tok/s varied {spread_range(spreads)} (the plan allows under "
+            f"{spread_limits(spreads)})")
+
+
+def spread_range(spreads: list[dict]) -> str:
+    """'36%', '10.2–22%': the spreads' values as percents, lowest to highest."""
     # a spread just over its limit must not read as the limit ("varied 10%, allows under
     # 10%"): one decimal where the whole percent would not show it over
     vs = sorted((f"{100 * s['value']:.0f}" if round(100 * s["value"]) > round(100 * s["limit"])
                  else f"{100 * s['value']:.1f}" for s in spreads), key=float)
-    varied = f"{vs[0]}%" if vs[0] == vs[-1] else f"{vs[0]}–{vs[-1]}%"
-    return (f"decode tok/s varied {varied} (the plan allows under "
-            f"{'/'.join(f'{x}%' for x in limits)})")
+    return f"{vs[0]}%" if vs[0] == vs[-1] else f"{vs[0]}–{vs[-1]}%"
+
+
+def spread_limits(spreads: list[dict]) -> str:
+    """'10%', '10%/20%': the limits the spreads were judged against."""
+    return "/".join(f"{x}%" for x in sorted({round(100 * s["limit"]) for s in spreads}))
