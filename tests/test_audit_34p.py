@@ -131,6 +131,21 @@ def test_an_absurd_decode_rate_never_crashes_the_review(tmp_path):
     assert review_data(store, sid)["sections"]
 
 
+@pytest.mark.parametrize("rate", [math.inf, math.nan])
+def test_an_infinite_or_nan_rate_is_quarantined_at_the_boundary(rate):
+    """Guard: a journal line with decode_tok_s Infinity or NaN never reaches the store."""
+    import json
+
+    from orchestrator.sweep.decode import Decoder, Quarantined
+    from tests.history import EVENT_SCHEMA_MAJOR, generation
+
+    g = generation("speculative", 2, workload="code", decode_tok_s=rate, ttft_ms=50.0,
+                   itl_p95_ms=20.0, output_text="x", exact_match=True,
+                   knob="num_draft_tokens", knob_value=2)
+    line = json.dumps({"schema": EVENT_SCHEMA_MAJOR, "seq": 1, "ts": 1.0, **g})
+    assert isinstance(Decoder("n").decode(line), Quarantined)
+
+
 @pytest.mark.parametrize("spec", [[], [0.0], [0.0, math.inf, math.nan], [150.0]])
 def test_no_interval_without_two_positive_finite_trials_somewhere(spec):
     """Guard: one trial beside one, or none usable, is no interval (the gate stays
