@@ -278,7 +278,7 @@ def _through_noise(nb: int, ns: int, cv_spec: float, draws: int, seed: int,
     ``cv_spec`` beside ``nb`` quiet baseline trials (CV 2%), kept only where the agent's
     own spread rule (repetition_spread ≥ 10%) set it aside, as through_noise sees it."""
     from agent.stats import repetition_spread
-    from orchestrator.review.through_noise import decisive, ratio_interval
+    from orchestrator.review.through_noise import decisive, pass_interval, ratio_interval
 
     rng = random.Random(seed)
     passed = covered = n = 0
@@ -287,9 +287,10 @@ def _through_noise(nb: int, ns: int, cv_spec: float, draws: int, seed: int,
         if (repetition_spread(spec) or 0.0) < 0.10:
             continue
         n += 1
-        iv = ratio_interval(base, spec)
+        iv, wide = ratio_interval(base, spec), pass_interval(base, spec, 0.95)
         assert iv is not None
-        passed += decisive(iv[1], iv[2], gate, True) is True
+        # a pass is read on the pass interval (night_timing_gates), a fail on the 95% one
+        passed += wide is not None and decisive(wide[1], wide[2], gate, True) is True
         covered += iv[1] <= gate <= iv[2]
     return passed / draws, covered / draws
 
@@ -301,10 +302,20 @@ def _through_noise(nb: int, ns: int, cv_spec: float, draws: int, seed: int,
     "nominal 2.5%; 2,000 set-aside draws, seed 1; seeds 2-3: 86.6%, 85.5% / 4.4%, 5.2%; "
     "eight baseline trials 87.5% / 4.6%, CV 40% 84.6% / 4.9%). The pooled rule keeps the "
     "two trials' own spread (it is the larger: the spread set them aside) but credits it "
-    "with the pooled df (1 + 11), Welch's old fault; three trials (Welch) cover 97.7%"))
+    "with the pooled df (1 + 11), Welch's old fault; three trials (Welch) cover 97.7%. "
+    "The pass half is fixed (the test below); what is left is the fail side: a width "
+    "whose true ratio is on the gate read as a decisive fail, which keeps the default"))
 def test_two_noisy_trials_beside_a_quiet_baseline_are_covered():
-    passed, coverage = _through_noise(12, 2, 0.30, 2000, 1)
-    assert coverage >= 0.93 and passed <= 0.05, (passed, coverage)
+    _, coverage = _through_noise(12, 2, 0.30, 2000, 1)
+    assert coverage >= 0.93, coverage
+
+
+def test_two_noisy_trials_beside_a_quiet_baseline_never_pass_falsely():
+    """The pass half of the finding above, fixed: a pass is read on the few-trial side's
+    own df (through_noise.pass_interval, Hsu's rule), so two noisy trials at a true ratio
+    on the gate pass in none of 2,000 set-aside draws (5.55% before, nominal 2.5%)."""
+    passed, _ = _through_noise(12, 2, 0.30, 2000, 1)
+    assert passed <= 0.025, passed
 
 
 def test_three_noisy_trials_beside_a_quiet_baseline_are_covered():
