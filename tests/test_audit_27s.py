@@ -452,12 +452,9 @@ def _fail_on(url: str, out, *args: str):
                                      str(out), "--format", "json", *args])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: medium. `--fail-on` given twice (as CI files often write flags) keeps only "
-    "the last, silently: `--fail-on gate-miss --fail-on stale` on a week with a gate miss "
-    "(slow, 1.05x) and a stale series exits 1 with '1 finding(s) for --fail-on stale', the "
-    "gate miss and its no-data dropped; with `--fail-on stale --fail-on gate-miss` the stale "
-    "series would be. Neither both causes nor a usage error"))
+# audit 27s (medium), fixed: `--fail-on` given twice (as CI files often write flags) kept
+# only the last, silently: `--fail-on gate-miss --fail-on stale` exited 1 with '1
+# finding(s) for --fail-on stale', the gate miss and its no-data dropped. Now each adds.
 def test_fail_on_given_twice_keeps_both(down_week, tmp_path):
     one = _fail_on(down_week, tmp_path / "a", "--fail-on", "gate-miss")
     assert one.exit_code == 1 and any(x.startswith("gate-miss:") for x in one.stderr.splitlines())
