@@ -465,12 +465,9 @@ def test_fail_on_given_twice_keeps_both(down_week, tmp_path):
                                    and any(x.startswith("stale:") for x in lines)), lines
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: medium. A node down all week passes `--fail-on gate-miss` (which brings "
-    "no-data): mac-02's series measured in W19 has no run in W20, and no-data leaves it to "
-    "`stale`, which gate-miss does not bring: exit 0, '0 finding(s) for --fail-on "
-    "gate-miss,no-data', the one finding the slow series' gate miss. Issue 27 asks "
-    "no-data for 'no reliable evidence for a series this week'"))
+# audit 27s (medium), fixed: a node down all week passed `--fail-on gate-miss` (which
+# brought no-data only): its series measured in W19 has no run in W20 and no-data leaves
+# that to `stale`. gate-miss now brings stale too.
 def test_a_node_down_all_week_is_no_data_for_gate_miss(down_week, tmp_path):
     r = _fail_on(down_week, tmp_path / "c", "--fail-on", "gate-miss")
     lines = r.stderr.splitlines()

@@ -32,7 +32,8 @@ from .base import (
 @click.option("--fail-on", "fail_on", multiple=True, metavar="CAUSES",
               help="Exit 1 if the week shows any of these (comma-separated; the option may "
                    "be repeated, each adds its causes): regression, "
-                   "gate-miss (a series with no production candidate; brings no-data with it), "
+                   "gate-miss (a series with no production candidate; brings no-data and stale "
+                   "with it), "
                    "no-data (a series with no reliable evidence this week, or no runs at all), "
                    "stale, failed-sweep; one line per finding on stderr. For CI.")
 @click.option("--junit", "junit", type=click.Path(dir_okay=False, path_type=Path),
