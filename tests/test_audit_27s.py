@@ -370,13 +370,9 @@ def _stream(chunks: list[str], usage: int, timings: dict | None = None):
     return s
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: medium. A drafting runtime (llama-server's timings: draft_n 50, "
-    "draft_n_accepted 40) streams 100 tokens as 60 chunks (40 carry a word and its accepted "
-    "draft) and reports usage 200 (double): believed (token_source 'usage', no problem), so "
-    "its 200 token times make every rate 2x. With drafting the only bound is one token a "
-    "byte (200 <= 500 bytes), though the runtime's own counts bound it at chunks + "
-    "accepted drafts = 100"))
+# audit 27s (medium), fixed: a drafting runtime (llama-server's timings: draft_n 50,
+# draft_n_accepted 40) streams 100 tokens as 60 chunks and reports usage 200 (double): it
+# was believed; the bound now adds the accepted drafts the runtime reports (1.5 x 100)
 def test_a_drafting_runtime_that_counts_usage_twice_is_flagged():
     from agent.httpengine import trace_of
 
