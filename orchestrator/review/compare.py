@@ -311,6 +311,8 @@ def as_text(c: dict) -> str:
                      f"{r['config']:<17}{r['metric']:<16}"
                      f"{_f(r['a']):>10}{_f(r['b']):>10}{_f(r['ratio'], '.3f'):>7}{ci:>15}"
                      f"{_f(r['p'], '.2g'):>9}  {r['verdict']}"
+                     # its interval's premise: independent sides are read more widely
+                     + (" (sides apart: independent nights)" if r.get("apart") else "")
                      + (f" (calibration pair: {'/'.join(r['calibration'])})"
                         if r.get("calibration") else ""))
     for s in c["set_aside"]:
