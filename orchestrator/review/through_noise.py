@@ -92,7 +92,10 @@ def ratio_interval(base: list[float], spec: list[float], level: float = LEVEL
         r = night_ratio(b, s, level, memory=False, few=POOL_BELOW)
     except OverflowError:  # rates apart by hundreds of orders of magnitude: no interval
         return None
-    if r["ci"] is None:
+    # a side of one trial borrows the other's spread: two identical trials there made a
+    # zero-width interval under a spread claimed and never shown (audit 34p); both sides
+    # repeated and identical is a spread measured as none
+    if r["ci"] is None or (r["ci"][0] == r["ci"][1] and min(len(b), len(s)) < 2):
         return None
     return _finite((r["ratio"], r["ci"][0], r["ci"][1]))
 
