@@ -17,7 +17,7 @@ from types import UnionType
 from typing import Any, ClassVar, get_args, get_type_hints
 
 EVENT_SCHEMA_MAJOR = 1
-EVENT_SCHEMA_MINOR = 9
+EVENT_SCHEMA_MINOR = 10
 EVENT_SCHEMA = f"{EVENT_SCHEMA_MAJOR}.{EVENT_SCHEMA_MINOR}"
 
 
@@ -129,6 +129,12 @@ class Generation(Event):
     kv_quantised: bool | None = None      # 1.8: kv_bits took effect (null: none declared)
     kv_positions: OInt = None             # 1.8: positions the KV cache held at the end
     contention: ODict = None              # 1.8: {share, limit} when set aside as contended
+    # 1.10: the CPU taken from the run by cause (shares of the machine's capacity): other
+    # processes, the controller on this node, the host's steal (null: not read there); a
+    # contended run's ``contention`` also names each (``other``, ``controller``, ``steal``)
+    cpu_other_share: ONum = None
+    cpu_controller_share: ONum = None
+    cpu_steal_share: ONum = None
 
 
 @_event("generation_failed")
@@ -160,7 +166,8 @@ class ConfigSummary(Event):
     unreliable_reasons: OList = None
     parity: ODict = None
     models: ODict = None
-    contention: ODict = None   # 1.8: {shares: the contended trials', limit}
+    contention: ODict = None   # 1.8: {shares: the contended trials', limit}; 1.10: + per
+    #                            cause (other, controller, steal) the trials' shares
     spread: ODict = None       # 1.9: {value: decode tok/s robust CV, limit} when set aside
 
 

@@ -290,8 +290,14 @@ def tool_parity(streamed: list[dict], whole: list[dict]) -> dict:
 PER_CHUNK_SLACK = 1.5  # a stream carries about one token per chunk; this much more is odd
 
 
+def _count(x) -> int | None:
+    """A runtime's count as a count (it is input: a bool, a float or a negative is none)."""
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
+
+
 def token_count(text: str, usage: int | None, count_tokens=None, chunks: int | None = None,
-                drafting: bool = False) -> tuple[int | None, str, str | None]:
+                drafting: bool = False, accepted: int | None = None
+                ) -> tuple[int | None, str, str | None]:
     """How many tokens ``text`` holds, where that number came from, and any disagreement.
 
     A runtime's ``usage.completion_tokens`` is input, not truth: with a tokenizer, the
@@ -301,8 +307,10 @@ def token_count(text: str, usage: int | None, count_tokens=None, chunks: int | N
     - at most one token per byte of output (a token is at least one byte);
     - streamed (``chunks``: how many chunks carried text): runtimes stream a token per
       chunk, holding back only the byte tokens of a character not yet whole, so at most
-      ``PER_CHUNK_SLACK`` × (chunks + bytes of non-ASCII characters) — unless the runtime
-      reports drafting (``drafting``: accepted drafts may share a chunk);
+      ``PER_CHUNK_SLACK`` × (chunks + bytes of non-ASCII characters); a runtime that
+      reports drafting (``drafting``) may put accepted drafts in a chunk, so its bound adds
+      the drafts it says it accepted (``accepted``), and without that count there is none
+      (a double usage was believed at 60 chunks + 40 accepted: audit 27s);
     - and at least one token per chunk (a chunk of text came from a token)."""
     if count_tokens is not None:
         n = len(count_tokens(text))
@@ -318,7 +326,12 @@ def token_count(text: str, usage: int | None, count_tokens=None, chunks: int | N
                                  "of output (impossible); counted chunks instead"
     if chunks:
         wide = sum(len(c.encode("utf-8", "replace")) for c in text if ord(c) > 127)
-        if not drafting and usage > PER_CHUNK_SLACK * (chunks + wide):
+        known = not drafting or accepted is not None
+        if known and usage > PER_CHUNK_SLACK * (chunks + wide + (accepted or 0)):
+            if accepted:  # the runtime's own counts: a token a chunk plus its accepted drafts
+                return chunks + accepted, "chunks+drafts", (
+                    f"the runtime reports {usage} tokens for {chunks} streamed chunks and "
+                    f"{accepted} accepted drafts (implausible); counted those instead")
             return chunks, "chunks", (
                 f"the runtime reports {usage} tokens for {chunks} streamed chunks and "
                 f"{len(text)} characters ({usage / chunks:.1f} a chunk, where a stream "
@@ -366,7 +379,8 @@ def trace_of(s: Stream, count_tokens=None) -> Trace:
     timings = s.timings or {}
     total, source, problem = token_count(
         text if count_tokens is not None else "".join(texts), usage, count_tokens,
-        len(texts), drafting=timings.get("draft_n") is not None)
+        len(texts), drafting=timings.get("draft_n") is not None,
+        accepted=_count(timings.get("draft_n_accepted")))
     if source == "chunks":
         total = None  # one token per chunk, below
     cum: list[int] = []

@@ -25,7 +25,7 @@ JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline
             "repetitions", "warmup_tokens", "decode_skip_tokens", "seed", "telemetry_interval_s",
             "cv_threshold", "contention_threshold", "memory_bandwidth_gbs", "soak",
             "quality_tasks", "sweep_id", "engine", "verify_weights", "python", "lineup",
-            "background", "load", "adaptive"}
+            "background", "load", "adaptive", "controller_pid"}
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
                  "max_tokens", "description", "tools"}
 # a soak's settings and their types: the agent's parser and the plan's soak section read both
@@ -89,6 +89,7 @@ class Job:
     background: dict = field(default_factory=dict)  # a co-tenant load during measurement
     load: dict = field(default_factory=dict)  # load levels after the sweep (http engines)
     adaptive: dict = field(default_factory=dict)  # stop repeating once the answer is known
+    controller_pid: int | None = None  # the controller's process, when on this node
     raw: dict = field(default_factory=dict, compare=False, repr=False)
     SCHEMA: ClassVar[int] = SCHEMA
 
@@ -118,7 +119,7 @@ class Job:
         optional = {"memory_bandwidth_gbs": self.memory_bandwidth_gbs, "python": self.python,
                     "soak": self.soak, "quality_tasks": list(self.quality_tasks),
                     "engine": self.engine, "background": self.background, "load": self.load,
-                    "adaptive": self.adaptive}
+                    "adaptive": self.adaptive, "controller_pid": self.controller_pid}
         return {**doc, **{k: v for k, v in optional.items() if v not in (None, {}, [])}}
 
 
@@ -269,7 +270,9 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
         quality_tasks=tuple(raw.get("quality_tasks", ())), engine=engine,
         verify_weights=verify, python=_python(raw, path), models=refs, lineup=lineup,
         background=_background(raw, path), load=_load(raw, engine, path),
-        adaptive=_adaptive(raw, path), raw=raw)
+        adaptive=_adaptive(raw, path), raw=raw,
+        controller_pid=_require(raw, "controller_pid", int, path, "job")
+        if "controller_pid" in raw else None)
 
 
 def _models(raw: dict, path: Path) -> dict[str, ModelRef]:

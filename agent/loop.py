@@ -165,6 +165,7 @@ class Loop:
 
     def measure(self, req: Request) -> dict:
         from .telemetry import summarise_window, unreliable_reasons
+        from .telemetry.sampler import contention_reading
 
         start = self.sampler.mark()
         t = self.engine.generate(req)
@@ -177,9 +178,9 @@ class Loop:
         if self.job.background:  # the load is the experiment: what it causes is the result
             reasons = [r for r in reasons if not r.startswith(BUSY_BY_DESIGN)]
         reasons += self.cotenant_shortfall() + not_applied(m, req.config)
-        share, limit = tele.get("cpu_other_share"), self.job.contention_threshold
-        if share is not None and share >= limit and not self.job.background:
-            m["contention"] = {"share": share, "limit": limit}  # set aside for it, as fields
+        hit = contention_reading(tele, self.job.contention_threshold)
+        if hit and not self.job.background:
+            m["contention"] = hit  # set aside for it, as fields: all taken, and each cause
         m.update(tele, unreliable=bool(reasons), unreliable_reasons=reasons,
                  telemetry=[{k: s.get(k) for k in SAMPLE_FIELDS} for s in window])
         m.update(self.engine.extras(m, req))
@@ -343,7 +344,8 @@ class Loop:
             swaps = [x.get("swap_used_bytes") for x in window
                      if x.get("swap_used_bytes") is not None]
             m.update({k: tele.get(k) for k in ("rss_peak_bytes", "swap_in_bytes",
-                                               "memory_pressure", "cpu_other_share")})
+                                               "memory_pressure", "cpu_other_share",
+                                               "cpu_controller_share", "cpu_steal_share")})
             # every number carries its reliability: a throttled or contended level is shown,
             # never a knee, a cap or a rule's evidence (what a background profile causes is
             # the experiment, as in the sweep)

@@ -56,6 +56,15 @@ Format history
   (``share``: of the CPU other processes took, ``limit``), its ``config_summary`` the
   contended trials' ``shares`` and the ``limit``: readers take the figures from the
   fields, not the reason's text. Optional, so a 1.7 agent's events still decode.
+- events 1.10: what took the CPU from a trial is told by cause: ``generation`` (and
+  ``load_level``) carry ``cpu_other_share`` (other processes only, now), and
+  ``cpu_controller_share`` (the controller's process and its journal followers, when the job
+  names ``controller_pid``: a local node) and ``cpu_steal_share`` (a Linux VM's steal: the
+  host ran another guest on our vCPUs; null on macOS, which has no such counter). A
+  contended generation's ``contention`` keeps ``share`` (all taken, which the limit
+  judges) and adds ``other``, ``controller``, ``steal``; a ``config_summary``'s adds the
+  lists of each beside ``shares``. Before 1.10 ``cpu_other_share`` and ``share`` held
+  steal and the controller too. Optional, so a 1.9 agent's events still decode.
 - ``load_level`` (an open loop) carries ``served_rps`` as the point estimate (Theil-Sen's
   median lag slope) and ``served_rps_at_most``, the most served at 95% (Sen's bound), which
   the saturation rule judges by (before, ``served_rps`` was that bound). Optional: an
@@ -267,12 +276,70 @@ def knob_problem(name: str, value: Any) -> str | None:
 
 # -- contention ---------------------------------------------------------------------------
 
-def contention_text(low: float, high: float, limit: float) -> str:
-    """How a contention reading reads, from its structured fields (the share of the CPU
-    other processes took, fractions): one trial, or a config's range of trials."""
+# What took the CPU from a trial, each cause in a reader's words (events 1.10): other
+# processes on the node, the controller when it runs there (a local demo), and the
+# hypervisor's steal (a Linux VM's host ran another guest on our vCPUs: no process of ours).
+CONTENTION_CAUSES = (("other", "other processes used"),
+                     ("controller", "the controller on this node used"),
+                     ("steal", "the host (hypervisor) took"))
+
+
+def _span(low: float, high: float) -> str:
     lo, hi = f"{low:.0%}", f"{high:.0%}"
-    span = lo if lo == hi else f"{lo[:-1]}–{hi}"
-    return f"contended: other processes used {span} of the CPU (limit {limit:.0%})"
+    return lo if lo == hi else f"{lo[:-1]}–{hi}"
+
+
+def contention_text(low: float, high: float, limit: float,
+                    parts: dict[str, tuple[float, float]] | None = None) -> str:
+    """How a contention reading reads, from its structured fields (fractions of the CPU
+    taken from the trial, all causes together): one trial, or a config's range of trials.
+    ``parts``: per cause (``CONTENTION_CAUSES``) the range of its own share; each cause
+    that took a visible share is named. Without parts (events before 1.10) the share is
+    said as other processes', as those agents said it."""
+    said = [(words, parts[k]) for k, words in CONTENTION_CAUSES
+            if parts and parts.get(k) and f"{parts[k][1]:.0%}" != "0%"]
+    if parts and not said:  # every cause under 0.5%, together over a tiny limit
+        k, words = max(((k, w) for k, w in CONTENTION_CAUSES if parts.get(k)),
+                       key=lambda kw: parts[kw[0]][1], default=("other", "other processes used"))
+        said = [(words, parts.get(k) or (low, high))]
+    if not said:
+        said = [("other processes used", (low, high))]
+    body = [f"{words} {_span(*rng)}" for words, rng in said]
+    text = body[0] if len(body) == 1 else ", ".join(body[:-1]) + " and " + body[-1]
+    return f"contended: {text} of the CPU (limit {limit:.0%})"
+
+
+def contention_parts(readings: list[dict]) -> dict[str, tuple[float, float]] | None:
+    """Per cause, the range of its shares over some trials' readings (``{other, controller,
+    steal}``, a number or null each); None when no reading names a cause (before 1.10)."""
+    out = {}
+    for k, _ in CONTENTION_CAUSES:
+        vals = [r[k] for r in readings if r.get(k) is not None]
+        if vals:
+            out[k] = (min(vals), max(vals))
+    return out or None
+
+
+def trial_contention_text(c: dict) -> str:
+    """A generation's ``contention`` (``share``, ``limit``, and per cause its own share)
+    in words: the reason the trial was set aside."""
+    return contention_text(c["share"], c["share"], c["limit"],
+                           contention_parts([c]))
+
+
+def summary_contention_parts(c: dict) -> dict[str, tuple[float, float]] | None:
+    """Per cause, the range of a config summary's contended trials' shares (None before
+    events 1.10, whose summaries carry ``shares`` alone)."""
+    n = len(c["shares"])
+    return contention_parts([{k: (c.get(k) or [None] * n)[i] for k, _ in CONTENTION_CAUSES}
+                             for i in range(n)])
+
+
+def summary_contention_text(c: dict) -> str:
+    """A config summary's ``contention`` (its contended trials' ``shares``, per cause the
+    lists ``other``, ``controller``, ``steal``, and the ``limit``) in words."""
+    return contention_text(min(c["shares"]), max(c["shares"]), c["limit"],
+                           summary_contention_parts(c))
 
 
 # -- events -------------------------------------------------------------------------------

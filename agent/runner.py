@@ -53,8 +53,10 @@ def run_job(job: Job, journal: Journal, *, cache_file: Path, resume: bool = Fals
     # over http a runtime serves them
     engine: Engine = engine_for(job.engine).start(job, journal)
     try:
-        with Sampler(job.telemetry_interval_s) as sampler, \
-                _background(job, journal) as cotenant:
+        sampler = Sampler(job.telemetry_interval_s)
+        # the controller's own CPU on this node (a local node) is said as the controller's
+        sampler.watch_controller(job.controller_pid)
+        with sampler, _background(job, journal) as cotenant:
             loop = Loop(job, journal, engine, sampler)
             loop.cotenant = cotenant
             if job.mode == "soak":

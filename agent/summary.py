@@ -10,7 +10,12 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from .engines import DEFAULT_ENGINE
-from .protocol import baseline_key, contention_text
+from .protocol import (
+    CONTENTION_CAUSES,
+    baseline_key,
+    summary_contention_text,
+    trial_contention_text,
+)
 from .stats import cv, percentile, repetition_spread
 
 if TYPE_CHECKING:
@@ -39,6 +44,19 @@ def describe(values: list[float | None]) -> dict:
             "spread": round(r, 4) if r is not None else None}
 
 
+def _contention(hit: list[dict]) -> dict | None:
+    """The contended trials' readings as a summary's fields: ``shares`` (all taken from
+    each) and the ``limit``; since events 1.10 per cause (other processes, the controller,
+    the host's steal) each trial's own share, null where not read."""
+    if not hit:
+        return None
+    out: dict = {"shares": [c["share"] for c in hit], "limit": hit[0]["limit"]}
+    for k, _ in CONTENTION_CAUSES:
+        if any(c.get(k) is not None for c in hit):
+            out[k] = [c.get(k) for c in hit]
+    return out
+
+
 def config_summary(gens: list[dict], cv_threshold: float) -> dict:
     """Median / p95 / CV per metric; a config whose decode rate spreads ≥ threshold is
     unreliable. The spread judged is ``repetition_spread``: the headline is the median, and
@@ -57,22 +75,21 @@ def config_summary(gens: list[dict], cv_threshold: float) -> dict:
     bad = [g for g in gens if g.get("unreliable")]
     hit = [g["contention"] for g in bad if g.get("contention")]
     # contention is said once, as the range of its readings (fields: ``contention``)
-    said = {contention_text(c["share"], c["share"], c["limit"]) for c in hit}
+    said = {trial_contention_text(c) for c in hit}
     other = [g for g in bad if set(g["unreliable_reasons"]) - said]
     if other:
         own = sorted({r for g in other for r in g["unreliable_reasons"]} - said)
         reasons.append(f"{len(other)} of {len(gens)} trials unreliable ({'; '.join(own)})")
-    if hit:
-        shares = [c["share"] for c in hit]
-        reasons.append(contention_text(min(shares), max(shares), hit[0]["limit"]))
+    contention = _contention(hit)
+    if contention:
+        reasons.append(summary_contention_text(contention))
     exact = [g.get("exact_match") for g in gens]
     # raw per-repetition values: the review's rank tests need them, not just the median
     values = {m: [g.get(m) for g in gens] for m in VALUE_METRICS}
     return {"metrics": out, "values": values, "trials": len(gens), "unreliable": bool(reasons),
             "unreliable_reasons": reasons,
             # the contended trials' shares of the CPU other processes took, and the limit
-            "contention": {"shares": [c["share"] for c in hit], "limit": hit[0]["limit"]}
-            if hit else None,
+            "contention": contention,
             # events 1.9: the spread that set the config aside, as fields (the pages say it)
             "spread": {"value": spread, "limit": cv_threshold} if over else None,
             "exact": None if any(e is None for e in exact) else all(exact)}

@@ -46,8 +46,8 @@ def _reason(pct: int) -> str:
             "node for background load")
 
 
-def _start(store, at) -> tuple[str, list[dict]]:
-    sid = new_sweep(store, at)
+def _start(store, at, lock: dict | None = None) -> tuple[str, list[dict]]:
+    sid = new_sweep(store, at, lock)
     ident = BASE_IDENTITY
     store.add_facts(NODE, {"chip": CHIP, "os_build": ident["os_build"]})
     store.set_sweep_node(sid, NODE, state="running", identity={
@@ -82,11 +82,13 @@ def sweep(store, at, configs: dict) -> str:
     return _finish(store, sid, lines, at)
 
 
-def sweep_gens(store, at, configs: dict, *, quality=None, pre_1_9: bool = False) -> str:
+def sweep_gens(store, at, configs: dict, *, quality=None, pre_1_9: bool = False,
+               lock: dict | None = None) -> str:
     """One sweep as an agent journals it: each config's generations, then its summary from
     the agent's own ``config_summary`` (10% limit); ``pre_1_9``: the summary without the
-    ``spread`` fields (events before 1.9 carry the reason's words only)."""
-    sid, lines = _start(store, at)
+    ``spread`` fields (events before 1.9 carry the reason's words only); ``lock``: its
+    plan's lock (``tests.history.lock_doc``)."""
+    sid, lines = _start(store, at, lock)
     for (mode, k), trials in configs.items():
         gens = []
         for i, t in enumerate(trials):

@@ -149,8 +149,10 @@ def test_compare_counts_three_sweeps_of_one_night_as_one_night(tmp_path):
     (row,) = [r for r in c["rows"] if r["metric"] == "decode_tok_s"]
     assert row["n"] == [3, 3], row
     # three nights' values, as night_ratio reads them directly: the sweeps pooled per night;
-    # their memory can only widen Welch's reading (p at least the oracle's)
-    direct = night_ratio(list(a), list(b))
+    # their memory can only widen Welch's reading (p at least the oracle's). Monday to
+    # Wednesday, then the next week's: five days apart, so independent sides (compare._apart)
+    assert row["apart"] is True
+    direct = night_ratio(list(a), list(b), apart=True)
     assert row["p"] == pytest.approx(direct["p"], rel=1e-6), row
     assert row["p"] >= p * (1 - 1e-9) and row["verdict"] == "same within noise", row
 

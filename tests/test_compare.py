@@ -63,8 +63,10 @@ def test_two_nodes_in_text_and_html(tmp_path):
     lines = r.output.splitlines()
     assert lines[3] == "identity differences (the likeliest causes of what follows):"
     assert lines[4] == "  node: mac-01 → mac-02"
+    # two nodes: independent sides, said on the row
     assert any(x.startswith("code        baseline         decode_tok_s") and
-               x.endswith("same within noise") for x in lines)
+               x.endswith("same within noise (sides apart: independent nights)")
+               for x in lines)
     assert any("speculative k=3" in x and x.endswith("only in A") for x in lines)
     dom = dump_dom(page)
     assert 'id="identity"' in dom and "mac-02" in dom and 'data-verdict="only in A"' in dom

@@ -23,9 +23,11 @@ DATA = Path(__file__).with_name("data") / "linux"
 
 def test_proc_stat_and_pid_stat_are_read_as_the_kernel_writes_them():
     # captured on this machine: cpu  249882 469 27610 306802 4418 0 2917 2047 0 0
-    busy, total = parse_proc_stat((DATA / "proc_stat.txt").read_text(), hz=100)
+    busy, total, steal = parse_proc_stat((DATA / "proc_stat.txt").read_text(), hz=100)
     assert total == pytest.approx((249882 + 469 + 27610 + 306802 + 4418 + 2917 + 2047) / 100)
-    assert busy == pytest.approx(total - (306802 + 4418) / 100)
+    # the hypervisor's steal (8th column) is no process on the node: apart from busy
+    assert steal == pytest.approx(2047 / 100)
+    assert busy == pytest.approx(total - (306802 + 4418 + 2047) / 100)
     # a command name with spaces and a ")" must not shift the fields (proc(5))
     line = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 0 0 20 0 1 0"
     assert parse_proc_pid_stat(line, hz=100) == pytest.approx(18.01)

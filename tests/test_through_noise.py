@@ -172,47 +172,6 @@ def test_decisions_ignore_scale_and_busy_runs_and_never_pass_a_failed_acceptance
         assert decision != "production candidate"
 
 
-# --- the sweep page judges the same way -------------------------------------------------
-
-def _sweep_verdict(seed: int, ratios: dict[int, float], acceptance: float, nb: int,
-                   ns: int) -> str | None:
-    """The sweep page's verdict for one section whose configs were all set aside for a 36%
-    spread, from generations planted as the store holds them."""
-    from orchestrator.review.sweep_page import _noisy_verdict, _rows, _set_aside
-    from orchestrator.review.weekly import DEFAULT_GATES
-    from orchestrator.store.models import Measurement
-
-    rng = random.Random(seed)
-
-    def gen(mode: str, k: int, rate: float, acc) -> Measurement:
-        return Measurement(mode=mode, num_draft_tokens=k, knob=None if mode == "baseline"
-                           else "num_draft_tokens", knob_value=None if mode == "baseline"
-                           else str(k), decode_tok_s=rate, ttft_ms=50.0, itl_p95_ms=20.0,
-                           acceptance_rate=acc, exact_match=mode == "speculative" or None,
-                           unreliable=False, output_text="x")
-
-    rs = [gen("baseline", 0, r, None) for r in lognormal(rng, 100.0, nb)]
-    rs += [gen("speculative", k, r, acceptance) for k, ratio in ratios.items()
-           for r in lognormal(rng, 100.0 * ratio, ns)]
-    why = [_reason(36)]
-    flagged = {("n", ("code", None), "baseline", None, None): why,
-               **{("n", ("code", None), "speculative", "num_draft_tokens", str(k)): why
-                  for k in ratios}}
-    rows = _set_aside(_rows(rs), flagged, "n", ("code", None))
-    return _noisy_verdict(rows, rs, DEFAULT_GATES, "short")
-
-
-def test_the_sweep_page_agrees_through_the_noise():
-    keep = _sweep_verdict(1, {2: 0.5, 3: 0.5, 4: 0.5}, 0.40, 4, 1)
-    assert keep is not None and keep.startswith(
-        "Decided through the noise (decode tok/s varied 36% (the plan allows under 10%); "
-        "every row set aside): every draft width fails a gate (acceptance"), keep
-    assert "Keep autoregressive decoding, provisional." in keep
-    win = _sweep_verdict(2, {1: 1.7, 2: 1.75, 4: 1.8}, 1.0, 8, 8)
-    assert win is not None and "every gate passed" in win and "production candidate" in win
-    assert _sweep_verdict(3, {3: 1.16}, 0.9, 4, 1) is None  # undecided: "No conclusion"
-
-
 # --- the night is the unit; a pass at the family's level; the spread from the trials -----
 
 @settings(max_examples=40, deadline=None)

@@ -8,9 +8,17 @@ import threading
 import time
 from pathlib import Path
 
-from ..protocol import TELEMETRY_KEYS, contention_text
+from ..protocol import TELEMETRY_KEYS, trial_contention_text
 from . import darwin, linux, macos
-from .cpu import MIN_CAPACITY_S, machine_cpu, other_share, process_cpu
+from .cpu import (
+    CAUSE_KEYS,
+    MIN_CAPACITY_S,
+    ControllerCpu,
+    cpu_shares,
+    machine_cpu,
+    process_cpu,
+    taken_share,
+)
 
 # What each telemetry sample in a run's window carries (besides "ts"); the store keeps
 # one column per key, so this is part of the controller/agent contract.
@@ -89,7 +97,7 @@ def read_snapshot() -> dict:
     snap["ts"] = time.time()
     snap["rss_bytes"] = _rss_bytes()
     cpu = machine_cpu()  # cumulative counters: a window's share is exact at any interval
-    snap["cpu_busy_s"], snap["cpu_total_s"] = cpu if cpu else (None, None)
+    snap["cpu_busy_s"], snap["cpu_total_s"], snap["cpu_steal_s"] = cpu or (None, None, None)
     snap["own_cpu_s"] = process_cpu()
     return snap
 
@@ -105,12 +113,19 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self.pid: int | None = None  # whose RSS the readings carry (None: this process)
         self.accounted = True  # is all the CPU doing our work ours to count?
+        self.controller: ControllerCpu | None = None  # the controller, when on this node
 
     def watch(self, pid: int | None, accounted: bool = True) -> None:
         """Read the RSS of ``pid`` (a runtime the agent started) instead of the agent's, and
         count its CPU as ours. ``accounted=False``: the work runs where we cannot count it
         (a runtime someone else started), so contention is not judged."""
         self.pid, self.accounted = pid, accounted
+
+    def watch_controller(self, pid: int | None) -> None:
+        """Count the CPU of the controller's process ``pid`` (and its journal followers)
+        apart from other processes': the job names it when the node is the controller's
+        own machine. A pid no process of this machine has reads None (counted as others)."""
+        self.controller = ControllerCpu(pid) if pid else None
 
     def __enter__(self):
         # a reading now: the job's first run, often shorter than the counters can judge,
@@ -133,6 +148,8 @@ class Sampler:
         """Take a reading now; return its index (use as a window boundary)."""
         snap = self.reader()
         snap["watched"] = (self.pid, self.accounted)  # whose CPU "own" counts
+        if self.controller is not None:
+            snap["controller_cpu_s"] = self.controller.cpu()
         if self.pid:
             snap["rss_bytes"] = _rss_bytes(self.pid)
             theirs = process_cpu(self.pid)
@@ -191,19 +208,20 @@ def _capacity(first: dict, last: dict) -> float | None:
         return None
 
 
-def _other_share(samples: list[dict]) -> float | None:
-    """Contention over the window; a window too short to judge is judged from the reading
-    before it (``Window.before``): a co-tenant busy just before a 50 ms run was busy then."""
+def _shares(samples: list[dict]) -> dict | None:
+    """Contention over the window, by cause; a window too short to judge is judged from the
+    reading before it (``Window.before``): a co-tenant busy just before a 50 ms run was busy
+    then."""
     if len(samples) < 2:
         return None
-    share = other_share(samples[0], samples[-1])
+    shares = cpu_shares(samples[0], samples[-1])
     before = getattr(samples, "before", None)
-    if share is None and before is not None:
-        share = other_share(before, samples[-1])
+    if shares is None and before is not None:
+        shares = cpu_shares(before, samples[-1])
     after = getattr(samples, "after", None)
-    if share is None and after is not None:
-        share = other_share(samples[0], after)
-    return share
+    if shares is None and after is not None:
+        shares = cpu_shares(samples[0], after)
+    return shares
 
 
 def _too_short_to_judge(samples: list[dict], share: float | None) -> bool:
@@ -279,7 +297,8 @@ def summarise_window(samples: list[dict]) -> dict:
     swap = [s["swap_used_bytes"] for s in samples if s.get("swap_used_bytes") is not None]
     rss = [s["rss_bytes"] for s in samples if s.get("rss_bytes") is not None]
     sources = [s.get("power_source") for s in samples if s.get("power_source")]
-    share = _other_share(samples)
+    shares = _shares(samples)
+    share = None if shares is None else shares["other"]
     unavailable = readings_unavailable(samples)
     if _too_short_to_judge(samples, share):
         unavailable.append("contention window")
@@ -300,8 +319,12 @@ def summarise_window(samples: list[dict]) -> dict:
         "memory_pressure": max((s.get("memory_pressure") for s in samples),
                                key=lambda p: PRESSURE_ORDER.get(p, -1), default=None),
         "rss_peak_bytes": max(rss) if rss else None,
-        # share of the machine's CPU that other processes took while this ran
+        # shares of the machine's CPU taken from this run, by cause (events 1.10): other
+        # processes; the controller, when the job names it and it runs here; the host's steal
+        # (None: not read here, as on macOS, which has no steal counter)
         "cpu_other_share": share,
+        "cpu_controller_share": None if shares is None else shares["controller"],
+        "cpu_steal_share": None if shares is None else shares["steal"],
         "readings_unavailable": unavailable,
         "thermal_source": samples[0].get("thermal_source") if samples else None,
     }
@@ -317,9 +340,9 @@ def unreliable_reasons(t: dict, contention: float = 0.25) -> list[str]:
     reasons = [f"unverified: {name} ({known[name][1]})"
                for name in t.get("readings_unavailable") or () if name in known
                and not (name == "thermal" and t.get("thermal_source") == "none")]
-    share = t.get("cpu_other_share")
-    if share is not None and share >= contention:
-        reasons.append(contention_text(share, share, contention))
+    hit = contention_reading(t, contention)
+    if hit:
+        reasons.append(trial_contention_text(hit))
     if t.get("thermal_throttled"):
         limit = t.get("cpu_speed_limit_min_pct")
         reasons.append("thermal throttling" + (f" (CPU speed limit {limit}%)" if limit else ""))
@@ -332,3 +355,20 @@ def unreliable_reasons(t: dict, contention: float = 0.25) -> list[str]:
     if t.get("memory_pressure") == "critical":  # the OS is reclaiming memory from everyone
         reasons.append("memory pressure critical")
     return reasons
+
+
+def contention_reading(t: dict, limit: float) -> dict | None:
+    """A window's contention as fields when it sets the run aside (None when it does not):
+    ``share``, all that was taken from the run, which the limit judges, and each cause's
+    own (``other``, ``controller``, ``steal``: null where not read).
+
+    Steal and the controller count toward the limit as other processes do: a host running
+    another guest on our vCPUs, or the controller ingesting beside the agent, slows the
+    trial just as much (a noisy neighbour is real contention for the measurement); what
+    differs is the remedy, so the fields and the words name each cause apart."""
+    shares = {k: t.get(f"cpu_{k}_share") for k in CAUSE_KEYS}
+    share = taken_share(shares)
+    if share is None or share < limit:
+        return None
+    return {"share": share, "limit": limit,
+            **{k: v for k, v in shares.items() if v is not None}}

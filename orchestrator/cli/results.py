@@ -29,9 +29,11 @@ from .base import (
               default=None, help="Signal → action rules (YAML); default: the shipped set.")
 @click.option("--sweep", "sweep_id", default=None,
               help="Instead, one sweep's detail page (baseline vs each draft width).")
-@click.option("--fail-on", "fail_on", default=None, metavar="CAUSES",
-              help="Exit 1 if the week shows any of these (comma-separated): regression, "
-                   "gate-miss (a series with no production candidate; brings no-data with it), "
+@click.option("--fail-on", "fail_on", multiple=True, metavar="CAUSES",
+              help="Exit 1 if the week shows any of these (comma-separated; the option may "
+                   "be repeated, each adds its causes): regression, "
+                   "gate-miss (a series with no production candidate; brings no-data and stale "
+                   "with it), "
                    "no-data (a series with no reliable evidence this week, or no runs at all), "
                    "stale, failed-sweep; one line per finding on stderr. For CI.")
 @click.option("--junit", "junit", type=click.Path(dir_okay=False, path_type=Path),
@@ -71,7 +73,9 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
     from ..store import open_store
 
     try:
-        causes = ci.parse_causes(fail_on) if fail_on is not None else ()
+        # repeated, each adds: CI files often write one flag a cause (the last alone
+        # was kept, silently, before: audit 27s)
+        causes = ci.parse_causes(",".join(fail_on)) if fail_on else ()
     except SpecfleetError as e:
         raise click.BadParameter(str(e).removeprefix("--fail-on: "),
                                  param_hint="--fail-on") from None

@@ -13,14 +13,17 @@ _STOPS = " stops repeating: "
 BEST = "settled as the best"
 
 
-def adaptive_stops(store: Store, sweep_ids: list[str]) -> list[dict]:
+def adaptive_stops(store: Store, sweep_ids: list[str],
+                   locks: dict[str, dict] | None = None) -> list[dict]:
     """Per stop: sweep, node, workload, variant (the pair), ``what`` (knob=value or the
     variant), ``after`` (rounds measured) of ``of`` (the plan's repetitions), ``why``, ``best``
-    (settled as the best: the sweep stopped on its winner) and ``text``."""
+    (settled as the best: the sweep stopped on its winner) and ``text``. ``locks``: each
+    sweep's lock, already read (else read here)."""
     if not sweep_ids:
         return []
-    most = {sid: (lock.get("job") or {}).get("repetitions")
-            for sid, (_, lock) in sweep_plans(store, sweep_ids).items()}
+    if locks is None:
+        locks = {sid: lock for sid, (_, lock) in sweep_plans(store, sweep_ids).items()}
+    most = {sid: (lock.get("job") or {}).get("repetitions") for sid, lock in locks.items()}
     out = []
     for s in queries.typed(queries.events(store, sweep_ids, ("notice",),
                                           order=("node", "seq"))):

@@ -3,6 +3,10 @@ profile (a series whose runtime reads "mlx-lm · busy: …" beside its idle twin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from agent.protocol import CONTENTION_CAUSES, summary_contention_parts
+
 SEP = " · "
 
 
@@ -60,10 +64,30 @@ def busy_vs_idle(sections: list[dict]) -> list[dict]:
 
 def contention_readings(runs) -> list[dict]:
     """Each run's contention readings from its summary's fields (events 1.8: the shares
-    of the CPU other processes took in its contended trials, and the limit)."""
+    of the CPU taken in its contended trials, and the limit; since 1.10 ``parts``: per
+    cause, other processes, the controller on the node, the host's steal, their range)."""
     out = []
     for r in runs:
         c = r.summary.get("contention")
         if c:
-            out.append({"low": min(c["shares"]), "high": max(c["shares"]), "limit": c["limit"]})
+            out.append({"low": min(c["shares"]), "high": max(c["shares"]), "limit": c["limit"],
+                        "parts": summary_contention_parts(c)})
     return out
+
+
+_WHO = {"other": "other processes", "controller": "the controller on this node",
+        "steal": "the host (hypervisor)"}
+
+
+def busy_who(readings: Sequence[dict] = (), reasons: Sequence[str] = ()) -> str:
+    """Who took the CPU from the runs set aside for it, in words ("other processes and the
+    host (hypervisor)"): the causes with a visible share in the readings' fields (events
+    1.10), else the causes the agent's own words name; before 1.10, other processes."""
+    seen: set[str] = set()
+    for c in readings:
+        parts = c.get("parts") or {"other": (c["low"], c["high"])}
+        seen |= {k for k, (_, hi) in parts.items() if f"{hi:.0%}" != "0%"} or {"other"}
+    for r in reasons:
+        seen |= {k for k, words in CONTENTION_CAUSES if f"{words} " in r} or {"other"}
+    who = [_WHO[k] for k, _ in CONTENTION_CAUSES if k in seen] or [_WHO["other"]]
+    return who[0] if len(who) == 1 else ", ".join(who[:-1]) + " and " + who[-1]

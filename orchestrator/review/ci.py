@@ -23,15 +23,16 @@ CAUSES = ("regression", "gate-miss", "no-data", "stale", "failed-sweep")
 
 
 def parse_causes(text: str) -> tuple[str, ...]:
-    """The causes asked for; ``gate-miss`` brings ``no-data`` with it: a gate that could not
-    be judged (every run set aside, too few runs, no run at all) is no pass."""
+    """The causes asked for; ``gate-miss`` brings ``no-data`` and ``stale`` with it: a gate
+    that could not be judged (every run set aside, too few runs, no run at all, or a series
+    unmeasured this week: a node down all week passed, audit 27s) is no pass."""
     causes = tuple(c.strip() for c in text.split(",") if c.strip())
     bad = [c for c in causes if c not in CAUSES]
     if bad or not causes:
         raise ConfigError(f"--fail-on: {', '.join(bad) or repr(text)} is not a cause; "
                           f"choose from {','.join(CAUSES)}")
-    if "gate-miss" in causes and "no-data" not in causes:
-        causes += ("no-data",)
+    if "gate-miss" in causes:
+        causes += tuple(c for c in ("no-data", "stale") if c not in causes)
     return causes
 
 

@@ -41,6 +41,29 @@ Not reached (measured there, a strict xfail): ≥ 93% at φ 0.7 on five nights a
 audit's seed 31337 (92.2%; seeds 1-6: 93.5-96.0%). A bound high enough for that seed
 (92.7% at LR_BOUND 1.0, 95.7% at 1.64) leaves eight independent nights' 20% difference
 found in 80.0% and 71.7% of pairs (guarded: ≥ 80%).
+
+Independent sides (``apart``: two nodes, or one node's weeks more than a weekend apart,
+compare._apart) have no such help: the figures above are for one node's weeks with a
+weekend between, whose means correlate (0.48 at φ 0.9 for eight nights), so the variance of
+their difference is below the sum the interval assumes. Two nodes at φ 0.9, eight nights a
+side, covered 86.0% (7.2% false claims; 1,000 pairs, seed 2701, tests/test_audit_27r.py),
+three nights 84.7%. Two things were missing. φ's bound: independent sides are read at a
+one-sided 95% bound (``LR_APART`` 2.71, χ²₁'s 90% point; ``ALPHA_APART`` 0.05 below
+MIN_PAIRS). And the spread's df: under memory a side's sample variance rests on far fewer
+than n − 1 df (eight nights at φ 0.9: 2.8, ``spread_df``, Satterthwaite), so the t quantile
+was too small even at the true φ (φ known, 0.9: 93.0% covered; with the df 95.9%). Both:
+94.1% covered, 2.0% false claims (seed 2701; seeds 1-5 93.7-95.6%); 93.6-95.2% from four
+to twenty nights a side (seed 7); three nights 94.7% (seeds 1-5 94.2-96.1%), two against
+three 93.5%. Either alone falls short (the df at LR_BOUND: 88.9%; LR_APART with n − 1
+df: 91.3%). The price, on two nodes only: a true 20% difference at eight independent
+nights (φ 0) is found in 50.8% of pairs (82.5% read as one node's weeks; seed 99, 600
+pairs), at twelve 89.5%. The bound against it (eight nights, seed 2701 covered at φ 0.9 /
+seed 99 found): 0.9 88.9% / 78.3%, 1.64 91.9% / 66.0%, 2.71 94.1% / 50.8%, 3.84 94.8% /
+37.5%. Little is left for a cleverer rule: a likelihood-ratio test of the difference with
+φ profiled on [0, 0.9] and its critical value the worst over φ (7% of no-difference pairs
+rejected at most) finds that 20% in 75% of pairs, at 7% where compare claims at 1%.
+Eight nights on two nodes that sit apart are as likely no difference under strong memory
+as a difference without it.
 """
 
 from __future__ import annotations
@@ -57,6 +80,10 @@ MAX_PHI = 0.9      # the most memory believed (as the change-point noise, review
 MIN_PAIRS = 6
 LR_BOUND = 0.9     # from MIN_PAIRS: twice the log-likelihood φ may lie below the best
 ALPHA = 0.25       # below MIN_PAIRS: how far into the lower tail of r the observed one may be
+# independent sides (two nodes, weeks apart): no covariance between the sides' means to
+# lean on, so φ at a one-sided 95% bound (χ²₁'s 90% point; the exact tail's 5%)
+LR_APART = 2.71
+ALPHA_APART = 0.05
 _STEP = 0.01       # φ is read to this
 _SAME = 1e-12      # residuals this small (relative to the values) are rounding, not nights
 
@@ -142,17 +169,18 @@ def lag1(sides: Sequence[Sequence[float]]) -> float | None:
     return num / den if den > 0 else None
 
 
-def night_memory(sides: Sequence[Sequence[float]]) -> float:
+def night_memory(sides: Sequence[Sequence[float]], apart: bool = False) -> float:
     """The φ the interval assumes: the restricted likelihood's upper bound
     (``likelihood_memory``) within [0, MAX_PHI]; below MIN_PAIRS, the exact bound of the
-    lag-1 autocorrelation (``exact_memory``)."""
+    lag-1 autocorrelation (``exact_memory``). ``apart``: the sides are independent (two
+    nodes, weeks apart), read at the wider bounds LR_APART and ALPHA_APART."""
     ns = [len(xs) for xs in sides if len(xs) >= 2]
     r1 = lag1(sides)
     if r1 is None:
         return 0.0
     if sum(n - 1 for n in ns) < MIN_PAIRS:
-        return exact_memory(tuple(ns), r1)
-    return likelihood_memory(_readable(sides))
+        return exact_memory(tuple(ns), r1, ALPHA_APART if apart else ALPHA)
+    return likelihood_memory(_readable(sides), LR_APART if apart else LR_BOUND)
 
 
 _GRID = np.round(np.arange(-MAX_PHI, MAX_PHI + _STEP / 2, _STEP), 2)  # φ read on this
@@ -179,29 +207,29 @@ def restricted_loglik(sides: Sequence[Sequence[float]]) -> np.ndarray:
     return -0.5 * (logdet + free * np.log(np.maximum(q, 1e-300)))
 
 
-def likelihood_memory(sides: Sequence[Sequence[float]]) -> float:
-    """The largest φ in [0, MAX_PHI] whose restricted likelihood is within ``LR_BOUND`` / 2
+def likelihood_memory(sides: Sequence[Sequence[float]], bound: float = LR_BOUND) -> float:
+    """The largest φ in [0, MAX_PHI] whose restricted likelihood is within ``bound`` / 2
     of the best (a profile-likelihood upper bound read from both sides at once)."""
     ll = restricted_loglik(sides)
-    ok = _GRID[(2 * (ll.max() - ll) <= LR_BOUND) & (_GRID >= 0)]
+    ok = _GRID[(2 * (ll.max() - ll) <= bound) & (_GRID >= 0)]
     return float(ok.max()) if ok.size else 0.0
 
 
-def exact_memory(ns: tuple[int, ...], r1: float) -> float:
+def exact_memory(ns: tuple[int, ...], r1: float, alpha: float = ALPHA) -> float:
     """The largest φ in [0, MAX_PHI] (to 0.01) under which nights of sides ``ns`` show a
-    lag-1 autocorrelation at least ``r1`` with probability ≥ ALPHA (a one-sided 1 − ALPHA
-    upper bound; 0 where even independent nights would rarely show one this low)."""
+    lag-1 autocorrelation at least ``r1`` with probability ≥ ``alpha`` (a one-sided
+    1 − alpha upper bound; 0 where even independent nights would rarely show one this low)."""
     # two nights a side show r = −1/2 whatever φ (a point mass: no memory readable, so
     # MAX_PHI); read just above r so the last bit of r's arithmetic cannot flip it
     r1 += 1e-9
-    if lag1_cdf(ns, 0.0, r1) <= ALPHA:
+    if lag1_cdf(ns, 0.0, r1) <= alpha:
         return 0.0
-    if lag1_cdf(ns, MAX_PHI, r1) >= ALPHA:
+    if lag1_cdf(ns, MAX_PHI, r1) >= alpha:
         return MAX_PHI
     lo, hi = 0, round(MAX_PHI / _STEP)     # the tail shrinks as φ rises: bisect on the grid
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if lag1_cdf(ns, mid * _STEP, r1) >= ALPHA else (lo, mid)
+        lo, hi = (mid, hi) if lag1_cdf(ns, mid * _STEP, r1) >= alpha else (lo, mid)
     return round(hi * _STEP, 2)
 
 
@@ -211,3 +239,14 @@ def mean_variance(s2: float, n: int, phi: float) -> float:
     g = mean_gain(n, phi)
     return s2 * (n - 1) / (n * (1 - g)) * g
 
+
+
+@lru_cache(maxsize=1024)
+def spread_df(n: int, phi: float) -> float:
+    """The degrees of freedom a sample variance of ``n`` AR(1) nights at memory ``phi``
+    rests on (Satterthwaite: tr(MR)² / tr((MR)²), M the centring, R the nights'
+    correlation): n − 1 at φ 0, 2.8 for eight nights at 0.9."""
+    if n < 2:
+        raise ValueError("spread_df needs at least two nights")
+    mr = (np.eye(n) - 1.0 / n) @ _corr(n, phi)
+    return float(np.trace(mr) ** 2 / np.trace(mr @ mr))

@@ -12,6 +12,7 @@ import re
 
 from agent.protocol import contention_text
 
+from .busy import busy_who
 from .week_sweeps import calibration_words
 
 PARTS = ("chip", "model_pair", "workload", "context_bucket", "engine")
@@ -132,7 +133,7 @@ def label_series(sections: list[dict]) -> list[str]:
     return [said[p] for p in common if p in said]
 
 
-BUSY = "other processes competed for the CPU"
+BUSY = "competed for the CPU"  # the busy caveat, whoever competed (busy.busy_who)
 
 
 def _contended(x: dict) -> bool:
@@ -145,14 +146,26 @@ def collapse_reasons(reasons, contention=None) -> list[str]:
     """One line for a config's contention readings instead of one per run ("contended:
     other processes used 56–66% of the CPU (limit 25%)"), its range taken from the runs'
     fields; every other reason as it is (so are the lines of runs stored before 1.8)."""
-    covered = {contention_text(c["low"], c["high"], c["limit"]) for c in contention or ()}
+    covered = {contention_text(c["low"], c["high"], c["limit"], c.get("parts"))
+               for c in contention or ()}
     limits: dict[float, list[dict]] = {}
     for c in contention or ():
         limits.setdefault(c["limit"], []).append(c)
-    merged = [contention_text(min(c["low"] for c in cs), max(c["high"] for c in cs), limit)
+    merged = [contention_text(min(c["low"] for c in cs), max(c["high"] for c in cs), limit,
+                              _merged_parts(cs))
               for limit, cs in limits.items()]
     out = [r for r in reasons or () if r not in covered]
     return out + [m for m in merged if m not in out]
+
+
+def _merged_parts(readings: list[dict]) -> dict | None:
+    """Per cause, the range over several runs' readings (None when none names a cause)."""
+    out: dict = {}
+    for c in readings:
+        for k, (lo, hi) in (c.get("parts") or {}).items():
+            was = out.get(k, (lo, hi))
+            out[k] = (min(was[0], lo), max(was[1], hi))
+    return out or None
 
 
 def _busy_runs(sections: list[dict]) -> tuple[int, int]:
@@ -218,7 +231,9 @@ def shared_once(sections: list[dict]) -> dict:
             "noisy": noisy,
             "any_own_caveats": any(s["verdict"]["own_caveats"] for s in sections),
             "any_rules": any(s["verdict"].get("rules") for s in sections),
-            "busy": {"runs": busy_runs, "of": total} if busy_runs else None}
+            "busy": {"runs": busy_runs, "of": total, "who": busy_who(
+                [c for s in sections for x in s.get("set_aside") or [] if _contended(x)
+                 for c in x.get("contention") or ()])} if busy_runs else None}
 
 
 def classification_words(c: dict, gates: dict) -> str:

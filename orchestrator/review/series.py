@@ -111,9 +111,12 @@ Paired = list[tuple[list[RunRow], list[RunRow]]]  # (baseline runs, speculative)
 
 def _paired_nights(c: ConfigStats, ck: ConfigId, stats: dict[ConfigId, ConfigStats],
                    configs: dict, shaky: dict) -> Paired:
-    """The nights (sweep, node) on which both the config and its baseline have usable runs,
+    """The nights (node, date) on which both the config and its baseline have usable runs,
     one of them set aside for the spread alone: a night with one side only is no evidence
-    (its trials pooled against another night's would measure the drift between nights)."""
+    (its trials pooled against another night's would measure the drift between nights).
+    Sweeps of one night pool into that night, as the review counts nights: keyed by sweep,
+    three sweeps an hour apart made three 'nights' and a t interval of 1.30-1.30 where
+    the night's trials give 1.05-1.61 (audit 34p)."""
     base_ck = next((k for k, b in stats.items() if b.mode == "baseline"
                     and b.sampling == c.sampling), None)
     if base_ck is None:
@@ -122,7 +125,7 @@ def _paired_nights(c: ConfigStats, ck: ConfigId, stats: dict[ConfigId, ConfigSta
     def by_night(rs: list[RunRow]) -> dict[tuple, list[RunRow]]:
         out: dict[tuple, list[RunRow]] = defaultdict(list)
         for r in rs:
-            out[(r.sweep_id, r.node)].append(r)
+            out[(r.node, r.at.date())].append(r)
         return out
 
     spec = by_night(configs[ck] + shaky.get(ck, []))

@@ -23,8 +23,10 @@ from ..store import Store, queries
 from ..store import runs as stored
 from ..store.db import result_pair
 from ..store.models import Measurement
-from .sweep_noise import agreed, weekly_verdicts
-from .through_noise import outcome, spread_of_reason, spread_text, timing_gates
+from .busy import busy_who
+from .sweep_noise import noise_sentence, weekly_verdicts
+from .sweep_reasons import reasons_said, spread_note
+from .through_noise import SPREAD, stored_spread
 from .week_sweeps import target_role
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
@@ -52,6 +54,9 @@ class Row:
     knob_value: str | None = None
     set_aside: str | None = None          # why no conclusion is drawn from this row
     kv_cache_mb: float | None = None      # the KV caches at the end (median of its summary)
+    # ``set_aside`` as its row says it: the spread's explanation is the section's, said once
+    aside_mark: str | None = None
+    aside_spreads: tuple[dict, ...] = ()  # the spreads that set this row's own config aside
 
 
 def _exactness(runs: list[Measurement]) -> str:
@@ -90,17 +95,15 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     pair_names = {r.pair: r.model_pair for r in summaries if r.pair is not None}
     kv_mb = _kv_cache_mb(summaries)
     engines, flagged, parity = _config_marks(summaries)
-    marked = _calibrations(store, sweep)  # each calibration target's record, by role
-    from .week_sweeps import plan_gates
     from .weekly import DEFAULT_GATES
 
-    # the gates the sweep's plan declared: a row set aside for its spread alone is judged
-    # by them through the noise, as the weekly review judges it
-    gates = {**DEFAULT_GATES, **plan_gates(store, [sweep_id]).get(sweep_id, (None, {}))[1]}
-    # ... and only where the weekly review's judgement of these same runs decides through
-    # the noise (every gate it checks; both sides set aside for the spread alone, with the
-    # fields of events 1.9): the two pages never disagree
-    weekly = weekly_verdicts(store, sweep_id, DEFAULT_GATES)
+    # the sweep's lock, read once: its calibration targets, the gates its plan declared
+    # (over the defaults) and the adaptive sweep's repetitions
+    lock = stored.plan_lock(store, sweep.plan_id) or {}
+    marked = _calibrations(lock)  # each calibration target's record, by role
+    # a section set aside for its spread is decided through the noise only where the
+    # weekly review's judgement of these same runs is, and in its words: one judgement
+    weekly = weekly_verdicts(store, sweep, lock, {**DEFAULT_GATES, **(lock.get("gates") or {})})
     groups: dict[tuple, list] = {}
     for r in runs:
         groups.setdefault((r.node, (r.workload, r.pair)), []).append(r)
@@ -124,23 +127,22 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
                          "has_parity": any(r.streaming_parity for r in rows),
                          "context_bucket": rs[0].context_bucket or "short",
                          "prompt_sha256": rs[0].prompt_sha256,
-                         "verdict": agreed(_noisy_verdict(
-                             rows, rs, gates, rs[0].context_bucket or "short"),
-                             weekly.get((node, workload))) or _verdict(rows),
+                         "verdict": noise_sentence(weekly.get((node, workload)))
+                         or _verdict(rows),
+                         # what every row set aside for its spread shares, said once
+                         "spread_note": spread_note(rows),
                          "verdict_short": _busy_verdict(rows)})
     from .adaptive_stops import adaptive_stops, marked_stops
     from .load import load_ramps
     from .runtimes import agent_notices, stream_checks
 
-    busy = [r for s in sections for r in s["rows"] if busy_row(r)]
     cal = marked.get("target")
     return {"sweep": sweep, "sections": sections, "outcomes": outcomes,
             # a busy node is said once, at the top; rows keep a short mark (figures on hover)
-            "busy": {"rows": len(busy), "of": sum(len(s["rows"]) for s in sections)}
-            if busy else None,
+            "busy": _busy(sections),
             "calibration": cal,
             "notices": agent_notices(store, [sweep_id]) + stream_checks(store, sweep_id),
-            "adaptive_stops": marked_stops(adaptive_stops(store, [sweep_id]),
+            "adaptive_stops": marked_stops(adaptive_stops(store, [sweep_id], {sweep_id: lock}),
                                            {sweep_id: set(marked)}),
             "soaks": soak_results(store, sweep_id),
             "loads": load_ramps(store, [sweep_id]),
@@ -149,12 +151,13 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
 
 def _config_marks(summaries) -> tuple[dict, dict, dict]:
     """From the config summaries: each (node, workload)'s runtime; the configs whose
-    repetitions the agent flagged (a spread over the threshold: their rows are shown but never
-    concluded from; a flagged baseline voids its section's speedups); and, for http
+    repetitions the agent flagged, each reason with its spread's fields (a spread over the
+    threshold: their rows are shown but never concluded from; a flagged baseline voids its
+    section's speedups); and, for http
     runtimes, streamed vs non-streamed output per config."""
     merged: dict[tuple, dict] = {}
     engines: dict[tuple, str] = {}
-    flagged: dict[tuple, list[str]] = {}
+    flagged: dict[tuple, list[tuple[str, dict | None]]] = {}
     # a baseline's summary names no knob: it is the baseline of the candidates that
     # share its settings (kv_bits 4's baseline is not the draft widths')
     paired = {(r.node, (r.workload, r.pair), baseline_key(r.config)): _baseline_of(
@@ -164,9 +167,14 @@ def _config_marks(summaries) -> tuple[dict, dict, dict]:
         key = (n, w, m) + ((None, None) if m == "baseline" else (r.knob, r.knob_value))
         engines.setdefault((n, w), r.engine)
         if x.get("unreliable_reasons"):
+            # each reason with the spread behind it, as fields (events 1.9; recomputed from
+            # the stored repetitions): a row says its own figure, the section the words
+            sp = stored_spread(x)
             flagged.setdefault((n, w, m) + (paired.get((n, w, baseline_key(r.config)), (
                 "baseline", baseline_key(r.config))) if m == "baseline"
-                else (r.knob, r.knob_value)), []).extend(x["unreliable_reasons"])
+                else (r.knob, r.knob_value)), []).extend(
+                (why, sp if why.startswith(SPREAD) else None)
+                for why in x["unreliable_reasons"])
         p = x.get("parity")
         if p:  # every config in the row counts, not only the last one read
             into = merged.setdefault(key, {"checked": 0, "mismatches": 0,
@@ -208,11 +216,10 @@ def _kv_cache_mb(summaries) -> Callable[[str, tuple, Row], float | None]:
     return find
 
 
-def _calibrations(store: Store, sweep) -> dict[str, dict]:
+def _calibrations(lock: dict) -> dict[str, dict]:
     """{role: its calibration record} for the models the sweep's lock marks as
     calibration targets."""
-    lock = stored.plan_lock(store, sweep.plan_id)
-    return {role: m["calibration"] for role, m in ((lock or {}).get("models") or {}).items()
+    return {role: m["calibration"] for role, m in (lock.get("models") or {}).items()
             if isinstance(m, dict) and isinstance(m.get("calibration"), dict)}
 
 
@@ -313,12 +320,14 @@ def _set_aside(rows: list[Row], flagged: dict, node: str, workload: str) -> list
         base = flagged.get((node, workload, "baseline") + _baseline_of(r.knob, r.knob_value))
         own = flagged.get((node, workload, r.mode, r.knob, r.knob_value)) \
             if r.mode == "speculative" else base
-        why = r.set_aside
+        why, mark, spreads = r.set_aside, r.set_aside, ()
         if own:
-            why = "; ".join(sorted(set(own)))
+            why, mark = reasons_said(own)
+            spreads = tuple(sp for _, sp in own if sp)
         elif base and r.mode == "speculative":
-            why = "its baseline is unreliable: " + "; ".join(sorted(set(base)))
-        out.append(replace(r, set_aside=why, speedup=None if why else r.speedup))
+            why, mark = ("its baseline is unreliable: " + x for x in reasons_said(base))
+        out.append(replace(r, set_aside=why, aside_mark=mark, aside_spreads=spreads,
+                           speedup=None if why else r.speedup))
     return out
 
 
@@ -343,6 +352,16 @@ def _row(label, mode, k, runs, base_rate, knob=None, knob_value=None) -> Row:
                unreliable=sum(1 for r in runs if r.unreliable),
                unreliable_reasons=tuple(sorted({x for r in runs
                                                 for x in r.unreliable_reasons or []})))
+
+
+def _busy(sections: list[dict]) -> dict | None:
+    """The rows set aside for contention alone, of all, and who took the CPU from them."""
+    busy = [r for s in sections for r in s["rows"] if busy_row(r)]
+    if not busy:
+        return None
+    return {"rows": len(busy), "of": sum(len(s["rows"]) for s in sections),
+            "who": busy_who(reasons=[x for r in busy for x in r.unreliable_reasons
+                                     if x.startswith("contended")])}
 
 
 def busy_row(r: Row) -> bool:
@@ -377,7 +396,7 @@ def _verdict(rows: list[Row]) -> str:
         n = len(aside)
         return (f"No conclusion: {'the' if n == 1 else f'all {n}'} speculative "
                 f"row{'s are' if n > 1 else ' is'} set aside as unreliable "
-                f"({aside[0].set_aside}).")
+                f"({aside[0].aside_mark or aside[0].set_aside}).")
     if not spec:
         return "No speculative runs measured."
     best = max(spec, key=lambda r: r.speedup or 0.0)
@@ -387,61 +406,6 @@ def _verdict(rows: list[Row]) -> str:
                 f"at {best.speedup:.2f}× the baseline. Keep autoregressive decoding.{note}")
     return (f"Best: draft width {best.num_draft_tokens} at {best.speedup:.2f}× the baseline "
             f"(acceptance {fmt_value(best.acceptance_rate, '.2f')}).{note}")
-
-
-def _noisy_verdict(rows: list[Row], rs: list[Measurement], gates: dict, bucket: str
-                   ) -> str | None:
-    """The section's verdict through the noise (``through_noise``) when its speculative
-    rows have no speedup because they, or their baseline, were set aside for the decode-rate
-    spread alone; None when that does not apply or the answer is not decisive."""
-    def setting(r: Measurement) -> tuple[str, str]:
-        return r.knob or "num_draft_tokens", r.knob_value or ""
-
-    spec = [r for r in rows if r.mode == "speculative"]
-    if not spec or any(r.speedup is not None for r in spec):
-        return None
-    judged: list[tuple[Row, dict, str]] = []
-    spreads: list = []
-    for row in spec:
-        reasons = (row.set_aside or "").removeprefix("its baseline is unreliable: ").split("; ")
-        sp = [spread_of_reason(x) for x in reasons]
-        if not all(sp):
-            continue
-        spreads += sp
-        cand = [m for m in rs if m.mode == "speculative" and setting(m) == (row.knob,
-                                                                          row.knob_value or "")]
-        base = [m for m in rs if m.mode == "baseline" and (
-            setting(m)[0] in SPECULATION_SETTINGS if row.knob in SPECULATION_SETTINGS
-            else setting(m) == (row.knob, row.knob_value or ""))]
-        cand, base = [m for m in cand if not m.unreliable], [m for m in base if not m.unreliable]
-        if not cand or not base:
-            continue
-        acc = median(m.acceptance_rate for m in cand)
-        g: dict = {"acceptance": {"value": acc, "passed": None if acc is None else
-                                  acc >= gates["acceptance_floor"] - 1e-9},
-                   "exact": {"value": None, "passed": False
-                             if row.exactness.startswith("diverged") else None}}
-        g.update(timing_gates({n: [getattr(m, n) for m in base] for n in ("decode_tok_s",
-                                                                         "ttft_ms")},
-                              {n: [getattr(m, n) for m in cand] for n in (
-                                  "decode_tok_s", "ttft_ms", "itl_p95_ms")}, bucket, gates))
-        judged.append((row, g, outcome(g)))
-    if not judged or len(judged) < len(spec):
-        return None
-    mark = f"Decided through the noise ({spread_text(spreads)}; every row set aside)"
-    passing = [(r, g) for r, g, o in judged if o == "pass"]
-    if passing:
-        r, g = max(passing, key=lambda x: x[1]["speedup"]["value"])
-        lo, hi = g["speedup"]["interval"]
-        return (f"{mark}: best is draft width {r.num_draft_tokens} at "
-                f"{g['speedup']['value']:.2f}× the baseline (95% interval {lo:.2f}–{hi:.2f}), "
-                f"every gate passed (acceptance {fmt_value(r.acceptance_rate, '.2f')}): a "
-                "production candidate, provisional.")
-    if all(o == "fail" for _, _, o in judged):
-        missed = sorted({n for _, g, _ in judged for n, v in g.items() if v["passed"] is False})
-        return (f"{mark}: every draft width fails a gate ({', '.join(missed)}). Keep "
-                "autoregressive decoding, provisional.")
-    return None
 
 
 def fmt_value(value, spec: str = ".1f", missing: str = "–") -> str:

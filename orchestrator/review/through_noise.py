@@ -20,7 +20,6 @@ decision reached so is marked wherever it is shown (``through_noise``)."""
 from __future__ import annotations
 
 import math
-import re
 import statistics
 
 from agent.stats import repetition_spread
@@ -29,26 +28,29 @@ from .compare import POOL_BELOW, night_ratio
 
 LEVEL = 0.95
 TIMING_GATES = ("speedup", "ttft_change", "itl_p95_ms")
-_SPREAD = "decode tok/s spread "  # agent.summary.config_summary's words for the spread
-_SPREAD_WORDS = re.compile(r"^decode tok/s spread (\d+)% ≥ (\d+)%")
-
-
-def spread_of_reason(reason: str) -> dict | None:
-    """{value, limit} from the agent's words for a spread (None: another reason)."""
-    m = _SPREAD_WORDS.match(reason)
-    return {"value": int(m.group(1)) / 100, "limit": int(m.group(2)) / 100} if m else None
+SPREAD = "decode tok/s spread "  # agent.summary.config_summary's words for the spread
 
 
 def spread_alone(summary: dict | None) -> dict | None:
     """The spread ({value, limit}) that set a config's run aside when it is the run's only
-    reason (None: another reason too, or a run stored before events 1.9). The node's value
-    is a claim: where the run's per-repetition decode rates are stored the spread is
-    recomputed from them (the agent's own ``repetition_spread``), and a spread under its
-    limit set nothing aside (None): a node could otherwise send 'varied 1%' as a reason."""
+    reason (None: another reason too, or a run stored before events 1.9; see
+    ``stored_spread``)."""
     s = summary or {}
     reasons = s.get("unreliable_reasons") or []
+    if not (len(reasons) == 1 and reasons[0].startswith(SPREAD)):
+        return None
+    return stored_spread(s)
+
+
+def stored_spread(summary: dict | None) -> dict | None:
+    """The spread ({value, limit}) that set a config's run aside (events 1.9's fields; None
+    before them). The node's value is a claim: where the run's per-repetition decode rates
+    are stored the spread is recomputed from them (the agent's own ``repetition_spread``),
+    and a spread under its limit set nothing aside (None): a node could otherwise send
+    'varied 1%' as a reason."""
+    s = summary or {}
     claim = s.get("spread")
-    if not (len(reasons) == 1 and reasons[0].startswith(_SPREAD) and claim):
+    if not claim:
         return None
     decode = (s.get("values") or {}).get("decode_tok_s") or []
     value = repetition_spread([x for x in decode if isinstance(x, (int, float))])
@@ -61,6 +63,19 @@ def _positive(xs) -> list[float]:
     return [float(x) for x in xs if x is not None and 0 < x < math.inf]
 
 
+def _whole(xs) -> list[float] | None:
+    """The trials as numbers, or None when one is not a positive finite rate: a trial at
+    0 tok/s (a stall) or beyond floats' range is evidence against the config, never a
+    trial to drop (audit 34p: [0, 150] read as a 1.50x candidate). A reading not taken
+    (None) is dropped, as everywhere."""
+    got = [x for x in xs if x is not None]
+    return [float(x) for x in got] if all(0 < x < math.inf for x in got) else None
+
+
+def _finite(iv: tuple[float, float, float] | None) -> tuple[float, float, float] | None:
+    return iv if iv is not None and all(math.isfinite(x) for x in iv) else None
+
+
 def ratio_interval(base: list[float], spec: list[float], level: float = LEVEL
                    ) -> tuple[float, float, float] | None:
     """spec/base as (ratio of geometric means, low, high): Welch's t on the logs of the
@@ -68,11 +83,47 @@ def ratio_interval(base: list[float], spec: list[float], level: float = LEVEL
     where larger), Student's t on the pooled df (``night_ratio``, ``POOL_BELOW``). Welch
     credited two trials' one-df spread with the other side's df: 2 v 10 trials covered
     90.3% (audit 27r); and a second repetition widened the interval, so the demo's trained
-    pair stayed undecided with two."""
-    r = night_ratio(_positive(base), _positive(spec), level, memory=False, few=POOL_BELOW)
+    pair stayed undecided with two. None: no interval (a stalled or absurd trial, or too
+    few), so the gate is undecided."""
+    b, s = _whole(base), _whole(spec)
+    if b is None or s is None:
+        return None
+    try:
+        r = night_ratio(b, s, level, memory=False, few=POOL_BELOW)
+    except OverflowError:  # rates apart by hundreds of orders of magnitude: no interval
+        return None
     if r["ci"] is None:
         return None
-    return r["ratio"], r["ci"][0], r["ci"][1]
+    return _finite((r["ratio"], r["ci"][0], r["ci"][1]))
+
+
+def pass_interval(base: list[float], spec: list[float], level: float
+                  ) -> tuple[float, float, float] | None:
+    """The interval a pass is read on. Where a side has two trials or fewer its own spread
+    is what a pass must clear, so the interval is Welch's with the smaller side's df
+    (Hsu's conservative rule) and a one-trial side never passes: pooled, a quiet baseline
+    lent its 7 df to two noisy trials and 3.3-6.2% of weeks on the gate made a false
+    candidate at 1-6 widths (audit 34p; the level promises 2.5%). A fail is still read on
+    the pooled 95% interval (``ratio_interval``): keeping the default needs less proof."""
+    b, s = _whole(base), _whole(spec)
+    if b is None or s is None or min(len(b), len(s)) > POOL_BELOW:
+        return ratio_interval(base, spec, level)
+    if min(len(b), len(s)) < 2:
+        return None
+    from scipy import stats
+
+    lb, ls = [math.log(x) for x in b], [math.log(x) for x in s]
+    d = statistics.fmean(ls) - statistics.fmean(lb)
+    se = math.sqrt(statistics.variance(lb) / len(lb) + statistics.variance(ls) / len(ls))
+    q = float(stats.t.ppf(0.5 + level / 2, min(len(lb), len(ls)) - 1)) * se
+    return _finite(_exps(d, d - q, d + q))
+
+
+def _exps(*xs: float) -> tuple[float, float, float] | None:
+    try:
+        return tuple(math.exp(x) for x in xs)  # type: ignore[return-value]
+    except OverflowError:
+        return None
 
 
 def level_interval(values: list[float], level: float = LEVEL
@@ -89,7 +140,7 @@ def _t_interval(logs: list[float], level: float) -> tuple[float, float, float] |
         return None
     m, se = statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(len(logs))
     q = float(stats.t.ppf(0.5 + level / 2, len(logs) - 1))
-    return math.exp(m), math.exp(m - q * se), math.exp(m + q * se)
+    return _finite(_exps(m, m - q * se, m + q * se))
 
 
 def _log_mean(xs: list[float]) -> float | None:
@@ -100,15 +151,19 @@ def _log_mean(xs: list[float]) -> float | None:
 Night = tuple[list[float], list[float]]  # (baseline's trials, speculative's) of one night
 
 
-def nights_ratio_interval(nights: list[Night], level: float = LEVEL
+def nights_ratio_interval(nights: list[Night], level: float = LEVEL, passing: bool = False
                           ) -> tuple[float, float, float] | None:
-    """spec/base over paired nights. One night: Welch on its trials (``ratio_interval``).
-    Two or more: each night's log ratio of geometric means is one observation, Student's
-    t on them (df nights − 1): a night's trial counts never weigh one side only, and the
-    night-to-night wobble of the ratio, which trials within a night cannot see, is in it."""
+    """spec/base over paired nights. One night: on its trials (``ratio_interval``, or
+    ``pass_interval`` for the one a pass is read on). Two or more: each night's log ratio
+    of geometric means is one observation, Student's t on them (df nights − 1): a night's
+    trial counts never weigh one side only, and the night-to-night wobble of the ratio,
+    which trials within a night cannot see, is in it. A stalled or absurd trial on any
+    night: no interval."""
+    if any(_whole(b) is None or _whole(s) is None for b, s in nights):
+        return None
     both = [(b, s) for b, s in nights if _positive(b) and _positive(s)]
     if len(both) == 1:
-        return ratio_interval(*both[0], level=level)
+        return (pass_interval if passing else ratio_interval)(*both[0], level=level)
     diffs = [_log_mean(s) - _log_mean(b) for b, s in both]  # type: ignore[operator]
     return _t_interval(diffs, level)
 
@@ -140,16 +195,18 @@ def interval_gate(ivs: tuple, limit: float, higher_is_better: bool,
                   offset: float = 0.0, level: float = LEVEL) -> dict:
     """A timing gate judged on intervals (``ivs``: the 95% one, then the one at the pass
     ``level``; ``offset`` moves a ratio to a change: −1). It fails when none of the 95%
-    interval clears the limit, passes when all of the pass-level one does."""
+    interval clears the limit, passes when all of the pass-level one does; without a
+    pass-level interval (a side with one trial) it can fail, never pass."""
     iv, wide = ivs
-    if iv is None or wide is None:
+    if iv is None:
         return {"value": None, "passed": None, "undecided": True}
     point, lo, hi = (x + offset for x in iv)
-    _, wlo, whi = (x + offset for x in wide)
+    wlo, whi = (x + offset for x in wide[1:]) if wide is not None else (-math.inf, math.inf)
     ok = True if decisive(wlo, whi, limit, higher_is_better) else \
         False if decisive(lo, hi, limit, higher_is_better) is False else None
     return {"value": point, "passed": ok, "interval": [lo, hi],
-            **({"pass_interval": [wlo, whi], "pass_level": level} if level != LEVEL else {}),
+            **({"pass_interval": [wlo, whi], "pass_level": level}
+               if level != LEVEL and wide is not None else {}),
             **({"undecided": True} if ok is None else {})}
 
 
@@ -168,7 +225,7 @@ def night_timing_gates(nights: list[tuple[dict, dict]], bucket: str, gates: dict
 
     def ratio(m: str) -> tuple:
         pairs = [(b[m], s[m]) for b, s in nights]
-        return nights_ratio_interval(pairs), nights_ratio_interval(pairs, lv)
+        return nights_ratio_interval(pairs), nights_ratio_interval(pairs, lv, passing=True)
 
     itl = [s["itl_p95_ms"] for _, s in nights]
     g = {"speedup": interval_gate(ratio("decode_tok_s"), gates["min_speedup"], True, level=lv),
@@ -191,11 +248,19 @@ def outcome(gates: dict) -> str:
 
 def spread_text(spreads: list[dict]) -> str:
     """'decode tok/s varied 36% (the plan allows under 10%)' over a config's spreads."""
-    limits = sorted({round(100 * s["limit"]) for s in spreads})
+    return (f"decode tok/s varied {spread_range(spreads)} (the plan allows under "
+            f"{spread_limits(spreads)})")
+
+
+def spread_range(spreads: list[dict]) -> str:
+    """'36%', '10.2–22%': the spreads' values as percents, lowest to highest."""
     # a spread just over its limit must not read as the limit ("varied 10%, allows under
     # 10%"): one decimal where the whole percent would not show it over
     vs = sorted((f"{100 * s['value']:.0f}" if round(100 * s["value"]) > round(100 * s["limit"])
                  else f"{100 * s['value']:.1f}" for s in spreads), key=float)
-    varied = f"{vs[0]}%" if vs[0] == vs[-1] else f"{vs[0]}–{vs[-1]}%"
-    return (f"decode tok/s varied {varied} (the plan allows under "
-            f"{'/'.join(f'{x}%' for x in limits)})")
+    return f"{vs[0]}%" if vs[0] == vs[-1] else f"{vs[0]}–{vs[-1]}%"
+
+
+def spread_limits(spreads: list[dict]) -> str:
+    """'10%', '10%/20%': the limits the spreads were judged against."""
+    return "/".join(f"{x}%" for x in sorted({round(100 * s["limit"]) for s in spreads}))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .busy import busy_who
 from .configs import NOT_SAMPLING, sampling_key
 from .through_noise import spread_text
 
@@ -135,7 +136,7 @@ def _shaky(section: dict) -> list[str]:
     kinds = [("throttl", "the node throttled during some runs this week (set aside)"),
              ("battery", "some runs this week were on battery (set aside)"),
              ("Low Power", "Low Power Mode was on during some runs this week (set aside)"),
-             ("contended", "other processes competed for the CPU in some runs (set aside)"),
+             ("contended", f"{_who(section)} competed for the CPU in some runs (set aside)"),
              ("swap", "the node swapped during some runs this week (set aside)")]
     # a reading that could not be taken says which and how to get it (agent's READINGS)
     missing = sorted({r[:r.index(" (")].removeprefix("unverified: ") + " — "
@@ -144,6 +145,15 @@ def _shaky(section: dict) -> list[str]:
     measured = [r for r in reasons if not r.startswith("unverified: ")]
     return [text for key, text in kinds if any(key in r for r in measured)] + [
         f"some runs this week could not read {m} (set aside as unverified)" for m in missing]
+
+
+def _who(section: dict) -> str:
+    """Who took the CPU from the runs set aside as contended (their fields, else words)."""
+    aside = [x for x in section.get("set_aside") or [] if any("contended" in r
+                                                              for r in x["reasons"])]
+    return busy_who([c for x in aside for c in x.get("contention") or ()],
+                    [r for x in aside if not x.get("contention") for r in x["reasons"]
+                     if r.startswith("contended")])
 
 
 def _identity(section: dict) -> dict:
@@ -159,8 +169,10 @@ def decide(section: dict, facts: dict | None = None) -> dict:
     than ``MIN_RUNS`` reliable runs behind it, marked provisional with the count
     ("production candidate at draft width 4, provisional: 1 of 3 nights")."""
     out = _decide(section, facts)
+    # the decision alone, before its marks: a page that says them its own way starts here
+    out["words"] = out["text"]
     if p := out.get("provisional"):
-        out["text"] += f", provisional: {p['nights']} of {p['needed']} nights"
+        out["text"] += provisional_words(p)
     if tn := out.get("through_noise"):
         out["text"] += f"; decided through the noise: {tn['text']}"
     if cal := section.get("calibration"):
@@ -171,6 +183,12 @@ def decide(section: dict, facts: dict | None = None) -> dict:
             f"; unverified against its record: {'; '.join(unknown)}" if unknown else "")
             + "): " + out["text"])
     return out
+
+
+def provisional_words(p: dict) -> str:
+    """", provisional: 1 of 3 nights": a decision's mark when fewer nights are behind it
+    than the review needs."""
+    return f", provisional: {p['nights']} of {p['needed']} nights"
 
 
 def _decide(section: dict, facts: dict | None = None) -> dict:

@@ -16,10 +16,10 @@ from ..store import Store
 from ..store.db import result_pair
 from ..store.weekly_rows import IDENTITY, WeekRun, week_runs
 from .configs import ConfigId, canonical, knobs_of_key, sampling_key
-from .week_sweeps import calibration_marks, series_key, target_role
+from .week_sweeps import calibration_marks, lock_marks, series_key, target_role
 
 __all__ = ["IDENTITY", "LABELS", "RunRow", "identity_changes", "identity_key",
-           "iso_week_bounds", "load_runs", "vals"]
+           "iso_week_bounds", "load_runs", "sweep_runs", "vals"]
 
 
 def iso_week_bounds(week: str | None, now: datetime | None = None) -> tuple[datetime, datetime,
@@ -102,6 +102,14 @@ def load_runs(store: Store, start: datetime, end: datetime,
     marks = calibration_marks(store, start, end)
     return [_run_row(r, marks.get((r.sweep_id, target_role(r.pair))))
             for r in week_runs(store, start, end, values)]
+
+
+def sweep_runs(store: Store, sweep_id: str, lock: dict | None) -> list[RunRow]:
+    """The runs of one sweep, read by its id; ``lock``: its plan's lock, already read (its
+    calibration targets' runs are series of their own)."""
+    marks = lock_marks(sweep_id, lock)
+    return [_run_row(r, marks.get((r.sweep_id, target_role(r.pair))))
+            for r in week_runs(store, None, None, sweep_id=sweep_id)]
 
 
 def _run_row(r: WeekRun, calibration: dict | None = None) -> RunRow:

@@ -85,11 +85,16 @@ def calibration_marks(store: Store, start: datetime | None = None,
     model, with the model's locked fingerprint and every fingerprint the lock holds} for
     sweeps created in [start, end) (or
     the one sweep asked)."""
-    return {(sid, role): {**m["calibration"], "locked_fingerprint": m.get("fingerprint"),
-                          # what a node's draft may be without being a stranger to the sweep
-                          "lock_fingerprints": _fingerprints(lock)}
-            for sid, lock in calibration_locks(store, start, end, sweep_id).items()
-            for role, m in (lock.get("models") or {}).items()
+    return {key: mark for sid, lock in calibration_locks(store, start, end, sweep_id).items()
+            for key, mark in lock_marks(sid, lock).items()}
+
+
+def lock_marks(sweep_id: str, lock: dict | None) -> dict[tuple[str, str], dict]:
+    """``calibration_marks`` of one sweep from its lock, already read."""
+    return {(sweep_id, role): {**m["calibration"], "locked_fingerprint": m.get("fingerprint"),
+                               # what a node's draft may be without being a stranger to it
+                               "lock_fingerprints": _fingerprints(lock or {})}
+            for role, m in ((lock or {}).get("models") or {}).items()
             if isinstance(m, dict) and isinstance(m.get("calibration"), dict)}
 
 

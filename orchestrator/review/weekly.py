@@ -117,28 +117,36 @@ def _sections(store: Store, history: list[RunRow], start: datetime, end: datetim
         by_series[r.series].append(r)
     out = []
     for key, runs in sorted(by_series.items(), key=lambda kv: kv[0]):
-        current = [r for r in runs if r.at >= start]
         latest = max(runs, key=lambda r: r.at)
-        ident = latest.identity
-        cur = [r for r in current if identity_key(r.identity) == identity_key(ident)]
-        section: dict = {"series": series_dict(key),
-                         "identity": ident,
-                         "stale": (end - latest.at).days > STALE_DAYS or not current,
-                         "mixed_identities": len({identity_key(r.identity)
-                                                  for r in current}) > 1,
-                         "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
-                         "regressions": [], "change_points": [], "compared": 0,
-                         # an instrument's series: marked, never in a policy unless asked
-                         "calibration": _calibration(latest, current)}
         # the gates the plan behind this series' latest run declared, over the defaults
         plan_name, own = declared.get(latest.sweep_id, (None, {}))
-        section["gates"] = series_gates = {**gates, **own}
-        section["gates_from"] = f"plan {plan_name}" if own else "defaults"
-        if cur:
-            judge(section, key, runs, cur, latest, series_gates, ctx)
-        section["verdict"] = decide(section, facts.get(latest.node))
-        out.append(section)
+        out.append(judged_section(key, runs, start, end, {**gates, **own},
+                                  f"plan {plan_name}" if own else "defaults", ctx,
+                                  facts.get(latest.node)))
     return out
+
+
+def judged_section(key: tuple, runs: list[RunRow], start: datetime, end: datetime,
+                   gates: dict, gates_from: str, ctx: Week, facts: dict | None = None) -> dict:
+    """A series' section: its runs from ``start`` on, judged on the latest run's identity
+    with ``gates``, and its verdict (the sweep page judges one sweep's runs with it too)."""
+    current = [r for r in runs if r.at >= start]
+    latest = max(runs, key=lambda r: r.at)
+    ident = latest.identity
+    cur = [r for r in current if identity_key(r.identity) == identity_key(ident)]
+    section: dict = {"series": series_dict(key),
+                     "identity": ident,
+                     "stale": (end - latest.at).days > STALE_DAYS or not current,
+                     "mixed_identities": len({identity_key(r.identity) for r in current}) > 1,
+                     "latest_run": latest.at.isoformat(), "configs": [], "signals": [],
+                     "regressions": [], "change_points": [], "compared": 0,
+                     # an instrument's series: marked, never in a policy unless asked
+                     "calibration": _calibration(latest, current),
+                     "gates": gates, "gates_from": gates_from}
+    if cur:
+        judge(section, key, runs, cur, latest, gates, ctx)
+    section["verdict"] = decide(section, facts)
+    return section
 
 
 def _calibration(latest: RunRow, current: list[RunRow]) -> dict | None:

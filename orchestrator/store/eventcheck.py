@@ -21,6 +21,7 @@ from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, String, Text
 
 from agent.load import LOADS
 from agent.protocol import (
+    CONTENTION_CAUSES,
     DRAFT_FREE_METHODS,
     EVENT_SCHEMA_MAJOR,
     EVENTS,
@@ -274,7 +275,8 @@ def _check_environment(e: dict) -> str | None:
 _LOAD_COUNTS = ("requests", "completed", "errors", "good_requests", "output_tokens")
 _LOAD_TEXTS = ("stop_reason", "error", "arrivals", "workload", "variant")
 # read as numbers by the review (and cast by the PostgreSQL Grafana view, bytes to bigint)
-_LOAD_NUMBERS = ("rss_peak_bytes", "swap_in_bytes", "acceptance_rate", "cpu_other_share")
+_LOAD_NUMBERS = ("rss_peak_bytes", "swap_in_bytes", "acceptance_rate", "cpu_other_share",
+                 "cpu_controller_share", "cpu_steal_share")
 
 
 def _check_load_level(e: dict) -> str | None:
@@ -337,6 +339,12 @@ def _contention_problem(e: dict) -> str | None:
     if (type(c) is not dict or type(c.get("shares")) is not list or not c["shares"]
             or not all(_share(s) for s in c["shares"]) or not _share(c.get("limit"))):
         return "contention must be {shares: fractions of the CPU, limit: a fraction}"
+    for cause, _ in CONTENTION_CAUSES:  # events 1.10: each trial's share by cause
+        v = c.get(cause)
+        if v is not None and (type(v) is not list or len(v) != len(c["shares"]) or not all(
+                x is None or _share(x) for x in v)):
+            return (f"contention.{cause} must be one fraction of the CPU (or null) per "
+                    "contended trial")
     return None
 
 

@@ -49,19 +49,26 @@ class WeekRun:
     pair: str | None = None  # the lineup pair ("target+draft-2"); None: the plan's one pair
 
 
-def week_runs(store, start: datetime, end: datetime, values: bool = True) -> list[WeekRun]:
-    """Runs of sweeps created in [start, end). ``values=False`` leaves out the
-    per-repetition JSON (medians only: far cheaper over weeks of history)."""
+def week_runs(store, start: datetime | None, end: datetime | None, values: bool = True,
+              sweep_id: str | None = None) -> list[WeekRun]:
+    """Runs of sweeps created in [start, end) (a bound left None: none), or of the one sweep
+    asked. ``values=False`` leaves out the per-repetition JSON (medians only: far cheaper
+    over weeks of history)."""
     cols = [Run.id, Run.sweep_id, Run.node, Run.chip, Run.model_pair, Run.workload,
             Run.context_bucket, Run.mode, Run.num_draft_tokens, Run.engine, Run.background,
             Run.config_key, Run.decode_tok_s_median, Run.acceptance_median, Run.unreliable,
             Run.pair, *(getattr(Run, k) for k in IDENTITY if k != "node")]
     if values:
         cols.append(Run.summary)
+    q = select(*cols, Sweep.created_at, Sweep.trigger).join(Sweep, Sweep.id == Run.sweep_id)
+    if start is not None:
+        q = q.where(Sweep.created_at >= start)
+    if end is not None:
+        q = q.where(Sweep.created_at < end)
+    if sweep_id is not None:  # a sweep's runs by its id (the sweep page), never by its time
+        q = q.where(Run.sweep_id == sweep_id)
     with store.engine.connect() as c:  # only the columns the review reads (not config)
-        rows = c.execute(
-            select(*cols, Sweep.created_at, Sweep.trigger).join(Sweep, Sweep.id == Run.sweep_id)
-            .where(Sweep.created_at >= start, Sweep.created_at < end)).all()
+        rows = c.execute(q).all()
     return [WeekRun(r.id, r.sweep_id, _aware(r.created_at), r.trigger, r.node, r.chip,
                     r.model_pair, r.workload, r.context_bucket, r.mode, r.num_draft_tokens,
                     r.engine, r.background, r.config_key,

@@ -4,6 +4,7 @@ the identity its results are stored under."""
 from __future__ import annotations
 
 import json
+import os
 
 from agent.cotenant import profile_name
 from agent.protocol import model_roles
@@ -31,6 +32,11 @@ def node_job(job: dict, doc: dict, sweep_id: str, models: dict, python: str,
         own["engine"] = json.loads(_substitute(json.dumps(job["engine"]), paths))
     if host.vars.get("specfleet_memory_bandwidth_gbs"):  # per-node roofline override
         own["memory_bandwidth_gbs"] = float(host.vars["specfleet_memory_bandwidth_gbs"])
+    if host.is_local:
+        # this process follows and ingests the journal on the node it measures (a local
+        # demo): the agent says its CPU as the controller's, not as other processes'. A
+        # controller that attaches later is another process: its CPU counts as others'.
+        own["controller_pid"] = os.getpid()
     return build_node_job(job, sweep_id, {
         r: {"path": models[r]["path"], "fingerprint": doc["models"][r]["fingerprint"]}
         for r in model_roles(doc["models"])}, **own)

@@ -65,34 +65,42 @@ def score(store: Store, nodes: list[str]) -> dict:
 
 
 def ar1_sides(rng: random.Random, phi: float, ratio: float = 1.0,
-              noise: Noise = Noise()) -> tuple[list[float], list[float]]:
+              noise: Noise = Noise(), apart: bool = False) -> tuple[list[float], list[float]]:
     """One planted pair as compare reduces it (each night to its median), without a store:
-    two weeks of ``noise.nights`` nightly levels with the weekend between, log-normal
-    (``noise.night_sd``) with AR(1) memory ``phi`` from night to night (stationary), B's
-    true level ``ratio`` × A's."""
+    two weeks of ``noise.nights`` nightly levels with the weekend between (``apart``: two
+    nodes, each its own series), log-normal (``noise.night_sd``) with AR(1) memory ``phi``
+    from night to night (stationary), B's true level ``ratio`` × A's."""
     import statistics
 
-    e, levels = rng.gauss(0, noise.night_sd), []
-    for _ in range(2 * noise.nights + 2):
-        levels.append(e)
-        e = phi * e + rng.gauss(0, noise.night_sd * math.sqrt(1 - phi * phi))
-    week_a, week_b = levels[:noise.nights], levels[noise.nights + 2:]
+    def series(n: int) -> list[float]:
+        e, out = rng.gauss(0, noise.night_sd), []
+        for _ in range(n):
+            out.append(e)
+            e = phi * e + rng.gauss(0, noise.night_sd * math.sqrt(1 - phi * phi))
+        return out
+
+    if apart:
+        week_a, week_b = series(noise.nights), series(noise.nights)
+    else:
+        levels = series(2 * noise.nights + 2)
+        week_a, week_b = levels[:noise.nights], levels[noise.nights + 2:]
     return tuple([statistics.median(scale * 100 * math.exp(x + rng.gauss(0, noise.rep_sd))
                                     for _ in range(noise.reps)) for x in side]
                  for scale, side in ((1.0, week_a), (ratio, week_b)))  # type: ignore[return-value]
 
 
 def direct_score(phi: float, ratio: float, pairs: int, seed: int, memory: bool = True,
-                 nights: int = Noise.nights) -> dict:
+                 nights: int = Noise.nights, apart: bool = False) -> dict:
     """night_ratio over ``pairs`` planted AR(1) pairs of ``nights`` a side: claims (p < 0.01,
-    interval off 1.0), and how often the interval covers the true ratio."""
+    interval off 1.0), and how often the interval covers the true ratio. ``apart``: two
+    nodes (independent sides), read as compare reads them."""
     from orchestrator.review.compare import SIGNIFICANT_P, night_ratio
 
     rng = random.Random(seed)
     claims = covered = 0
     for _ in range(pairs):
-        a, b = ar1_sides(rng, phi, ratio, Noise(nights=nights))
-        r = night_ratio(a, b, memory=memory)
+        a, b = ar1_sides(rng, phi, ratio, Noise(nights=nights), apart)
+        r = night_ratio(a, b, memory=memory, apart=apart)
         claims += r["p"] < SIGNIFICANT_P and not r["ci"][0] <= 1.0 <= r["ci"][1]
         covered += r["ci"][0] <= ratio <= r["ci"][1]
     return {"claims": claims / pairs, "coverage": covered / pairs}

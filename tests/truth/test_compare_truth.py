@@ -194,3 +194,50 @@ def test_two_nights_a_side_read_the_most_memory_in_any_unit():
 
     for k in (1.0, 1.5, 7.0):
         assert night_ratio([50.0 * k, 51.0 * k], [50.0 * k, 84.0 * k])["memory"] == 0.9
+
+
+def test_a_spread_under_memory_rests_on_its_planted_degrees_of_freedom():
+    """spread_df against planted nights: the sample variance of n AR(1) nights scatters as
+    σ̄² χ²_df / df with df = 2 mean² / variance; 40,000 seeded draws of eight nights at
+    φ 0.9, three at 0.9, eight at 0 (n − 1 = 7 exactly) within 4%."""
+    import numpy as np
+
+    from orchestrator.review.nightmemory import spread_df
+
+    rng = np.random.default_rng(2727)
+    for n, phi in ((8, 0.9), (3, 0.9), (8, 0.0)):
+        x = np.empty((40000, n))
+        x[:, 0] = rng.standard_normal(40000)
+        for i in range(1, n):
+            x[:, i] = phi * x[:, i - 1] + np.sqrt(1 - phi * phi) * rng.standard_normal(40000)
+        s2 = x.var(axis=1, ddof=1)
+        planted = 2 * s2.mean() ** 2 / s2.var()
+        assert spread_df(n, phi) == pytest.approx(planted, rel=0.04), (n, phi, planted)
+    assert spread_df(8, 0.0) == pytest.approx(7.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_NIGHTS, _NIGHTS)
+def test_independent_sides_never_narrow_the_interval(a, b):
+    """Property: read as independent sides (apart: two nodes, weeks far apart) the interval
+    holds the one read as one node's back-to-back weeks, for any nights: φ's bound is wider
+    and a spread's df under memory is at most n − 1 (spread_df: (Σλ)² ≤ (n − 1) Σλ²)."""
+    from orchestrator.review.compare import night_ratio
+
+    joined, apart = night_ratio(a, b), night_ratio(a, b, apart=True)
+    if joined["ci"] is None:
+        assert apart["ci"] is None
+        return
+    assert apart["memory"] >= joined["memory"]
+    assert apart["ci"][0] <= joined["ci"][0] * (1 + 1e-9)
+    assert joined["ci"][1] <= apart["ci"][1] * (1 + 1e-9)
+    assert apart["p"] >= joined["p"] - 1e-9
+
+
+@settings(deadline=None)
+@given(st.integers(2, 12), st.floats(0.0, 0.9))
+def test_a_spread_under_memory_never_has_more_df_than_nights(n, phi):
+    """Property: spread_df lies in [1, n − 1] (n − 1 at φ 0, independent nights)."""
+    from orchestrator.review.nightmemory import spread_df
+
+    assert 1 - 1e-9 <= spread_df(n, phi) <= n - 1 + 1e-9
