@@ -220,20 +220,22 @@ def empty_any_url(request, tmp_path):
 # Modules that take 20 s or more, longest first: with one module per worker (--dist
 # loadscope, so module fixtures run once), a long module started last would hold the whole
 # run up after every other worker is done. Ranked by the CPU each used run alone (its
-# process tree's cgroup CPU, on a host loaded ~5x, which inflates them alike; 2026-11-28):
-# the store outages first (54 CPU-s and mostly waiting: ~80 s in CI), then sweep
-# lifecycle, the demo's and --help's examples and the README ~80, store faults and first
-# provision (an empty wheel cache) ~55-60, machine lock, agent faults and the hostile
-# property ~45, wheel install, weekly review, lint, sweeps over SSH ~32-37, the load
-# measures (~30 s in CI), then 20-27 each. The --fail-on reviews (~9 CPU-s since their
-# planted stores are copied) and the calibration demo (all `alone`) left the list.
-SLOW_FIRST = ("test_store_outage.py", "test_sweep_lifecycle.py", "test_demo_example.py",
-              "test_help_examples.py", "test_docs.py", "test_provision.py",
-              "test_sweep_faults.py", "test_machine_lock.py", "test_agent_faults.py",
-              "test_hostile_lines.py", "test_wheel_install.py", "test_weekly_review.py",
-              "test_lint.py", "test_sweep_ssh.py", "test_load_measures.py", "test_site.py",
-              "test_http_sweep.py", "test_knobs.py", "test_schedule.py", "test_agent.py",
-              "test_otlp_export.py", "test_load.py", "test_hostile_examples.py")
+# process tree's cgroup CPU, `bench/module_cpu.py`, on a host loaded 4-12x by other work;
+# 2026-11-28, all 135 modules 1,505 CPU-s, each paying its own collection and fleet), a
+# module that mostly waits by its wall time: the store outages first (44 CPU-s, ~125 s
+# alone, ~105 s in CI), the demo's example ~75 (its calibration sweep stops later on a busy
+# host), the --help and README examples and sweep lifecycle ~45-50, store faults 40, first
+# provision 35, lint (mypy: 37 on an empty cache, 4 on a warm one), the hostile property
+# and agent faults ~29, the load measures (5 CPU-s but ~80 s of waiting), then 15-25 each.
+SLOW_FIRST = ("test_store_outage.py", "test_demo_example.py", "test_help_examples.py",
+              "test_docs.py", "test_sweep_lifecycle.py", "test_sweep_faults.py",
+              "test_provision.py", "test_lint.py", "test_hostile_lines.py",
+              "test_agent_faults.py", "test_load_measures.py", "test_lineup.py",
+              "test_wheel_install.py", "test_machine_lock.py", "test_audit_a.py",
+              "test_weekly_review.py", "test_calibration.py", "test_sweep_ssh.py",
+              "test_audit_28e.py", "test_review.py", "test_ledger_glue.py", "test_audit_34n.py",
+              "test_pages.py", "test_audit_34c.py", "test_ledger.py", "test_measurements.py",
+              "test_http_sweep.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -277,12 +277,13 @@ def your_mac(fleet) -> str:
             f"NODE_PYTHON={fleet.python}")
 
 
-def shorter_generations(plan: Path, max_tokens: int = 40) -> None:
+def shorter_generations(plan: Path, max_tokens: int = 16) -> None:
     """init's plan with shorter generations, as a reader may edit it: the README sweeps its
     lock three times (this machine, the Mac, the nightly), 24 generations each, and the code
     workload's 160 tokens made each sweep ~30 CPU-s on a 2-core host, a quarter of the
-    suite's longest test. Widths, repetitions and workloads stay as written; what the
-    commands print and store does not depend on the length."""
+    suite's longest test (an agent's 24 generations: 4.6 CPU-s at 40 tokens, 2.8 at 16).
+    Widths, repetitions and workloads stay as written; what the commands print and store
+    does not depend on the length."""
     text = plan.read_text()
     assert "max_tokens" not in text and "  context: [short]" in text
     plan.write_text(text.replace("  context: [short]",

@@ -23,12 +23,12 @@ def test_every_help_example_runs_as_written(tmp_path, fleet):
     s.run(init)
     # a reader's own plan: init's, lighter (the README test sweeps init's plan with only
     # its generations shortened; here `repro` and the Mac's sweep generate: 2 repetitions
-    # of 32 tokens, not 3 of 160: what they print does not depend on the length)
+    # of 16 tokens, not 3 of 160: what they print does not depend on the length)
     plan = s.cwd / "lab" / "plan.yml"
     text = plan.read_text()
     assert "  repetitions: 3\n" in text and "  context: [short]" in text
     plan.write_text(text.replace("  repetitions: 3\n", "  repetitions: 2\n").replace(
-        "  context: [short]", "  max_tokens: 32\n  context: [short]"))
+        "  context: [short]", "  max_tokens: 16\n  context: [short]"))
     s.run(lock)
     (mac_block,) = [b for b in readme_blocks() if b[0].startswith("NODE=")]
     for cmd in mac_block:

@@ -3,6 +3,7 @@ the same Mac once both measured it at once, unnoticed (the lock lived under the 
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -20,6 +21,9 @@ def test_a_second_root_on_the_same_machine_is_refused_with_the_holder(tmp_path, 
     first = _start_agent(write_job(a, job), a / "j.jsonl")
     try:
         _wait_for(a / "j.jsonl", lambda ev: any(e["type"] == "soak_sample" for e in ev))
+        # held (SIGSTOP), it keeps the machine lock without generating on while the second
+        # agent starts and is refused (its soak burned a CPU meanwhile, as in test_agent_faults)
+        first.send_signal(signal.SIGSTOP)
         second = {**small_job(model_pair), "job_id": "other-controller"}
         (b / "job.json").write_text(json.dumps(second))
         # another root (its own agent.lock, cache and journal), the same machine
@@ -116,7 +120,6 @@ def test_a_busy_node_names_its_holder_and_three_ways_on_and_is_not_a_failed_swee
     is recorded `busy` (not started) rather than failed, so `--fail-on failed-sweep` stays
     green; each printed way then works as written."""
     import shlex
-    import signal
 
     from click.testing import CliRunner
     from sqlalchemy import select
@@ -127,7 +130,9 @@ def test_a_busy_node_names_its_holder_and_three_ways_on_and_is_not_a_failed_swee
     from tests.controller import hold_sweep, specfleet, sweep_id_from, wait_for
     from tests.locks import make_lock
 
-    lock = make_lock(tmp_path, model_pair, widths=(2, 3), max_tokens=48, repetitions=4)
+    # 16 tokens: the holder is held (SIGSTOP) after its first generation, so it holds the
+    # machine at any length (48 used to buy that); the third way's sweep runs it whole
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), max_tokens=16, repetitions=4)
     url = f"sqlite:///{tmp_path / 's.db'}"
     inv = {}
     for name in ("first", "second"):

@@ -4,6 +4,7 @@ and the nightly command's guard, trigger and one-line summary against real sshd 
 import plistlib
 import shlex
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from sqlalchemy import select
 from orchestrator.cli import main
 from orchestrator.store import open_store
 from orchestrator.store.models import Sweep
-from tests.controller import specfleet, wait_for
+from tests.controller import hold_agents, specfleet, wait_for
 from tests.locks import make_lock
 
 
@@ -224,7 +225,9 @@ def test_bad_time_is_refused(odd_lock, tmp_path):
 
 
 def test_nightly_guard_trigger_and_summary(fleet, model_pair, tmp_path, sqlite_url):
-    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=3, max_tokens=96)
+    # the first nightly's agent is held (SIGSTOP) while the second is refused: 32 tokens
+    # leave it work past "agent started" (96 used to outlast the second's start unheld)
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=3, max_tokens=32)
     inv = tmp_path / "hosts.yml"
     inv.write_text(fleet.inventory_yaml(extra_hosts={
         "ghost": {"ansible_host": "127.0.1.99", "ansible_port": 9}}))
@@ -233,9 +236,13 @@ def test_nightly_guard_trigger_and_summary(fleet, model_pair, tmp_path, sqlite_u
     first = specfleet("nightly", str(lock), "--limit", "node1:ghost", *common,
                       log=tmp_path / "n1.log")
     wait_for(lambda: "agent started" in (tmp_path / "n1.log").read_text(), what="nightly 1")
-    second = specfleet("nightly", str(lock), "--limit", "node1", *common,
-                       log=tmp_path / "n2.log")
-    assert second.wait(timeout=60) == 1
+    hold_agents(fleet.nodes[:1])
+    try:
+        second = specfleet("nightly", str(lock), "--limit", "node1", *common,
+                           log=tmp_path / "n2.log")
+        assert second.wait(timeout=60) == 1
+    finally:
+        hold_agents(fleet.nodes[:1], signal.SIGCONT)
     assert "a nightly of this plan is still running (pid " in (tmp_path / "n2.log").read_text()
     assert first.wait(timeout=300) == 1  # ghost is unreachable
     last = (tmp_path / "n1.log").read_text().strip().splitlines()[-1]

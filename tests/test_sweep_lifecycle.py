@@ -104,8 +104,10 @@ def test_kill_link_agent_and_controller_then_attach_and_resume(big_fleet, five, 
 
 def test_ctrl_c_leaves_agents_running_and_attach_finishes(fleet, model_pair, tmp_path,
                                                            sqlite_url):
-    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=3, max_tokens=64,
-                     extra=QUIET)  # about the lifecycle: a busy machine's runs still count
+    # 16 tokens: the agent is held (SIGSTOP) for the signal, so it has work left at any
+    # length (64 used to buy that); about the lifecycle: a busy machine's runs still count
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=3, max_tokens=16,
+                     extra=QUIET)
     inv = tmp_path / "hosts.yml"
     inv.write_text(fleet.inventory_yaml())
     args = ["-i", str(inv), "--limit", "node1", "--known-hosts", str(fleet.known_hosts),
@@ -124,8 +126,8 @@ def test_ctrl_c_leaves_agents_running_and_attach_finishes(fleet, model_pair, tmp
 
 def test_attach_can_leave_a_node_out_and_the_sweep_waits_for_it(fleet, model_pair, tmp_path,
                                                                  sqlite_url):
-    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=2, max_tokens=64,
-                     extra=QUIET)
+    lock = make_lock(tmp_path, model_pair, widths=(2, 3), repetitions=2, max_tokens=16,
+                     extra=QUIET)  # held for the signal: short generations leave work too
     inv = tmp_path / "hosts.yml"
     inv.write_text(fleet.inventory_yaml())
     args = ["-i", str(inv), "--known-hosts", str(fleet.known_hosts), "--db", sqlite_url,
