@@ -8,9 +8,14 @@ only when its rank is settled:
 
 - its paired difference against the current best excludes the plan's ``tolerance``: the
   interval for the median of its round-by-round ratio to the best lies wholly below
-  1 − tolerance. The baseline competes too, at exactly 1 (each speedup is over its own
-  baseline), so a candidate whose speedup interval lies below 1 − tolerance stops, and when
-  all do, the answer is the baseline, as the full grid's would be;
+  1 − tolerance. That ratio is of the two candidates' own decode rates in the round
+  (``rates``) where the loop gives them: both are speedups over the same baseline config,
+  so their ratio is that of their rates, and each baseline trial's noise is no part of it
+  (on a quiet 2-core VM the grown target's baselines ran 63–141 tok/s while its widths held
+  far steadier, and widths 2 and 4 of the calibration pair stayed within reach of each
+  other for all 12 rounds). The baseline competes too, at exactly 1 (each speedup is over
+  its own baseline), so a candidate whose speedup interval lies below 1 − tolerance stops,
+  and when all do, the answer is the baseline, as the full grid's would be;
 - or it is settled as the best: the last one left, faster than the baseline beyond the
   tolerance with confidence.
 
@@ -82,12 +87,14 @@ def paired(xs: list, ys: list) -> list[float]:
     return [x / y for x, y in zip(xs, ys) if x is not None and y]
 
 
-def settle(samples: dict, widths: dict, spec: dict) -> dict:
+def settle(samples: dict, widths: dict, spec: dict, rates: dict | None = None) -> dict:
     """Candidates to stop now, each with its reason. ``samples``: key → paired speedups so
     far, one per round in round order (None for a round whose pair was unreliable: kept so
     that two candidates' lists pair the same rounds), of the candidates still running.
-    ``widths`` (key → draft width) is accepted for the loop's call and unused: no rule
-    assumes a knee, every stop rests on the candidate's own paired evidence."""
+    ``rates``: key → the candidate's own decode rate a round (None: unreliable), aligned
+    with ``samples``: candidates are compared on these where given, on their speedups
+    where not. ``widths`` (key → draft width) is accepted for the loop's call and unused:
+    no rule assumes a knee, every stop rests on the candidate's own paired evidence."""
     del widths
     lo, conf = spec["min_repetitions"], spec["confidence"]
     rounds = samples  # one entry a round (None: no reliable pair that round)
@@ -114,7 +121,8 @@ def settle(samples: dict, widths: dict, spec: dict) -> dict:
             continue
         if k == best or base_best:
             continue
-        ratios = paired(rounds[k], rounds[best])
+        ratios = paired(*((rates[k], rates[best]) if rates and k in rates and best in rates
+                          else (rounds[k], rounds[best])))
         ci = median_ci(ratios, conf) if len(ratios) >= lo else None
         if ci is not None and ci[1] < edge:
             out[k] = (f"slower than the best {after} {len(ratios)} paired repetitions "

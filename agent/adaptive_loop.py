@@ -20,6 +20,8 @@ class Adaptive:
         self.job, self.engine, self.journal = job, engine, journal
         self.spec = resolved(job.adaptive, job.repetitions)
         self.samples: dict[tuple, dict[tuple, list[float | None]]] = {}
+        # each candidate's own decode rate a round: candidates compare on these (settle)
+        self.rates: dict[tuple, dict[tuple, list[float | None]]] = {}
         self.widths: dict[tuple, int | None] = {}
         self.baselines: dict[tuple, dict] = {}  # the pairing's baseline, this repetition
         self.settled: dict[tuple, str] = {}
@@ -46,7 +48,8 @@ class Adaptive:
                 if group[0] != w:
                     continue
                 live = {k: xs for k, xs in samples.items() if k not in self.settled}
-                for k, why in settle(live, self.widths, self.spec).items():
+                for k, why in settle(live, self.widths, self.spec,
+                                     self.rates.get(group)).items():
                     self.settled[k] = why
                     self.job_notice(k, why, len(samples[k]))
         if self._key(s) in self.settled:
@@ -62,6 +65,9 @@ class Adaptive:
             return
         self.widths[key] = int(s.knob_value) if s.knob == "num_draft_tokens" else None
         xs = self.samples.setdefault(self._group(s), {}).setdefault(key, [])
+        ok = not g.get("unreliable") and g.get("decode_tok_s")
+        self.rates.setdefault(self._group(s), {}).setdefault(key, []).append(
+            g["decode_tok_s"] if ok else None)
         base = self.baselines.get((key, s.repetition))
         # only reliable pairs are evidence; an unreliable one is measured and reported,
         # and holds its round's place (None) so candidates pair the same rounds

@@ -74,6 +74,34 @@ def test_an_8_percent_gap_is_not_settled_by_each_median_being_known():
              "confidence after 7 repetitions, every other candidate slower"}
 
 
+def test_candidates_are_compared_on_their_own_rates_not_their_baselines_noise():
+    """Planted rounds: widths 4 and 2 run steadily at 200 and 150 tok/s (2 is 0.75x of 4,
+    true), each after its own baseline, and the baselines swing 60-140 tok/s. On their
+    speedups the baselines' swings scatter the ratio (rounds where 2 looks faster): not
+    settled in 8 rounds. On their own rates (both over the same baseline config), 2 is
+    0.74-0.76x of 4 in every round: it stops, and 4, left alone, is settled as the best."""
+    spec = resolved({"tolerance": 0.05, "confidence": 0.8}, 12)
+    four, two = [200, 205, 195, 202, 198, 201, 199, 204], [150, 152, 148, 151, 149, 153,
+                                                           147, 150]
+    b4 = [140, 60, 120, 70, 130, 65, 135, 75]   # the baseline before width 4, each round
+    b2 = [60, 130, 70, 125, 65, 140, 80, 120]   # and before width 2
+    samples = {"k=4": [r / b for r, b in zip(four, b4)],
+               "k=2": [r / b for r, b in zip(two, b2)]}
+    assert max(paired(samples["k=2"], samples["k=4"])) > 1.0  # 2 looks faster some rounds
+    assert settle(samples, {}, spec) == {}
+    assert settle(samples, {}, spec, {"k=4": four, "k=2": two}) == {
+        # the median of the planted 150/200 ... 150/204 (worked by hand: 0.74875)
+        "k=2": "slower than the best with 80% confidence after 8 paired repetitions "
+               "(median 0.749x the best's)",
+        "k=4": "settled as the best: faster than its baseline beyond the tolerance with 80% "
+               "confidence after 8 repetitions, every other candidate slower"}
+    # an unreliable round (None) holds its place and pairs nothing, on rates as on speedups
+    holed = {"k=4": [None, *four[1:]], "k=2": two}
+    out = settle(samples, {}, spec, holed)
+    # round 1 left out: the median is 151/202 = 0.7475
+    assert out["k=2"].endswith("after 7 paired repetitions (median 0.748x the best's)")
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.sampled_from("abcd"),
                        st.lists(st.floats(0.5, 2.0), min_size=0, max_size=12),
