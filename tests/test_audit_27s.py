@@ -22,16 +22,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tests.test_audit_27r import _ar1  # the same stationary AR(1) nights
+
 Sides = tuple[list[float], list[float]]
 W19 = datetime(2026, 5, 4, 2, tzinfo=timezone.utc)  # Monday of 2026-W19, 02:00 UTC
-
-
-def _ar1(rng: random.Random, n: int, phi: float, sd: float = 0.05) -> list[float]:
-    e, out = rng.gauss(0, sd), []
-    for _ in range(n):
-        out.append(e)
-        e = phi * e + rng.gauss(0, sd * math.sqrt(1 - phi * phi))
-    return out
 
 
 def _rates(xs: list[float]) -> list[float]:
