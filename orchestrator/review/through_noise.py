@@ -65,9 +65,9 @@ def _positive(xs) -> list[float]:
 
 def _whole(xs) -> list[float] | None:
     """The trials as numbers, or None when one is not a positive finite rate: a trial at
-    0 tok/s (a stall) or beyond floats' range is evidence against the config, never a
-    trial to drop (audit 34p: [0, 150] read as a 1.50x candidate). A reading not taken
-    (None) is dropped, as everywhere."""
+    0 tok/s (a stall) or beyond floats' range is never dropped to let the rest decide
+    (audit 34p: [0, 150] read as a 1.50x candidate); the config gets no interval, so its
+    timing gates stay undecided. A reading not taken (None) is dropped, as everywhere."""
     got = [x for x in xs if x is not None]
     return [float(x) for x in got] if all(0 < x < math.inf for x in got) else None
 
