@@ -16,6 +16,7 @@ from xml.etree import ElementTree as ET
 
 from ..errors import ConfigError
 from .otel import config_attributes
+from .through_noise import NOISE_MARK
 from .verdict import gate_text
 from .week_sweeps import calibration_words
 
@@ -44,13 +45,10 @@ def series_label(s: dict) -> str:
                                else "")
 
 
-NOISE = "decided through the noise: "  # series._judge_through_noise's mark on a config
-
-
 def candidate(c: dict) -> bool:
     """A production candidate, reliably or decided through the noise (the mark stays on
     its classification, and it is no gate miss)."""
-    return c.get("classification", "").removeprefix(NOISE) == "production candidate"
+    return c.get("classification", "").removeprefix(NOISE_MARK) == "production candidate"
 
 
 def judged_config(s: dict) -> dict | None:
@@ -75,10 +73,8 @@ def _speed(c: dict) -> float:
 def gate_words(name: str, v: dict, gates: dict) -> str:
     """A gate as the comparison it made; through the noise, with its 95% interval (a
     point speedup from runs set aside for their spread is no reading on its own)."""
-    if v.get("undecided") and v.get("passed") is None:
-        return f"{name} undecided" + (f" (95% interval {v['interval'][0]:.2f}–"
-                                      f"{v['interval'][1]:.2f})" if v.get("interval") else "")
-    text = gate_text(name, v["value"], gates)
+    undecided = v.get("undecided") and v.get("passed") is None
+    text = f"{name} undecided" if undecided else gate_text(name, v["value"], gates)
     if iv := v.get("interval"):
         text += f" (95% interval {iv[0]:.2f}–{iv[1]:.2f})"
     return text

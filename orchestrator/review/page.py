@@ -240,7 +240,8 @@ def classification_words(c: dict, gates: dict) -> str:
     """"just misses: ttft_change" → "misses: TTFT +10.2% > +8%": each gate as the
     comparison it made, never its identifier; a config decided through the noise keeps
     that mark, and its timing gates their 95% intervals (never a bare point)."""
-    from .ci import NOISE, gate_words
+    from .ci import gate_words
+    from .through_noise import NOISE_MARK as NOISE
 
     cls = c.get("classification") or ""
     noisy = cls.startswith(NOISE)

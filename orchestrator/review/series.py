@@ -18,7 +18,7 @@ from .configs import ConfigId, canonical, group_configs
 from .load import load_signals
 from .regression import regression
 from .rules import Rule, fire
-from .through_noise import night_timing_gates, outcome, spread_alone, spread_text
+from .through_noise import NOISE_MARK, night_timing_gates, outcome, spread_alone, spread_text
 from .week_runs import RunRow, identity_changes, vals
 from .windows import GenRow
 
@@ -162,7 +162,7 @@ def _judge_through_noise(c: ConfigStats, nights: Paired, family: int, bucket: st
                        "runs": len(spec), "nights": len({b[0].at.date() for b, _ in nights}),
                        "speedup": g["speedup"]["value"], "acceptance": st.acceptance_p50,
                        "exact": st.exact, "sampling": c.sampling, "k": c.k, "family": family}
-    c.classification = "decided through the noise: " + (
+    c.classification = NOISE_MARK + (
         classify(c) if res != "undecided" else "undecided: " + ", ".join(
             n for n, v in g.items() if v.get("undecided")))
 

@@ -27,6 +27,7 @@ from agent.stats import repetition_spread
 from .compare import POOL_BELOW, night_ratio
 
 LEVEL = 0.95
+NOISE_MARK = "decided through the noise: "  # a config's classification, judged so
 TIMING_GATES = ("speedup", "ttft_change", "itl_p95_ms")
 SPREAD = "decode tok/s spread "  # agent.summary.config_summary's words for the spread
 
