@@ -214,13 +214,6 @@ def interval_gate(ivs: tuple, limit: float, higher_is_better: bool,
             **({"undecided": True} if ok is None else {})}
 
 
-def timing_gates(base: dict[str, list[float]], spec: dict[str, list[float]], bucket: str,
-                 gates: dict, family: int = 1) -> dict:
-    """The speedup, TTFT and ITL gates on intervals, from each side's trials
-    ({decode_tok_s, ttft_ms, itl_p95_ms: [per trial]}) of one night."""
-    return night_timing_gates([(base, spec)], bucket, gates, family)
-
-
 def night_timing_gates(nights: list[tuple[dict, dict]], bucket: str, gates: dict,
                        family: int = 1) -> dict:
     """The timing gates over paired nights ((base, spec) trials a night), a pass read at
