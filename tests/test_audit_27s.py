@@ -149,13 +149,10 @@ def test_the_human_outputs_say_which_rows_read_their_sides_apart(layouts):
         assert chat and any("apart" in ln or "independent" in ln for ln in chat), chat
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low. One node's sides joined by a single adjacent night are read as one "
-    "series (compare._apart takes the nearest nights: Friday → Monday), though the rest of "
-    "a side is months away (a node upgraded on Monday, then offline until W30): twelve "
-    "nights against one adjacent Monday plus eleven nights months later, φ 0.9: 91.5% "
-    "covered, 4.5% false claims (1,000 pairs, seed 5; seeds 1-4: 91.3-93.5%, 8 v 1+11: "
-    "91.9-92.7%); read apart 97.8%. The store's layout (mac-04) reads joined"))
+# fixed: one node's sides are joined only as one unbroken run of nights (compare._apart).
+# Found: severity low; sides joined by a single adjacent night were read as one series
+# though the rest of a side was months away: 91.5% covered, 4.5% false claims (1,000
+# pairs, seed 5); read apart 97.8%
 def test_a_side_joined_by_one_night_but_months_away_meets_the_coverage_target(layouts):
     (row,) = _rows(layouts, "node=mac-04,mlx_lm_version=9.1.0", "node=mac-04,mlx_lm_version=9.2.0")
     assert row["n"] == [5, 6]

@@ -206,15 +206,19 @@ def _mean_variance(vs: tuple, ns: tuple[int, int], phi: float, few: int,
 
 def _apart(ra: list, rb: list, nights_a: dict | None, nights_b: dict | None) -> bool:
     """Whether two sides' nights are independent for night_ratio: not one node's nights
-    within JOINED_DAYS of each other (two nodes, or weeks not back to back), or unknown.
-    One node's weeks a weekend apart share its state: their means correlate (0.48 at φ 0.9
-    for eight nights), which the interval's narrower bound on φ leans on."""
+    in one unbroken run, no two consecutive nights more than JOINED_DAYS apart (two
+    nodes, weeks not back to back, or a side whose other nights lie months away from the
+    one night that touches the other side), or unknown. One node's weeks a weekend apart
+    share its state: their means correlate (0.48 at φ 0.9 for eight nights), which the
+    interval's narrower bound on φ leans on; a run broken anywhere shares none across
+    the break."""
     na, nb = ([nights.get(r.id) for r in runs] if nights else [None]
               for nights, runs in ((nights_a, ra), (nights_b, rb)))
     known = [n for n in na + nb if n is not None]
     if len(known) < len(na) + len(nb) or len({node for node, _ in known}) != 1:
         return True
-    return min(abs((x[1] - y[1]).days) for x in na if x for y in nb if y) > JOINED_DAYS
+    days = sorted({d for _, d in known})
+    return any((y - x).days > JOINED_DAYS for x, y in zip(days, days[1:]))
 
 
 def _identity(runs: list, aside: list) -> dict[str, list[str]]:
