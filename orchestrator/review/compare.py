@@ -128,7 +128,7 @@ def _night_order(key) -> tuple:
 
 
 def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: bool = True,
-                few: int | None = None, apart: bool = False) -> dict:
+                few: int | None = None, apart: bool = False, few_df: str = "pooled") -> dict:
     """B/A from one value per night a side, each side in night order: the ratio of geometric
     means, its ``level`` interval and a two-sided p, by Welch's t on the logs (Student's on
     the sides' pooled spread when a side has one or two nights, ``POOL_BELOW``), with each
@@ -144,7 +144,14 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
     drawn as tests/test_audit_27r.py draws them): 2 v 20 at φ 0 covers 97.8% (0.3%
     false claims; Welch 91.6%, 4.2%), at φ 0.5 96.3%; 2 v 5 98.6% / 96.2%; 1 v 5 (the rule
     before) 98.1% / 96.8%. A two-night side twice as noisy as twenty nights: 89.9% (Welch
-    90.8%; the plain pooled spread 80.3%, hence a few-night side's own where larger)."""
+    90.8%; the plain pooled spread 80.3%, hence a few-night side's own where larger).
+
+    ``few_df``: the df a few-night side's interval is read on: "pooled" (the
+    sides' df summed, compare's), "spread" (the pooled spread's own, Satterthwaite's:
+    the summed df where the sides' spreads agree, down to the few side's own where its
+    spread is all there is; through_noise's trials), "own" (Welch's spread on the few
+    side's own df, Hsu's rule, and no interval for a side of one: a pass through the
+    noise)."""
     import math
 
     from scipy import stats
@@ -166,7 +173,10 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
     # memory=False keeps the rule before (only one night borrows) unless ``few`` is given:
     # the bench's side-by-side; through_noise's trials pool as few nights do
     few = few if few is not None else POOL_BELOW if memory else 1
-    se2, df = _mean_variance((va, vb), (len(la), len(lb)), phi, few, apart and memory)
+    if few_df == "own" and min(len(la), len(lb)) <= few and (va is None or vb is None):
+        return out  # a side of one has no spread of its own to read
+    se2, df = _mean_variance((va, vb), (len(la), len(lb)), phi, few, apart and memory,
+                             few_df)
     se = math.sqrt(se2)
     if se == 0:
         out["ci"] = [out["ratio"], out["ratio"]]
@@ -180,11 +190,15 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
 
 
 def _mean_variance(vs: tuple, ns: tuple[int, int], phi: float, few: int,
-                   apart: bool) -> tuple[float, float]:
+                   apart: bool, few_df: str = "pooled") -> tuple[float, float]:
     """(variance of B's mean log minus A's, its df) from the sides' sample variances ``vs``
     (None for one night) under memory ``phi``; a side's spread rests on n − 1 df, or on
-    ``spread_df`` under that memory where the sides are ``apart``."""
+    ``spread_df`` under that memory where the sides are ``apart``. ``few_df``: see
+    ``night_ratio``."""
     dfs = [(spread_df(n, phi) if apart else n - 1) if n > 1 else 0 for n in ns]
+    if min(ns) <= few and few_df == "own":
+        # Welch's spread on the few side's own df (Hsu): what a pass must clear
+        return sum(mean_variance(v, n, phi) for v, n in zip(vs, ns)), min(dfs)
     if min(ns) <= few:
         # few nights on a side (one or two): its own spread rests on at most one df. Both
         # sides' night σ² are pooled (weighted by their df: a single night adds none, the
@@ -198,6 +212,13 @@ def _mean_variance(vs: tuple, ns: tuple[int, int], phi: float, few: int,
         pooled = sum(o * (n - 1) for o, n in zip(own, ns) if o is not None) / (sum(ns) - 2)
         se2 = sum((pooled if o is None or n > few else max(o, pooled))
                   * mean_gain(n, phi) for o, n in zip(own, ns))
+        if few_df == "spread" and pooled > 0:
+            # the pooled spread's own df (Satterthwaite): its parts' df summed where they
+            # agree, falling to the few side's where its spread is all there is. Summed, a
+            # noisy side's one df was credited with a quiet side's seven, and a third trial
+            # (Welch, ~2 df) widened the interval two gave (audit 34p)
+            parts = [(f, o) for f, o in zip(dfs, own) if o is not None]
+            return se2, sum(f * o for f, o in parts) ** 2 / sum(f * o * o for f, o in parts)
         return se2, sum(dfs)
     ea, eb = (mean_variance(v, n, phi) for v, n in zip(vs, ns))
     se2 = ea + eb
