@@ -89,15 +89,17 @@ def select_side(store: Store, selector: str) -> Side:
                 {r.id: (r.node, at.date()) for r, at in got})
 
 
-def _key(r, by_pair: bool, marks: dict) -> tuple:
+def _key(r, by_pair: bool, marks: dict, by_node: bool = False) -> tuple:
     # the config as the ingest keyed it (every knob, a lineup's pair), in its runtime and
     # background; and its model pair where a side holds several (each its own row: one
     # pair on each side is an identity difference, compared like any other); a calibration
-    # target's runs (its sweep's lock marks it) are rows of their own, whatever their name
+    # target's runs (its sweep's lock marks it) are rows of their own, whatever their name;
+    # and its node where a side holds several: a fleet's weeks compared whole would
+    # otherwise read the mix of nodes (more nights of a faster node) as a change
     return (r.workload, r.context_bucket or "short", r.engine or DEFAULT_ENGINE,
             r.background or "", (r.model_pair or "?") if by_pair else "",
             (r.sweep_id, target_role(r.pair)) in marks, r.mode, r.num_draft_tokens,
-            r.config_key)
+            r.config_key, r.node if by_node else "")
 
 
 def _values(runs: list, metric: str) -> list[float]:
@@ -215,31 +217,39 @@ def _apart(ra: list, rb: list, nights_a: dict | None, nights_b: dict | None) -> 
     return min(abs((x[1] - y[1]).days) for x in na if x for y in nb if y) > JOINED_DAYS
 
 
-def _identity(runs: list) -> dict[str, list[str]]:
-    out: dict[str, set] = defaultdict(set)
-    for r in runs:
-        for k in IDENTITY_KEYS:
-            out[k].add(str(getattr(r, k)) if getattr(r, k) is not None else "?")
-    return {k: sorted(v) for k, v in out.items()}
+def _identity(runs: list, aside: list) -> dict[str, list[str]]:
+    """Each identity key's values on a side: those of its compared runs, then any seen only
+    in its set-aside runs, marked so (no row holds such a run: it explains no row)."""
+    def seen(rs: list) -> dict[str, set]:
+        out: dict[str, set] = defaultdict(set)
+        for r in rs:
+            for k in IDENTITY_KEYS:
+                out[k].add(str(getattr(r, k)) if getattr(r, k) is not None else "?")
+        return out
+
+    own, extra = seen(runs), seen(aside)
+    return {k: sorted(own[k]) + [f"{v} (set aside only)" for v in sorted(extra[k] - own[k])]
+            for k in IDENTITY_KEYS}
 
 
 def compare(store: Store, a_sel: str, b_sel: str) -> dict:
     a, b = select_side(store, a_sel), select_side(store, b_sel)
-    ia, ib = _identity(a.runs + a.set_aside), _identity(b.runs + b.set_aside)
+    ia, ib = _identity(a.runs, a.set_aside), _identity(b.runs, b.set_aside)
     differences = [{"key": k, "a": ia[k], "b": ib[k]} for k in IDENTITY_KEYS if ia[k] != ib[k]]
     by_pair = any(len({r.model_pair for r in s.runs}) > 1 for s in (a, b))
+    by_node = any(len({r.node for r in s.runs}) > 1 for s in (a, b))
     by_a: dict[tuple, list] = defaultdict(list)
     by_b: dict[tuple, list] = defaultdict(list)
     # a calibration pair (its sweep's lock marks the target) is an instrument: its rows
     # are its own and say so, on the side(s) that swept it
     marks = calibration_marks(store)
     for r in a.runs:
-        by_a[_key(r, by_pair, marks)].append(r)
+        by_a[_key(r, by_pair, marks, by_node)].append(r)
     for r in b.runs:
-        by_b[_key(r, by_pair, marks)].append(r)
+        by_b[_key(r, by_pair, marks, by_node)].append(r)
     rows = []
     for key in sorted(set(by_a) | set(by_b), key=lambda k: tuple(map(str, k))):
-        workload, bucket, engine, background, pair, cal, mode, k, config_key = key
+        workload, bucket, engine, background, pair, cal, mode, k, config_key, node = key
         config = config_label(mode, k, knobs_of_key(config_key))
         for metric in METRICS:
             va = _per_run(by_a.get(key, []), metric, a.nights)
@@ -250,7 +260,9 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
                    "engine": engine + (f" · {background}" if background else ""),
                    "pair": pair or None, "series": engine + (f" · {background}" if background
                                                              else "") + (f" · {pair}" if pair
-                                                                         else ""),
+                                                                         else "")
+                   + (f" · {node}" if node else ""),
+                   **({"node": node} if node else {}),
                    "config": config, "metric": metric, "a": median(va), "b": median(vb),
                    "n": [len(va), len(vb)], "ratio": None, "ci": None, "p": None,
                    "verdict": "only in " + ("A" if va else "B") if not (va and vb) else "",
