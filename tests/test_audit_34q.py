@@ -75,12 +75,9 @@ def _k(s: dict, k: int) -> dict:
 
 # -- 1 (high): one noisy night displaces a three-night reliable pick, and the policy goes off
 
-@pytest.mark.xfail(strict=True, reason=(
-    "high: width 2 reliable and passing on 3 nights (1.40x), width 4 set aside for its "
-    "spread on the 3rd night only (1.95x, 95% 1.55-2.44): the verdict becomes 'production "
-    "candidate at width 4, provisional: 1 of 3 nights' and the policy switches speculation "
-    "OFF (candidate 4 off until its nights are in); at 056da96^ the same week was ON at "
-    "width 2 (not provisional). A single noisy night takes a settled pick away"))
+# fixed: a noisy width displaces a reliable pick only on as many nights (verdict._beats).
+# Found (high): width 4 set aside on the 3rd night only made the verdict provisional and
+# switched the policy off where width 2 had passed on 3 nights
 def test_one_noisy_night_never_switches_a_settled_reliable_pick_off(tmp_path):
     rng = random.Random(3)
     nights = []
@@ -101,7 +98,8 @@ def _displaced(widths: int, true_noisy: float, nights: int, draws: int, seed: in
                true_reliable: float = 1.4) -> tuple[float, float | None]:
     """Share of weeks in which a width set aside for its spread displaces the reliable
     passing width, as ``_noisy_pick`` decides (its speedup gate passes at the family's
-    level and its point beats the reliable median ratio), and the mean speedup the pick
+    level and the low end of its 95% interval beats the reliable median ratio), and the
+    mean speedup the pick
     reports. Baseline and reliable width 8 trials at CV 2% (never set aside), ``widths``
     noisy widths 8 trials at CV 20% (each set aside by the agent's own spread rule) a
     night, on ``nights`` nights."""
@@ -125,7 +123,7 @@ def _displaced(widths: int, true_noisy: float, nights: int, draws: int, seed: in
             g = interval_gate((nights_ratio_interval(pairs),
                                nights_ratio_interval(pairs, level, passing=True)),
                               GATE, True, level=level)
-            if g["passed"] is True and g["value"] > reliable:
+            if g["passed"] is True and g["interval"][0] > reliable:
                 best = max(best or 0.0, g["value"])
         if best is not None:
             hits += 1
@@ -133,15 +131,9 @@ def _displaced(widths: int, true_noisy: float, nights: int, draws: int, seed: in
     return hits / draws, (statistics.fmean(shown) if shown else None)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: one night (the adaptive sweep's case), reliable width at 1.40x, widths set "
-    "aside at a TRUE 1.30x (7% slower), 8 trials at CV 20%: the slower width displaces the "
-    "reliable pick in 12.7% of weeks at 1 width, 23.1% at 3, 29.0% at 6 (1,000 weeks, seed "
-    "11; 22% of 300 weeks at 3 widths in this test); its reported speedup averages "
-    "1.455x against a true 1.30x (winner's curse), and "
-    "at equal true speed 48% (1 width) / 69% (3). The point beats the reliable median; "
-    "asking the pass-level interval's low end to beat it instead gives 0.1% / 0.0% and "
-    "still picks a truly 1.6x / 1.8x width in 38% / 88% of weeks"))
+# fixed: a noisy width displaces the reliable pick only when the low end of its 95% interval
+# beats it (verdict._beats). Found (medium): on its point estimate a width truly 7% slower
+# displaced the pick in 12.7% (1 width) / 23.1% (3) / 29.0% (6) of one-night weeks
 def test_a_slower_noisy_width_displaces_the_reliable_pick_rarely_on_one_night():
     rate, _ = _displaced(widths=3, true_noisy=1.3, nights=1, draws=300)
     assert rate <= 0.05, rate
@@ -156,9 +148,11 @@ def test_over_three_nights_a_slower_noisy_width_rarely_displaces_the_reliable_pi
 
 def test_a_truly_faster_noisy_width_is_picked_most_weeks():
     """Guard (the change's point): a width set aside at a true 1.8x beside a reliable 1.4x
-    is picked in ~100% of one-night weeks."""
+    is picked in most one-night weeks: 85% (150 weeks, seed 11) since the pick needs the
+    low end of its interval to beat the reliable width (~100% on the point estimate, at
+    the price of finding 2's false displacements)."""
     rate, shown = _displaced(widths=1, true_noisy=1.8, nights=1, draws=150)
-    assert rate >= 0.95 and shown is not None and 1.6 < shown < 2.0, (rate, shown)
+    assert rate >= 0.8 and shown is not None and 1.6 < shown < 2.0, (rate, shown)
 
 
 def test_the_geometric_mean_of_trials_never_favours_a_width_slowed_by_contention():
@@ -178,13 +172,8 @@ def test_the_geometric_mean_of_trials_never_favours_a_width_slowed_by_contention
 
 # -- 3 (medium): the rules read the reliable best, never the width switched on ------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: width 4 set aside for its spread and switched on through the noise uses 2.0 GB "
-    "against the baseline's 1.0 GB (+100%) and swapped in on all 3 nights (swap under the "
-    "ceiling, so its gates pass): the draft-memory rule (mem_increase > 0.12 and "
-    "swap_in_nights >= 1) reads metrics of the reliable width 2 (+10%, no swap-in) and "
-    "stays silent; the same week with width 4 reliable fires it. Rules and headline metrics "
-    "(best_k 2, best_speedup 1.40) describe a width the policy does not serve"))
+# fixed: the rules read the width switched on, marked (series.read_served). Found
+# (medium): width 4 at +100% memory switched on while the memory rule read width 2's +10%
 def test_the_memory_rule_reads_the_width_the_policy_switches_on(tmp_path):
     rng = random.Random(3)
     heavy = {"peak_mlx_memory_bytes": 2_000_000_000, "swap_in_bytes": 50_000_000,
@@ -226,11 +215,8 @@ def test_the_memory_rule_fires_for_the_same_width_measured_reliably(tmp_path):
 
 # -- 4 (low): the series' headline numbers name the reliable width beside the pick ---------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "low: the verdict switches on width 4 at 1.93x (through the noise) while the series' "
-    "headline on the HTML page reads 'best speedup 1.40x' with 'acceptance P50 (best k)' and "
-    "'decode tok/s P95 / P50 143 / 140' of width 2, and the JSON's metrics say best_k 2, "
-    "best_speedup 1.40 (what dashboards and the rules read)"))
+# fixed with 3: the metrics read the width switched on (series.read_served). Found (low):
+# the headline read width 2's 'best speedup 1.40x' beside the verdict's width 4 at 1.93x
 def test_the_series_headline_names_the_width_the_verdict_picks(tmp_path):
     rng = random.Random(3)
     store, _, _, s = _plant(tmp_path, [_steady_and_noisy(rng) for _ in range(3)])
@@ -305,14 +291,9 @@ def test_a_hostile_summary_never_displaces_the_reliable_pick(tmp_path, case):
     assert "through_noise" not in v
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium (hostile node): width 4 sent as ONE repetition a night at 375 tok/s with the "
-    "reason and fields 'spread 36%' (nothing to check the claim with: stored_spread keeps "
-    "it), on 3 nights beside a reliable width 2 at 1.40x: Student's t on the three nightly "
-    "ratios reads 3.75x (95% interval 3.74-3.76), a decisive pass, and the verdict and "
-    "policy switch from width 2 to width 4. pass_interval's 'a one-trial side never "
-    "passes' holds on one night only; three identical single trials contradict the "
-    "claimed 36% spread and still pass. Before 056da96 the reliable width stood"))
+# fixed: a spread claimed over one stored repetition is false (through_noise.stored_spread).
+# Found (medium, hostile node): one trial a night claiming 'spread 36%' on 3 nights read
+# 3.75x (95% 3.74-3.76) and displaced the reliable width 2
 def test_one_unverifiable_trial_a_night_never_displaces_the_reliable_pick(tmp_path):
     _, s = _lying_week(tmp_path, _noisy_values, [_reason(36)], {"value": 0.36, "limit": 0.10},
                        reps=1)
@@ -339,7 +320,7 @@ def test_every_surface_names_the_picked_width_with_its_mark(tmp_path):
     out = write_review(store, tmp_path / "out", week="2026-W20", now=NOW)
     md, html = out["md"].read_text(), out["html"].read_text()
     assert "draft width 4, decided through the noise" in md
-    assert "the fastest reliable width, 2, passes every gate too" in html
+    assert "the fastest reliable config, draft width 2, passes every gate too" in html
     # the ladder (a lighter draft measured too) stops at width 4, marked, its runs counted
     light = copy.deepcopy(s)
     light["identity"].update(draft_fingerprint="sha256:" + "ab" * 32, draft_quant="4-bit")
@@ -352,10 +333,8 @@ def test_every_surface_names_the_picked_width_with_its_mark(tmp_path):
 
 # -- 5 (low): the ladder's "reliable runs" column counts runs set aside ----------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "low: the HTML ladder's column headed 'reliable runs' reads '3 set aside for the "
-    "spread' on the rung passed through the noise: the header says the runs are reliable, "
-    "the cell says every one was set aside (the MD ladder has no runs column at all)"))
+# fixed: the column is 'runs', each cell says reliable or set aside for the spread.
+# Found (low): the column headed 'reliable runs' read '3 set aside for the spread'
 def test_the_ladder_never_counts_set_aside_runs_as_reliable(tmp_path):
     from orchestrator.review.report import review_analysis
 
@@ -412,14 +391,10 @@ def _sweep_knobs(store, at, configs: dict, knobs: dict) -> str:
     return _finish(store, sid, lines, at)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "low: greedy width 2 reliable at 1.40x; at temperature 0.7 width 2 reliable at 1.20x "
-    "and width 4 set aside for its spread at 1.93x: the verdict switches the served "
-    "sampling to temperature 0.7 (width 4) and its evidence says 'the fastest reliable "
-    "width, 2, passes every gate too (1.40x)' without its settings, while the policy's step "
-    "1 shrinks to width 2 at temperature 0.7 (1.20x), not the 1.40x named; the quality "
-    "gates of the pick are against the temperature-0.7 baseline, none against the greedy "
-    "serving it replaces"))
+# fixed: a width through the noise displaces the reliable pick only at its sampling
+# settings (verdict._beats), and the pick's evidence names the reliable config's settings.
+# Found (low): greedy width 2 (1.40x) was displaced by width 4 at temperature 0.7 (1.93x),
+# the evidence naming 'width 2 (1.40x)' without its settings, the policy's step 1 at 1.20x
 def test_the_reliable_width_named_beside_the_pick_is_at_the_served_settings(tmp_path):
     store = open_store(fresh_sqlite(tmp_path / "s.db"))
     rng, hot = random.Random(3), (("temperature", 0.7),)
@@ -433,26 +408,30 @@ def test_the_reliable_width_named_beside_the_pick_is_at_the_served_settings(tmp_
             knobs={"temperature": [0.0, 0.7], "num_draft_tokens": [2, 4]})
     a, s = weekly(store)
     v, p = s["verdict"], policy(a)["series"][0]
-    assert (v["k"], p["sampling"]["temperature"]) == (4, 0.7)
-    assert {"step": 1, "action": "shrink_draft_width", "to": 2} in p["fallback"]["ladder"]
-    served2 = next(c for c in s["configs"] if c["k"] == 2 and c["sampling"] == _k(
-        s, 4)["sampling"])
-    named = re.search(r"the fastest reliable width, (\d+)[^(]*\(([0-9.]+)×\)", v["evidence"])
-    assert named, v["evidence"]
-    assert "temperature" in named.group(0) or float(named.group(2)) == round(
-        served2["speedup"], 2), named.group(0)
+    # the served settings stay the reliable pick's: greedy width 2
+    assert (v["k"], "through_noise" in v) == (2, False), v["text"]
+    assert "sampling" not in p or p["sampling"].get("temperature", 0.0) == 0.0, p
+    # and where a noisy width does displace at the same settings, the reliable config
+    # named beside it carries its settings (the hot week, greedy taken out)
+    store = open_store(fresh_sqlite(tmp_path / "hot.db"))
+    for at in week_nights(W20, 3):
+        _sweep_knobs(store, at + timedelta(hours=1), {
+            ("baseline", 0, hot): _trials(rng, 100, 8, 0.01),
+            ("speculative", 2, hot): _trials(rng, 120, 8, 0.01, 0.9),
+            ("speculative", 4, hot): _trials(rng, 200, 8, 0.25, 0.9)},
+            knobs={"temperature": [0.7], "num_draft_tokens": [2, 4]})
+    _, s = weekly(store)
+    v = s["verdict"]
+    assert v["k"] == 4 and "through_noise" in v, v["text"]
+    assert "the fastest reliable config, draft width 2 · temperature 0.7, passes every " \
+        "gate too (1.20×)" in v["evidence"], v["evidence"]
 
 
 # -- 7 (medium): the ladder stops at a through-noise width the verdict found slower ---------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: width 2 reliable at 1.40x, width 4 set aside for its spread and passing through "
-    "the noise at 1.29x (3 nights, trials 12% apart around 130 tok/s): the verdict and policy "
-    "keep width 2 (width 4 is slower), but the ladder walks widths widest first and stops at "
-    "rung 0 'width 4 passes every gate through the noise (1.29x)'; annotate then writes "
-    "verdict.ladder.to.num_draft_tokens 4 ('· ladder: step 0') beside verdict k 2, and the "
-    "policy's measured_ladder names 4 beside num_draft_tokens 2. At 056da96^ the ladder's "
-    "rung 0 was width 2 (set-aside widths were never rungs)"))
+# fixed: a width passed through the noise is a rung only where its verdict picked it
+# (ladder._noisy). Found (medium): the ladder stopped at width 4 (1.29x through the noise)
+# beside the verdict's width 2 (1.40x)
 def test_the_ladder_stops_at_the_width_the_verdict_picks(tmp_path):
     rng = random.Random(3)
     _, _, _, s = _plant(tmp_path, [_steady_and_noisy(rng, 130, 0.12) for _ in range(3)])
@@ -462,3 +441,24 @@ def test_the_ladder_stops_at_the_width_the_verdict_picks(tmp_path):
     light["series"]["model_pair"] = "target / draft-4bit"
     (lad,) = ladders([s, light])
     assert lad["rungs"][lad["stop"]]["k"] == s["verdict"]["k"], lad["text"]
+
+
+def test_a_rule_read_on_the_width_served_through_the_noise_says_so(tmp_path):
+    """The memory rule fired on width 4 (switched on through the noise) carries the mark
+    in the JSON signal, the HTML and the Markdown."""
+    rng = random.Random(3)
+    heavy = {"peak_mlx_memory_bytes": 2_000_000_000, "swap_in_bytes": 50_000_000,
+             "swap_used_after_bytes": 100_000_000}
+    nights = []
+    for _ in range(3):
+        n = _steady_and_noisy(rng, **heavy)
+        for t in n[("baseline", 0)]:
+            t["peak_mlx_memory_bytes"] = 1_000_000_000
+        nights.append(n)
+    store, _, _, s = _plant(tmp_path, nights)
+    (sig,) = [x for x in s["signals"] if x["rule"] == "draft-memory"]
+    assert sig["through_noise"] is True and s["metrics"]["best_through_noise"] is True
+    out = write_review(store, tmp_path / "out", week="2026-W20", now=NOW)
+    for fmt in ("md", "html"):
+        assert "read on the width switched on, decided through the noise" in \
+            out[fmt].read_text(), fmt

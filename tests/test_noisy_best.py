@@ -1,5 +1,6 @@
-"""The pick among widths that pass every gate is the fastest, whether it passed reliably or
-through the noise (set aside for its decode-rate spread alone, judged on intervals).
+"""The pick among widths that pass every gate: the fastest reliable one, unless a width that
+passed through the noise (set aside for its decode-rate spread alone, judged on intervals)
+is faster with confidence, on as many nights, at the same sampling settings.
 
 Found on the demo (2026-11-28, an idle VM): the calibration pair's adaptive sweep settled
 width 4 as the best (paired ratios 0.77 and 0.88 for widths 1 and 2) while the machine
@@ -61,8 +62,8 @@ def test_a_faster_width_that_passes_through_the_noise_is_the_pick_marked(tmp_pat
     assert v.get("through_noise", {}).get("outcome") == "pass"  # the marker
     assert "through the noise" in v["evidence"]
     # the reliable alternative is named with its own figure
-    assert f"the fastest reliable width, 2, passes every gate too ({_k(s, 2)['speedup']:.2f}×)" \
-        in v["evidence"], v["evidence"]
+    assert ("the fastest reliable config, draft width 2, passes every gate too "
+            f"({_k(s, 2)['speedup']:.2f}×)") in v["evidence"], v["evidence"]
     p = next(e for e in policy(a)["series"])
     assert p["speculation"] is True and p["num_draft_tokens"] == 4
     assert p["through_noise"]["outcome"] == "pass"  # never on without its marker
@@ -104,23 +105,19 @@ def test_the_ladder_takes_a_width_passed_through_the_noise_as_its_rung_marked(tm
 
 @settings(max_examples=12, deadline=None, derandomize=True)
 @given(fast=st.sampled_from([90, 125, 150, 200, 260, 320]), seed=st.integers(0, 10_000))
-def test_the_pick_is_always_the_fastest_config_that_passes_every_gate(tmp_path_factory, fast,
-                                                                     seed):
-    """For any planted week: the verdict's width passes every gate (reliably, or through the
-    noise), none that passes is faster, and the verdict is marked exactly when its width
-    was set aside."""
+def test_the_pick_is_the_reliable_best_unless_a_noisy_width_beats_it_with_confidence(
+        tmp_path_factory, fast, seed):
+    """For any planted week: the verdict's width passes every gate; it is set aside (and
+    marked) exactly when a width passed through the noise with the low end of its 95%
+    interval above the fastest reliable width's speedup, and then it is the fastest such;
+    else it is the fastest reliable width."""
     _, s = _week(tmp_path_factory.mktemp("p"), fast, seed=seed)
-
-    def passes(c: dict) -> bool:
-        return c["classification"].removeprefix("decided through the noise: ") == (
-            "production candidate")
-
-    def speed(c: dict) -> float:
-        return c["through_noise"]["speedup"] if c["set_aside"] else c["speedup"]
-
-    ok = [c for c in s["configs"] if c["mode"] == "speculative" and passes(c)]
+    spec = [c for c in s["configs"] if c["mode"] == "speculative"]
+    reliable = [c for c in spec if c["classification"] == "production candidate"]
+    top = max(reliable, key=lambda c: c["speedup"])  # width 2 always passes
+    beaters = [c for c in spec if c["classification"] == "decided through the noise: "
+               "production candidate" and c["gates"]["speedup"]["interval"][0] > top["speedup"]]
     v = s["verdict"]
-    assert ok and v["decision"] == "production candidate"  # width 2 always passes
-    chosen = _k(s, v["k"])
-    assert chosen in ok and speed(chosen) == max(speed(c) for c in ok)
-    assert ("through_noise" in v) == chosen["set_aside"]
+    assert v["decision"] == "production candidate"
+    want = max(beaters, key=lambda c: c["gates"]["speedup"]["value"]) if beaters else top
+    assert v["k"] == want["k"] and ("through_noise" in v) == bool(beaters)

@@ -36,13 +36,28 @@ def _bits(tier: str | None) -> int:
 
 
 def _noisy_pass(c: dict) -> bool:
-    """Set aside for its spread alone and passed every gate decisively through the noise."""
-    return c["set_aside"] and (c.get("through_noise") or {}).get("outcome") == "pass"
+    """Set aside for its spread alone, passed every gate decisively through the noise and
+    picked by its series' verdict (``_noisy`` marks it): a rung where the verdict would
+    not switch it on would stop the walk at a width the verdict passed over."""
+    return bool(c.get("_picked_through_noise"))
 
 
 def _usable(c: dict) -> bool:
     return c["mode"] == "speculative" and bool(c.get("gates")) and (_noisy_pass(c) or (
         not c["set_aside"] and c.get("speedup") is not None))
+
+
+def _noisy(s: dict) -> list[dict]:
+    """The series' configs, its verdict's through-the-noise pick marked for ``_noisy_pass``
+    (copies: the section's configs stay as the review shows them)."""
+    v = s.get("verdict") or {}
+    on = v.get("enable") if v.get("through_noise") and v.get("decision") == (
+        "production candidate") else None
+    return [{**c, "_picked_through_noise": True} if on and c["set_aside"]
+            and c["mode"] == "speculative" and c["k"] == on["num_draft_tokens"]
+            and (c.get("through_noise") or {}).get("outcome") == "pass"
+            and (c.get("knobs") or {}) == (on.get("config") or {}) else c
+            for c in s["configs"]]
 
 
 def _speedup(c: dict) -> float:
@@ -121,6 +136,7 @@ def _walk(group: list[dict]) -> dict | None:
     top = group[0]
     # one sampling setting throughout (the top draft's fastest config's): a rung at another
     # temperature is another ladder, never a step of this one
+    top = {**top, "configs": _noisy(top)}
     usable = [c for c in top["configs"] if _usable(c)]
     if not usable:
         return None
@@ -134,7 +150,7 @@ def _walk(group: list[dict]) -> dict | None:
     rungs = [_rung(0, top, spec[0], base, top_memory)]
     rungs += [_rung(1, top, c, base, top_memory) for c in spec[1:]]
     for s in group[1:]:
-        own = [c for c in s["configs"] if _usable(c) and c.get("sampling") == sampling]
+        own = [c for c in _noisy(s) if _usable(c) and c.get("sampling") == sampling]
         if not own:
             continue
         passing = [c for c in own if c.get("classification") == "production candidate"

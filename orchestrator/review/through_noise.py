@@ -53,9 +53,12 @@ def stored_spread(summary: dict | None) -> dict | None:
     claim = s.get("spread")
     if not claim:
         return None
-    decode = (s.get("values") or {}).get("decode_tok_s") or []
-    value = repetition_spread([x for x in decode if isinstance(x, (int, float))])
-    if value is None:  # one repetition or none stored: nothing to check the claim with
+    decode = [x for x in (s.get("values") or {}).get("decode_tok_s") or []
+              if isinstance(x, (int, float))]
+    if len(decode) == 1:  # one repetition has no spread: the claim is false (audit 34q)
+        return None
+    value = repetition_spread(decode)
+    if value is None:  # none stored (or unreadable): nothing to check the claim with
         return claim
     return {"value": value, "limit": claim["limit"]} if value >= claim["limit"] else None
 
