@@ -118,11 +118,14 @@ def night(store: Store, at: datetime, *, node: str, chip: str, pair: str, worklo
               "fingerprints": fingerprints, "quantization": quant}]
     for key, values in configs.items():
         mode, k, knobs = (*key, ()) if len(key) == 2 else key
+        # as the agent writes it: one trial has no spread, so no spread sets it aside
+        single = spread is not None and len(
+            [v for v in values.get("decode_tok_s") or [] if v is not None]) < 2
         lines.append(_summary(values, mode, k, knobs, workload=workload, bucket=bucket,
                               prompt=ident["prompt_sha256"], engine=engine,
-                              unreliable=unreliable, exact=exact,
+                              unreliable=None if single else unreliable, exact=exact,
                               parity=(parity or {}).get(key), lineup=lineup,
-                              contention=contention, spread=spread))
+                              contention=contention, spread=None if single else spread))
     for k, rate in (quality or {}).items():
         lines.append({"type": "quality", "mode": "baseline" if k == 0 else "speculative",
                       "num_draft_tokens": k, "tasks": 100, "passed": round(rate * 100),
