@@ -102,8 +102,10 @@ def _rows(store, a: str, b: str, workload: str = "code") -> list[dict]:
 
 def test_the_calendar_decides_which_sides_are_apart(layouts):
     """Guard: each layout's `apart` is the calendar's answer: one node Friday → Monday (3
-    days) joined, Friday → Tuesday (a missed Monday, 4 days) apart; sides mixing two nodes
-    apart; one node's nights alternating day by day between two versions joined, which
+    days) joined, Friday → Tuesday (a missed Monday, 4 days) apart; sides holding several
+    nodes compared node by node, each by its own calendar (mixed, they read apart before
+    each node became its own row); one node's nights alternating day by day between two
+    versions joined, which
     holds the targets there (φ 0.9, five nights a side, seed 11, 600 pairs: 0.0% false
     claims, 99.8% covered: the sides' means correlate, so the joined bound is
     conservative)."""
@@ -111,12 +113,15 @@ def test_the_calendar_decides_which_sides_are_apart(layouts):
     for name, a, b, wl in (
             ("weekend", "node=mac-01,week=2026-W19", "node=mac-01,week=2026-W20", "code"),
             ("missed monday", "node=mac-01,week=2026-W19", "node=mac-01,week=2026-W20", "chat"),
-            ("two nodes a side", "2026-W19", "2026-W20", "code"),
             ("alternating", "node=mac-03,mlx_lm_version=8.1.0",
              "node=mac-03,mlx_lm_version=8.2.0", "code")):
         (got[name],) = _rows(layouts, a, b, wl)
     assert {k: r["apart"] for k, r in got.items()} == {
-        "weekend": False, "missed monday": True, "two nodes a side": True, "alternating": False}
+        "weekend": False, "missed monday": True, "alternating": False}
+    fleet = {r["node"]: r for r in _rows(layouts, "2026-W19", "2026-W20")}
+    assert fleet["mac-01"]["apart"] is False and fleet["mac-02"]["apart"] is False
+    assert fleet["mac-01"] == {**got["weekend"], "node": "mac-01",
+                               "series": got["weekend"]["series"] + " · mac-01"}
     assert got["missed monday"]["n"] == [5, 4] and got["alternating"]["n"] == [5, 5]
     for r in got.values():
         assert r["verdict"] != "B better" and r["verdict"] != "B worse", r
@@ -144,13 +149,10 @@ def test_the_human_outputs_say_which_rows_read_their_sides_apart(layouts):
         assert chat and any("apart" in ln or "independent" in ln for ln in chat), chat
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low. One node's sides joined by a single adjacent night are read as one "
-    "series (compare._apart takes the nearest nights: Friday → Monday), though the rest of "
-    "a side is months away (a node upgraded on Monday, then offline until W30): twelve "
-    "nights against one adjacent Monday plus eleven nights months later, φ 0.9: 91.5% "
-    "covered, 4.5% false claims (1,000 pairs, seed 5; seeds 1-4: 91.3-93.5%, 8 v 1+11: "
-    "91.9-92.7%); read apart 97.8%. The store's layout (mac-04) reads joined"))
+# fixed: one node's sides are joined only as one unbroken run of nights (compare._apart).
+# Found: severity low; sides joined by a single adjacent night were read as one series
+# though the rest of a side was months away: 91.5% covered, 4.5% false claims (1,000
+# pairs, seed 5); read apart 97.8%
 def test_a_side_joined_by_one_night_but_months_away_meets_the_coverage_target(layouts):
     (row,) = _rows(layouts, "node=mac-04,mlx_lm_version=9.1.0", "node=mac-04,mlx_lm_version=9.2.0")
     assert row["n"] == [5, 6]
@@ -204,11 +206,10 @@ def test_sides_mixing_two_nodes_unevenly_meet_the_targets(offset):
     assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low. A set-aside run's identity feeds compare's 'identity differences (the "
-    "likeliest causes of what follows)' unmarked: W19 against W20 of one node on mlx-lm "
-    "0.32.2, plus one contended sweep on 0.33.0 set aside in W20, lists 'mlx_lm_version: "
-    "0.32.2 → 0.32.2, 0.33.0' above rows that hold no 0.33.0 run"))
+# fixed: a value seen only in set-aside runs is listed marked "(set aside only)"
+# (compare._identity). Found: severity low; W19 against W20 of one node on mlx-lm 0.32.2,
+# plus one contended sweep on 0.33.0 set aside in W20, listed 'mlx_lm_version: 0.32.2 →
+# 0.32.2, 0.33.0' above rows that hold no 0.33.0 run
 def test_a_set_aside_run_is_no_identity_difference_unmarked(layouts):
     from orchestrator.review.compare import as_text, compare
 
@@ -221,14 +222,11 @@ def test_a_set_aside_run_is_no_identity_difference_unmarked(layouts):
     assert not listed or all("set aside" in ln for ln in listed), listed
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: low. A fleet's weeks compared whole (`compare 2026-W19 2026-W20`) pool two "
-    "chips' nodes in one row, so its ratio is the mix of nodes, not a change: no node "
-    "changed (mac-01 60 tok/s on 7 W19 nights and 2 W20 nights, mac-02 100 tok/s on 2 and "
-    "7), yet B/A reads 1.321 (medians 60.0 → 99.2; the composition's (100/60)^(5/9) is "
-    "1.328), and the identity differences are empty ('the same on both sides'). The "
-    "verdict holds ('same within noise', interval 0.36-4.84: the node offset reads as "
-    "memory 0.9)"))
+# fixed: where a side holds several nodes each node is its own row (compare._key). Found:
+# severity low; a fleet's weeks compared whole (`compare 2026-W19 2026-W20`) pooled two
+# chips' nodes in one row, so its ratio was the mix of nodes, not a change: no node changed
+# (mac-01 60 tok/s on 7 W19 nights and 2 W20 nights, mac-02 100 tok/s on 2 and 7), yet B/A
+# read 1.321 (the composition's (100/60)^(5/9) is 1.328)
 def test_a_fleet_week_ratio_is_not_the_mix_of_its_nodes(tmp_path):
     from orchestrator.store import open_store
     from tests.store_templates import fresh_sqlite
@@ -236,9 +234,11 @@ def test_a_fleet_week_ratio_is_not_the_mix_of_its_nodes(tmp_path):
     store = open_store(fresh_sqlite(tmp_path / "mix.db"))
     _plant(store, "mac-01", list(range(7)) + [7, 8], 60.0, seed=1)
     _plant(store, "mac-02", [0, 1] + list(range(7, 14)), 100.0, chip="Apple M4 Max", seed=2)
-    (row,) = _rows(store, "2026-W19", "2026-W20")
-    assert row["verdict"] == "same within noise", row
-    assert row["ratio"] == pytest.approx(1.0, abs=0.05), row
+    rows = _rows(store, "2026-W19", "2026-W20")
+    assert sorted(r["node"] for r in rows) == ["mac-01", "mac-02"], rows
+    for row in rows:  # each node against itself: no change
+        assert row["verdict"] == "same within noise", row
+        assert row["ratio"] == pytest.approx(1.0, abs=0.05), row
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -286,16 +286,13 @@ def _through_noise(nb: int, ns: int, cv_spec: float, draws: int, seed: int,
     return passed / draws, covered / draws
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: medium. A width set aside for its spread with two trials (CV 30%) beside "
-    "twelve quiet baseline trials (CV 2%): its 95% interval covers the true ratio in 86.0% "
-    "and passes the speedup gate decisively at a true ratio on the gate in 5.55% (one-sided "
-    "nominal 2.5%; 2,000 set-aside draws, seed 1; seeds 2-3: 86.6%, 85.5% / 4.4%, 5.2%; "
-    "eight baseline trials 87.5% / 4.6%, CV 40% 84.6% / 4.9%). The pooled rule keeps the "
-    "two trials' own spread (it is the larger: the spread set them aside) but credits it "
-    "with the pooled df (1 + 11), Welch's old fault; three trials (Welch) cover 97.7%. "
-    "The pass half is fixed (the test below); what is left is the fail side: a width "
-    "whose true ratio is on the gate read as a decisive fail, which keeps the default"))
+# fixed (compare._mean_variance, few_df "spread"). Found: severity: medium. A width set
+# aside for its spread with two trials (CV 30%) beside twelve quiet baseline trials (CV
+# 2%): its 95% interval covered the true ratio in 86.0% (2,000 set-aside draws, seed 1;
+# seeds 2-3: 86.6%, 85.5%; eight baseline trials 87.8%, CV 40% 82.7%): the two trials'
+# own spread (the larger: the spread set them aside) was credited with the summed df
+# (1 + 11), Welch's old fault. The pooled spread's own df (~1 here): 98.0% (seeds 2-3:
+# 97.9%, 97.7%; eight baseline trials 98.6%, CV 40% 96.55%)
 def test_two_noisy_trials_beside_a_quiet_baseline_are_covered():
     _, coverage = _through_noise(12, 2, 0.30, 2000, 1)
     assert coverage >= 0.93, coverage

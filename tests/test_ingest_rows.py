@@ -22,7 +22,14 @@ def test_measured_at_on_planted_times():
     assert measured_at(1.9999999) == "1970-01-01 00:00:02.000000+00:00"  # rounds up a second
 
 
-@given(st.one_of(st.floats(0, MAX_TS, exclude_max=True), st.integers(0, int(MAX_TS) - 1)))
+# a fraction a rounding away from the next microsecond or second (half to even, carried)
+_EDGES = st.builds(lambda n, f: n + f, st.integers(0, int(MAX_TS) - 2),
+                   st.sampled_from([0.9999995, 0.9999994999, 0.0000005, 0.0000015, 0.0000025,
+                                    0.5, 0.999999, 0.9999999]))
+
+
+@given(st.one_of(st.floats(0, MAX_TS, exclude_max=True), st.integers(0, int(MAX_TS) - 1),
+                 _EDGES))
 def test_measured_at_is_the_microsecond_isoformat(ts):
     assert measured_at(ts) == datetime.fromtimestamp(ts, timezone.utc).isoformat(
         sep=" ", timespec="microseconds")

@@ -132,7 +132,7 @@ def _rates(nb: int, ns: int, true: float, draws: int = 2000) -> tuple[float, flo
 @pytest.mark.parametrize("nb,ns", [(4, 1), (8, 2), (4, 4), (8, 8)])
 def test_a_ratio_on_the_gate_is_rarely_a_decisive_pass(nb, ns):
     passed, _ = _rates(nb, ns, MIN_SPEEDUP)
-    assert passed <= 0.05, passed  # measured: 2.55%, 2.45%, 2.0%, 2.6%
+    assert passed <= 0.05, passed  # measured: 2.55%, 2.3%, 1.75%, 1.9%
 
 
 # (8, 2): the demo trained pair's counts at two repetitions (a width's two trials pool
@@ -140,7 +140,7 @@ def test_a_ratio_on_the_gate_is_rarely_a_decisive_pass(nb, ns):
 @pytest.mark.parametrize("nb,ns", [(8, 2), (4, 4), (8, 8)])
 def test_half_the_baseline_is_nearly_always_a_decisive_fail(nb, ns):
     _, failed = _rates(nb, ns, 0.5)
-    assert failed >= 0.90, failed  # measured: 97.5%, 99.6%, 100%
+    assert failed >= 0.90, failed  # measured: 94.55% (97.5% on the summed df), 99.65%, 100%
 
 
 @pytest.mark.xfail(strict=True, reason="moderate: at one repetition a width (4 baseline "

@@ -89,15 +89,17 @@ def select_side(store: Store, selector: str) -> Side:
                 {r.id: (r.node, at.date()) for r, at in got})
 
 
-def _key(r, by_pair: bool, marks: dict) -> tuple:
+def _key(r, by_pair: bool, marks: dict, by_node: bool = False) -> tuple:
     # the config as the ingest keyed it (every knob, a lineup's pair), in its runtime and
     # background; and its model pair where a side holds several (each its own row: one
     # pair on each side is an identity difference, compared like any other); a calibration
-    # target's runs (its sweep's lock marks it) are rows of their own, whatever their name
+    # target's runs (its sweep's lock marks it) are rows of their own, whatever their name;
+    # and its node where a side holds several: a fleet's weeks compared whole would
+    # otherwise read the mix of nodes (more nights of a faster node) as a change
     return (r.workload, r.context_bucket or "short", r.engine or DEFAULT_ENGINE,
             r.background or "", (r.model_pair or "?") if by_pair else "",
             (r.sweep_id, target_role(r.pair)) in marks, r.mode, r.num_draft_tokens,
-            r.config_key)
+            r.config_key, r.node if by_node else "")
 
 
 def _values(runs: list, metric: str) -> list[float]:
@@ -126,7 +128,7 @@ def _night_order(key) -> tuple:
 
 
 def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: bool = True,
-                few: int | None = None, apart: bool = False) -> dict:
+                few: int | None = None, apart: bool = False, few_df: str = "pooled") -> dict:
     """B/A from one value per night a side, each side in night order: the ratio of geometric
     means, its ``level`` interval and a two-sided p, by Welch's t on the logs (Student's on
     the sides' pooled spread when a side has one or two nights, ``POOL_BELOW``), with each
@@ -142,7 +144,14 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
     drawn as tests/test_audit_27r.py draws them): 2 v 20 at φ 0 covers 97.8% (0.3%
     false claims; Welch 91.6%, 4.2%), at φ 0.5 96.3%; 2 v 5 98.6% / 96.2%; 1 v 5 (the rule
     before) 98.1% / 96.8%. A two-night side twice as noisy as twenty nights: 89.9% (Welch
-    90.8%; the plain pooled spread 80.3%, hence a few-night side's own where larger)."""
+    90.8%; the plain pooled spread 80.3%, hence a few-night side's own where larger).
+
+    ``few_df``: the df a few-night side's interval is read on: "pooled" (the
+    sides' df summed, compare's), "spread" (the pooled spread's own, Satterthwaite's:
+    the summed df where the sides' spreads agree, down to the few side's own where its
+    spread is all there is; through_noise's trials), "own" (Welch's spread on the few
+    side's own df, Hsu's rule, and no interval for a side of one: a pass through the
+    noise)."""
     import math
 
     from scipy import stats
@@ -164,7 +173,10 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
     # memory=False keeps the rule before (only one night borrows) unless ``few`` is given:
     # the bench's side-by-side; through_noise's trials pool as few nights do
     few = few if few is not None else POOL_BELOW if memory else 1
-    se2, df = _mean_variance((va, vb), (len(la), len(lb)), phi, few, apart and memory)
+    if few_df == "own" and min(len(la), len(lb)) <= few and (va is None or vb is None):
+        return out  # a side of one has no spread of its own to read
+    se2, df = _mean_variance((va, vb), (len(la), len(lb)), phi, few, apart and memory,
+                             few_df)
     se = math.sqrt(se2)
     if se == 0:
         out["ci"] = [out["ratio"], out["ratio"]]
@@ -178,11 +190,15 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
 
 
 def _mean_variance(vs: tuple, ns: tuple[int, int], phi: float, few: int,
-                   apart: bool) -> tuple[float, float]:
+                   apart: bool, few_df: str = "pooled") -> tuple[float, float]:
     """(variance of B's mean log minus A's, its df) from the sides' sample variances ``vs``
     (None for one night) under memory ``phi``; a side's spread rests on n − 1 df, or on
-    ``spread_df`` under that memory where the sides are ``apart``."""
+    ``spread_df`` under that memory where the sides are ``apart``. ``few_df``: see
+    ``night_ratio``."""
     dfs = [(spread_df(n, phi) if apart else n - 1) if n > 1 else 0 for n in ns]
+    if min(ns) <= few and few_df == "own":
+        # Welch's spread on the few side's own df (Hsu): what a pass must clear
+        return sum(mean_variance(v, n, phi) for v, n in zip(vs, ns)), min(dfs)
     if min(ns) <= few:
         # few nights on a side (one or two): its own spread rests on at most one df. Both
         # sides' night σ² are pooled (weighted by their df: a single night adds none, the
@@ -196,6 +212,13 @@ def _mean_variance(vs: tuple, ns: tuple[int, int], phi: float, few: int,
         pooled = sum(o * (n - 1) for o, n in zip(own, ns) if o is not None) / (sum(ns) - 2)
         se2 = sum((pooled if o is None or n > few else max(o, pooled))
                   * mean_gain(n, phi) for o, n in zip(own, ns))
+        if few_df == "spread" and pooled > 0:
+            # the pooled spread's own df (Satterthwaite): its parts' df summed where they
+            # agree, falling to the few side's where its spread is all there is. Summed, a
+            # noisy side's one df was credited with a quiet side's seven, and a third trial
+            # (Welch, ~2 df) widened the interval two gave (audit 34p)
+            parts = [(f, o) for f, o in zip(dfs, own) if o is not None]
+            return se2, sum(f * o for f, o in parts) ** 2 / sum(f * o * o for f, o in parts)
         return se2, sum(dfs)
     ea, eb = (mean_variance(v, n, phi) for v, n in zip(vs, ns))
     se2 = ea + eb
@@ -204,42 +227,54 @@ def _mean_variance(vs: tuple, ns: tuple[int, int], phi: float, few: int,
 
 def _apart(ra: list, rb: list, nights_a: dict | None, nights_b: dict | None) -> bool:
     """Whether two sides' nights are independent for night_ratio: not one node's nights
-    within JOINED_DAYS of each other (two nodes, or weeks not back to back), or unknown.
-    One node's weeks a weekend apart share its state: their means correlate (0.48 at φ 0.9
-    for eight nights), which the interval's narrower bound on φ leans on."""
+    in one unbroken run, no two consecutive nights more than JOINED_DAYS apart (two
+    nodes, weeks not back to back, or a side whose other nights lie months away from the
+    one night that touches the other side), or unknown. One node's weeks a weekend apart
+    share its state: their means correlate (0.48 at φ 0.9 for eight nights), which the
+    interval's narrower bound on φ leans on; a run broken anywhere shares none across
+    the break."""
     na, nb = ([nights.get(r.id) for r in runs] if nights else [None]
               for nights, runs in ((nights_a, ra), (nights_b, rb)))
     known = [n for n in na + nb if n is not None]
     if len(known) < len(na) + len(nb) or len({node for node, _ in known}) != 1:
         return True
-    return min(abs((x[1] - y[1]).days) for x in na if x for y in nb if y) > JOINED_DAYS
+    days = sorted({d for _, d in known})
+    return any((y - x).days > JOINED_DAYS for x, y in zip(days, days[1:]))
 
 
-def _identity(runs: list) -> dict[str, list[str]]:
-    out: dict[str, set] = defaultdict(set)
-    for r in runs:
-        for k in IDENTITY_KEYS:
-            out[k].add(str(getattr(r, k)) if getattr(r, k) is not None else "?")
-    return {k: sorted(v) for k, v in out.items()}
+def _identity(runs: list, aside: list) -> dict[str, list[str]]:
+    """Each identity key's values on a side: those of its compared runs, then any seen only
+    in its set-aside runs, marked so (no row holds such a run: it explains no row)."""
+    def seen(rs: list) -> dict[str, set]:
+        out: dict[str, set] = defaultdict(set)
+        for r in rs:
+            for k in IDENTITY_KEYS:
+                out[k].add(str(getattr(r, k)) if getattr(r, k) is not None else "?")
+        return out
+
+    own, extra = seen(runs), seen(aside)
+    return {k: sorted(own[k]) + [f"{v} (set aside only)" for v in sorted(extra[k] - own[k])]
+            for k in IDENTITY_KEYS}
 
 
 def compare(store: Store, a_sel: str, b_sel: str) -> dict:
     a, b = select_side(store, a_sel), select_side(store, b_sel)
-    ia, ib = _identity(a.runs + a.set_aside), _identity(b.runs + b.set_aside)
+    ia, ib = _identity(a.runs, a.set_aside), _identity(b.runs, b.set_aside)
     differences = [{"key": k, "a": ia[k], "b": ib[k]} for k in IDENTITY_KEYS if ia[k] != ib[k]]
     by_pair = any(len({r.model_pair for r in s.runs}) > 1 for s in (a, b))
+    by_node = any(len({r.node for r in s.runs}) > 1 for s in (a, b))
     by_a: dict[tuple, list] = defaultdict(list)
     by_b: dict[tuple, list] = defaultdict(list)
     # a calibration pair (its sweep's lock marks the target) is an instrument: its rows
     # are its own and say so, on the side(s) that swept it
     marks = calibration_marks(store)
     for r in a.runs:
-        by_a[_key(r, by_pair, marks)].append(r)
+        by_a[_key(r, by_pair, marks, by_node)].append(r)
     for r in b.runs:
-        by_b[_key(r, by_pair, marks)].append(r)
+        by_b[_key(r, by_pair, marks, by_node)].append(r)
     rows = []
     for key in sorted(set(by_a) | set(by_b), key=lambda k: tuple(map(str, k))):
-        workload, bucket, engine, background, pair, cal, mode, k, config_key = key
+        workload, bucket, engine, background, pair, cal, mode, k, config_key, node = key
         config = config_label(mode, k, knobs_of_key(config_key))
         for metric in METRICS:
             va = _per_run(by_a.get(key, []), metric, a.nights)
@@ -250,7 +285,9 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
                    "engine": engine + (f" · {background}" if background else ""),
                    "pair": pair or None, "series": engine + (f" · {background}" if background
                                                              else "") + (f" · {pair}" if pair
-                                                                         else ""),
+                                                                         else "")
+                   + (f" · {node}" if node else ""),
+                   **({"node": node} if node else {}),
                    "config": config, "metric": metric, "a": median(va), "b": median(vb),
                    "n": [len(va), len(vb)], "ratio": None, "ci": None, "p": None,
                    "verdict": "only in " + ("A" if va else "B") if not (va and vb) else "",

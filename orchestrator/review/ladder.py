@@ -14,7 +14,9 @@ per target (chip × target weights and tier × workload × context × runtime) t
 
 each with speedup, acceptance, peak memory (and what it saves against rung 0), swap and
 the task pass rate against the baseline; the walk stops at the first rung that passes
-every gate. Only reliable configs are rungs: a set-aside config is never a step.
+every gate. Only reliable configs are rungs, and a config set aside for its decode-rate
+spread alone that passed every gate through the noise (marked as such on its rung and in
+the ladder's words): any other set-aside config is never a step.
 """
 
 from __future__ import annotations
@@ -33,9 +35,34 @@ def _bits(tier: str | None) -> int:
     return int(m.group(1)) if m else 16
 
 
+def _noisy_pass(c: dict) -> bool:
+    """Set aside for its spread alone, passed every gate decisively through the noise and
+    picked by its series' verdict (``_noisy`` marks it): a rung where the verdict would
+    not switch it on would stop the walk at a width the verdict passed over."""
+    return bool(c.get("_picked_through_noise"))
+
+
 def _usable(c: dict) -> bool:
-    return c["mode"] == "speculative" and not c["set_aside"] and c.get("speedup") is not None \
-        and bool(c.get("gates"))
+    return c["mode"] == "speculative" and bool(c.get("gates")) and (_noisy_pass(c) or (
+        not c["set_aside"] and c.get("speedup") is not None))
+
+
+def _noisy(s: dict) -> list[dict]:
+    """The series' configs, its verdict's through-the-noise pick marked for ``_noisy_pass``
+    (copies: the section's configs stay as the review shows them)."""
+    v = s.get("verdict") or {}
+    on = v.get("enable") if v.get("through_noise") and v.get("decision") == (
+        "production candidate") else None
+    return [{**c, "_picked_through_noise": True} if on and c["set_aside"]
+            and c["mode"] == "speculative" and c["k"] == on["num_draft_tokens"]
+            and (c.get("through_noise") or {}).get("outcome") == "pass"
+            and (c.get("knobs") or {}) == (on.get("config") or {}) else c
+            for c in s["configs"]]
+
+
+def _speedup(c: dict) -> float:
+    """A rung's speedup: its own, or the through-the-noise reading that passed it."""
+    return c["through_noise"]["speedup"] if _noisy_pass(c) else c["speedup"]
 
 
 def _rung(step: int, section: dict, c: dict, base: dict, top_memory: float | None) -> dict:
@@ -49,15 +76,20 @@ def _rung(step: int, section: dict, c: dict, base: dict, top_memory: float | Non
     return {"step": step, "action": "draft-free method" if free else STEPS[step],
             "model_pair": section["series"]["model_pair"],
             "draft_tier": ident.get("draft_quant") if c["mode"] == "speculative" else None,
-            "k": c["k"] if c["mode"] == "speculative" else None, "speedup": c.get("speedup"),
+            "k": c["k"] if c["mode"] == "speculative" else None,
+            "speedup": _speedup(c) if c["mode"] == "speculative" else c.get("speedup"),
+            "through_noise": _noisy_pass(c),
             "acceptance": c.get("acceptance_p50"), "peak_memory": mem,
             "memory_saved": top_memory - mem if top_memory and mem else None,
             "swap_peak": c.get("swap_peak"), "task_pass_change": quality,
-            "runs": c["runs"] - c["unreliable"],
-            # the unit of evidence: several sweeps of one night are one night
-            "nights": min(c["runs"] - c["unreliable"],
-                          c.get("reliable_nights", c["runs"] - c["unreliable"])),
-            "passes": c["mode"] == "baseline" or c.get("classification")
+            # a rung passed through the noise counts the runs and nights that judged it
+            **({"runs": c["through_noise"]["runs"], "nights": c["through_noise"]["nights"]}
+               if _noisy_pass(c) else {
+                "runs": c["runs"] - c["unreliable"],
+                # the unit of evidence: several sweeps of one night are one night
+                "nights": min(c["runs"] - c["unreliable"],
+                              c.get("reliable_nights", c["runs"] - c["unreliable"]))}),
+            "passes": c["mode"] == "baseline" or _noisy_pass(c) or c.get("classification")
             == "production candidate", "failed_gates": failed,
             # each missed gate as the comparison it made ("speedup 0.94 < 1.16")
             "failed_words": [gate_text(n, c["gates"][n]["value"], section["gates"])
@@ -104,10 +136,11 @@ def _walk(group: list[dict]) -> dict | None:
     top = group[0]
     # one sampling setting throughout (the top draft's fastest config's): a rung at another
     # temperature is another ladder, never a step of this one
+    top = {**top, "configs": _noisy(top)}
     usable = [c for c in top["configs"] if _usable(c)]
     if not usable:
         return None
-    sampling = max(usable, key=lambda c: c["speedup"]).get("sampling")
+    sampling = max(usable, key=_speedup).get("sampling")
     base = next((c for c in top["configs"] if c["mode"] == "baseline" and not c["set_aside"]
                  and c.get("sampling") == sampling), None)
     spec = sorted((c for c in usable if c.get("sampling") == sampling), key=lambda c: -c["k"])
@@ -117,11 +150,12 @@ def _walk(group: list[dict]) -> dict | None:
     rungs = [_rung(0, top, spec[0], base, top_memory)]
     rungs += [_rung(1, top, c, base, top_memory) for c in spec[1:]]
     for s in group[1:]:
-        own = [c for c in s["configs"] if _usable(c) and c.get("sampling") == sampling]
+        own = [c for c in _noisy(s) if _usable(c) and c.get("sampling") == sampling]
         if not own:
             continue
-        passing = [c for c in own if c.get("classification") == "production candidate"]
-        c = max(passing or own, key=lambda c: c["speedup"])
+        passing = [c for c in own if c.get("classification") == "production candidate"
+                   or _noisy_pass(c)]
+        c = max(passing or own, key=_speedup)
         own_base = next((b for b in s["configs"] if b["mode"] == "baseline"
                          and not b["set_aside"] and b.get("sampling") == sampling), base)
         rungs.append(_rung(2, s, c, own_base, top_memory))
@@ -131,7 +165,7 @@ def _walk(group: list[dict]) -> dict | None:
     thin = sorted({r["nights"] for r in rungs[:stop + 1] if r["nights"] < MIN_RUNS})
     text = describe_stop(rungs[stop])
     if thin:
-        text = (f"provisional ({min(thin)} night(s) of reliable runs behind a rung, "
+        text = (f"provisional ({min(thin)} night(s) behind a rung, "
                 f"{MIN_RUNS} needed): {text}")
     return {"target": top["series"]["model_pair"].split(" / ")[0], "rungs": rungs,
             "stop": stop, "text": text, "provisional": bool(thin),
@@ -150,7 +184,9 @@ def describe_stop(r: dict) -> str:
     what = (r["model_pair"].split(" / ")[-1] + " (no draft model)"
             if r["action"] == "draft-free method" else
             f"{r['draft_tier']} draft" if r.get("draft_tier") else r["model_pair"])
-    return f"{head}: {what} at width {r['k']} passes every gate ({r['speedup']:.2f}×){saved}"
+    how = " through the noise" if r.get("through_noise") else ""
+    return (f"{head}: {what} at width {r['k']} passes every gate{how} "
+            f"({r['speedup']:.2f}×){saved}")
 
 
 def annotate(sections: list[dict], found: list[dict]) -> None:

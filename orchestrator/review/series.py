@@ -97,6 +97,40 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
         "best": vals(configs[b.best_id], "itl_p95_ms") if b.best_id else []}
 
 
+def read_served(section: dict, rules: list) -> bool:
+    """Where the verdict switches on a width judged through the noise, the rules read that
+    width (its memory beside its baseline's, its speedup and acceptance through the noise),
+    not the fastest reliable one (audit 34q: +100% memory read as width 2's +10%): the
+    metrics say so (``best_through_noise``) and so does each signal they fire. True when
+    the metrics were re-read (the verdict is then decided again on the new signals)."""
+    v, metrics = section.get("verdict") or {}, section.get("metrics")
+    on = v.get("enable") if v.get("through_noise") else None
+    if not on or metrics is None:
+        return False
+    c = next((c for c in section["configs"] if c["mode"] == "speculative" and c["set_aside"]
+              and c["k"] == on["num_draft_tokens"] and (c.get("knobs") or {}) == (
+                  on.get("config") or {}) and c.get("through_noise")), None)
+    base = next((b for b in section["configs"] if b["mode"] == "baseline"
+                 and not b["set_aside"] and b.get("sampling") == (c or {}).get("sampling")),
+                None)
+    if c is None:
+        return False
+    mem, bmem = c.get("peak_memory"), (base or {}).get("peak_memory")
+    tn = c["through_noise"]
+    metrics.update(best_k=c["k"], best_label=c["label"], best_speedup=tn["speedup"],
+                   best_acceptance=tn["acceptance"], best_through_noise=True,
+                   mem_increase=mem / bmem - 1 if mem and bmem else None,
+                   mem_added_bytes=mem - bmem if mem and bmem else None,
+                   # the width served swaps as it swaps: its readings count beside the
+                   # reliable configs' (swap is no decode rate: its spread did not touch it)
+                   swap_peak_bytes=max(metrics.get("swap_peak_bytes") or 0,
+                                       c.get("swap_peak") or 0),
+                   swap_in_nights=max(metrics.get("swap_in_nights") or 0,
+                                      c.get("swap_in_nights") or 0))
+    section["signals"] = [{**s, "through_noise": True} for s in fire(rules, metrics)]
+    return True
+
+
 def _usable(rs: list[RunRow]) -> tuple[list[RunRow], bool]:
     """One night's runs of one config to judge by: its reliable ones, else those set aside
     for their spread alone (marked: True); a run set aside for anything else never counts.

@@ -53,9 +53,12 @@ def stored_spread(summary: dict | None) -> dict | None:
     claim = s.get("spread")
     if not claim:
         return None
-    decode = (s.get("values") or {}).get("decode_tok_s") or []
-    value = repetition_spread([x for x in decode if isinstance(x, (int, float))])
-    if value is None:  # one repetition or none stored: nothing to check the claim with
+    decode = [x for x in (s.get("values") or {}).get("decode_tok_s") or []
+              if isinstance(x, (int, float))]
+    if len(decode) == 1:  # one repetition has no spread: the claim is false (audit 34q)
+        return None
+    value = repetition_spread(decode)
+    if value is None:  # none stored (or unreadable): nothing to check the claim with
         return claim
     return {"value": value, "limit": claim["limit"]} if value >= claim["limit"] else None
 
@@ -73,24 +76,40 @@ def _whole(xs) -> list[float] | None:
     return [float(x) for x in got] if all(0 < x < math.inf for x in got) else None
 
 
-def _finite(iv: tuple[float, float, float] | None) -> tuple[float, float, float] | None:
-    return iv if iv is not None and all(math.isfinite(x) for x in iv) else None
-
-
 def ratio_interval(base: list[float], spec: list[float], level: float = LEVEL
                    ) -> tuple[float, float, float] | None:
     """spec/base as (ratio of geometric means, low, high): Welch's t on the logs of the
     trials; a side with one or two trials pools its spread with the other side's (its own
-    where larger), Student's t on the pooled df (``night_ratio``, ``POOL_BELOW``). Welch
-    credited two trials' one-df spread with the other side's df: 2 v 10 trials covered
-    90.3% (audit 27r); and a second repetition widened the interval, so the demo's trained
-    pair stayed undecided with two. None: no interval (a stalled or absurd trial, or too
-    few), so the gate is undecided."""
+    where larger), Student's t on the pooled spread's own df (``night_ratio``,
+    ``POOL_BELOW``, few_df "spread"). Welch credited two trials' one-df spread with the
+    other side's df: 2 v 10 trials covered 90.3% (audit 27r); and a second repetition
+    widened the interval, so the demo's trained pair stayed undecided with two. The pooled
+    df summed (8 for 2 v 8) credited a noisy pair's one df with a quiet baseline's seven:
+    91.3% covered, and a third trial (Welch, ~2 df) widened the interval by 41% (audit
+    34p); the pooled spread's df is 8 where the spreads agree and ~2 there. None: no
+    interval (a stalled or absurd trial, or too few), so the gate is undecided."""
+    return _interval(base, spec, level, "spread")
+
+
+def pass_interval(base: list[float], spec: list[float], level: float
+                  ) -> tuple[float, float, float] | None:
+    """The interval a pass is read on. Where a side has two trials or fewer its own spread
+    is what a pass must clear, so the interval is Welch's with the smaller side's df
+    (Hsu's conservative rule; few_df "own") and a one-trial side never passes: pooled, a
+    quiet baseline lent its 7 df to two noisy trials and 3.3-6.2% of weeks on the gate made
+    a false candidate at 1-6 widths (audit 34p; the level promises 2.5%). A fail is still
+    read on the pooled 95% interval (``ratio_interval``): keeping the default needs less
+    proof."""
+    return _interval(base, spec, level, "own")
+
+
+def _interval(base: list[float], spec: list[float], level: float, few_df: str
+              ) -> tuple[float, float, float] | None:
     b, s = _whole(base), _whole(spec)
     if b is None or s is None:
         return None
     try:
-        r = night_ratio(b, s, level, memory=False, few=POOL_BELOW)
+        r = night_ratio(b, s, level, memory=False, few=POOL_BELOW, few_df=few_df)
     except OverflowError:  # rates apart by hundreds of orders of magnitude: no interval
         return None
     # a side of one trial borrows the other's spread: two identical trials there made a
@@ -98,36 +117,7 @@ def ratio_interval(base: list[float], spec: list[float], level: float = LEVEL
     # repeated and identical is a spread measured as none
     if r["ci"] is None or (r["ci"][0] == r["ci"][1] and min(len(b), len(s)) < 2):
         return None
-    return _finite((r["ratio"], r["ci"][0], r["ci"][1]))
-
-
-def pass_interval(base: list[float], spec: list[float], level: float
-                  ) -> tuple[float, float, float] | None:
-    """The interval a pass is read on. Where a side has two trials or fewer its own spread
-    is what a pass must clear, so the interval is Welch's with the smaller side's df
-    (Hsu's conservative rule) and a one-trial side never passes: pooled, a quiet baseline
-    lent its 7 df to two noisy trials and 3.3-6.2% of weeks on the gate made a false
-    candidate at 1-6 widths (audit 34p; the level promises 2.5%). A fail is still read on
-    the pooled 95% interval (``ratio_interval``): keeping the default needs less proof."""
-    b, s = _whole(base), _whole(spec)
-    if b is None or s is None or min(len(b), len(s)) > POOL_BELOW:
-        return ratio_interval(base, spec, level)
-    if min(len(b), len(s)) < 2:
-        return None
-    from scipy import stats
-
-    lb, ls = [math.log(x) for x in b], [math.log(x) for x in s]
-    d = statistics.fmean(ls) - statistics.fmean(lb)
-    se = math.sqrt(statistics.variance(lb) / len(lb) + statistics.variance(ls) / len(ls))
-    q = float(stats.t.ppf(0.5 + level / 2, min(len(lb), len(ls)) - 1)) * se
-    return _finite(_exps(d, d - q, d + q))
-
-
-def _exps(*xs: float) -> tuple[float, float, float] | None:
-    try:
-        return tuple(math.exp(x) for x in xs)  # type: ignore[return-value]
-    except OverflowError:
-        return None
+    return r["ratio"], r["ci"][0], r["ci"][1]
 
 
 def level_interval(values: list[float], level: float = LEVEL
@@ -144,7 +134,10 @@ def _t_interval(logs: list[float], level: float) -> tuple[float, float, float] |
         return None
     m, se = statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(len(logs))
     q = float(stats.t.ppf(0.5 + level / 2, len(logs) - 1))
-    return _finite(_exps(m, m - q * se, m + q * se))
+    try:  # math.exp raises past floats' range: no interval
+        return math.exp(m), math.exp(m - q * se), math.exp(m + q * se)
+    except OverflowError:
+        return None
 
 
 def _log_mean(xs: list[float]) -> float | None:

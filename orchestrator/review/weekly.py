@@ -25,7 +25,7 @@ from .load import load_ramps
 from .record_holds import series_holds
 from .rules import Rule, fire
 from .runtimes import agent_notices, side_by_side
-from .series import Week, judge, positions
+from .series import Week, judge, positions, read_served
 from .verdict import DECISIONS, decide
 from .week_runs import RunRow, identity_key, iso_week_bounds, load_runs
 from .week_sweeps import (
@@ -146,6 +146,8 @@ def judged_section(key: tuple, runs: list[RunRow], start: datetime, end: datetim
     if cur:
         judge(section, key, runs, cur, latest, gates, ctx)
     section["verdict"] = decide(section, facts)
+    if cur and read_served(section, ctx.rules):  # the rules read the width switched on
+        section["verdict"] = decide(section, facts)
     return section
 
 

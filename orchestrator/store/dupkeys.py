@@ -41,13 +41,15 @@ def _unique(pairs: list[tuple[str, object]]) -> dict:
     return out
 
 
-def duplicate_key(text: str, event: dict) -> str | None:
-    """The first key an object of the line holds twice, or None when none does."""
+def duplicate_key(text: str, event: dict, raw: bytes | None = None) -> str | None:
+    """The first key an object of the line holds twice, or None when none does. ``raw``:
+    the line's bytes when the caller has them (the MAC was taken over them), so the line
+    is not encoded again."""
     try:
         dumped = orjson.dumps(event)
     except orjson.JSONEncodeError:  # not written back: judged key by key below
         dumped = b""
-    if dumped == text.encode("utf-8", "surrogateescape"):
+    if dumped == (raw if raw is not None else text.encode("utf-8", "surrogateescape")):
         return None  # the line is its object written back: no key was dropped from it
     if dumped and "\\u003" not in text and text.count(":") == dumped.count(b":"):
         return None

@@ -94,6 +94,7 @@ class Decoder:
         # the line ``framed`` just found signed: ``decode`` of that very text does not
         # take its MAC again (a follower frames each line, then decodes it: one MAC a line)
         self._verified: str | None = None
+        self._verified_raw = b""  # its bytes, as the MAC took them (encoded once a line)
 
     @property
     def key(self) -> bytes | None:
@@ -128,6 +129,7 @@ class Decoder:
             return None, line
         own = text if at == 0 else raw[at:].decode("utf-8", "surrogateescape")
         self._verified = own  # its MAC checked: decode takes this very text as signed
+        self._verified_raw = raw if at == 0 else raw[at:]
         return (None if at == 0 else raw[:at].decode("utf-8", "surrogateescape").strip(),
                 own)
 
@@ -152,8 +154,8 @@ class Decoder:
             # parsed: its head may be a valid event the line never was
             return Quarantined(None, f"line of {size} bytes or more is longer than the "
                                      f"limit of {MAX_LINE_BYTES} bytes", text)
-        signed = self._signed
-        if signed is not None and text is not verified and \
+        signed, raw = self._signed, self._verified_raw if text is verified else None
+        if signed is not None and raw is None and \
                 not signed(text.encode("utf-8", "surrogateescape")):
             return Quarantined(_claimed_seq(text), UNSIGNED, text)
         try:
@@ -168,7 +170,7 @@ class Decoder:
                                      f"{type(e).__name__}", text)
         # a key twice: readers of the line would disagree (SQLite's JSON reads the first,
         # orjson the last); the follower stores the object checked here, written again
-        self.duplicate = duplicate_key(text, e)
+        self.duplicate = duplicate_key(text, e, raw)
         typ = e.get("type")
         fast = FAST_CHECKS.get(typ) if type(typ) is str else None
         if fast is not None and fast(e, text):  # nearly every line: valid, nothing to word
