@@ -5,4 +5,4 @@ imports ``orchestrator``: the controller copies this folder to nodes as is.
 """
 
 AGENT_VERSION = "0.1.0"
-from .protocol import JOB_SCHEMA as SCHEMA  # noqa: E402,F401  (the job schema)
+from .limits import JOB_SCHEMA as SCHEMA  # noqa: E402,F401  (the job schema)

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from . import AGENT_VERSION, SCHEMA
-from .protocol import EVENT_SCHEMA
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "version":
         from .checks import installed_versions
+        from .protocol import EVENT_SCHEMA
 
         print(json.dumps({"agent_version": AGENT_VERSION, "schema": SCHEMA,
                           "event_schema": EVENT_SCHEMA,

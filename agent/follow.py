@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from .protocol import MAX_EVENT_BYTES
+from .limits import MAX_EVENT_BYTES
 from .reread import Reread
 
 

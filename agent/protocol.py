@@ -85,8 +85,7 @@ from .events import (  # noqa: F401  (the event schema's version lives with its 
     EVENT_SCHEMA_MINOR,
     declared,
 )
-
-JOB_SCHEMA = 1
+from .limits import JOB_SCHEMA, MAX_EVENT_BYTES, MAX_EVENT_DEPTH  # noqa: F401  (re-exported)
 
 # -- model roles -----------------------------------------------------------------------
 
@@ -373,10 +372,6 @@ EVENTS: dict[str, EventType] = {t: EventType(*declared(c)) for t, c in EVENT_CLA
 EVENT_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     t: e.required for t, e in EVENTS.items()}
 FINAL_EVENTS = ("job_finished", "job_failed")
-# Bounds of one event line: the controller sets aside a longer or deeper one, and the agent
-# never writes one (a 16 MiB line is ~500k tokens of output with their ids and timings).
-MAX_EVENT_BYTES = 16 << 20
-MAX_EVENT_DEPTH = 32
 
 # Per-generation metrics, units in the names (what `generation` events carry).
 GENERATION_METRICS = (

@@ -67,6 +67,7 @@ def main() -> None:
     modules = args.modules or sorted(str(p.relative_to(ROOT))
                                      for p in (ROOT / "tests").rglob("test_*.py"))
     env = {**os.environ, **blas_env()}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as `make test`: bytecode cached (Makefile)
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"module-cpu-{os.getpid()}"
     logs.mkdir()
     print(f"logs: {logs}", flush=True)

@@ -16,10 +16,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# transport.q, which is shlex.quote: importing transport brings asyncssh (~0.4 CPU-s) to
+# every command that only reads CONTROLLER_CACHE (`plan lock` resolves a wheelhouse)
+from shlex import quote as q
+
 from agent.fingerprint import VERIFY_MAX_AGE_S, cached_fingerprint, model_files
 
 from ..errors import RemoteError, SpecfleetError
-from .transport import q
 
 STREAMS = 4  # blobs in flight per node: many small wheels would otherwise go one by one
 CONTROLLER_CACHE = Path(os.environ.get("SPECFLEET_CACHE", "~/.cache/specfleet")).expanduser()

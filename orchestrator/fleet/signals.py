@@ -9,7 +9,6 @@ is closed"); the detach is already under way and bounded.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import threading
@@ -104,6 +103,8 @@ def ignore_signals() -> None:
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(coro)``, but SIGINT or SIGTERM cancels ``coro`` (its cleanup runs) and
     raises ``Detach``; a second signal during that cleanup is ignored."""
+    import asyncio  # here: every command imports this module, few run a loop (~0.05 CPU-s)
+
     if not _main_thread():
         return asyncio.run(coro)
     got: list[int] = []

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import functools
 import io
-
-import matplotlib
-
-matplotlib.use("svg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 from agent.engines import DEFAULT_ENGINE
 
 from .week_sweeps import calibration_words
 
-# text.parse_math off: a name a user wrote ("$HOME bench", "cost $5-$10") is text, never
-# mathtext (a lone or odd '$' made matplotlib raise and the whole review fail)
-plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
-                     "axes.spines.right": False, "figure.dpi": 96, "text.parse_math": False})
+
+@functools.cache
+def pyplot():
+    """matplotlib's pyplot, set up for SVG: imported when the first chart is drawn (~0.7
+    CPU-s), not by every command that imports the review (a failing one, a week without
+    series, --format md,json)."""
+    import matplotlib
+
+    matplotlib.use("svg")
+    import matplotlib.pyplot as plt
+
+    # text.parse_math off: a name a user wrote ("$HOME bench", "cost $5-$10") is text, never
+    # mathtext (a lone or odd '$' made matplotlib raise and the whole review fail)
+    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
+                         "axes.spines.right": False, "figure.dpi": 96,
+                         "text.parse_math": False})
+    return plt
 
 
 SHOWN = 8  # series per chart: more lines than this are unreadable; the site has them all
@@ -43,7 +52,7 @@ def _title(ax, text: str, shown: int, total: int) -> None:
 def to_svg(fig) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
-    plt.close(fig)
+    pyplot().close(fig)
     text = buf.getvalue()
     return text[text.index("<svg"):]  # drop the XML prolog: the SVG is inlined into HTML
 
@@ -64,7 +73,7 @@ def acceptance_over_time(sections: list[dict], floor: float = 0.55) -> str | Non
     shown = every[:SHOWN]
     if not shown:
         return None
-    fig, ax = plt.subplots(figsize=(7, 2.8))
+    fig, ax = pyplot().subplots(figsize=(7, 2.8))
     for s in shown:
         pts = [p for p in s["trend"] if p["acceptance"] is not None]
         ax.plot([p["date"] for p in pts], [p["acceptance"] for p in pts], marker="o",
@@ -92,7 +101,7 @@ def speedup_vs_width(sections: list[dict], gate: float = 1.16) -> str | None:
     shown = every[:SHOWN]
     if not shown:
         return None
-    fig, ax = plt.subplots(figsize=(7, 2.8))
+    fig, ax = pyplot().subplots(figsize=(7, 2.8))
     for s in shown:
         pts = sorted((int(k), v) for k, v in s["speedup_by_k"].items() if v)
         line, = ax.plot([k for k, _ in pts], [v for _, v in pts], marker="o", label=label(s))
@@ -113,7 +122,7 @@ def itl_distribution(sections: list[dict]) -> str | None:
     shown = every[:6]
     if not shown:
         return None
-    fig, ax = plt.subplots(figsize=(7, 2.8))
+    fig, ax = pyplot().subplots(figsize=(7, 2.8))
     data, names = [], []
     for s in shown:
         data += [s["itl_p95_values"]["baseline"] or [0], s["itl_p95_values"]["best"]]
@@ -131,7 +140,7 @@ def acceptance_by_position(sections: list[dict]) -> str | None:
     shown = every[:6]
     if not shown:
         return None
-    fig, ax = plt.subplots(figsize=(7, 2.8))
+    fig, ax = pyplot().subplots(figsize=(7, 2.8))
     for s in shown:
         ys = s["acceptance_by_position"]
         ax.plot(range(1, len(ys) + 1), ys, marker="o",

@@ -158,11 +158,11 @@ def crossover(variants: list[dict]) -> str | None:
 def chart(ramp: dict) -> str | None:
     """Throughput against latency, one point per level, a line per variant; the SLO drawn,
     the knee ringed, a saturated level crossed."""
-    from .charts import legend, plt, refline, to_svg
+    from .charts import legend, pyplot, refline, to_svg
 
     if not any(len(v["levels"]) for v in ramp["variants"]):
         return None
-    fig, ax = plt.subplots(figsize=(6, 2.8))
+    fig, ax = pyplot().subplots(figsize=(6, 2.8))
     for v in ramp["variants"]:
         pts = [e for e in v["levels"] if e.get("output_tok_s_total") and e.get("e2e_ms_p95")]
         if not pts:
