@@ -82,6 +82,32 @@ def sweep(store, at, configs: dict) -> str:
     return _finish(store, sid, lines, at)
 
 
+def journal_config(mode: str, k: int, trials: list[dict], knobs=(),
+                   pre_1_9: bool = False) -> list[dict]:
+    """One config's journal lines as the agent writes them: its generations (``knobs``:
+    sampling knobs beside the width), then its summary from the agent's own
+    ``config_summary`` (10% limit); ``pre_1_9``: the summary without its spread fields."""
+    gens = []
+    for i, t in enumerate(trials):
+        g = gen_event(mode, k, knobs, workload="code", **{
+            "ttft_ms": 50.0, "itl_p95_ms": 20.0, "output_text": "x",
+            "exact_match": True if mode == "speculative" else None, **t},
+            **({} if mode == "baseline" else {"knob": "num_draft_tokens", "knob_value": k}))
+        g["repetition"] = i
+        gens.append(g)
+    s = config_summary([{**g, "unreliable_reasons": g.get("unreliable_reasons") or []}
+                        for g in gens], 0.10)
+    if s.get("contention") is None:
+        s.pop("contention")
+    if pre_1_9:
+        s.pop("spread")
+    return gens + [{"type": "config_summary", "workload": "code", "context_bucket": "short",
+                    "prompt_sha256": BASE_IDENTITY["prompt_sha256"], "engine": "mlx-lm",
+                    "mode": mode, "knob": None if mode == "baseline" else "num_draft_tokens",
+                    "knob_value": None if mode == "baseline" else k, "num_draft_tokens": k,
+                    "config": event_config(mode, k, knobs), **s, "parity": None}]
+
+
 def sweep_gens(store, at, configs: dict, *, quality=None, pre_1_9: bool = False,
                lock: dict | None = None) -> str:
     """One sweep as an agent journals it: each config's generations, then its summary from
@@ -90,27 +116,7 @@ def sweep_gens(store, at, configs: dict, *, quality=None, pre_1_9: bool = False,
     plan's lock (``tests.history.lock_doc``)."""
     sid, lines = _start(store, at, lock)
     for (mode, k), trials in configs.items():
-        gens = []
-        for i, t in enumerate(trials):
-            g = gen_event(mode, k, workload="code", **{
-                "ttft_ms": 50.0, "itl_p95_ms": 20.0, "output_text": "x",
-                "exact_match": True if mode == "speculative" else None, **t},
-                **({} if mode == "baseline" else {"knob": "num_draft_tokens",
-                                                   "knob_value": k}))
-            g["repetition"] = i
-            gens.append(g)
-        s = config_summary([{**g, "unreliable_reasons": g.get("unreliable_reasons") or []}
-                            for g in gens], 0.10)
-        if s.get("contention") is None:
-            s.pop("contention")
-        if pre_1_9:
-            s.pop("spread")
-        lines += gens
-        lines.append({"type": "config_summary", "workload": "code", "context_bucket": "short",
-                      "prompt_sha256": BASE_IDENTITY["prompt_sha256"], "engine": "mlx-lm",
-                      "mode": mode, "knob": None if mode == "baseline" else "num_draft_tokens",
-                      "knob_value": None if mode == "baseline" else k, "num_draft_tokens": k,
-                      "config": event_config(mode, k), **s, "parity": None})
+        lines += journal_config(mode, k, trials, pre_1_9=pre_1_9)
     return _finish(store, sid, lines, at, quality)
 
 

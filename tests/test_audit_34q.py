@@ -19,7 +19,6 @@ from datetime import timedelta
 import pytest
 
 from agent.stats import repetition_spread
-from agent.summary import config_summary
 from orchestrator.review import ci
 from orchestrator.review.ladder import ladders
 from orchestrator.review.report import write_review
@@ -27,9 +26,8 @@ from orchestrator.review.sweep_page import review_data
 from orchestrator.review.through_noise import interval_gate, nights_ratio_interval, pass_level
 from orchestrator.review.verdict import policy
 from orchestrator.store import open_store
-from tests.history import BASE_IDENTITY, _summary, event_config, new_sweep, week_nights
+from tests.history import BASE_IDENTITY, _summary, new_sweep, week_nights
 from tests.history import config_values as V
-from tests.history import generation as gen_event
 from tests.store_templates import fresh_sqlite
 from tests.test_audit_34n import (
     BUSY,
@@ -39,6 +37,7 @@ from tests.test_audit_34n import (
     _finish,
     _reason,
     _start,
+    journal_config,
     sweep_gens,
     weekly,
 )
@@ -370,24 +369,7 @@ def _sweep_knobs(store, at, configs: dict, knobs: dict) -> str:
                          "draft": BASE_IDENTITY["draft_fingerprint"]},
         "quantization": {"target": None, "draft": None}}]
     for (mode, k, kn), trials in configs.items():
-        gens = []
-        for i, t in enumerate(trials):
-            g = gen_event(mode, k, kn, workload="code", **{
-                "ttft_ms": 50.0, "itl_p95_ms": 20.0, "output_text": "x",
-                "exact_match": True if mode == "speculative" else None, **t},
-                **({} if mode == "baseline" else {"knob": "num_draft_tokens",
-                                                   "knob_value": k}))
-            g["repetition"] = i
-            gens.append(g)
-        s = config_summary([{**g, "unreliable_reasons": []} for g in gens], 0.10)
-        if s.get("contention") is None:
-            s.pop("contention")
-        lines += gens
-        lines.append({"type": "config_summary", "workload": "code", "context_bucket": "short",
-                      "prompt_sha256": BASE_IDENTITY["prompt_sha256"], "engine": "mlx-lm",
-                      "mode": mode, "knob": None if mode == "baseline" else "num_draft_tokens",
-                      "knob_value": None if mode == "baseline" else k, "num_draft_tokens": k,
-                      "config": event_config(mode, k, kn), **s, "parity": None})
+        lines += journal_config(mode, k, trials, kn)
     return _finish(store, sid, lines, at)
 
 
