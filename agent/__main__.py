@@ -48,8 +48,17 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "costs":
         from .calibrate import node_costs
+        from .errors import NodeBusy
+        from .lock import NodeLock, machine_lock_path
 
-        print(json.dumps(node_costs(args.job, args.reps, args.rounds)))
+        # its rounds time the pair: one benchmark a machine, as a sweep's generations
+        try:
+            with NodeLock(machine_lock_path(), "instrument-costs", shared=True,
+                          note=f"costs of {args.job}"):
+                print(json.dumps(node_costs(args.job, args.reps, args.rounds)))
+        except NodeBusy as e:
+            print(f"agent: {e}", file=sys.stderr)
+            return e.exit_code
         return 0
     if args.cmd == "version":
         from .checks import installed_versions

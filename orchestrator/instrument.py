@@ -95,6 +95,11 @@ def judge(node: str, generations: list[dict], costs: dict | None,
     unverified: list[str] = []
     acceptance, differ = _exactness(base, spec, problems, unverified)
     shaky = [g for g in generations if g.get("unreliable")]
+    # the node's load, said once with its next step: every reading beside it is suspect
+    kinds = sorted({r.split(":")[0] for g in shaky for r in g.get("unreliable_reasons")
+                    or ["unknown"]})
+    aside = (f"{len(shaky)} of {len(generations)} generations set aside "
+             f"({', '.join(kinds)}): run the check again when the node is quiet")
     widths: list[dict] = []
     if speed is not None:
         widths = _robust_widths(speed, acceptance, problems, unverified)
@@ -104,18 +109,17 @@ def judge(node: str, generations: list[dict], costs: dict | None,
             _sweep_agrees(base, spec, widths, unverified)
         if shaky:  # the loop's overhead was read once, beside the same load
             overhead = None
+            unverified.insert(0, aside)
     elif shaky:
-        kinds = sorted({r.split(":")[0] for g in shaky for r in g.get("unreliable_reasons")
-                        or ["unknown"]})
-        unverified.append(f"speed unverified: {len(shaky)} of {len(generations)} generations "
-                          f"set aside ({', '.join(kinds)})")
+        unverified.insert(0, f"speed unverified: {aside}")
         overhead = None  # measured on the same busy node: no more trustworthy
     elif costs is None:
         unverified.append("speed unverified: the node's step costs could not be measured")
     else:
         widths = _median_widths(base, spec, costs, acceptance, problems, unverified)
     if overhead is None:
-        unverified.append("loop overhead unverified")
+        unverified.append("loop overhead unverified" + (
+            " (read beside the same load)" if shaky else ""))
     elif overhead["ratio"] < OVERHEAD_FLOOR:
         problems.append(f"the agent's loop decodes at {overhead['ratio']:.2f}× a bare mlx-lm "
                         f"loop (floor {OVERHEAD_FLOOR})")
@@ -243,8 +247,11 @@ def _robust_widths(speed: dict, acceptance: float | None, problems: list[str],
         if not r.get("rounds"):
             unverified.append(f"speed unverified at width {k}: no round could be timed")
             continue
+        # the line shows the two medians and their ratio (one reading); the per-round
+        # ratios' own median, which the verdict's interval is about, is kept beside it
         w = {"k": k, "measured": r["measured"], "predicted": r["predicted"],
-             "off": r["ratio"] - 1, "spread": r["spread"], "rounds": r["rounds"]}
+             "off": r["measured"] / r["predicted"] - 1 if r["predicted"] else r["ratio"] - 1,
+             "ratio_median": r["ratio"], "spread": r["spread"], "rounds": r["rounds"]}
         widths.append(w)
         if why := judge_width(k, r, w):
             (problems if w.get("status") == "off" else unverified).append(why)
@@ -363,8 +370,13 @@ def check_instrument(hosts, store: Store, workdir: Path, draft: Path, *, layers:
     for h in hosts:
         o = measured.get(h.name)
         if h.name not in ran:
-            why = next((x.detail for x in result.outcomes if x.host == h.name), None)
-            out.append(NodeCheck(h.name, "failed", f"{h.name}: instrument unverified: the "
+            got = next((x for x in result.outcomes if x.host == h.name), None)
+            why = got.detail if got is not None else None
+            if got is not None and got.status == "busy":  # nothing measured: no verdict
+                out.append(NodeCheck(h.name, "unverified", f"{h.name}: instrument "
+                                     f"unverified: the node is busy, nothing measured ({why})"))
+                continue
+            out.append(NodeCheck(h.name, "failed", f"{h.name}: instrument failed: the "
                                  f"calibration sweep failed here ({why})"))
             continue
         value, problem = node_reading(o.value) if o is not None and o.status == "ok" else \

@@ -162,20 +162,13 @@ def test_a_contended_node_is_never_ok_even_when_its_rounds_agree():
 
 # --- findings -------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "MEDIUM: on a contended node (every generation set aside, as every run was on this "
-    "machine: 'other processes used 50% of the CPU') the line never says so; the user saw "
-    "'instrument unverified: speed unverified at width 2: too noisy ...; loop overhead "
-    "unverified' with no reason for the overhead and no 'run again when quiet'"))
+# fixed: the line says the generations set aside, why, and to run again when quiet.
 def test_a_contended_nodes_line_says_its_runs_were_set_aside():
     c = judge("local", _gens(unreliable=True), COSTS, LOOP, _steady())
     assert "set aside" in c.line or "contended" in c.line
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "MEDIUM: `python -m agent costs` (the check's rounds of step costs and speeds, ~20 s) "
-    "takes no machine lock: measured here while another job held it, it ran to the end, "
-    "loading the other benchmark and reading its own speeds under that load"))
+# fixed: `agent costs` takes the machine lock before it reads the job (agent/__main__.py).
 def test_the_nodes_cost_rounds_refuse_a_machine_another_job_holds(tmp_path):
     lock = tmp_path / "machine.lock"
     with NodeLock(lock, "other-bench", shared=True, note="audit"):
@@ -187,10 +180,7 @@ def test_the_nodes_cost_rounds_refuse_a_machine_another_job_holds(tmp_path):
     assert "busy" in (r.stdout + r.stderr)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "LOW: a busy node (another job holds the machine lock) prints 'local: instrument "
-    "unverified: the calibration sweep failed here (...busy...)' but its --json status is "
-    "'failed' and the exit 1 (off or failed), not 3 (a reading that could not be taken)"))
+# fixed: a busy node is 'instrument unverified: the node is busy', status unverified, exit 3.
 def test_a_busy_nodes_line_status_and_exit_agree(model_pair, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     lock = tmp_path / "machine.lock"
@@ -205,10 +195,7 @@ def test_a_busy_nodes_line_status_and_exit_agree(model_pair, tmp_path, monkeypat
     assert word == c["status"] and r.exit_code == 3
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "LOW: the line's 'measured×/predicted× (off%)' disagree on a noisy node: the user saw "
-    "'k=6 1.08×/1.22× (+2%, spread -18% to +3%)' (1.08/1.22 is -11%): the two medians and "
-    "the median of the per-round ratios are shown as one reading"))
+# fixed: the line's off is the shown medians' ratio; the per-round median is ratio_median.
 def test_each_widths_numbers_on_the_line_agree():
     rounds = {2: summarise_rounds({"predicted": [1.0, 1.0, 2.0, 2.0, 3.0],
                                    "measured": [1.0, 1.0, 2.0, 2.0, 1.0],
@@ -218,10 +205,7 @@ def test_each_widths_numbers_on_the_line_agree():
     assert abs(w["measured"] / w["predicted"] - 1 - w["off"]) < 0.01
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "LOW: the check's target cache reuses a target whose record says it is no exact pair "
-    "(expected_acceptance 0.9, noise 0.01, key left as the exact one's) and then judges it "
-    "against acceptance 1.0: a record edit the cache does not read"))
+# fixed: ensure_calibration reads the record (exact: acceptance 1.0, noise 0), not only its key.
 def test_the_check_never_reuses_a_target_recorded_as_inexact(model_pair, tmp_path):
     out = tmp_path / "cal"
     ensure_calibration(model_pair / "draft", out, 3, **QUIET)
@@ -233,10 +217,7 @@ def test_the_check_never_reuses_a_target_recorded_as_inexact(model_pair, tmp_pat
     assert json.loads((out / CALIBRATION_FILE).read_text())["expected_acceptance"] == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "LOW: `specfleet calibrate --rounds 3` is accepted (IntRange 1..50) though fewer than 5 "
-    "rounds can never give a speed verdict (every width 'fewer than the 5 whose range "
-    "covers the median'); the user waits the whole check for an 'unverified'"))
+# fixed: --rounds is 5 to 50.
 def test_rounds_too_few_for_a_verdict_are_refused_up_front(model_pair, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     inv = tmp_path / "closed.yml"  # fails fast if the option is accepted
@@ -248,17 +229,13 @@ def test_rounds_too_few_for_a_verdict_are_refused_up_front(model_pair, tmp_path,
     assert r.exit_code == 2 and "--rounds" in r.output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "LOW: docs/calibration.md says the demo's calibration plan has 'repetitions: 8' and "
-    "'stopped after 5 of 8 repetitions'; orchestrator/demo.py and the README say 12"))
+# fixed: docs/calibration.md says 12.
 def test_the_calibration_doc_states_the_demos_repetitions():
     doc = (ROOT / "docs" / "calibration.md").read_text()
     assert f"repetitions: {CALIBRATION_REPETITIONS}" in doc and "repetitions: 8`" not in doc
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "COSMETIC: a DRAFT folder without config.json says the path twice: 'Error: /x/empty: "
-    "/x/empty: not a model folder (...)'"))
+# fixed: the folder is named once.
 def test_a_folder_that_is_no_model_is_named_once(tmp_path):
     (tmp_path / "empty").mkdir()
     r = _run("models", "calibrate", tmp_path / "empty", tmp_path / "o")

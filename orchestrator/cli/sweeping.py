@@ -348,10 +348,10 @@ def _folder_name(ctx, param, value: str) -> Path:
               help="Layers of the grown target.")
 @click.option("--repetitions", type=click.IntRange(1, 50), default=3, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(16, 4096), default=64, show_default=True)
-@click.option("--rounds", type=click.IntRange(1, 50), default=5, show_default=True,
+@click.option("--rounds", type=click.IntRange(5, 50), default=5, show_default=True,
               help="Alternating rounds per node of step costs and measured speedup (the "
-                   "speed verdict is a 90% interval for the median of their ratios: at "
-                   "least 5 rounds; more narrow it on a noisy node).")
+                   "speed verdict is a 90% interval for the median of their ratios, which "
+                   "needs at least 5 rounds; more narrow it on a noisy node).")
 @db_option
 def calibrate(draft, workdir, layers, repetitions, max_tokens, rounds, db_url,
               failed_hosts_file, as_json, **kw):
