@@ -340,6 +340,14 @@ def token_count(text: str, usage: int | None, count_tokens=None, chunks: int | N
             return chunks, "chunks", (
                 f"the runtime reports {usage} tokens for {chunks} streamed chunks of text "
                 "(each came from a token; implausible); counted chunks instead")
+        if known and usage > PER_CHUNK_SLACK * (chunks + (accepted or 0)):
+            # possible only where characters arrive as several byte tokens each (rare
+            # ones): taken, but said to be unchecked (audit 27s: a double count of 100
+            # CJK characters, one a chunk, read as 200 tokens and was believed silently)
+            return usage, "usage", (
+                f"unverified: the runtime reports {usage} tokens for {chunks} streamed "
+                f"chunks ({usage / chunks:.1f} a chunk), possible only if most characters "
+                "were several byte tokens each; set a tokenizer to check it")
     return usage, "usage", None
 
 
@@ -413,8 +421,10 @@ def trace_of(s: Stream, count_tokens=None) -> Trace:
             "chunk_itl_p99_ms": percentile(itl, 99), "chunks": len(texts),
             "usage_tokens": usage, "token_source": source,
             **({"usage_problem": problem} if problem else {}),
-            # usage disagreed with what was streamed: not the count the rates use
-            **({"usage_implausible": True} if problem and usage is not None else {}),
+            # usage disagreed with what was streamed: not the count the rates use (an
+            # unverified usage is the count, its problem said beside it)
+            **({"usage_implausible": True} if problem and usage is not None
+               and source != "usage" else {}),
             **({"stream_repaired": s.rejoined + s.replaced, "stream_repair": repaired}
                if repaired else {}),
             "keepalive_comments": s.comments,

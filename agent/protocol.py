@@ -38,7 +38,9 @@ Format history
   and ``queue_growth_ms``, which the saturation rule reads (served below 95% of offered,
   or a growing queue, open and closed loop alike). An http ``generation`` without a
   tokenizer says when the runtime's ``usage`` count was implausible against the streamed
-  text (``usage_problem``, ``usage_implausible``: then not used for rates) and when a
+  text (``usage_problem``, ``usage_implausible``: then not used for rates; a
+  ``usage_problem`` alone: taken but unverified, as many tokens a chunk as only byte
+  tokens allow) and when a
   stream's split surrogate pairs were repaired (``stream_repaired``: how many).
   Optional, so a 1.5 agent's events still decode.
 - events 1.7: ``generation`` carries ``kv_cache_bytes`` (the prompt cache the agent hands
