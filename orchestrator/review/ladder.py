@@ -14,9 +14,10 @@ per target (chip × target weights and tier × workload × context × runtime) t
 
 each with speedup, acceptance, peak memory (and what it saves against rung 0), swap and
 the task pass rate against the baseline; the walk stops at the first rung that passes
-every gate. Only reliable configs are rungs, and a config set aside for its decode-rate
-spread alone that passed every gate through the noise (marked as such on its rung and in
-the ladder's words): any other set-aside config is never a step.
+every gate. Only reliable configs are rungs, and the one config its series' verdict
+switched on through the noise (set aside for its decode-rate spread alone, passing every
+gate on intervals; marked on its rung and in the ladder's words): any other set-aside
+config is never a step, so the walk never stops at a width the verdict passed over.
 """
 
 from __future__ import annotations
@@ -133,10 +134,9 @@ def _weight(s: dict) -> tuple:
 
 def _walk(group: list[dict]) -> dict | None:
     group = sorted(group, key=_weight, reverse=True)  # heaviest draft first
-    top = group[0]
+    top = {**group[0], "configs": _noisy(group[0])}
     # one sampling setting throughout (the top draft's fastest config's): a rung at another
     # temperature is another ladder, never a step of this one
-    top = {**top, "configs": _noisy(top)}
     usable = [c for c in top["configs"] if _usable(c)]
     if not usable:
         return None
