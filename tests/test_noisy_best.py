@@ -121,3 +121,30 @@ def test_the_pick_is_the_reliable_best_unless_a_noisy_width_beats_it_with_confid
     assert v["decision"] == "production candidate"
     want = max(beaters, key=lambda c: c["gates"]["speedup"]["value"]) if beaters else top
     assert v["k"] == want["k"] and ("through_noise" in v) == bool(beaters)
+
+
+def test_a_ladder_stands_where_every_config_was_set_aside_for_its_spread(tmp_path):
+    """A noisy VM (the CI clone's demo, 2026-11-28): the baseline and every width set aside
+    for their spread, the verdict width 4 through the noise. The ladder still walks from
+    rung 0, at that width, against the baseline the verdict was judged with."""
+    store = open_store(fresh_sqlite(tmp_path / "all.db"))
+    rng = random.Random(4)
+    sweep_gens(store, week_nights(W20, 1)[0] + timedelta(hours=1), {
+        ("baseline", 0): _trials(rng, 100, 8, 0.2),
+        ("speculative", 2): _trials(rng, 130, 8, 0.2, 1.0),
+        ("speculative", 4): _trials(rng, 200, 8, 0.2, 1.0)})
+    _, s = weekly(store)
+    assert all(c["set_aside"] for c in s["configs"])
+    v = s["verdict"]
+    assert (v["k"], v["through_noise"]["outcome"]) == (4, "pass"), v["text"]
+    light = copy.deepcopy(s)
+    light["identity"]["draft_fingerprint"] = "sha256:" + "ab" * 32
+    light["identity"]["draft_quant"] = "4-bit g64"
+    light["series"]["model_pair"] = "target / draft-4bit"
+    (lad,) = ladders([s, light])
+    assert (lad["rungs"][0]["k"], lad["rungs"][0]["through_noise"], lad["stop"]) == (4, True, 0)
+    assert lad["rungs"][-1]["step"] == 3  # the baseline it was judged against
+    # without the through-the-noise verdict, a set-aside baseline is no rung
+    quiet = copy.deepcopy(s)
+    quiet["verdict"].pop("through_noise")
+    assert ladders([quiet, light]) == []
