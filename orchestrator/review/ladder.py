@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .through_noise import SPREAD
+from .through_noise import noisy_pick, spread_only
 from .verdict import MIN_RUNS, gate_text
 
 STEPS = ("current width", "one step narrower", "lighter draft tier", "autoregressive only")
@@ -52,13 +52,8 @@ def _usable(c: dict) -> bool:
 def _noisy(s: dict) -> list[dict]:
     """The series' configs, its verdict's through-the-noise pick marked for ``_noisy_pass``
     (copies: the section's configs stay as the review shows them)."""
-    v = s.get("verdict") or {}
-    on = v.get("enable") if v.get("through_noise") and v.get("decision") == (
-        "production candidate") else None
-    return [{**c, "_picked_through_noise": True} if on and c["set_aside"]
-            and c["mode"] == "speculative" and c["k"] == on["num_draft_tokens"]
-            and (c.get("through_noise") or {}).get("outcome") == "pass"
-            and (c.get("knobs") or {}) == (on.get("config") or {}) else c
+    picked = noisy_pick(s)
+    return [{**c, "_picked_through_noise": True} if picked is not None and c is picked else c
             for c in s["configs"]]
 
 
@@ -72,8 +67,7 @@ def _baseline(s: dict, sampling) -> dict | None:
     reliable = next((c for c in base if not c["set_aside"]), None)
     if reliable is not None or not (s.get("verdict") or {}).get("through_noise"):
         return reliable
-    return next((c for c in base if c.get("unreliable_reasons") and all(
-        r.startswith(SPREAD) for r in c["unreliable_reasons"])), None)
+    return next((c for c in base if spread_only(c.get("unreliable_reasons") or [])), None)
 
 
 def _speedup(c: dict) -> float:

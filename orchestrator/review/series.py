@@ -18,7 +18,14 @@ from .configs import ConfigId, canonical, group_configs
 from .load import load_signals
 from .regression import regression
 from .rules import Rule, fire
-from .through_noise import NOISE_MARK, night_timing_gates, outcome, spread_alone, spread_text
+from .through_noise import (
+    NOISE_MARK,
+    night_timing_gates,
+    noisy_pick,
+    outcome,
+    spread_alone,
+    spread_text,
+)
 from .week_runs import RunRow, identity_changes, vals
 from .windows import GenRow
 
@@ -103,18 +110,11 @@ def read_served(section: dict, rules: list) -> bool:
     not the fastest reliable one (audit 34q: +100% memory read as width 2's +10%): the
     metrics say so (``best_through_noise``) and so does each signal they fire. True when
     the metrics were re-read (the verdict is then decided again on the new signals)."""
-    v, metrics = section.get("verdict") or {}, section.get("metrics")
-    on = v.get("enable") if v.get("through_noise") else None
-    if not on or metrics is None:
+    metrics, c = section.get("metrics"), noisy_pick(section)
+    if c is None or metrics is None:
         return False
-    c = next((c for c in section["configs"] if c["mode"] == "speculative" and c["set_aside"]
-              and c["k"] == on["num_draft_tokens"] and (c.get("knobs") or {}) == (
-                  on.get("config") or {}) and c.get("through_noise")), None)
     base = next((b for b in section["configs"] if b["mode"] == "baseline"
-                 and not b["set_aside"] and b.get("sampling") == (c or {}).get("sampling")),
-                None)
-    if c is None:
-        return False
+                 and not b["set_aside"] and b.get("sampling") == c.get("sampling")), None)
     mem, bmem = c.get("peak_memory"), (base or {}).get("peak_memory")
     tn = c["through_noise"]
     metrics.update(best_k=c["k"], best_label=c["label"], best_speedup=tn["speedup"],

@@ -37,10 +37,26 @@ def spread_alone(summary: dict | None) -> dict | None:
     reason (None: another reason too, or a run stored before events 1.9; see
     ``stored_spread``)."""
     s = summary or {}
-    reasons = s.get("unreliable_reasons") or []
-    if not (len(reasons) == 1 and reasons[0].startswith(SPREAD)):
+    return stored_spread(s) if spread_only(s.get("unreliable_reasons") or []) else None
+
+
+def spread_only(reasons: list[str]) -> bool:
+    """Whether the decode-rate spread is a run's (or config's) one reason to be set aside."""
+    return len(reasons) == 1 and reasons[0].startswith(SPREAD)
+
+
+def noisy_pick(section: dict) -> dict | None:
+    """The config the section's verdict switched on through the noise (set aside for its
+    spread alone, passed on intervals), or None: the one the ladder walks to and the rules
+    read (``ladder``, ``series.read_served``)."""
+    v = section.get("verdict") or {}
+    on = v.get("enable") if v.get("through_noise") else None
+    if not on:
         return None
-    return stored_spread(s)
+    return next((c for c in section["configs"] if c["mode"] == "speculative"
+                 and c["set_aside"] and c["k"] == on["num_draft_tokens"]
+                 and (c.get("through_noise") or {}).get("outcome") == "pass"
+                 and (c.get("knobs") or {}) == (on.get("config") or {})), None)
 
 
 def stored_spread(summary: dict | None) -> dict | None:
