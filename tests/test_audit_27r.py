@@ -202,14 +202,15 @@ def test_a_two_night_side_twice_as_noisy_is_covered_as_welch_covers_it():
     assert covered / pairs >= 0.88, covered / pairs
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "severity: medium. One busy night (0.7x) in each of two weeks of twenty nights, φ 0.9, "
-    "weeks two nights apart (the project's own layout): the outliers break the likelihood's "
-    "read of memory (mean φ 0.87 -> 0.30), so the interval covers 1.0 in 87.2% with 4.7% "
-    "false claims (1,000 pairs, seed 2703; 93.8% without the busy nights; one 0.7x night "
-    "in A alone: 79.5% and 9.0%)"))
-def test_one_busy_night_a_week_does_not_hide_strong_memory():
-    claims, coverage, _ = _score(_sides(20, 20, 0.9, gap=2, outliers=0.7), 1000, 2703)
+@pytest.mark.parametrize("busy", [0.7, 0.9])
+def test_one_busy_night_a_week_does_not_hide_strong_memory(busy):
+    """Audit 27r (medium), closed: one busy night (0.7x) in each of two weeks of twenty
+    nights, φ 0.9, weeks two nights apart: the outliers broke the likelihood's read of
+    memory (mean φ 0.87 -> 0.30), 87.2% covered, 4.7% false claims (1,000 pairs, seed
+    2703). Busy nights (review/busy_nights: the additive-outlier test) are left out of a
+    second read of φ, the larger bound kept: 100%, no claim; a 0.9x night (2σ: 86.1%,
+    7.9% before) 94.7%, 2.4%."""
+    claims, coverage, _ = _score(_sides(20, 20, 0.9, gap=2, outliers=busy), 1000, 2703)
     assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
 
 

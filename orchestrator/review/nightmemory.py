@@ -74,6 +74,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .busy_nights import busy_nights
+
 MAX_PHI = 0.9      # the most memory believed (as the change-point noise, review/arnoise.py)
 # fewer neighbour pairs (three nights a side): φ is the exact bound of the lag-1
 # autocorrelation's tail (3v3 at φ 0.5: 96.5% covered), not the likelihood's
@@ -85,6 +87,7 @@ ALPHA = 0.25       # below MIN_PAIRS: how far into the lower tail of r the obser
 LR_APART = 2.71
 ALPHA_APART = 0.05
 _STEP = 0.01       # φ is read to this
+_BUSY_ROUNDS = 3   # busy nights sought again under the memory read without them
 _SAME = 1e-12      # residuals this small (relative to the values) are rounding, not nights
 
 
@@ -186,10 +189,14 @@ def night_memory(sides: Sequence[Sequence[float]], apart: bool = False) -> float
 _GRID = np.round(np.arange(-MAX_PHI, MAX_PHI + _STEP / 2, _STEP), 2)  # φ read on this
 
 
-def restricted_loglik(sides: Sequence[Sequence[float]]) -> np.ndarray:
+def restricted_loglik(sides: Sequence[Sequence[float]],
+                      at: Sequence[Sequence[int]] | None = None) -> np.ndarray:
     """The restricted (REML) log-likelihood of φ on ``_GRID``, σ² profiled out: each side an
     AR(1) series about its own mean (sides independent, one φ and σ²). Its closed forms:
-    |R| = (1 − φ²)^(n−1), R⁻¹ tridiagonal, 1'R⁻¹1 = (n − (n − 2)φ) / (1 + φ)."""
+    |R| = (1 − φ²)^(n−1), R⁻¹ tridiagonal, 1'R⁻¹1 = (n − (n − 2)φ) / (1 + φ). ``at``: each
+    side's nights' positions where some are left out (``_gapped_loglik``)."""
+    if at is not None:
+        return _gapped_loglik(sides, at)
     f, q, logdet, free = _GRID, np.zeros_like(_GRID), np.zeros_like(_GRID), 0
     for xs in sides:
         if len(xs) < 2:
@@ -207,10 +214,64 @@ def restricted_loglik(sides: Sequence[Sequence[float]]) -> np.ndarray:
     return -0.5 * (logdet + free * np.log(np.maximum(q, 1e-300)))
 
 
+def _gapped_loglik(sides: Sequence[Sequence[float]],
+                   at: Sequence[Sequence[int]]) -> np.ndarray:
+    """restricted_loglik with each side's nights at positions ``at`` (a night left out is a
+    gap: its neighbours φ^gap apart). The nights a Markov chain: |R| = Π (1 − ρᵢ²) and
+    u'R⁻¹v = u₀v₀ + Σ (uᵢ₊₁ − ρᵢuᵢ)(vᵢ₊₁ − ρᵢvᵢ) / (1 − ρᵢ²), ρᵢ = φ^(tᵢ₊₁ − tᵢ)."""
+    f, q, logdet, free = _GRID[:, None], np.zeros_like(_GRID), np.zeros_like(_GRID), 0
+    for i, xs in enumerate(sides):
+        if len(xs) < 2:
+            continue
+        x = np.asarray(xs, dtype=float)
+        x = x - x.mean()
+        gaps = np.diff(np.asarray(at[i], dtype=float))
+        rho = f ** gaps[None, :]
+        one = np.ones(len(x))
+        q += _form(x, x, rho) - _form(one, x, rho) ** 2 / _form(one, one, rho)
+        logdet += np.log(1 - rho * rho).sum(axis=1) + np.log(_form(one, one, rho))
+        free += len(x) - 1
+    return -0.5 * (logdet + free * np.log(np.maximum(q, 1e-300)))
+
+
+def _form(u: np.ndarray, v: np.ndarray, rho: np.ndarray) -> np.ndarray:
+    """u'R⁻¹v for each φ (a row of ``rho``: the neighbours' correlations)."""
+    du, dv = u[1:] - rho * u[:-1], v[1:] - rho * v[:-1]
+    return u[0] * v[0] + (du * dv / (1 - rho * rho)).sum(axis=1)
+
+
 def likelihood_memory(sides: Sequence[Sequence[float]], bound: float = LR_BOUND) -> float:
     """The largest φ in [0, MAX_PHI] whose restricted likelihood is within ``bound`` / 2
-    of the best (a profile-likelihood upper bound read from both sides at once)."""
+    of the best (a profile-likelihood upper bound read from both sides at once); where a
+    side has busy nights (``busy_nights``: a spike hides memory), the larger of that bound
+    and the one read with them left out (the interval only ever widens). The spike lowers
+    the memory they are judged under, so they are sought again under the memory read
+    without them (a 0.9× night at φ 0.9: 86.1% → 94.7% covered, seed 2703)."""
     ll = restricted_loglik(sides)
+    phi, best = _upper(ll, bound), _best(ll)
+    for _ in range(_BUSY_ROUNDS):
+        busy = busy_nights(sides, best)
+        if not any(busy):
+            break
+        kept = [(at, xs) for at, xs in (([i for i in range(len(xs)) if i not in b],
+                                         [x for i, x in enumerate(xs) if i not in b])
+                                        for xs, b in zip(sides, busy)) if len(xs) >= 2]
+        if not kept:
+            break
+        ll = restricted_loglik([xs for _, xs in kept], [at for at, _ in kept])
+        phi = max(phi, _upper(ll, bound))
+        if _best(ll) <= best:
+            break
+        best = _best(ll)
+    return phi
+
+
+def _best(ll: np.ndarray) -> float:
+    """The most likely φ, within [0, MAX_PHI]."""
+    return float(np.clip(_GRID[ll.argmax()], 0.0, MAX_PHI))
+
+
+def _upper(ll: np.ndarray, bound: float) -> float:
     ok = _GRID[(2 * (ll.max() - ll) <= bound) & (_GRID >= 0)]
     return float(ok.max()) if ok.size else 0.0
 
