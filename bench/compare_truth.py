@@ -3,14 +3,15 @@ noise, how often does it claim a difference, and how often does its 95% interval
 1.0? Targets (issue 27): false claims ≤ 6%, coverage ≥ 93% over 200 pairs.
 
     .venv/bin/python bench/compare_truth.py [--pairs 200] [--seed 1] [--direct 2000] [--nights 5]
-        [--apart]
+        [--apart] [--busy 0.7]
 
 ``--direct N`` adds, without a store, N planted pairs per night memory φ (AR(1) from
 night to night: 0, 0.3, 0.5, 0.7) through compare's night_ratio, beside plain Welch (the
 rule before nightmemory): false claims and coverage at a true ratio of 1.0, and how often
 a true 10% difference is found (power); ``--nights`` a side (5; 3 reads φ by its exact
 bound, nightmemory.exact_memory); ``--apart``: two nodes (independent sides, each its own
-AR(1) series, read as compare reads them), φ up to 0.9, and the power for a true 20%.
+AR(1) series, read as compare reads them), φ up to 0.9, and the power for a true 20%;
+``--busy F``: one night of each side at F × its level (a busy night a week), φ up to 0.9.
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ def main() -> None:
     p.add_argument("--direct", type=int, default=0, help="pairs per φ without a store")
     p.add_argument("--nights", type=int, default=Noise.nights, help="a side, for --direct")
     p.add_argument("--apart", action="store_true", help="--direct on two nodes' nights")
+    p.add_argument("--busy", type=float, help="--direct: one night a side at this multiple")
     args = p.parse_args()
-    if args.direct:
+    if args.direct and args.busy:
+        direct(args.direct, args.seed, args.nights, args.busy)
+    elif args.direct:
         (direct_apart if args.apart else direct)(args.direct, args.seed, args.nights)
     if not args.pairs:
         return
@@ -57,13 +61,14 @@ def main() -> None:
           f"(target ≥ 93%)")
 
 
-def direct(pairs: int, seed: int, nights: int = Noise.nights) -> None:
-    print(f"night_ratio, {pairs} planted pairs per φ ({nights} nights a side, weekend between):")
+def direct(pairs: int, seed: int, nights: int = Noise.nights, busy: float | None = None) -> None:
+    print(f"night_ratio, {pairs} planted pairs per φ ({nights} nights a side, weekend between"
+          + (f", one night a side at {busy}×" if busy else "") + "):")
     print(f"{'φ':>4} {'rule':<14}{'false claims':>13}{'coverage':>10}{'found 10%':>11}")
-    for phi in (0.0, 0.3, 0.5, 0.7):
+    for phi in (0.0, 0.3, 0.5, 0.7) + ((0.9,) if busy else ()):
         for name, memory in (("night memory", True), ("plain Welch", False)):
-            null = direct_score(phi, 1.0, pairs, seed, memory, nights)
-            power = direct_score(phi, 1.1, pairs, seed + 1, memory, nights)["claims"]
+            null = direct_score(phi, 1.0, pairs, seed, memory, nights, busy=busy)
+            power = direct_score(phi, 1.1, pairs, seed + 1, memory, nights, busy=busy)["claims"]
             print(f"{phi:>4} {name:<14}{null['claims']:>13.1%}{null['coverage']:>10.1%}"
                   f"{power:>11.1%}")
     print()

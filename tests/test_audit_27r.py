@@ -107,7 +107,11 @@ def test_two_nodes_three_nights_with_strong_memory_meet_the_targets():
     "The joined bounds (LR_BOUND 0.9, ALPHA 0.25) lean on the weeks' covariance, which few "
     "nights barely give. Read apart: 98.3% and 97.8%, at the power cost in "
     "test_two_nodes_find_a_difference; four nights between read as one series would cover "
-    "89.6-90.3% at 3-8 nights, hence compare.JOINED_DAYS 3"))
+    "89.6-90.3% at 3-8 nights, hence compare.JOINED_DAYS 3. Measured (cmp27): the exact "
+    "bound at ALPHA 0.2 covers 93.6% (seeds 1-3: 93.5-95.0%) but widens 5 v 2 past 5 v 1 "
+    "(median log-width 0.534 > 0.519: test_a_second_night_does_not_widen_the_interval) and "
+    "finds a true 20% at three nights in 8.2% (10.7%); each side's spread on its df under "
+    "memory (spread_df, as apart) 92.2%; busy nights (busy_nights) change nothing here"))
 def test_one_node_three_nights_back_to_back_with_strong_memory_meet_the_targets():
     claims, coverage, _ = _score(_sides(3, 3, 0.9, gap=2), 1000, 2701)
     assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
@@ -118,7 +122,8 @@ def test_two_nodes_find_a_difference(nights, found):
     """Guard (power on independent sides, the price of closing findings 1 and 2): a true
     20% difference between two nodes with independent nights (φ 0), seed 99, 600 pairs:
     found (p < 0.01, interval off 1.0) in 50.8% at eight nights a side (82.5% when read as
-    one node's weeks), 89.5% at twelve (98.8%); the true 1.2 covered ≥ 95%. The bound on φ
+    one node's weeks), 89.5% at twelve (98.8%); 50.0% and 89.3% since busy nights are
+    sought (review/busy_nights); the true 1.2 covered ≥ 95%. The bound on φ
     against it (eight nights; seed 2701 covered at φ 0.9 / seed 99 found): LR 0.9 88.9% /
     78.3%, 1.64 91.9% / 66.0%, 2.71 94.1% / 50.8%, 3.84 94.8% / 37.5%."""
     from orchestrator.review.compare import SIGNIFICANT_P, night_ratio
@@ -202,22 +207,51 @@ def test_a_two_night_side_twice_as_noisy_is_covered_as_welch_covers_it():
     assert covered / pairs >= 0.88, covered / pairs
 
 
-@pytest.mark.parametrize("busy", [0.7, 0.9])
+@pytest.mark.parametrize("busy", [0.7, 0.8])
 def test_one_busy_night_a_week_does_not_hide_strong_memory(busy):
     """Audit 27r (medium), closed: one busy night (0.7x) in each of two weeks of twenty
     nights, φ 0.9, weeks two nights apart: the outliers broke the likelihood's read of
     memory (mean φ 0.87 -> 0.30), 87.2% covered, 4.7% false claims (1,000 pairs, seed
     2703). Busy nights (review/busy_nights: the additive-outlier test) are left out of a
-    second read of φ, the larger bound kept: 100%, no claim; a 0.9x night (2σ: 86.1%,
-    7.9% before) 94.7%, 2.4%."""
+    second read of φ, the larger bound kept, and out of the nights' spread, their excess
+    entering the mean once as their own noise (compare._side_variance): 97.0%, 0.6% (seeds
+    1-2: 98.1%, 97.1%); a 0.8x night 94.9%, 1.4%."""
     claims, coverage, _ = _score(_sides(20, 20, 0.9, gap=2, outliers=busy), 1000, 2703)
+    assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
+
+
+def test_a_busy_night_a_week_leaves_the_power_to_find_a_difference():
+    """Guard (the price of busy nights): one 0.7x night in each of two weeks of twenty
+    nights, φ 0.5, a true 10% difference (tests.truth.pairs, 500 pairs, seed 2): found in
+    28.8% (34.8% before busy nights were sought, at 99.7% coverage of 1.0 where now 100%).
+    Read into the nights' spread and scaled by memory, the busy night left 5.5%."""
+    from tests.truth.pairs import direct_score
+
+    assert direct_score(0.5, 1.1, 500, 2, nights=20, busy=0.7)["claims"] >= 0.2
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: low. One 0.9x night a week (2σ at σ 5%) in two weeks of twenty nights, φ 0.9, "
+    "two nights apart: 92.3% covered, 4.3% false claims (1,000 pairs, seed 2703; 86.1%, 7.9% "
+    "before busy nights were sought). A spike this small is flagged in some pairs only "
+    "(busy_nights at 3.5 σₐ) and, flagged, leaves the nights' spread as the largest of "
+    "them: read into the spread (the bound raised, the spread kept) it covered 94.7% but a "
+    "true 10% at twenty nights with one 0.7x night a week was found in 5.5% of pairs at "
+    "φ 0.5 (28.8% now)"))
+def test_one_slightly_busy_night_a_week_does_not_hide_strong_memory():
+    claims, coverage, _ = _score(_sides(20, 20, 0.9, gap=2, outliers=0.9), 1000, 2703)
     assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)
 
 
 @pytest.mark.xfail(strict=True, reason=(
     "severity: low (MAX_PHI 0.9 is the design's ceiling). φ 0.95 on two weeks of twenty "
     "nights two apart: 90.8% covered, 3.0% false claims (1,000 pairs, seed 2704); "
-    "independent sides at φ 0.95: 76-80% covered, 10.5-13.4% false claims (4-20 nights)"))
+    "independent sides at φ 0.95: 76-80% covered, 10.5-13.4% false claims (4-20 nights). "
+    "Measured (cmp27): MAX_PHI 0.95 covers 95.8%, 1.9% with the power guards barely moved "
+    "(eight nights 81.0% -> 80.8%, two nodes 50.0% -> 49.8%) but widens every few-night "
+    "interval whose bound sits at the ceiling (3 v 1 median log-width 0.949 -> 1.197, "
+    "5 v 1 0.469 -> 0.507), and moves the finding to φ beyond the new ceiling: a design "
+    "choice, left to the design"))
 def test_memory_beyond_the_ceiling_meets_the_coverage_target():
     claims, coverage, _ = _score(_sides(20, 20, 0.95, gap=2), 1000, 2704)
     assert claims <= 0.06 and coverage >= 0.93, (claims, coverage)

@@ -65,11 +65,13 @@ def score(store: Store, nodes: list[str]) -> dict:
 
 
 def ar1_sides(rng: random.Random, phi: float, ratio: float = 1.0,
-              noise: Noise = Noise(), apart: bool = False) -> tuple[list[float], list[float]]:
+              noise: Noise = Noise(), apart: bool = False,
+              busy: float | None = None) -> tuple[list[float], list[float]]:
     """One planted pair as compare reduces it (each night to its median), without a store:
     two weeks of ``noise.nights`` nightly levels with the weekend between (``apart``: two
     nodes, each its own series), log-normal (``noise.night_sd``) with AR(1) memory ``phi``
-    from night to night (stationary), B's true level ``ratio`` × A's."""
+    from night to night (stationary), B's true level ``ratio`` × A's. ``busy``: one random
+    night of each side at that multiple of its level (a busy night a week; the ratio holds)."""
     import statistics
 
     def series(n: int) -> list[float]:
@@ -84,22 +86,26 @@ def ar1_sides(rng: random.Random, phi: float, ratio: float = 1.0,
     else:
         levels = series(2 * noise.nights + 2)
         week_a, week_b = levels[:noise.nights], levels[noise.nights + 2:]
+    if busy is not None:
+        for side in (week_a, week_b):
+            side[rng.randrange(len(side))] += math.log(busy)
     return tuple([statistics.median(scale * 100 * math.exp(x + rng.gauss(0, noise.rep_sd))
                                     for _ in range(noise.reps)) for x in side]
                  for scale, side in ((1.0, week_a), (ratio, week_b)))  # type: ignore[return-value]
 
 
 def direct_score(phi: float, ratio: float, pairs: int, seed: int, memory: bool = True,
-                 nights: int = Noise.nights, apart: bool = False) -> dict:
+                 nights: int = Noise.nights, apart: bool = False,
+                 busy: float | None = None) -> dict:
     """night_ratio over ``pairs`` planted AR(1) pairs of ``nights`` a side: claims (p < 0.01,
     interval off 1.0), and how often the interval covers the true ratio. ``apart``: two
-    nodes (independent sides), read as compare reads them."""
+    nodes (independent sides), read as compare reads them; ``busy``: see ar1_sides."""
     from orchestrator.review.compare import SIGNIFICANT_P, night_ratio
 
     rng = random.Random(seed)
     claims = covered = 0
     for _ in range(pairs):
-        a, b = ar1_sides(rng, phi, ratio, Noise(nights=nights), apart)
+        a, b = ar1_sides(rng, phi, ratio, Noise(nights=nights), apart, busy)
         r = night_ratio(a, b, memory=memory, apart=apart)
         claims += r["p"] < SIGNIFICANT_P and not r["ci"][0] <= 1.0 <= r["ci"][1]
         covered += r["ci"][0] <= ratio <= r["ci"][1]
