@@ -228,6 +228,9 @@ def _breaks(x: np.ndarray, segs: list, sums: Sums, nz: Noise, log_n: float,
     drift's edge unless no continuous bend fits it (then ``sharp``: a step of its own) or
     the identity changed that night (``caused``)."""
     out: list[dict] = []
+    # the nights' own noise (from differences): the fit's residuals may hold a level the
+    # selection stretched a drift over, or the middle level a transient was merged away from
+    own = min(nz.lr, noise(x)[0]) ** 2 * log_n if len(segs) > 1 else 0.0
     for n, (a, b) in enumerate(zip(segs, segs[1:])):
         (i0, i1, k0), (j0, j1, k1) = a, b
         l0, s0 = sums.fit(i0, i1, k0)
@@ -239,9 +242,8 @@ def _breaks(x: np.ndarray, segs: list, sums: Sums, nz: Noise, log_n: float,
             continue  # a drift's start or end
         drifting = [sums.fit(i, j, k)[1] for i, j, k in (a, b) if k == "line"]
         lo, hi = max(i0, j0 - 40), min(j1, j0 + 40)
-        # against the nights' own noise too: a hold the selection stretched a drift over
-        # inflates the fit's (a 15% step after a drift and a hold read as its edge: 34 of 200)
-        pen = JUMP_WEIGHT * min(nz.lr, noise(x)[0]) ** 2 * log_n
+        # (a 15% step after a drift and a hold read as its edge in 34 of 200 at the fit's)
+        pen = JUMP_WEIGHT * own
         sharp = sharp_jump(x[lo:hi], j0 - lo, (k0, k1), pen) if drifting else \
             _sharp_before_drift(x, segs, n, pen)
         if drifting and all((s > 0) == (size > 0) for s in drifting) and not sharp \
@@ -249,10 +251,7 @@ def _breaks(x: np.ndarray, segs: list, sums: Sums, nz: Noise, log_n: float,
             continue  # a jump the way a drift beside it goes: the drift's edge, not a step
         if k0 == k1 == "flat" and j1 - j0 >= MIN_NIGHTS:
             ramp = ramp_or_step(x[lo:hi], j0 - lo, nz.lr ** 2 * log_n, MIN_DRIFT)
-            # against the nights' own noise (from differences): the fit's residuals hold
-            # the middle level a two-night transient was merged away from
-            stair = None if ramp is None else staircase(
-                x[lo:hi], ramp, min(nz.lr, noise(x)[0]) ** 2 * log_n)
+            stair = None if ramp is None else staircase(x[lo:hi], ramp, own)
             if stair is not None:  # two sudden moves a ramp only averages: the first
                 j0 = lo + stair
             elif ramp is not None:
