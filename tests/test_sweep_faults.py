@@ -1,6 +1,7 @@
 """Store and controller faults: two controllers, store down at start, PostgreSQL restarted
 mid-sweep, the controller's disk full."""
 
+import os
 import signal
 import subprocess
 
@@ -133,12 +134,17 @@ def test_postgresql_restarted_during_a_resume(fleet, model_pair, tmp_path, priva
 def test_controller_disk_full_then_attach(fleet, model_pair, tmp_path):
     small = tmp_path / "small"
     small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=640k", "tmpfs", str(small)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(small)], check=True)
     try:
         url = f"sqlite:///{small / 'store.db'}"
-        # the disk fills at ~15 stored events whatever their length (the WAL's pages, not the
-        # tokens): 3 repetitions of 64 tokens (~28 events) leave the attach work to do at a
-        # third of 4 x 128's generation CPU
+        # The schema first, then 160 kB left: the 28 events of 3 repetitions of 64 tokens need
+        # ~116 kB in the database and as much again in its WAL (measured: the disk fills after
+        # ~6 generations), so it fills mid-sweep however the ingest batches them. A fixed
+        # 640 kB filled on a slow host (many small commits) and never on a fast one.
+        assert specfleet("db", "upgrade", "--db", url, log=tmp_path / "u.log").wait(60) == 0
+        used = (lambda st: (st.f_blocks - st.f_bfree) * st.f_frsize)(os.statvfs(small))
+        subprocess.run(["mount", "-o", f"remount,size={used + 160 * 1024}", str(small)],
+                       check=True)
         lock = make_lock(tmp_path, model_pair, widths=(2, 3, 4), repetitions=3, max_tokens=64)
         inv = tmp_path / "hosts.yml"
         inv.write_text(fleet.inventory_yaml())
@@ -186,6 +192,36 @@ def test_controller_disk_full_before_the_sweep_starts(fleet, model_pair, tmp_pat
             "stored so far is lost")
         assert "sweep" not in out.split("Error:")[0]  # no sweep was started
         assert (set(jobs.iterdir()) if jobs.exists() else set()) == before
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_controller_disk_full_before_any_agent_starts(fleet, model_pair, tmp_path):
+    """The schema fits, the node's lease (or its placement) does not: once an "internal
+    error … please report it", twice over (releasing the lease failed too); now the
+    store's own line, and the next step is a new start (no agent ran: --attach has nothing
+    to read)."""
+    small = tmp_path / "lease"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(small)], check=True)
+    try:
+        url = f"sqlite:///{small / 's.db'}"
+        assert specfleet("db", "upgrade", "--db", url, log=tmp_path / "u.log").wait(60) == 0
+        used = (lambda st: (st.f_blocks - st.f_bfree) * st.f_frsize)(os.statvfs(small))
+        subprocess.run(["mount", "-o", f"remount,size={used + 64 * 1024}", str(small)],
+                       check=True)
+        inv = tmp_path / "hosts.yml"
+        inv.write_text(fleet.inventory_yaml())
+        jobs = fleet.nodes[0].home / ".specfleet" / "jobs"
+        before = set(jobs.glob("*.events.jsonl"))
+        p = specfleet("sweep", str(make_lock(tmp_path, model_pair)),
+                      *args(fleet, inv, url, tmp_path), log=tmp_path / "c.log")
+        assert p.wait(timeout=60) == 1
+        out = (tmp_path / "c.log").read_text()
+        assert "internal error" not in out and "Traceback" not in out, out
+        assert ("node1 failed: the controller's store is out of disk space" in out
+                and "start the sweep again (no agent was started on this node" in out), out
+        assert set(jobs.glob("*.events.jsonl")) == before  # no agent ran: no journal
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
 

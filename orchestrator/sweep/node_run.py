@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import secrets
@@ -66,6 +67,7 @@ class NodeRun:
         self.opts, self.progress = opts, progress
         self.started = False  # once an agent runs, its lease outlives this controller
         self.stopped = False  # --stop ended its agent: the node is free again
+        self.fresh = False  # a first start: until its agent runs, nothing was measured
         self._home: str | None = None  # the node's $HOME, asked once
         self.decoder = Decoder(host.name)
         self.twice: set[int] = set()  # seqs the current read holds more than one line of
@@ -114,17 +116,18 @@ class NodeRun:
         root = expand_root(h.root, await t.home())
         # The node's facts are part of every result's identity (chip, OS build, power).
         facts = await collect(h, t)
-        await asyncio.to_thread(self.store.add_facts, h.name, facts)
+        await self.with_store(self.store.add_facts, h.name, facts)
         python, agent_dir, models, env_id = await self._place_agent(t, doc, root)
         this_job = node_job(job, doc, self.sweep_id, models, python, h)
         jobs = f"{root}/jobs"
         job_path, journal = f"{jobs}/{self.sweep_id}.json", f"{jobs}/{self.sweep_id}.events.jsonl"
         await t.run(f"mkdir -p {q(jobs)}")
         await t.write_text(job_path, json.dumps(this_job))
-        self.store.set_sweep_node(self.sweep_id, h.name, state="launching", root=root,
-                                  job_path=job_path, journal_path=journal, agent_dir=agent_dir,
-                                  python=python, journal_key=secrets.token_bytes(32).hex(),
-                                  identity=node_identity(doc, job, env_id, facts))
+        await self.with_store(functools.partial(
+            self.store.set_sweep_node, self.sweep_id, h.name, state="launching", root=root,
+            job_path=job_path, journal_path=journal, agent_dir=agent_dir, python=python,
+            journal_key=secrets.token_bytes(32).hex(),
+            identity=node_identity(doc, job, env_id, facts)))
         await self.start_agent(t, resume=False)
 
     async def _place_agent(self, t, doc: dict, root: str) -> tuple[str, str, dict, str | None]:
@@ -156,7 +159,8 @@ class NodeRun:
         res = await t.run(agent_command(sn, self.host, resume),
                           input=f"{sn.journal_key}\n" if sn.journal_key else None)
         pid = json.loads(res.stdout.strip().splitlines()[-1])["pid"]
-        self.store.set_sweep_node(self.sweep_id, self.host.name, state="running", pid=pid)
+        await self.with_store(functools.partial(self.store.set_sweep_node, self.sweep_id,
+                                                self.host.name, state="running", pid=pid))
         self.started = True
         self.say(f"agent {'resumed' if resume else 'started'} (pid {pid}), detached")
 
@@ -189,7 +193,8 @@ class NodeRun:
     async def with_store(self, fn, *args):
         """``fn(*args)`` in a thread, waiting out a store that is down for as long as it
         takes (``store_wait.with_store``)."""
-        return await with_store(fn, *args, sweep_id=self.sweep_id, say=self.say)
+        return await with_store(fn, *args, sweep_id=self.sweep_id, say=self.say,
+                                launched=self.started or not self.fresh)
 
     async def ingest(self, batch: list[dict], raw: list[str]) -> None:
         """Store a batch, however long the store is down: never given up, never dropped.
@@ -339,7 +344,10 @@ class NodeRun:
     # -- the three ways in -------------------------------------------------------------
 
     async def run(self, t, mode: str, doc: dict | None = None, job: dict | None = None):
-        await asyncio.to_thread(self.lease)
+        # every write before the agent starts goes through with_store too: a store out of
+        # space there was an "internal error" that named no next step
+        self.fresh = mode == "start"
+        await self.with_store(self.lease)
         keeper = asyncio.create_task(self.keep_lease())
         try:
             if mode == "start":
@@ -362,10 +370,13 @@ class NodeRun:
             return await self.with_store(self.outcome)
         finally:
             keeper.cancel()
-            final = self.store.last_event(self.sweep_id, self.host.name) or {}
-            if not self.started or self.stopped or final.get("type") in ("job_finished",
-                                                                          "job_failed"):
-                self.store.release_lease(self.host.name, self.holder)
+            # a store that fails here must not replace the error that ended the run: a lease
+            # left behind is reclaimed, its controller gone (lease.dead_here)
+            with contextlib.suppress(StoreFailure), translated():
+                final = self.store.last_event(self.sweep_id, self.host.name) or {}
+                if not self.started or self.stopped or final.get("type") in ("job_finished",
+                                                                              "job_failed"):
+                    self.store.release_lease(self.host.name, self.holder)
 
     async def _resume(self, t) -> Outcome | None:
         """--resume: restart an agent that is gone; the outcome when all is stored already."""

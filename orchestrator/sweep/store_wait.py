@@ -22,18 +22,22 @@ def _call(fn: Callable[..., Any], args: tuple) -> Any:
 
 
 async def with_store(fn: Callable[..., Any], *args: Any, sweep_id: str,
-                     say: Callable[[str], None]) -> Any:
+                     say: Callable[[str], None], launched: bool = True) -> Any:
     """``fn(*args)`` in a thread, waiting out a store that is down for as long as it
     takes (bounded backoff). A store that refuses what it was sent, or is out of space,
-    is an error at once, naming the command that stores the events later."""
+    is an error at once, naming the command that stores the events later (or, before
+    any agent was ``launched``, that nothing was measured and the sweep starts again)."""
     down_since, delay, said = None, 0.5, -math.inf
     while True:
         try:
             result = await asyncio.to_thread(_call, fn, args)
         except StoreFull as e:
+            then = (f"free space, then `specfleet sweep --attach {sweep_id}` (the node's "
+                    "journal keeps every event)" if launched else
+                    "free space, then start the sweep again (no agent was started on this "
+                    "node: nothing was measured)")
             raise StoreError(f"the controller's store is out of disk space ({e.first_line}); "
-                             f"free space, then `specfleet sweep --attach {sweep_id}` (the "
-                             "node's journal keeps every event)") from None
+                             f"{then}") from None
         except StoreRefused as e:
             raise StoreError(f"the store refused a write ({e.first_line[:300]}); the node's "
                              f"journal keeps every event: `specfleet sweep --attach "
