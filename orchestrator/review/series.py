@@ -12,7 +12,7 @@ from agent.stats import cv, median
 
 from ..store.db import result_pair
 from .busy import contention_readings
-from .changepoints import change_points
+from .changepoints import MIN_HISTORY, change_points
 from .config_stats import ConfigStats, classify, config_stats, evaluate_gates
 from .configs import ConfigId, canonical, group_configs
 from .load import load_signals
@@ -93,10 +93,13 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
     section["signals"] = fire(week.rules, metrics)
     if week.regressions_too:
         _regressions(section, runs, configs, stats, week.start, latest.identity)
+    levels = week.levels.get(key, {})
     section["change_points"] = [
         {"config": stats[ck].label, "metric": "decode_tok_s", **cp}
         for ck in sorted(configs, key=ConfigId.order)
-        for cp in change_points(week.levels.get(key, {}).get(ck, []), identity_changes)]
+        for cp in change_points(levels.get(ck, []), identity_changes)]
+    # configs with nights enough to look at: "every series held its level" needs one
+    section["cp_examined"] = sum(len(levels.get(ck, [])) >= MIN_HISTORY for ck in configs)
     section["trend"] = _trend(runs, b.best_id)
     section["speedup_by_k"] = {c.k: c.speedup for c in b.family}
     section["itl_p95_values"] = {
