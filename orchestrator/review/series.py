@@ -16,6 +16,7 @@ from .changepoints import MIN_HISTORY, change_points
 from .config_stats import ConfigStats, classify, config_stats, evaluate_gates
 from .configs import ConfigId, canonical, group_configs
 from .load import load_signals
+from .page import GATE_WORDS
 from .regression import regression
 from .rules import Rule, fire
 from .through_noise import (
@@ -201,7 +202,7 @@ def _judge_through_noise(c: ConfigStats, nights: Paired, family: int, bucket: st
                        "exact": st.exact, "sampling": c.sampling, "k": c.k, "family": family}
     c.classification = NOISE_MARK + (
         classify(c) if res != "undecided" else "undecided: " + ", ".join(
-            n for n, v in g.items() if v.get("undecided")))
+            GATE_WORDS.get(n, n) for n, v in g.items() if v.get("undecided")))
 
 
 def _config_table(cur: list[RunRow], quality: dict
