@@ -222,6 +222,15 @@ def test_controller_disk_full_before_any_agent_starts(fleet, model_pair, tmp_pat
         assert ("node1 failed: the controller's store is out of disk space" in out
                 and "start the sweep again (no agent was started on this node" in out), out
         assert set(jobs.glob("*.events.jsonl")) == before  # no agent ran: no journal
+        # the space back, an --attach as the outcome line's first words suggest: it says
+        # there is nothing to pick up (was "--limit selects none of the nodes … ran on ()")
+        subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True)
+        att = specfleet("sweep", "--attach", sweep_id_from(tmp_path / "c.log"),
+                        *args(fleet, inv, url, tmp_path), log=tmp_path / "a.log")
+        assert att.wait(timeout=60) == 1
+        said = (tmp_path / "a.log").read_text()
+        assert "never placed a job on a node: nothing was measured" in said, said
+        assert "start the sweep again" in said and "Traceback" not in said
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
 
