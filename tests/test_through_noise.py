@@ -122,7 +122,7 @@ def test_a_gate_left_undecided_is_named_in_words():
     """Through the noise the timing gates stay undecided; the demo's evidence cells once
     read "itl_p95_ms undecided" and "ttft_change undecided" (identifiers, not words)."""
     from orchestrator.review.ci import gate_words
-    from orchestrator.review.page import GATE_WORDS
+    from orchestrator.review.verdict import GATE_WORDS
     from orchestrator.review.weekly import DEFAULT_GATES
 
     undecided = {"passed": None, "undecided": True, "value": None}

@@ -16,9 +16,8 @@ from xml.etree import ElementTree as ET
 
 from ..errors import ConfigError
 from .otel import config_attributes
-from .page import GATE_WORDS
 from .through_noise import NOISE_MARK
-from .verdict import gate_text
+from .verdict import GATE_WORDS, gate_text
 from .week_sweeps import calibration_words
 
 CAUSES = ("regression", "gate-miss", "no-data", "stale", "failed-sweep")

@@ -53,10 +53,6 @@ METRIC_WORDS = {
     "busy_itl_p99_ratio": ("ITL p99 busy / idle", "{:.2f}×"),
 }
 
-GATE_WORDS = {"speedup": "speedup", "itl_p95_ms": "ITL p95", "acceptance": "acceptance",
-              "ttft_change": "time to first token", "swap_peak_bytes": "swap",
-              "exact": "identical output", "streaming_parity": "streaming parity",
-              "task_pass_rate": "task pass rate", "not_failed": "sustained acceptance"}
 
 
 def rule_words(rule_id: str, action: str = "") -> str:

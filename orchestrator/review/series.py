@@ -16,7 +16,6 @@ from .changepoints import MIN_HISTORY, change_points
 from .config_stats import ConfigStats, classify, config_stats, evaluate_gates
 from .configs import ConfigId, canonical, group_configs
 from .load import load_signals
-from .page import GATE_WORDS
 from .regression import regression
 from .rules import Rule, fire
 from .through_noise import (
@@ -27,6 +26,7 @@ from .through_noise import (
     spread_alone,
     spread_text,
 )
+from .verdict import GATE_WORDS
 from .week_runs import RunRow, identity_changes, vals
 from .windows import GenRow
 

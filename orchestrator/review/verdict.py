@@ -69,6 +69,13 @@ def _width(c: dict) -> str:
     return f"draft width {c['k']}{c.get('knob_text') or ''}"
 
 
+# each gate in words, as every cell says it (never its identifier)
+GATE_WORDS = {"speedup": "speedup", "itl_p95_ms": "ITL p95", "acceptance": "acceptance",
+              "ttft_change": "time to first token", "swap_peak_bytes": "swap",
+              "exact": "identical output", "streaming_parity": "streaming parity",
+              "task_pass_rate": "task pass rate", "not_failed": "sustained acceptance"}
+
+
 def gate_text(name: str, val: Any, gates: dict) -> str:
     """A missed gate as the comparison it made, never reading as its own limit:
     "speedup 1.1599 < 1.16", "TTFT +8.02% > +8%", "peak swap 1600.0 MB > 1500 MB"."""
