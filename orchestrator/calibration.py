@@ -311,15 +311,21 @@ def ensure_calibration(draft: Path, out: Path, layers: int, log=print) -> Path:
                           MEASURE_MAX_TOKENS)
     # the record is read, not only its key: one edited to claim another acceptance is no
     # exact target to judge 1.0 against (audit 34z); _replaceable then refuses to clear it
-    exact = record is not None and record.get("expected_acceptance") == 1.0 and \
-        (record.get("construction") or {}).get("noise_scale") == 0.0
-    if record is None or record.get("key") != key or not exact:
+    if record is None or record.get("key") != key or not _exact(record):
         _replaceable(out)
         shutil.rmtree(out, ignore_errors=True)
         calibrate(draft, out, layers=layers, log=log)
         log(f"made the calibration target ({layers} layers grown from {draft}, acceptance "
             f"1.0 by construction): {out}")
     return out
+
+
+def _exact(record: object) -> bool:
+    """Whether a calibration record (as read: any JSON) is an exact target: acceptance 1.0
+    by construction, no noise."""
+    c = record.get("construction") if isinstance(record, dict) else None
+    return (isinstance(record, dict) and record.get("expected_acceptance") == 1.0
+            and isinstance(c, dict) and c.get("noise_scale") == 0.0)
 
 
 def _replaceable(out: Path) -> None:
@@ -332,8 +338,6 @@ def _replaceable(out: Path) -> None:
         raw = json.loads((out / CALIBRATION_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raw = None
-    c = raw.get("construction") if isinstance(raw, dict) else None
-    if not (isinstance(raw, dict) and raw.get("expected_acceptance") == 1.0
-            and isinstance(c, dict) and c.get("noise_scale") == 0.0):
+    if not _exact(raw):
         raise ConfigError(f"{out} exists and is not an exact calibration target; it is not "
                           "removed: choose another folder (--workdir)")

@@ -130,10 +130,10 @@ def _live_second_batch(store, sid: str, where, rest: list[bytes]) -> None:
 # reaudit 28g (measured, SQLite and PostgreSQL): two byte-identical copies of the agent's
 # seq 21 after a forged end at 21, read live before the agent's end, are set aside as two
 # conflicts. The next batch brings the agent's end: the forged end is set aside,
-# ledger._rejudged stores the first copy and deletes BOTH rows, as its author said (the
-# second is "a copy of the line just stored"). Not unaccounted: the copy is the stored
-# event's very bytes, which `sweeps verify` accounts for as a repeat (exit 0, complete,
-# repeats [21]; journal 30 lines, 28 stored, 1 row). Held.
+# ledger._rejudged stored the first copy and deleted BOTH rows (the second "a copy of the
+# line just stored"), though it is another line of the journal, which a read of the whole
+# journal keeps as a repeat. Fixed: the second copy's row stays, judged again as a repeat
+# (the forged end and the repeat aside, as by --attach; verify complete, repeats [21]).
 def _live_copies(url: str, tmp_path, kind: str):
     lines, forged, at = _forged_end_at_the_agents_next_seq(kind)
     store = open_store(url)
@@ -147,20 +147,17 @@ def _live_copies(url: str, tmp_path, kind: str):
 @pytest.mark.parametrize("kind", ["job_finished", "job_failed"])
 def test_two_copies_set_aside_earlier_read_live_stay_accounted(any_url, tmp_path, kind):
     store, sid, where = _live_copies(any_url, tmp_path, kind)
-    assert _state(store, sid) == (ALL, [21])  # both rows of seq 21 deleted
+    assert _state(store, sid) == (ALL, [21, 21])  # the forged end and the repeat
     code, node = _node(any_url, sid, where)
     assert (code, node["status"], node["repeats"], node["journal_lines"]) == (
         0, "complete", [21], 30), node
 
 
 # reaudit 28g (measured, SQLite and PostgreSQL): after that live follow, `sweep --attach`
-# reads seq 21 again and ADDS a row (the copy, "repeat: a repeat of stored seq 21"): the
-# same journal leaves 1 row read live and 2 read by --attach (test_two_copies_set_aside_
-# earlier_leave_one_accounted), and the first --attach after a live follow changes the
-# store. Nothing is lost or forged either way (verify exit 0 before and after).
-@pytest.mark.xfail(strict=True, reason="low: the live follow deletes the row of a second "
-                   "copy of a re-judged line (ledger._rejudged); a later --attach adds it back "
-                   "as a repeat: 1 row live vs 2 by --attach, --attach changes the store")
+# read seq 21 again and ADDED a row (the copy, "repeat: a repeat of stored seq 21"): the
+# same journal left 1 row read live and 2 read by --attach (test_two_copies_set_aside_
+# earlier_leave_one_accounted), and the first --attach after a live follow changed the
+# store. Fixed with the above: the live follow keeps the copy's row as the repeat.
 @pytest.mark.parametrize("kind", ["job_finished", "job_failed"])
 def test_an_attach_after_the_live_follow_of_two_copies_changes_nothing(any_url, tmp_path,
                                                                        kind):
@@ -215,33 +212,47 @@ def test_a_forged_end_on_a_keyed_journal_is_set_aside_at_the_boundary(sqlite_url
 
 # reaudit 28g (measured, SQLite): the agent killed after its seq 27 (no end of its own);
 # a forged job_finished at seq 21 that IS consistent with the counts (16 generations, the
-# plan's 16) stands as the job's end: no later job_finished sets it aside, so the agent's
-# seq 21 (a conflict) and 22-27 ("after the job's end") are set aside, outcome "ok: 7
+# plan's 16) stood as the job's end: no later job_finished set it aside, so the agent's
+# seq 21 (a conflict) and 22-27 ("after the job's end") were set aside, outcome "ok: 7
 # journal line(s) set aside", verify complete. The same journal without the forged line:
-# "failed: the agent stopped before finishing … run `specfleet sweep --resume`". Every
-# measurement is stored and every line accounted (set aside with its reason); what the
-# forged line buys is "ok" for a killed agent and 7 of its lines aside. An unkeyed limit
-# (a forged end appended after seq 27 would also read "ok"), but the journal here says
-# more: a second line at the end's own seq, going on in order from it.
-@pytest.mark.xfail(strict=True, reason="low: unkeyed, a count-consistent forged end at the "
-                   "agent's next seq with no later end stands: a killed agent reads 'ok: 7 "
-                   "journal line(s) set aside' (without it: failed, --resume)")
+# "failed: the agent stopped before finishing … run `specfleet sweep --resume`". An
+# unkeyed limit (a forged end appended after seq 27 still reads "ok"), but the journal
+# here says more: a second line at the end's own seq, going on in order from it. Fixed
+# (journal_ends.gone_on): while the agent may still write, a job_finished the journal goes
+# on after from another line of its seq, CONTINUED (4) lines in a row, is not its last
+# word: set aside, the agent's lines stored, the node "failed … --resume".
 def test_a_forged_end_before_a_killed_agents_last_lines_does_not_read_ok(sqlite_url,
                                                                         tmp_path):
     lines, forged, at = _forged_end_at_the_agents_next_seq("job_finished")
     store = open_store(sqlite_url)
     f = follow_journal(store, lines[:at] + [forged] + lines[at:27], tmp_path / "node")
-    assert _state(store, f.sweep_id)[0] == ALL[:27], f.outcome
+    assert _state(store, f.sweep_id) == (ALL[:27], [21]), f.outcome
     assert not f.outcome.startswith("ok"), f.outcome
 
 
+@pytest.mark.parametrize("cut", [0, 1, 2, 5], ids=["end alone", "its seq 21 with it",
+                                                   "21-22 with it", "21-25 with it"])
+def test_a_forged_end_before_a_killed_agents_last_lines_read_live(any_url, tmp_path, cut):
+    """The same journal read live in two batches (the end stored, the agent's lines kept
+    aside after it, then the rest): the same store as one read, the node not ok, and an
+    --attach after it changes nothing."""
+    lines, forged, at = _forged_end_at_the_agents_next_seq("job_finished")
+    store = open_store(any_url)
+    where = tmp_path / "node"
+    f = follow_journal(store, lines[:at] + [forged] + lines[at:at + cut], where)
+    _running(store, f.sweep_id)
+    _live_second_batch(store, f.sweep_id, where, lines[at + cut:27])
+    assert _state(store, f.sweep_id) == (ALL[:27], [21])
+    before = _store_rows(store)
+    assert not _follow_placed(store, f.sweep_id, where).startswith("ok")
+    assert _store_rows(store) == before
+
+
 # reaudit 28g (measured, SQLite): as above, but the second copy is the same JSON in other
-# bytes. Re-judged, it is neither stored (its seq now held) nor re-labelled: its row keeps
+# bytes. Re-judged, it was neither stored (its seq now held) nor re-labelled: its row kept
 # "conflict: seq 21 arrived earlier in this read with other content", though the event
-# stored at 21 is the same event (read by --attach in one read it would be "repeat: …").
-# Accounted (verify exit 0: the row holds the line); only the reason misleads review.
-@pytest.mark.xfail(strict=True, reason="info: a re-written copy of a re-judged line keeps a "
-                   "'conflict' reason after the line it copies is stored (should be a repeat)")
+# stored at 21 is the same event (read by --attach in one read it is "repeat: …"). Fixed:
+# a copy (the same JSON) of the line the re-judging stores is relabelled a repeat.
 def test_a_rewritten_copy_kept_aside_earlier_is_a_repeat_once_its_line_is_stored(
         sqlite_url, tmp_path):
     import json

@@ -131,20 +131,25 @@ def test_postgresql_restarted_during_a_resume(fleet, model_pair, tmp_path, priva
     assert stored_events(pg_url, sid, "node1") == journal(fleet.nodes[0], sid)
 
 
-def test_controller_disk_full_then_attach(fleet, model_pair, tmp_path):
-    small = tmp_path / "small"
+def _schema_then(tmp_path, small, url: str, free_kb: int) -> None:
+    """A tmpfs at ``small`` holding the migrated store ``url``, then ``free_kb`` left."""
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(small)], check=True)
+    assert specfleet("db", "upgrade", "--db", url, log=tmp_path / "u.log").wait(60) == 0
+    st = os.statvfs(small)
+    size = (st.f_blocks - st.f_bfree) * st.f_frsize + free_kb * 1024
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(small)], check=True)
+
+
+def test_controller_disk_full_then_attach(fleet, model_pair, tmp_path):
+    small = tmp_path / "small"
+    url = f"sqlite:///{small / 'store.db'}"
     try:
-        url = f"sqlite:///{small / 'store.db'}"
         # The schema first, then 160 kB left: the 28 events of 3 repetitions of 64 tokens need
         # ~116 kB in the database and as much again in its WAL (measured: the disk fills after
         # ~6 generations), so it fills mid-sweep however the ingest batches them. A fixed
         # 640 kB filled on a slow host (many small commits) and never on a fast one.
-        assert specfleet("db", "upgrade", "--db", url, log=tmp_path / "u.log").wait(60) == 0
-        used = (lambda st: (st.f_blocks - st.f_bfree) * st.f_frsize)(os.statvfs(small))
-        subprocess.run(["mount", "-o", f"remount,size={used + 160 * 1024}", str(small)],
-                       check=True)
+        _schema_then(tmp_path, small, url, 160)
         lock = make_lock(tmp_path, model_pair, widths=(2, 3, 4), repetitions=3, max_tokens=64)
         inv = tmp_path / "hosts.yml"
         inv.write_text(fleet.inventory_yaml())
@@ -202,14 +207,9 @@ def test_controller_disk_full_before_any_agent_starts(fleet, model_pair, tmp_pat
     store's own line, and the next step is a new start (no agent ran: --attach has nothing
     to read)."""
     small = tmp_path / "lease"
-    small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(small)], check=True)
+    url = f"sqlite:///{small / 's.db'}"
     try:
-        url = f"sqlite:///{small / 's.db'}"
-        assert specfleet("db", "upgrade", "--db", url, log=tmp_path / "u.log").wait(60) == 0
-        used = (lambda st: (st.f_blocks - st.f_bfree) * st.f_frsize)(os.statvfs(small))
-        subprocess.run(["mount", "-o", f"remount,size={used + 64 * 1024}", str(small)],
-                       check=True)
+        _schema_then(tmp_path, small, url, 64)
         inv = tmp_path / "hosts.yml"
         inv.write_text(fleet.inventory_yaml())
         jobs = fleet.nodes[0].home / ".specfleet" / "jobs"
@@ -222,6 +222,15 @@ def test_controller_disk_full_before_any_agent_starts(fleet, model_pair, tmp_pat
         assert ("node1 failed: the controller's store is out of disk space" in out
                 and "start the sweep again (no agent was started on this node" in out), out
         assert set(jobs.glob("*.events.jsonl")) == before  # no agent ran: no journal
+        # the space back, an --attach as the outcome line's first words suggest: it says
+        # there is nothing to pick up (was "--limit selects none of the nodes … ran on ()")
+        subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True)
+        att = specfleet("sweep", "--attach", sweep_id_from(tmp_path / "c.log"),
+                        *args(fleet, inv, url, tmp_path), log=tmp_path / "a.log")
+        assert att.wait(timeout=60) == 1
+        said = (tmp_path / "a.log").read_text()
+        assert "never placed a job on a node: nothing was measured" in said, said
+        assert "start the sweep again" in said and "Traceback" not in said
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
 

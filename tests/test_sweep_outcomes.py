@@ -6,6 +6,8 @@ import subprocess
 import sys
 
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import select
 
 from orchestrator.cli import main
@@ -50,3 +52,36 @@ def test_a_sweep_whose_every_generation_was_set_aside_has_no_reliable_result(mod
     page = CliRunner().invoke(main, [*hint[1:], "--out", str(tmp_path / "sweep.html")])
     assert page.exit_code == 0, page.output
     assert "contended" in (tmp_path / "sweep.html").read_text()
+
+
+def test_reasons_that_differ_only_in_their_numbers_are_said_once_with_their_range():
+    """A busy demo's line once read "(contended: … 52% …; contended: … 77% …; contended:
+    … 75% …)": the same words three times."""
+    from orchestrator.sweep.outcome import reason_ranges
+
+    cpu = "contended: other processes used {}% of the CPU (limit 25%)"
+    assert reason_ranges([cpu.format(52), "swap grew 12.5 MB", cpu.format(77),
+                          cpu.format(75)]) == [cpu.format("52–77"), "swap grew 12.5 MB"]
+    assert reason_ranges([cpu.format(60)] * 3) == [cpu.format(60)]
+    assert reason_ranges(["on battery"]) == ["on battery"] and reason_ranges([]) == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["contended {}% of {} CPUs", "swap {} MB",
+                                           "thermal {}", "spread {}% > {}%"]),
+                          st.lists(st.integers(0, 999), min_size=2, max_size=2)),
+                max_size=12))
+def test_every_reason_is_kept_and_each_number_falls_in_its_range(drawn):
+    import re
+
+    from orchestrator.sweep.outcome import reason_ranges
+
+    reasons = [t.format(*ns[:t.count("{}")]) for t, ns in drawn]
+    out = reason_ranges(reasons)
+    templates = [re.sub(r"\d+", "#", r) for r in reasons]
+    assert [re.sub(r"\d+(–\d+)?", "#", o) for o in out] == list(dict.fromkeys(templates))
+    for r, t in zip(reasons, templates):  # each reason's numbers lie in its line's ranges
+        said = out[list(dict.fromkeys(templates)).index(t)]
+        for n, rng in zip(re.findall(r"\d+", r), re.findall(r"\d+(?:–\d+)?", said)):
+            lo, _, hi = rng.partition("–")
+            assert int(lo) <= int(n) <= int(hi or lo)

@@ -118,6 +118,21 @@ def test_undecided_stays_needs_more_data(tmp_path):
     assert "through_noise" not in got["verdict"]
 
 
+def test_a_gate_left_undecided_is_named_in_words():
+    """Through the noise the timing gates stay undecided; the demo's evidence cells once
+    read "itl_p95_ms undecided" and "ttft_change undecided" (identifiers, not words)."""
+    from orchestrator.review.ci import gate_words
+    from orchestrator.review.page import GATE_WORDS
+    from orchestrator.review.weekly import DEFAULT_GATES
+
+    undecided = {"passed": None, "undecided": True, "value": None}
+    assert gate_words("itl_p95_ms", undecided, DEFAULT_GATES) == "ITL p95 undecided"
+    assert gate_words("ttft_change", {**undecided, "interval": [0.9, 1.3]}, DEFAULT_GATES) \
+        == "time to first token undecided (95% interval 0.90–1.30)"
+    for name in GATE_WORDS:
+        assert "_" not in gate_words(name, undecided, DEFAULT_GATES), name
+
+
 # the simulation: the speedup gate's interval at CV 20%, true ratio on the gate / at 0.5×
 def _rates(nb: int, ns: int, true: float, draws: int = 2000) -> tuple[float, float]:
     rng = random.Random(11)

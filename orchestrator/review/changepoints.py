@@ -65,6 +65,7 @@ from .tailstep import held, recurring
 
 MIN_TAIL = 2         # nights at the window's end that can show a possible step
 MIN_HEAD = 3         # nights at the window's start a first level needs (one more than a tail)
+MIN_HISTORY = MIN_NIGHTS + MIN_TAIL  # fewer nights are not looked at: no finding, no "held"
 Z = 4.0  # standard errors (long-run) a step or a drift must clear
 # times one parameter's price (long-run variance × log n) a jump beside a drift must save
 # over a continuous bend: at 1×, 2.5× the bench's drifts gained 3, 2 false edge steps; at 5× none
@@ -124,7 +125,7 @@ def analyse(values: list[float], causes: frozenset[int] = frozenset(),
     each night's weekday (default: consecutive nights); a weekly pattern the history shows
     is taken out first (``season``), so levels are the week's mean."""
     n = len(values)
-    if n < MIN_NIGHTS + MIN_TAIL:
+    if n < MIN_HISTORY:
         return []
     raw = np.asarray(values, dtype=float)
     scale = float(np.median(raw)) or 1.0

@@ -154,7 +154,9 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
     noise)."""
     import math
 
-    from scipy import stats
+    # scipy.special, not scipy.stats: the same Student's t (stats.t calls these) at half
+    # the import (0.28 against 0.59 CPU-s, in every `specfleet review` and `compare`)
+    from scipy.special import stdtr, stdtrit
 
     # a night without a positive finite rate is no night (no log; an infinite rate read 0.0)
     la = [math.log(x) for x in a if x and 0 < x < math.inf]
@@ -183,9 +185,9 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
         out["p"] = 1.0 if mb == ma else 0.0
         return out
     t = (mb - ma) / se
-    q = float(stats.t.ppf(0.5 + level / 2, df))
+    q = float(stdtrit(df, 0.5 + level / 2))
     out["ci"] = [math.exp(mb - ma - q * se), math.exp(mb - ma + q * se)]
-    out["p"] = float(2 * stats.t.sf(abs(t), df))
+    out["p"] = float(2 * stdtr(df, -abs(t)))
     return out
 
 

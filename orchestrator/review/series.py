@@ -12,10 +12,11 @@ from agent.stats import cv, median
 
 from ..store.db import result_pair
 from .busy import contention_readings
-from .changepoints import change_points
+from .changepoints import MIN_HISTORY, change_points
 from .config_stats import ConfigStats, classify, config_stats, evaluate_gates
 from .configs import ConfigId, canonical, group_configs
 from .load import load_signals
+from .page import GATE_WORDS
 from .regression import regression
 from .rules import Rule, fire
 from .through_noise import (
@@ -93,10 +94,13 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
     section["signals"] = fire(week.rules, metrics)
     if week.regressions_too:
         _regressions(section, runs, configs, stats, week.start, latest.identity)
+    levels = week.levels.get(key, {})
     section["change_points"] = [
         {"config": stats[ck].label, "metric": "decode_tok_s", **cp}
         for ck in sorted(configs, key=ConfigId.order)
-        for cp in change_points(week.levels.get(key, {}).get(ck, []), identity_changes)]
+        for cp in change_points(levels.get(ck, []), identity_changes)]
+    # configs with nights enough to look at: "every series held its level" needs one
+    section["cp_examined"] = sum(len(levels.get(ck, [])) >= MIN_HISTORY for ck in configs)
     section["trend"] = _trend(runs, b.best_id)
     section["speedup_by_k"] = {c.k: c.speedup for c in b.family}
     section["itl_p95_values"] = {
@@ -198,7 +202,7 @@ def _judge_through_noise(c: ConfigStats, nights: Paired, family: int, bucket: st
                        "exact": st.exact, "sampling": c.sampling, "k": c.k, "family": family}
     c.classification = NOISE_MARK + (
         classify(c) if res != "undecided" else "undecided: " + ", ".join(
-            n for n, v in g.items() if v.get("undecided")))
+            GATE_WORDS.get(n, n) for n, v in g.items() if v.get("undecided")))
 
 
 def _config_table(cur: list[RunRow], quality: dict

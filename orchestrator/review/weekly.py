@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from ..store import Store
 from .adaptive_stops import adaptive_stops, marked_stops
 from .busy import busy_vs_idle
+from .changepoints import MIN_HISTORY
 from .configs import canonical
 from .ladder import annotate, ladders
 from .levels import nightly_levels
@@ -103,6 +104,9 @@ def _counts(out: list[dict], failures: list[dict], this_week: list[RunRow]) -> d
             # comparisons with reliable runs on both sides ("nothing regressed" is said
             # only when there was something to compare)
             "compared": sum(s["compared"] for s in out),
+            # configs with nights enough for change points (and the nights that takes)
+            "cp_examined": sum(s.get("cp_examined", 0) for s in out),
+            "cp_min_nights": MIN_HISTORY,
             "verdicts": {d: sum(1 for s in out if s["verdict"]["decision"] == d)
                          for d in DECISIONS}}
 

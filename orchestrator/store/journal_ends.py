@@ -13,7 +13,9 @@ An agent numbers its events one by one and writes nothing after its end, so:
 - a ``job_finished`` ends the journal at its own seq: an event stored past it before it
   arrived (a forged line read first) is moved aside, its measurement with it. One the
   journal goes on after, in order, to a later ``job_finished`` was not the agent's last
-  word: set aside (moved aside when stored), and the lines after it are the journal's;
+  word: set aside (moved aside when stored), and the lines after it are the journal's. So
+  is one the journal goes on after from another line of its own seq, ``CONTINUED`` lines
+  numbered one by one (an agent writes nothing after its end: those lines are its own);
 - a ``job_failed`` is its agent's last line: the next event must be a new agent's first
   (``job_started``, or the ``job_failed`` of one that could not start: ``--resume``). A
   ``job_failed`` the journal goes on after is a forged or damaged end, set aside, and
@@ -28,9 +30,9 @@ import hashlib
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import Text, delete, select, text, type_coerce
+from sqlalchemy import Text, and_, delete, or_, select, text, type_coerce
 
-from .coverage import kept_whole
+from .coverage import CONFLICT, kept_whole
 from .models import Event, Measurement, QuarantinedEvent
 
 MAX_SEQ_GAP = 64  # lines in a row a journal may lack (unreadable) before a seq is a jump
@@ -169,6 +171,55 @@ NOT_LAST = "job_finished: not the agent's last word:"
 def not_last(seq: int, end: int) -> str:
     return (f"{NOT_LAST} the journal goes on after it to the "
             f"job_finished at seq {end} (a forged or damaged end at seq {seq})")
+
+
+def gone_on_reason(seq: int) -> str:
+    return (f"{NOT_LAST} the journal goes on after it from another line of its seq, "
+            f"{CONTINUED}+ lines in a row (a forged or damaged end at seq {seq})")
+
+
+def gone_on(c, sweep_id: str, node: str, events: list[dict], end: int | None) -> int | None:
+    """The seq of a job_finished (the stored ``end``, or one of this read's) the journal goes
+    on after from another line of its own seq: after it, in the order read (lines set aside
+    since, then this read), a line other than an end claims its seq and CONTINUED lines in a
+    row go on from there, numbered one by one. An agent writes nothing after its end and
+    numbers its lines itself, so those are its lines, and the end a line someone put before
+    them (an unkeyed journal): not its last word. Asked while the agent may still write."""
+    if end is None and not any(e["type"] == "job_finished" for e in events):
+        return None  # the usual batch: no end to judge
+    seen = [(e["seq"], e["type"] == "job_finished") for e in events]
+    if end is not None:
+        rows = c.execute(select(QuarantinedEvent.seq).where(
+            QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+            or_(and_(QuarantinedEvent.seq == end, QuarantinedEvent.reason.startswith(CONFLICT)),
+                and_(QuarantinedEvent.seq > end,
+                     QuarantinedEvent.reason.startswith(END_REASONS[1]))))
+            .order_by(QuarantinedEvent.id)).scalars()
+        if _goes_on([(s, False) for s in rows] + seen, end):
+            return end
+    return next((s for k, (s, is_end) in enumerate(seen)
+                 if is_end and _goes_on(seen[k + 1:], s)), None)
+
+
+def _goes_on(seen: list[tuple[int, bool]], n: int) -> bool:
+    """Whether ``seen`` (seq, is an end; in the order read) holds a line of seq ``n`` that
+    is no end, followed by n+1 … in a row: CONTINUED lines numbered one by one."""
+    want = list(range(n, n + CONTINUED))
+    return any(not is_end and [x for x, _ in seen[k:k + CONTINUED]] == want
+               for k, (s, is_end) in enumerate(seen) if s == n)
+
+
+def unseat(c, sweep_id: str, node: str, end: int, events: list[dict],
+           lines: list[str]) -> tuple[list[dict], list[str], list[Refused]]:
+    """The stored end at ``end`` the journal went on after (``gone_on``) moved aside; the
+    lines set aside as after it are the journal's again: those before this read come back
+    into it (kept whole), and every such row goes (judged again when read)."""
+    out = move_aside(c, sweep_id, node, [end], gone_on_reason)
+    events, lines = with_set_aside(c, sweep_id, node, end, events, lines)
+    c.execute(delete(QuarantinedEvent).where(
+        QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
+        QuarantinedEvent.seq > end, QuarantinedEvent.reason.startswith(END_REASONS[1])))
+    return events, lines, out
 
 
 def past_end(c, sweep_id: str, node: str, end: int, olds: list[int], events: list[dict],

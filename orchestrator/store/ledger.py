@@ -7,7 +7,8 @@ The decode boundary judges one line alone; what it cannot see is the journal aro
   stored event is kept, the new line set aside (the stored bytes again are a harmless
   re-read; the same JSON in other bytes is a copy, set aside as a repeat). When the event
   it conflicted with is an end set aside since (not the agent's last word), the line is
-  judged again: the agent's next line after a forged end claiming its seq is stored;
+  judged again: the agent's next line after a forged end claiming its seq is stored, and
+  another copy of that line kept aside (the same JSON) is relabelled a repeat;
 - a generation for a run index already measured, or outside the job's plan (its run index,
   its workload), is set aside: it would replace or add a measurement the job never made.
   Before the plan event is read, the workloads of the sweep's job spec judge it; once the
@@ -25,7 +26,7 @@ Every refusal is a ``Quarantined`` (seq, reason, line), stored in the same trans
 from __future__ import annotations
 
 import orjson
-from sqlalchemy import Text, delete, func, select, type_coerce
+from sqlalchemy import Text, delete, func, select, type_coerce, update
 
 from .coverage import NOT_ASIDE, kept_whole, repeat_reason
 from .job_configs import Allowed, allowed_values, config_problem
@@ -34,11 +35,14 @@ from .journal_ends import (
     NOT_LAST,
     Refused,
     failed_ends,
+    gone_on,
+    gone_on_reason,
     jump_reason,
     last_word,
     move_aside,
     past_end,
     reach,
+    unseat,
     with_set_aside,
     withdraw_jumps,
 )
@@ -187,6 +191,39 @@ def _past_end_too(c, sweep_id: str, node: str, end: int, events: list[dict],
     return grown[0], grown[1], _context(c, sweep_id, node, grown[0])
 
 
+def _ends(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
+          open_end: bool):
+    """The read's look-ups (one round trip; again only if the read grows) and the ends it
+    judges: the read's last end the journal went on to (``last_word``), with what was set
+    aside past the stored end; the ends refused on sight; a stored end moved aside now."""
+    ctx = _context(c, sweep_id, node, events)
+    end = ctx.end
+    final, replaced = last_word(c, sweep_id, node, events, end, open_end)
+    if final is not None and end is not None:  # what was set aside past the stored end
+        events, payloads, ctx = _past_end_too(c, sweep_id, node, end, events, payloads, ctx)
+    early: list[Refused] = []  # a stored end the journal went on after, moved aside
+    if open_end and (final is None or end is None):  # (else a later end in order did it)
+        events, payloads, ctx, early = _gone_on(c, sweep_id, node, events, payloads, ctx,
+                                                replaced, final)
+    return events, payloads, ctx, final, replaced, early
+
+
+def _gone_on(c, sweep_id: str, node: str, events: list[dict], payloads: list[str], ctx,
+             replaced: dict[int, str], final: int | None):
+    """An end the journal went on after from another line of its seq (``gone_on``): this
+    read's is refused when judged (``replaced``), a stored one moved aside now and the read
+    (grown by the lines set aside after it) looked up again. One before the read's last
+    end (``final``) is left to that end (``last_word``)."""
+    at = gone_on(c, sweep_id, node, events, ctx.end)
+    if at is None or final is not None and at != final:
+        return events, payloads, ctx, []
+    if at != ctx.end:
+        replaced[at] = gone_on_reason(at)
+        return events, payloads, ctx, []
+    events, payloads, out = unseat(c, sweep_id, node, at, events, payloads)
+    return events, payloads, _context(c, sweep_id, node, events), out
+
+
 def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
           open_end: bool = False, twice: frozenset[int] = frozenset(),
           nth: list[tuple[int, bool]] | None = None,
@@ -199,19 +236,16 @@ def admit(c, sweep_id: str, node: str, events: list[dict], payloads: list[str],
     ``nth``: each line's occurrence of its content in the read and whether it is the first
     (see ``_occurrences`` and ``_seen_before``). ``jobs``: sweep → job, read once."""
     occurrence = _occurrences(events, payloads, nth)
-    # every look-up of the batch in one round trip (read again only if the read grows)
-    ctx = _context(c, sweep_id, node, events)
+    events, payloads, ctx, final, replaced, early = _ends(c, sweep_id, node, events,
+                                                          payloads, open_end)
     end = ctx.end
-    final, replaced = last_word(c, sweep_id, node, events, end, open_end)
-    if final is not None and end is not None:  # what was set aside past the stored end
-        events, payloads, ctx = _past_end_too(c, sweep_id, node, end, events, payloads, ctx)
     seqs = [e["seq"] for e in events]
     stored = _stored_lines(c, sweep_id, node, seqs, ctx.hits)
     measured = ctx.measured
     plan = _Plan(c, sweep_id, node, ctx.plan, jobs)
     top, ended, olds = reach(ctx.base, ctx.aside, seqs), False, []
     batch: dict[int, str] = {}
-    keep_e, keep_p, refused = list[dict](), list[str](), list[Refused]()
+    keep_e, keep_p, refused = list[dict](), list[str](), early
     for e, line in zip(events, payloads, strict=True):
         seq, kind = e["seq"], e["type"]
         # nearly every line's seq is new to the read and the store: nothing to look up
@@ -273,7 +307,9 @@ def _rejudged(c, sweep_id: str, node: str, kept: Admitted, refused: list[Refused
     """An end set aside now (a job_finished the journal went on after, a job_failed it went
     on after) held its seq for no one: the lines refused as conflicts with it, in this read
     or an earlier one (an appender's forged end at the seq the agent writes next comes
-    first), are judged again, and the first that passes is stored. ``kept``: what
+    first), are judged again, and the first that passes is stored; the rows of the other
+    lines of the journal that copy it become repeats, as a read of them all judges them
+    (a row of the line stored itself, read again now, goes). ``kept``: what
     ``failed_ends`` kept and set aside; ``refused``: what the read set aside before it."""
     keep_e, keep_p, out = kept
     refused = refused + out
@@ -283,27 +319,31 @@ def _rejudged(c, sweep_id: str, node: str, kept: Admitted, refused: list[Refused
     gone -= set(c.execute(select(Event.seq).where(  # an end set aside again: seq held
         Event.sweep_id == sweep_id, Event.node == node, Event.seq.in_(gone))).scalars())
     rows = c.execute(select(QuarantinedEvent.id, QuarantinedEvent.seq, QuarantinedEvent.line,
-                            QuarantinedEvent.line_sha256).where(
+                            QuarantinedEvent.line_sha256, QuarantinedEvent.occurrence).where(
         QuarantinedEvent.sweep_id == sweep_id, QuarantinedEvent.node == node,
         QuarantinedEvent.seq.in_(gone), QuarantinedEvent.reason.startswith(CONFLICT))).all()
     again: list[tuple[int | None, Refused]] = [
         (None, r) for r in refused if r.seq in gone and r.reason.startswith(CONFLICT)]
-    again += [(i, Refused(seq, CONFLICT, x)) for i, seq, x, h in rows if kept_whole(x, h)]
-    held = {e["seq"]: "" for e in keep_e}  # seq -> the line stored now ("": held before)
-    rows_gone, taken = list[int](), set[int]()  # rows to delete; in-read refusals stored
+    again += [(i, Refused(seq, CONFLICT, x, occurrence=n))
+              for i, seq, x, h, n in rows if kept_whole(x, h)]
+    held = {e["seq"]: ("", 0) for e in keep_e}  # seq -> line stored now, its occurrence
+    rows_gone, taken, copies = list[int](), set[int](), dict[int, int]()  # copies: row->seq
     repeats = dict[int, Refused]()  # in-read refusals that are copies of a line stored
     for row, r in sorted(again, key=lambda a: a[1].seq or 0):  # this read's first
-        if held.get(r.seq) == r.line:  # a copy of the line just stored
+        now, n = held.get(r.seq, ("", 0))
+        if now and _same(now, r.line):  # a copy of the line just stored
             if row is None:  # another line of this read: a repeat of it
                 repeats[id(r)] = Refused(r.seq, repeat_reason(r.seq or 0), r.line,
                                          occurrence=r.occurrence)
-            else:  # kept aside by an earlier read: this line read again, or a copy of it
+            elif now == r.line and n == r.occurrence:  # kept aside earlier, read again now
                 rows_gone.append(row)
+            else:  # another line of the journal, kept aside earlier: a repeat, as a read
+                copies[row] = r.seq or 0  # of the whole journal judges it (relabelled)
             continue
         e = orjson.loads(r.line)
         if r.seq in held or not _judged_again(e, end, measured, plan):
             continue
-        held[r.seq] = r.line
+        held[r.seq] = (r.line, r.occurrence)
         at = next((k for k, x in enumerate(keep_e) if x["seq"] > r.seq), len(keep_e))
         keep_e.insert(at, e)
         keep_p.insert(at, r.line)
@@ -311,9 +351,18 @@ def _rejudged(c, sweep_id: str, node: str, kept: Admitted, refused: list[Refused
             taken.add(id(r))
         else:
             rows_gone.append(row)
-    if rows_gone:
-        c.execute(delete(QuarantinedEvent).where(QuarantinedEvent.id.in_(rows_gone)))
+    _settle(c, rows_gone, copies)
     return keep_e, keep_p, [repeats.get(id(r), r) for r in refused if id(r) not in taken]
+
+
+def _settle(c, gone: list[int], copies: dict[int, int]) -> None:
+    """The rows of lines now stored go; those of other copies of them (row -> seq) stay,
+    judged again as repeats."""
+    if gone:
+        c.execute(delete(QuarantinedEvent).where(QuarantinedEvent.id.in_(gone)))
+    for seq in set(copies.values()):
+        c.execute(update(QuarantinedEvent).where(QuarantinedEvent.id.in_(
+            [i for i, s in copies.items() if s == seq])).values(reason=repeat_reason(seq)))
 
 
 def _judged_again(e: dict, end: int | None, measured: dict[int, int], plan: _Plan) -> bool:

@@ -64,8 +64,9 @@ def _finish(store: Store, sweep_id: str, outcomes: list[Outcome],
         said = "; ".join(f"{o.host} {o.status}" + (f": {o.detail}" if o.detail else "")
                          for o in outcomes)
         raise StoreError(f"could not record the outcome of sweep {sweep_id} "
-                         f"({str(e).splitlines()[0]}); the nodes' journals keep every event: "
-                         f"`specfleet sweep --attach {sweep_id}` once the store is back"
+                         f"({str(e).splitlines()[0]}); the nodes' journals keep every event "
+                         f"an agent wrote: `specfleet sweep --attach {sweep_id}` once the "
+                         "store is back"
                          + (f". Outcomes: {said}" if said else "")) from None
 
 
@@ -102,6 +103,10 @@ def continue_sweep(sweep_id: str, hosts: list[Host], store: Store, *, resume: bo
     if store.sweep(sweep_id) is None:
         raise SpecfleetError(f"no sweep {sweep_id!r} in the store")
     rows = {r.node: r for r in store.sweep_nodes(sweep_id)}
+    if not rows:  # it failed before any node was placed (a store out of space, say)
+        raise SpecfleetError(f"sweep {sweep_id} never placed a job on a node: nothing was "
+                             "measured, so there is nothing to pick up; start the sweep "
+                             "again (`specfleet sweep LOCK …`)")
     chosen = [h for h in hosts if h.name in rows]
     missing = set(rows) - {h.name for h in chosen}
     if missing and not leave_out:

@@ -74,7 +74,8 @@ def _finished(store: Store, sweep_id: str, node: str, opts: SweepOptions,
             "events": store.last_seq(sweep_id, node),
             "generations": last.get("generations"), "set_aside": aside}, detail=(
             f"no reliable result: all {measured} generation(s) were set aside as "
-            f"unreliable ({'; '.join(reasons[:3]) or 'see the sweep page'}); the sweep "
+            f"unreliable ({'; '.join(reason_ranges(reasons)[:3]) or 'see the sweep page'}); "
+            "the sweep "
             f"page says why, run by run: `specfleet review --sweep {sweep_id}"
             f"{opts.db_hint}`. Run it again when the node is quiet"))
     kept = store.quarantined_count(sweep_id, node)
@@ -83,6 +84,30 @@ def _finished(store: Store, sweep_id: str, node: str, opts: SweepOptions,
         "generations": last.get("generations"), "set_aside": kept},
         detail=f"{kept} journal line(s) set aside (`specfleet review --sweep "
                f"{sweep_id}` lists why)" if kept else None)
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def reason_ranges(reasons: list[str]) -> list[str]:
+    """Reasons that differ only in their numbers, said once with each number's range, in
+    the order first met: "contended: other processes used 50–77% of the CPU (limit 25%)",
+    not the same words three times with 52%, 77% and 75%."""
+    groups: dict[str, list[list[float]]] = {}
+    for r in reasons:
+        groups.setdefault(_NUMBER.sub("#", r), []).append(
+            [float(n) for n in _NUMBER.findall(r)])
+
+    def said(values: list[float]) -> str:
+        lo, hi = min(values), max(values)
+        return f"{lo:g}" if lo == hi else f"{lo:g}–{hi:g}"
+
+    out = []
+    for template, numbers in groups.items():
+        parts = template.split("#")
+        out.append(parts[0] + "".join(said([ns[i] for ns in numbers]) + part
+                                      for i, part in enumerate(parts[1:])))
+    return out
 
 
 def busy_detail(store: Store, sweep_id: str, host: Host, opts: SweepOptions,

@@ -114,6 +114,27 @@ _log_night = st.floats(-3.0, 3.0, allow_nan=False)
 
 
 @settings(deadline=None, max_examples=60)
+def _dense_loglik(a: list[float], b: list[float], at_a: list[int], phis):
+    """The restricted AR(1) log-likelihood of two sides (A's nights at ``at_a``, B's at
+    0 … len(b) − 1) by the dense matrices, one value per φ of ``phis``: the independent
+    reference for nightmemory.restricted_loglik."""
+    import numpy as np
+
+    x = np.array(a + b)
+    t = np.array(at_a + list(range(len(b))))
+    side = np.array([0] * len(a) + [1] * len(b))
+    design = np.stack([side == 0, side == 1], axis=1).astype(float)
+    dense = []
+    for phi in phis:
+        r = np.where(side[:, None] == side[None, :], phi ** np.abs(t[:, None] - t[None, :]), 0)
+        ri = np.linalg.inv(r)
+        xrx = design.T @ ri @ design
+        proj = ri - ri @ design @ np.linalg.inv(xrx) @ design.T @ ri
+        dense.append(-0.5 * (np.linalg.slogdet(r)[1] + np.linalg.slogdet(xrx)[1]
+                             + (len(x) - 2) * np.log(x @ proj @ x)))
+    return np.array(dense)
+
+
 @given(a=st.lists(_log_night, min_size=2, max_size=9), b=st.lists(_log_night, min_size=2,
                                                                   max_size=9))
 def test_the_restricted_likelihood_is_the_dense_one(a, b):
@@ -127,20 +148,9 @@ def test_the_restricted_likelihood_is_the_dense_one(a, b):
 
     if max(a) - min(a) < 1e-3 or max(b) - min(b) < 1e-3:
         return  # a side without spread: x'Px is rounding
-    x = np.array(a + b)
-    t = np.arange(len(x))
-    side = np.array([0] * len(a) + [1] * len(b))
-    design = np.stack([side == 0, side == 1], axis=1).astype(float)
-    dense = []
-    for phi in _GRID[::10]:
-        r = np.where(side[:, None] == side[None, :], phi ** np.abs(t[:, None] - t[None, :]), 0)
-        ri = np.linalg.inv(r)
-        xrx = design.T @ ri @ design
-        proj = ri - ri @ design @ np.linalg.inv(xrx) @ design.T @ ri
-        dense.append(-0.5 * (np.linalg.slogdet(r)[1] + np.linalg.slogdet(xrx)[1]
-                             + (len(x) - 2) * np.log(x @ proj @ x)))
+    dense = _dense_loglik(a, b, list(range(len(a))), _GRID[::10])
     got = restricted_loglik([a, b])[::10]
-    diff = got - np.array(dense)
+    diff = got - dense
     assert np.ptp(diff) < 1e-6 * max(1.0, float(np.abs(got).max())), diff
 
 
@@ -161,20 +171,9 @@ def test_the_restricted_likelihood_with_a_night_left_out_is_the_dense_one(a, b, 
     kept = [a[i] for i in at_a]
     if np.ptp(kept) < 1e-3 or np.ptp(b) < 1e-3:
         return  # a side without spread: x'Px is rounding
-    x = np.array(kept + b)
-    t = np.array(at_a + list(range(len(b))))
-    side = np.array([0] * len(kept) + [1] * len(b))
-    design = np.stack([side == 0, side == 1], axis=1).astype(float)
-    dense = []
-    for phi in _GRID[::10]:
-        r = np.where(side[:, None] == side[None, :], phi ** np.abs(t[:, None] - t[None, :]), 0)
-        ri = np.linalg.inv(r)
-        xrx = design.T @ ri @ design
-        proj = ri - ri @ design @ np.linalg.inv(xrx) @ design.T @ ri
-        dense.append(-0.5 * (np.linalg.slogdet(r)[1] + np.linalg.slogdet(xrx)[1]
-                             + (len(x) - 2) * np.log(x @ proj @ x)))
+    dense = _dense_loglik(kept, b, at_a, _GRID[::10])
     got = restricted_loglik([kept, b], [at_a, list(range(len(b)))])[::10]
-    diff = got - np.array(dense)
+    diff = got - dense
     assert np.ptp(diff) < 1e-6 * max(1.0, float(np.abs(got).max())), diff
 
 

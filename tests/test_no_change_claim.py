@@ -1,0 +1,51 @@
+""""Every series held its level" is a claim: it is said only where some config had nights
+enough to look at (``changepoints.MIN_HISTORY``). A busy demo's week, every run set aside,
+once said it over nothing."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+from orchestrator.review.changepoints import MIN_HISTORY
+from orchestrator.store import open_store
+from tests.history import config_values, night
+
+MONDAY = datetime(2026, 11, 23, 2, tzinfo=timezone.utc)
+HELD = "No change point: every series held its level"
+NOTHING = f"No change point to look for: no config has {MIN_HISTORY} nights of reliable runs"
+
+
+def _review(url: str, out) -> tuple[str, str, dict]:
+    import json
+
+    r = CliRunner().invoke(main, ["review", "--week", "2026-W48", "--db", url, "--out",
+                                  str(out), "--format", "html,md,json"])
+    assert r.exit_code == 0, r.output
+    return ((out / "review-2026-W48.md").read_text(),
+            (out / "review-2026-W48.html").read_text(),
+            json.loads((out / "review-2026-W48.json").read_text()))
+
+
+@pytest.mark.parametrize("nights, busy, said", [
+    (MIN_HISTORY + 2, False, HELD),        # level nights, enough of them: held
+    (MIN_HISTORY + 2, True, NOTHING),      # every night set aside: nothing looked at
+    (MIN_HISTORY - 1, False, NOTHING),     # reliable, but too few nights to look at
+])
+def test_held_its_level_is_said_only_over_nights_looked_at(tmp_path, nights, busy, said):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    store = open_store(url)
+    start = MONDAY + timedelta(days=7) - timedelta(days=nights)
+    for i in range(nights):
+        night(store, start + timedelta(days=i), node="n1", chip="Apple M2",
+              pair="t / d", workload="code",
+              configs={("baseline", 0): config_values(100.0),
+                       ("speculative", 3): config_values(130.0, acceptance=0.7)},
+              unreliable="contended: other processes used 60% of the CPU (limit 25%)"
+              if busy else None)
+    md, html, doc = _review(url, tmp_path / "out")
+    assert said in md and said in html
+    other = NOTHING if said == HELD else HELD
+    assert other not in md and other not in html
+    assert doc["counts"]["cp_examined"] == (2 if said == HELD else 0)
