@@ -1,6 +1,7 @@
 """Audit 27b: `compare`'s busy nights (review/busy_nights.py, nightmemory.read_memory,
 compare._busy_part/_side_variance) and the change points' first level of three nights
-(changepoints._head, MIN_HEAD) against truths planted here.
+(changepoints._head, MIN_HEAD of b4710c7, reverted for the two findings it made) against
+truths planted here.
 
 Every pair is one node's two weeks drawn as one stationary AR(1) series of log levels (σ 5%)
 with the weekend's two nights between them (numpy, vectorised over pairs, fixed seeds); a
@@ -357,14 +358,10 @@ def test_a_two_night_start_or_a_three_night_dip_inside_stays_none():
     assert _head_steps(s) == 200
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: the first three nights contended (noise x5 the nights' own, the same level; "
-    "35 nights, sigma 1-2%, phi 0-0.5): a step in the first five nights in 19 of 500 "
-    "series (3.8%, seed 2737; x5 the drawn sigma 6.6%, x8 8.4%, 14 nights 4.0%, seed "
-    "2727), 0 of 500 at 79cec96; the same three nights inside the window 0.0-0.2%. _head "
-    "asks each of the three nights to sit on the new level's side, which three noisy "
-    "nights do together one time in four"))
 def test_three_contended_nights_at_the_start_are_no_step():
+    """Audit 27b (medium), closed by reverting the three-night head (b4710c7): three
+    contended first nights (noise x5, the same level) made a step in the first five
+    nights in 19 of 500 series; 0 of 500 before it and again now."""
     rng = np.random.default_rng(2737)
     s = _series(rng, 500)
     sd = np.std(np.diff(s, axis=1), axis=1, keepdims=True) / math.sqrt(2)
@@ -372,14 +369,10 @@ def test_three_contended_nights_at_the_start_are_no_step():
     assert _head_steps(s) <= 10
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: a 3-night dip (15%) that one week's review window (35 nights, the week and the "
-    "28 days before it) reads as no finding is a step the next week, when the window has "
-    "moved seven nights and the dip is its first three: 196 of 200 series (seed 2738) "
-    "report a step on the night after the dip (z >= 4) where the window before had "
-    "seen the nights around and called a transient; 0 of 200 before b4710c7. The weekly "
-    "window is cut from a history that holds the nights before its head"))
 def test_a_dip_one_weekly_window_called_transient_is_no_step_in_the_next():
+    """Audit 27b (medium), closed by reverting the three-night head (b4710c7): a 15%
+    three-night dip one week's window called transient was a confident step the next
+    week, its last three nights the window's first, in 196 of 200 series; now 0."""
     rng = np.random.default_rng(2738)
     s = _series(rng, 200, n=42)
     s[:, 7:10] *= 0.85

@@ -401,11 +401,15 @@ def test_a_step_after_a_drift_and_a_hold_is_found():
     assert missed <= 10, missed
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "severity: low. A 15% step after the third night of 35 (32 nights at the new level, "
+    "φ 0.3): nothing is reported in 100 of 100 series (seed 9); the first segment needs "
+    "MIN_NIGHTS 4. Reading a three-night head as a level (b4710c7, each night on the old "
+    "level's side) closed it, but a window's first nights may be the last of a dip the "
+    "week before saw whole: that read them as a step in 196 of 200 windows, and three "
+    "contended first nights as one in 3.8% (audit 27b, both medium): reverted. Closing "
+    "it needs the nights before the window (the store holds them)"))
 def test_a_step_after_the_third_night_is_reported():
-    """Audit 27r (low), closed: a 15% step after the third night of 35 (φ 0.3) was silent
-    in 100 of 100 series (seed 9): a first level needed MIN_NIGHTS 4. Three nights now do
-    when each sits on the old level's side (changepoints.MIN_HEAD, ``_head``): 0 of 100;
-    a two-night dip at nights 1-2 stays no step."""
     from orchestrator.review.changepoints import analyse
 
     n = 35

@@ -21,9 +21,10 @@ the series' own noise. Each finding is then confirmed against that noise, taken 
   (``ramps.sharp_jump``): then a step and the drift after it are both reported;
 - a short segment inside the window (fewer than ``MIN_NIGHTS`` nights: a one- or two-night
   dip or spike) whose neighbours agree is no finding; one night at the very end is none
-  either (an outlier cannot be told from a step on one night), unless it is caused; a
-  first level of ``MIN_HEAD`` nights is a step's before when each of its nights sits
-  there (``_head``: a 15% step after night 3 was silent; a two-night dip stays none). One
+  either (an outlier cannot be told from a step on one night), unless it is caused; nor
+  is a first level of fewer than ``MIN_NIGHTS``: the window's first nights may be the end
+  of a dip the week before saw whole (a three-night head as a level read the last three
+  nights of such a dip as a step in 196 of 200 windows, audit 27b). One
   between two moves the same way is a stair (two sudden moves: steps, not a drift); moves
   the same way that one ramp explains are one drift (``cpjoin``).
 
@@ -64,7 +65,6 @@ from .taildrift import MAX_RAMP, tail_drift
 from .tailstep import held, recurring
 
 MIN_TAIL = 2         # nights at the window's end that can show a possible step
-MIN_HEAD = 3         # nights at the window's start a first level needs (one more than a tail)
 MIN_HISTORY = MIN_NIGHTS + MIN_TAIL  # fewer nights are not looked at: no finding, no "held"
 Z = 4.0  # standard errors (long-run) a step or a drift must clear
 # times one parameter's price (long-run variance × log n) a jump beside a drift must save
@@ -302,8 +302,7 @@ def _confirm(segs: list[tuple[int, int, str]], sums: Sums, nz: Noise,
         # transient segments: inside the window shorter than MIN_NIGHTS, or one last night
         short = [s for s, (i, j, _) in enumerate(segs)
                  if (j - i < MIN_NIGHTS and 0 < s < len(segs) - 1 and not _stair(segs, s, sums, nz))
-                 or (s == 0 and len(segs) > 1 and j - i < MIN_NIGHTS
-                     and not _head(segs, sums))
+                 or (s == 0 and len(segs) > 1 and j - i < MIN_NIGHTS)
                  or (s == len(segs) - 1 and s > 0 and j - i < tail)]
         if short:
             segs = _merge_transient(segs, short[0], sums)
@@ -326,18 +325,6 @@ def _confirm(segs: list[tuple[int, int, str]], sums: Sums, nz: Noise,
             return segs
         a, b = segs[weakest], segs[weakest + 1]
         segs[weakest:weakest + 2] = [_joined(a[0], b[1], sums, nz)]
-
-
-def _head(segs: list, sums: Sums) -> bool:
-    """Whether a first segment shorter than ``MIN_NIGHTS`` is the level a step left: at
-    least ``MIN_HEAD`` nights, each on its side of the midpoint to the flat level after it
-    (``tailstep.held`` the other way: a two-night dip at the start is no level)."""
-    (_, j, _), (_, k, kind) = segs[0], segs[1]
-    if j < MIN_HEAD or kind != "flat":
-        return False
-    after, before = sums.fit(j, k, kind)[0], sums.fit(0, j, "flat")[0]
-    return held(np.array([sums.fit(i, i + 1, "flat")[0] for i in range(j)])[::-1], 0,
-                after, before)
 
 
 def _joined(i: int, j: int, sums: Sums, nz: Noise) -> tuple[int, int, str]:
