@@ -135,7 +135,7 @@ def test_the_demos_calibration_sweep_reviews_as_a_marked_win_with_ladder_stops_a
         listed = page.split('<ul id="adaptive-stops">')[1].split("</ul>")[0]
         stops = re.findall(r'<li data-best="(yes|no)" data-calibration="yes">local · '
                            rf"calibration pair \(an instrument, not a model\){item} · workload "
-                           rf"<code>code</code>: (?:<b>)?num_draft_tokens=(\d) stopped after "
+                           rf"<code>code</code>: (?:<b>)?draft width (\d) stopped after "
                            rf"(\d+) of {most} repetitions: ({item})(?:</b>)?</li>", listed)
         assert len(stops) == len(notices) == listed.count("<li"), (listed, notices)
         settled = [s for s in stops if s[3].startswith("settled as the best: faster than its "

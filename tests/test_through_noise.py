@@ -118,9 +118,11 @@ def test_undecided_stays_needs_more_data(tmp_path):
     assert "through_noise" not in got["verdict"]
 
 
-def test_a_gate_left_undecided_is_named_in_words():
+def test_a_gate_left_undecided_is_named_in_words(tmp_path):
     """Through the noise the timing gates stay undecided; the demo's evidence cells once
     read "itl_p95_ms undecided" and "ttft_change undecided" (identifiers, not words)."""
+    import re
+
     from orchestrator.review.ci import gate_words
     from orchestrator.review.verdict import GATE_WORDS
     from orchestrator.review.weekly import DEFAULT_GATES
@@ -131,6 +133,13 @@ def test_a_gate_left_undecided_is_named_in_words():
         == "time to first token undecided (95% interval 0.90–1.30)"
     for name in GATE_WORDS:
         assert "_" not in gate_words(name, undecided, DEFAULT_GATES), name
+    # and through the review: one night gives the timing gates no interval (undecided)
+    got = plant(tmp_path / "s.db", 1, ratios={2: 0.5, 3: 0.5, 4: 0.5}, acceptance=0.40,
+                nb=4, ns=1)
+    said = [got["verdict"]["text"], got["verdict"]["evidence"],
+            *[c.get("classification") or "" for c in got["configs"]]]
+    assert any("ITL p95 undecided" in t for t in said), said
+    assert not [t for t in said if re.search(r"[a-z]+_[a-z0-9_]+ undecided", t)], said
 
 
 # the simulation: the speedup gate's interval at CV 20%, true ratio on the gate / at 0.5×

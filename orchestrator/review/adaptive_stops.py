@@ -6,6 +6,8 @@ rounds measured) and the sweep's lock (``job.repetitions``: the most an adaptive
 
 from __future__ import annotations
 
+import re
+
 from ..store import Store, queries
 from ..store.weekly_rows import sweep_plans
 
@@ -36,10 +38,26 @@ def adaptive_stops(store: Store, sweep_ids: list[str],
         count = (f"after {after} of {of} repetitions" if isinstance(after, int) and of
                  else f"after {after} repetitions" if isinstance(after, int) else "early")
         out.append({"sweep_id": s.sweep_id, "node": s.node, "workload": e.get("workload"),
-                    "variant": e.get("variant"), "what": what, "after": after, "of": of,
+                    "variant": e.get("variant"), "pair": pair_words(e.get("variant")),
+                    "what": what, "after": after, "of": of,
                     "why": why, "best": why.startswith(BEST),
-                    "text": f"{what} stopped {count}: {why}"})
+                    "text": f"{what_words(what)} stopped {count}: {why}"})
     return out
+
+
+def what_words(what: str) -> str:
+    """A stopped config in words: "num_draft_tokens=4" → "draft width 4", "kv_bits=8" →
+    "kv bits 8"; a variant's name as it is."""
+    m = re.fullmatch(r"([a-z][a-z0-9_]*)=(.*)", what)
+    if m is None:
+        return what
+    name, value = m.groups()
+    return f"{'draft width' if name == 'num_draft_tokens' else name.replace('_', ' ')} {value}"
+
+
+def pair_words(variant: object) -> str | None:
+    """The pair a stop's variant runs ("speculative@target+draft" → "target+draft")."""
+    return str(variant).split("@", 1)[-1] if variant else None
 
 
 def stop_role(variant: object) -> str:

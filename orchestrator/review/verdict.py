@@ -403,7 +403,8 @@ def _noisy_describe(c: dict, gates: dict) -> str:
              f"run{'s' if n != 1 else ''} set aside for the spread (judged through the noise)"]
     parts += [gate_text(name, v["value"], gates) for name, v in c["gates"].items()
               if v["passed"] is False]
-    parts += [f"{name} undecided" for name, v in c["gates"].items() if v.get("undecided")]
+    parts += [f"{GATE_WORDS.get(name, name)} undecided" for name, v in c["gates"].items()
+              if v.get("undecided")]
     return "; ".join(parts)
 
 
