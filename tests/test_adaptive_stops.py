@@ -65,6 +65,8 @@ def test_each_stop_says_after_how_many_of_the_plans_repetitions_and_the_winner_i
     weekly = write_review(store, tmp_path / "review.html", week=WEEK, formats=("html",),
                           now=MONDAY + timedelta(days=6))["html"].read_text()
     for html in (sweep_page, weekly):
+        # a stop is said once, in the stops' list: not again, raw, among the notices
+        assert "stops repeating: " not in html and "not adaptive" in html
         listed = html.split('<ul id="adaptive-stops">')[1].split("</ul>")[0]
         assert listed.count("<li") == 2 and best in listed
         assert ('<li data-best="no" data-calibration="yes">local · calibration pair (an '

@@ -64,10 +64,12 @@ def test_one_night_gives_each_decision_provisional_with_its_count(tmp_path):
                                       "1 of 3 nights")
     assert real["verdict"]["text"] == ("keep autoregressive: no draft width is faster than "
                                        "the baseline, provisional: 1 of 3 nights")
-    # the calibration sweep's notices (its adaptive stops) are marked; the real pair's not
+    # the calibration sweep's adaptive stop is marked, in the stops' list (not again among
+    # the notices); the real pair's notice is not marked
     marks = {n["message"]: n["calibration"] for n in by["_a"]["notices"]}
-    assert marks == {"adaptive: num_draft_tokens=2 stops repeating: slower than the best":
-                     True, "a real pair's notice": False}
+    assert marks == {"a real pair's notice": False}
+    assert [(t["text"], t["calibration"]) for t in by["_a"]["adaptive_stops"]] == [
+        ("draft width 2 stopped early: slower than the best", True)]
     # the policy leaves the instrument out unless asked, and says what is provisional
     p = policy(by["_a"])
     assert [s["model_pair"] for s in p["series"]] == ["target / draft"]

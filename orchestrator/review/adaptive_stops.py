@@ -31,7 +31,7 @@ def adaptive_stops(store: Store, sweep_ids: list[str],
                                           order=("node", "seq"))):
         e = s.event
         msg = str(e.get("message") or "")
-        if not e.get("adaptive") or _STOPS not in msg:
+        if not is_stop(e.get("adaptive"), msg):
             continue
         what, why = msg.removeprefix("adaptive: ").split(_STOPS, 1)
         after, of = e.get("repetitions"), most.get(s.sweep_id)
@@ -43,6 +43,12 @@ def adaptive_stops(store: Store, sweep_ids: list[str],
                     "why": why, "best": why.startswith(BEST),
                     "text": f"{what_words(what)} stopped {count}: {why}"})
     return out
+
+
+def is_stop(adaptive: object, message: str) -> bool:
+    """Whether an agent's notice is an adaptive stop (shown here, in words, not again among
+    the notices)."""
+    return bool(adaptive) and _STOPS in message
 
 
 def what_words(what: str) -> str:

@@ -8,6 +8,7 @@ from collections import defaultdict
 from agent.events import Generation, KnobEffect, Notice
 
 from ..store import Store, queries
+from .adaptive_stops import is_stop
 
 
 def side_by_side(sections: list[dict]) -> list[dict]:
@@ -71,6 +72,8 @@ def agent_notices(store: Store, sweep_ids: list[str]) -> list[dict]:
     for s in queries.typed(queries.events(store, sweep_ids, ("knob_effect", "notice"),
                                           order=("node", "seq"))):
         e = s.event
+        if isinstance(e, Notice) and is_stop(e.adaptive, e.message):
+            continue  # the adaptive stops' own list says it, in words
         if isinstance(e, (KnobEffect, Notice)):
             out.append({"sweep_id": s.sweep_id, "node": s.node, "variant": e.variant,
                         "workload": e.workload, "knob": getattr(e, "knob", None),
