@@ -159,3 +159,19 @@ def test_a_real_agents_stop_on_its_winner_reads_on_both_pages(model_pair, tmp_pa
                               now=MONDAY + timedelta(days=6))["html"]):
         listed = dump_dom(html).split('<ul id="adaptive-stops">')[1].split("</ul>")[0]
         assert line in listed and listed.count("<li") == len(notices), listed
+
+
+def test_the_sweeps_own_line_says_a_stop_in_words():
+    """The demo's terminal once printed "[local] adaptive: num_draft_tokens=1 stops
+    repeating: …" beside pages that say "draft width 1"."""
+    import io
+
+    from orchestrator.sweep.progress import StderrProgress
+
+    out = io.StringIO()
+    show = StderrProgress(out)
+    show("local", {"type": "notice", "adaptive": True, "message": SLOWER})
+    show("local", {"type": "notice", "adaptive": True, "message": "adaptive: odd words"})
+    assert out.getvalue().splitlines() == [
+        "[local] adaptive: draft width 2 stops repeating: " + SLOWER.split(": ", 2)[2],
+        "[local] adaptive: odd words"]

@@ -93,7 +93,7 @@ class StderrProgress:
             self.soak_shown[node] = event["elapsed_s"]
             return _soak_sample(event)
         if kind == "notice" and event.get("adaptive"):
-            return str(event.get("message"))[:300]
+            return _stop_line(str(event.get("message")))[:300]
         told = _STATELESS.get(kind)
         return told(event) if told else None
 
@@ -101,3 +101,14 @@ class StderrProgress:
         line = self.line(node, event)
         if line is not None:
             print(f"[{node}] {line}", file=self.stream, flush=True)
+
+
+def _stop_line(message: str) -> str:
+    """An adaptive stop as the pages say it: "adaptive: draft width 1 stops repeating: …",
+    not the journal's "num_draft_tokens=1" (any other notice as written)."""
+    from ..review.adaptive_stops import what_words
+
+    head, sep, why = message.partition(" stops repeating: ")
+    if not sep or not head.startswith("adaptive: "):
+        return message
+    return f"adaptive: {what_words(head.removeprefix('adaptive: '))} stops repeating: {why}"
