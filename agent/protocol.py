@@ -76,6 +76,7 @@ Format history
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -211,6 +212,16 @@ KNOB_DEFAULTS: dict[str, Any] = {k.name: k.default for k in KNOBS.values()}
 SAMPLING_DEFAULTS: dict[str, Any] = {k.name: k.default for k in KNOBS.values()
                                      if k.sampling and k.keyed}
 DEFAULT_SWEEP: dict[str, list] = {"num_draft_tokens": [2, 3, 4, 6]}
+
+
+def knob_words(what: str) -> str:
+    """A config an agent names as "knob=value", in words: "num_draft_tokens=4" → "draft
+    width 4", "kv_bits=8" → "kv bits 8"; anything else (a variant's name) as it is."""
+    m = re.fullmatch(r"([a-z][a-z0-9_]*)=(.*)", what)
+    if m is None:
+        return what
+    name, value = m.groups()
+    return f"{'draft width' if name == 'num_draft_tokens' else name.replace('_', ' ')} {value}"
 
 
 def normal_config(config: dict) -> dict:

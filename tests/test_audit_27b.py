@@ -99,13 +99,21 @@ def test_a_true_difference_beside_busy_nights_keeps_its_power():
     on each side (600 pairs, seed 2728): found in 37.8% and 84.2% (6a2c93c, the spike in
     the spread: 8.0%, 41.0%), the interval covering the true ratio 99.8%. (Below what
     79cec96 found: test_busy_nights_cost_power_where_memory_is_moderate.)"""
-    rng = np.random.default_rng(2728)
-    for ratio, least in ((0.9, 0.3), (0.85, 0.7)):
+    for (ratio, least), (found, cover) in zip(((0.9, 0.3), (0.85, 0.7)),
+                                              _slowdowns_beside_busy_nights()):
+        assert found >= least and cover >= 0.93, (ratio, found, cover)
+
+
+def _slowdowns_beside_busy_nights() -> list[tuple[float, float]]:
+    """(found, covered) for a true 0.9x and 0.85x over twenty nights at φ 0.5, one busy
+    night a week on each side (600 pairs each, seed 2728)."""
+    rng, out = np.random.default_rng(2728), []
+    for ratio in (0.9, 0.85):
         a, b = _weeks(rng, 600, 20, 0.5)
         _busy(rng, a, 1)
         _busy(rng, b, 1)
-        found, cover = _score(a, b + math.log(ratio), ratio)
-        assert found >= least and cover >= 0.93, (ratio, found, cover)
+        out.append(_score(a, b + math.log(ratio), ratio))
+    return out
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -116,12 +124,8 @@ def test_a_true_difference_beside_busy_nights_keeps_its_power():
     "48.0% / 91.4%). phi is the larger of two bounds (with and without the busy nights), "
     "so their finding only ever widens; at phi 0 power rose (81.0% v 66.4% for 10%)"))
 def test_busy_nights_cost_power_where_memory_is_moderate():
-    rng = np.random.default_rng(2728)
-    for ratio, before in ((0.9, 0.447), (0.85, 0.925)):
-        a, b = _weeks(rng, 600, 20, 0.5)
-        _busy(rng, a, 1)
-        _busy(rng, b, 1)
-        found, _ = _score(a, b + math.log(ratio), ratio)
+    for (ratio, before), (found, _) in zip(((0.9, 0.447), (0.85, 0.925)),
+                                           _slowdowns_beside_busy_nights()):
         assert found >= before - 0.02, (ratio, found)
 
 
@@ -155,12 +159,19 @@ def test_two_busy_nights_in_one_week_hold_the_targets():
     "noise. 6a2c93c (the spike in the spread) covered 98.1% / 97.6%, b5f3608 lost it; "
     "79cec96 74.8% / 85.7%"))
 def test_three_busy_nights_in_one_week_and_none_in_the_other_are_covered():
-    rng = np.random.default_rng(2730)
+    for phi, claims, cover in _busy_week_scores(2730, lambda rng, a: _busy(rng, a, 3)):
+        assert claims <= 0.06 and cover >= 0.93, (phi, claims, cover)
+
+
+def _busy_week_scores(seed: int, make_busy) -> list[tuple[float, float, float]]:
+    """(φ, false claims, coverage) at φ 0.9 and 0.5: 1,000 pairs of twenty nights a side,
+    week A made busy by ``make_busy(rng, a)`` (in place), B quiet, no change."""
+    rng, out = np.random.default_rng(seed), []
     for phi in (0.9, 0.5):
         a, b = _weeks(rng, 1000, 20, phi)
-        _busy(rng, a, 3)
-        claims, cover = _score(a, b)
-        assert claims <= 0.06 and cover >= 0.93, (phi, claims, cover)
+        make_busy(rng, a)
+        out.append((phi, *_score(a, b)))
+    return out
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -171,11 +182,10 @@ def test_three_busy_nights_in_one_week_and_none_in_the_other_are_covered():
     "week that had four of them reads as a slower config; the quiet nights' level is what "
     "did not change"))
 def test_a_busy_week_against_a_quiet_week_is_no_difference():
-    rng = np.random.default_rng(2731)
-    for phi in (0.9, 0.5):
-        a, b = _weeks(rng, 1000, 20, phi)
+    def busy_week(rng, a):
         a += np.where(rng.random(a.shape) < 0.2, BUSY, 0.0)
-        claims, cover = _score(a, b)
+
+    for phi, claims, cover in _busy_week_scores(2731, busy_week):
         assert claims <= 0.06, (phi, claims, cover)
 
 

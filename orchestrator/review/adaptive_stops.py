@@ -6,7 +6,7 @@ rounds measured) and the sweep's lock (``job.repetitions``: the most an adaptive
 
 from __future__ import annotations
 
-import re
+from agent.protocol import knob_words as what_words
 
 from ..store import Store, queries
 from ..store.weekly_rows import sweep_plans
@@ -49,16 +49,6 @@ def is_stop(adaptive: object, message: str) -> bool:
     """Whether an agent's notice is an adaptive stop (shown here, in words, not again among
     the notices)."""
     return bool(adaptive) and _STOPS in message
-
-
-def what_words(what: str) -> str:
-    """A stopped config in words: "num_draft_tokens=4" → "draft width 4", "kv_bits=8" →
-    "kv bits 8"; a variant's name as it is."""
-    m = re.fullmatch(r"([a-z][a-z0-9_]*)=(.*)", what)
-    if m is None:
-        return what
-    name, value = m.groups()
-    return f"{'draft width' if name == 'num_draft_tokens' else name.replace('_', ' ')} {value}"
 
 
 def pair_words(variant: object) -> str | None:

@@ -106,9 +106,9 @@ class StderrProgress:
 def _stop_line(message: str) -> str:
     """An adaptive stop as the pages say it: "adaptive: draft width 1 stops repeating: …",
     not the journal's "num_draft_tokens=1" (any other notice as written)."""
-    from ..review.adaptive_stops import what_words
+    from agent.protocol import knob_words
 
     head, sep, why = message.partition(" stops repeating: ")
     if not sep or not head.startswith("adaptive: "):
         return message
-    return f"adaptive: {what_words(head.removeprefix('adaptive: '))} stops repeating: {why}"
+    return f"adaptive: {knob_words(head.removeprefix('adaptive: '))} stops repeating: {why}"
