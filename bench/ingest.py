@@ -24,6 +24,11 @@ loaded machine gives each side whatever share of the cores it gets, which moves 
 ratio by more than any change to the code; the CPU ratio stays put (it does not count the
 overlap of decoding with the database's own work that a free core allows).
 
+``--line long`` takes a speculative generation at draft width 3 instead (256 tokens, 30
+telemetry samples, acceptance by position: ~7.7 kB, where the short baseline line is ~2.2 kB
+and never walks the depth checks' nested lists); the short line stays the default, so the
+numbers compare with earlier runs.
+
 ``--stages`` instead prints where a generation event's CPU goes on our path, stage by
 stage (this thread's CPU time per event, median of ``--repeat`` batches of 1000 fresh
 lines, each stored into a new sweep), beside the floor's: what each check costs.
@@ -79,21 +84,29 @@ def cpu_seconds(url: str) -> float:
     return total
 
 
-def sample_events(n: int) -> list[dict]:
-    """A real generation event from the demo pair, renumbered n times."""
+def sample_events(n: int, line: str = "baseline") -> list[dict]:
+    """A real generation event from the demo pair, renumbered n times. ``line``: "baseline"
+    (64 tokens, 2 telemetry samples, no acceptance positions) or "long" (speculative at
+    draft width 3, 256 tokens, 30 telemetry samples: what the boundary's depth walk and a
+    long night's lines cost)."""
     from mlx_lm import load
 
     from agent.generation import generate_once
     from agent.protocol import SAMPLING_DEFAULTS
 
-    m, tok = load(str(ROOT / "orchestrator/demo_models/pair/target"))
-    cfg = {**SAMPLING_DEFAULTS, "num_draft_tokens": 0}
-    g = generate_once(m, tok, tok.encode("def f(x):"), cfg, 64)
+    pair = ROOT / "orchestrator/demo_models/pair"
+    m, tok = load(str(pair / "target"))
+    long = line == "long"
+    cfg = {**SAMPLING_DEFAULTS, "num_draft_tokens": 3 if long else 0}
+    draft = load(str(pair / "draft"))[0] if long else None
+    g = generate_once(m, tok, tok.encode("def f(x):"), cfg, 256 if long else 64, draft)
     base = {"schema": 1, "type": "generation", "job_id": "bench", "workload": "code",
-            "prompt_sha256": "0" * 64, "mode": "baseline", "knob": "num_draft_tokens",
-            "knob_value": 2, "num_draft_tokens": 0, "config": cfg, "repetition": 0,
-            "telemetry": [{"ts": 1.0, "swap_used_bytes": 0, "rss_bytes": 1 << 27,
-                           "memory_pressure": "normal"}] * 2, **g}
+            "prompt_sha256": "0" * 64, "mode": "speculative" if long else "baseline",
+            "knob": "num_draft_tokens", "knob_value": 3 if long else 2,
+            "num_draft_tokens": cfg["num_draft_tokens"], "config": cfg, "repetition": 0,
+            "telemetry": [{"ts": 1.0 + 0.5 * i, "swap_used_bytes": 0, "rss_bytes": 1 << 27,
+                           "memory_pressure": "normal"} for i in range(30 if long else 2)],
+            **g}
     return [{**base, "seq": i + 1, "ts": 1e9 + i, "run_index": i} for i in range(n)]
 
 
@@ -315,10 +328,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--stages", action="store_true",
                     help="where a generation event's CPU goes, stage by stage")
+    ap.add_argument("--line", choices=("baseline", "long"), default="baseline",
+                    help="the generation line: a short baseline one, or a long speculative "
+                    "one (30 telemetry samples, acceptance by position)")
     args = ap.parse_args()
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     if args.stages:
-        events = sample_events(max(args.events, 1000))
+        events = sample_events(max(args.events, 1000), args.line)
         lines = [sign(KEY, json.dumps(e, separators=(",", ":"))) for e in events]
         gc.collect()
         gc.freeze()
@@ -326,7 +342,7 @@ def main() -> None:
         print_stages(admin, events, lines, args.repeat)
         return
     targets = {"SQLite": 50000, "PostgreSQL": 30000}
-    for label, events in (("generation", sample_events(args.events)),
+    for label, events in (("generation", sample_events(args.events, args.line)),
                           ("light", light_events(args.events * 2))):
         # as in a keyed journal
         lines = [sign(KEY, json.dumps(e, separators=(",", ":"))) for e in events]
