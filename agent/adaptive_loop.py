@@ -9,6 +9,7 @@ from .adaptive import resolved, settle
 from .engine_api import Engine, Slot
 from .job import Job
 from .journal import Journal
+from .protocol import stop_message
 
 
 class Adaptive:
@@ -81,4 +82,4 @@ class Adaptive:
         workload, variant, knob, value, _ = key
         what = f"{knob}={json.loads(value)}" if knob else variant
         self.journal.emit("notice", workload=workload, variant=variant, adaptive=True,
-                          repetitions=n, message=f"adaptive: {what} stops repeating: {why}")
+                          repetitions=n, message=stop_message(what, why))

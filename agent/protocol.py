@@ -214,6 +214,21 @@ SAMPLING_DEFAULTS: dict[str, Any] = {k.name: k.default for k in KNOBS.values()
 DEFAULT_SWEEP: dict[str, list] = {"num_draft_tokens": [2, 3, 4, 6]}
 
 
+STOP_PREFIX, STOP_SEP = "adaptive: ", " stops repeating: "
+
+
+def stop_message(what: str, why: str) -> str:
+    """An adaptive stop as the agent journals it: "adaptive: num_draft_tokens=2 stops
+    repeating: slower than the best …" (``stop_parts`` reads it back)."""
+    return f"{STOP_PREFIX}{what}{STOP_SEP}{why}"
+
+
+def stop_parts(message: str) -> tuple[str, str] | None:
+    """(what stopped, why) of a ``stop_message``; None for any other notice."""
+    head, sep, why = message.partition(STOP_SEP)
+    return (head.removeprefix(STOP_PREFIX), why) if sep else None
+
+
 def knob_words(what: str) -> str:
     """A config an agent names as "knob=value", in words: "num_draft_tokens=4" → "draft
     width 4", "kv_bits=8" → "kv bits 8"; anything else (a variant's name) as it is."""

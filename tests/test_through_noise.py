@@ -124,7 +124,7 @@ def test_a_gate_left_undecided_is_named_in_words(tmp_path):
     import re
 
     from orchestrator.review.ci import gate_words
-    from orchestrator.review.verdict import GATE_WORDS
+    from orchestrator.review.through_noise import GATE_WORDS
     from orchestrator.review.weekly import DEFAULT_GATES
 
     undecided = {"passed": None, "undecided": True, "value": None}

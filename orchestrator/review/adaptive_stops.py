@@ -7,11 +7,11 @@ rounds measured) and the sweep's lock (``job.repetitions``: the most an adaptive
 from __future__ import annotations
 
 from agent.protocol import knob_words as what_words
+from agent.protocol import stop_parts
 
 from ..store import Store, queries
 from ..store.weekly_rows import sweep_plans
 
-_STOPS = " stops repeating: "
 BEST = "settled as the best"
 
 
@@ -30,10 +30,10 @@ def adaptive_stops(store: Store, sweep_ids: list[str],
     for s in queries.typed(queries.events(store, sweep_ids, ("notice",),
                                           order=("node", "seq"))):
         e = s.event
-        msg = str(e.get("message") or "")
-        if not is_stop(e.get("adaptive"), msg):
+        parts = stop_parts(str(e.get("message") or "")) if e.get("adaptive") else None
+        if parts is None:
             continue
-        what, why = msg.removeprefix("adaptive: ").split(_STOPS, 1)
+        what, why = parts
         after, of = e.get("repetitions"), most.get(s.sweep_id)
         count = (f"after {after} of {of} repetitions" if isinstance(after, int) and of
                  else f"after {after} repetitions" if isinstance(after, int) else "early")
@@ -48,7 +48,7 @@ def adaptive_stops(store: Store, sweep_ids: list[str],
 def is_stop(adaptive: object, message: str) -> bool:
     """Whether an agent's notice is an adaptive stop (shown here, in words, not again among
     the notices)."""
-    return bool(adaptive) and _STOPS in message
+    return bool(adaptive) and stop_parts(message) is not None
 
 
 def pair_words(variant: object) -> str | None:

@@ -16,8 +16,8 @@ from xml.etree import ElementTree as ET
 
 from ..errors import ConfigError
 from .otel import config_attributes
-from .through_noise import NOISE_MARK
-from .verdict import GATE_WORDS, gate_text
+from .through_noise import NOISE_MARK, undecided_text
+from .verdict import gate_text
 from .week_sweeps import calibration_words
 
 CAUSES = ("regression", "gate-miss", "no-data", "stale", "failed-sweep")
@@ -74,9 +74,7 @@ def gate_words(name: str, v: dict, gates: dict) -> str:
     """A gate as the comparison it made; through the noise, with its 95% interval (a
     point speedup from runs set aside for their spread is no reading on its own)."""
     undecided = v.get("undecided") and v.get("passed") is None
-    # in words, as every cell is: "ITL p95 undecided", never "itl_p95_ms undecided"
-    text = f"{GATE_WORDS.get(name, name)} undecided" if undecided else \
-        gate_text(name, v["value"], gates)
+    text = undecided_text(name) if undecided else gate_text(name, v["value"], gates)
     if iv := v.get("interval"):
         text += f" (95% interval {iv[0]:.2f}–{iv[1]:.2f})"
     return text

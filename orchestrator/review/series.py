@@ -19,6 +19,7 @@ from .load import load_signals
 from .regression import regression
 from .rules import Rule, fire
 from .through_noise import (
+    GATE_WORDS,
     NOISE_MARK,
     night_timing_gates,
     noisy_pick,
@@ -26,7 +27,6 @@ from .through_noise import (
     spread_alone,
     spread_text,
 )
-from .verdict import GATE_WORDS
 from .week_runs import RunRow, identity_changes, vals
 from .windows import GenRow
 

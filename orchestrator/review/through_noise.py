@@ -32,6 +32,18 @@ TIMING_GATES = ("speedup", "ttft_change", "itl_p95_ms")
 SPREAD = "decode tok/s spread "  # agent.summary.config_summary's words for the spread
 
 
+# each gate in words, as every cell says it (never its identifier)
+GATE_WORDS = {"speedup": "speedup", "itl_p95_ms": "ITL p95", "acceptance": "acceptance",
+              "ttft_change": "time to first token", "swap_peak_bytes": "swap",
+              "exact": "identical output", "streaming_parity": "streaming parity",
+              "task_pass_rate": "task pass rate", "not_failed": "sustained acceptance"}
+
+
+def undecided_text(name: str) -> str:
+    """A gate no interval could settle, in words: "ITL p95 undecided"."""
+    return f"{GATE_WORDS.get(name, name)} undecided"
+
+
 def spread_alone(summary: dict | None) -> dict | None:
     """The spread ({value, limit}) that set a config's run aside when it is the run's only
     reason (None: another reason too, or a run stored before events 1.9; see

@@ -32,7 +32,7 @@ from typing import Any
 
 from .busy import busy_who
 from .configs import NOT_SAMPLING, sampling_key
-from .through_noise import spread_text
+from .through_noise import spread_text, undecided_text
 
 MIN_RUNS = 3
 DECISIONS = ("production candidate", "graded fallback", "keep autoregressive",
@@ -67,13 +67,6 @@ def shown(value: float, limit: float, op: str, digits: int = 2,
 
 def _width(c: dict) -> str:
     return f"draft width {c['k']}{c.get('knob_text') or ''}"
-
-
-# each gate in words, as every cell says it (never its identifier)
-GATE_WORDS = {"speedup": "speedup", "itl_p95_ms": "ITL p95", "acceptance": "acceptance",
-              "ttft_change": "time to first token", "swap_peak_bytes": "swap",
-              "exact": "identical output", "streaming_parity": "streaming parity",
-              "task_pass_rate": "task pass rate", "not_failed": "sustained acceptance"}
 
 
 def gate_text(name: str, val: Any, gates: dict) -> str:
@@ -403,8 +396,7 @@ def _noisy_describe(c: dict, gates: dict) -> str:
              f"run{'s' if n != 1 else ''} set aside for the spread (judged through the noise)"]
     parts += [gate_text(name, v["value"], gates) for name, v in c["gates"].items()
               if v["passed"] is False]
-    parts += [f"{GATE_WORDS.get(name, name)} undecided" for name, v in c["gates"].items()
-              if v.get("undecided")]
+    parts += [undecided_text(name) for name, v in c["gates"].items() if v.get("undecided")]
     return "; ".join(parts)
 
 

@@ -106,9 +106,9 @@ class StderrProgress:
 def _stop_line(message: str) -> str:
     """An adaptive stop as the pages say it: "adaptive: draft width 1 stops repeating: …",
     not the journal's "num_draft_tokens=1" (any other notice as written)."""
-    from agent.protocol import knob_words
+    from agent.protocol import STOP_PREFIX, knob_words, stop_message, stop_parts
 
-    head, sep, why = message.partition(" stops repeating: ")
-    if not sep or not head.startswith("adaptive: "):
+    parts = stop_parts(message)
+    if parts is None or not message.startswith(STOP_PREFIX):
         return message
-    return f"adaptive: {knob_words(head.removeprefix('adaptive: '))} stops repeating: {why}"
+    return stop_message(knob_words(parts[0]), parts[1])
