@@ -6,6 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.cli import main
 from orchestrator.review.changepoints import MIN_HISTORY
@@ -49,3 +51,29 @@ def test_held_its_level_is_said_only_over_nights_looked_at(tmp_path, nights, bus
     other = NOTHING if said == HELD else HELD
     assert other not in md and other not in html
     assert doc["counts"]["cp_examined"] == (2 if said == HELD else 0)
+
+
+@settings(max_examples=10, deadline=None)
+@given(nights=st.integers(1, MIN_HISTORY + 3), busy=st.booleans())
+def test_held_is_said_exactly_when_a_config_had_nights_enough(nights, busy):
+    """Property: for any count of level nights, reliable or all set aside, the page says
+    "held its level" exactly when a config had MIN_HISTORY reliable nights, and else that
+    there was nothing to look for; never both."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        url = f"sqlite:///{Path(d) / 's.db'}"
+        store = open_store(url)
+        start = MONDAY + timedelta(days=7) - timedelta(days=nights)
+        for i in range(nights):
+            night(store, start + timedelta(days=i), node="n1", chip="Apple M2",
+                  pair="t / d", workload="code",
+                  configs={("baseline", 0): config_values(100.0)},
+                  unreliable="contended: other processes used 60% of the CPU (limit 25%)"
+                  if busy else None)
+        md, html, doc = _review(url, Path(d) / "out")
+    looked = not busy and nights >= MIN_HISTORY
+    assert (HELD in md, NOTHING in md) == (looked, not looked)
+    assert (HELD in html, NOTHING in html) == (looked, not looked)
+    assert doc["counts"]["cp_examined"] == int(looked)
