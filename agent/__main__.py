@@ -4,13 +4,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from . import AGENT_VERSION, SCHEMA
 
 
+def own_compile_dir() -> Path | None:
+    """On Linux, a temp folder of this user's own (``~/.specfleet/tmp``) before mlx loads.
+
+    Why: mlx compiles its CPU kernels into ``$TMPDIR/mlx/<version>/cpu``, a folder the first
+    user to run mlx on the machine creates (0755). Every other user's agent there then
+    fails each generation whose kernel was not compiled yet ("[Compile::eval_cpu] Failed to
+    compile function"): two node users on one Linux host, or a node beside a CI job. macOS
+    gives each user a TMPDIR of their own already (and Metal compiles no CPU kernels)."""
+    if sys.platform != "linux":
+        return None
+    own = Path.home() / ".specfleet" / "tmp"
+    try:
+        own.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:  # a home it cannot write: the journal's own check says so, by name
+        return None
+    os.environ["TMPDIR"] = str(own)  # std::filesystem::temp_directory_path reads it first
+    return own
+
+
 def main(argv: list[str] | None = None) -> int:
+    own_compile_dir()
     p = argparse.ArgumentParser(prog="python -m agent", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="run a job and journal one JSON event per line")

@@ -25,6 +25,7 @@ import pytest
 from tests.controller import (
     hold_agents,
     journal,
+    journal_path,
     journaled_generations,
     specfleet,
     stored_events,
@@ -86,7 +87,14 @@ def _sweep_through(fleet, inv, lock, url, d, fault, heal, fault_s: float):
         return len(held) == NODES
 
     try:
-        wait_for(hold_each, timeout=300, what="every node to journal a generation")
+        try:
+            wait_for(hold_each, timeout=300, what="every node to journal a generation")
+        except AssertionError as e:  # say where each node stood, and what the sweep said
+            tails = {n.name: [x.get("type") for x in journal(n, sid)][-3:]
+                     if journaled_generations(n, sid) or journal_path(n, sid).exists()
+                     else "no journal" for n in nodes}
+            raise AssertionError(f"{e}; held {sorted(held)}; journal tails {tails}; "
+                                 f"controller {ctl.poll()}:\n{log.read_text()[-3000:]}") from None
         wait_for(lambda: all(stored_generations(url, sid, n.name) >= 1 for n in nodes),
                  what="every node to store it")
         before = {n.name: len(journal(n, sid)) for n in nodes}
