@@ -308,3 +308,32 @@ def test_a_second_repetition_narrows_the_interval_it_decides_on():
 
     (one, c1), (two, c2) = width_and_cover(1, 4), width_and_cover(2, 8)
     assert two < 0.7 * one and min(c1, c2) >= 0.93, (one, two, c1, c2)
+
+
+def test_a_pick_through_the_noise_reads_its_memory_beside_the_baseline_it_was_judged_on(
+        tmp_path):
+    """Every config set aside for its spread alone; width 2 is a clear 2× win through the
+    noise at three times the baseline's peak memory (3 GB against 1 GB), swapping in on its
+    night. The rules read that width beside the baseline the verdict was judged against, as
+    the ladder does: memory +200% (planted), and the draft-memory advice fires. They read
+    no baseline there before (only a reliable one), so the memory went unread."""
+    rng = random.Random(3)
+    store = open_store(fresh_sqlite(tmp_path / "s.db"))
+    at = week_nights(W20, 1)[0] + timedelta(hours=1)
+
+    def cfg(rate, acc=None, mem=1.0e9, swap_in=0):
+        v = V(rate, reps=8, acceptance=acc, rng=rng, mem=mem, swap_in=swap_in)
+        v["decode_tok_s"] = lognormal(rng, rate, 8)
+        return v
+
+    night(store, at, node="ci-01", chip="Apple M2 Max", pair="target / draft",
+          workload="code", unreliable=_reason(36), spread={"value": 0.36, "limit": 0.10},
+          configs={("baseline", 0): cfg(100.0),
+                   ("speculative", 2): cfg(200.0, 0.8, mem=3.0e9, swap_in=64 << 20)})
+    (s,) = analyse(store, "2026-W20", load_rules(), now=NOW)["series"]
+    assert s["verdict"]["through_noise"] and s["verdict"]["k"] == 2
+    m = s["metrics"]
+    assert m["best_through_noise"] and m["mem_increase"] == pytest.approx(2.0)
+    assert m["mem_added_bytes"] == pytest.approx(2.0e9)
+    fired = {x["rule"] for x in s["signals"]}
+    assert "draft-memory" in fired, s["signals"]

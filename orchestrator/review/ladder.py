@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .through_noise import noisy_pick, spread_only
+from .through_noise import baseline_at, noisy_pick
 from .verdict import MIN_RUNS, gate_text
 
 STEPS = ("current width", "one step narrower", "lighter draft tier", "autoregressive only")
@@ -55,19 +55,6 @@ def _noisy(s: dict) -> list[dict]:
     picked = noisy_pick(s)
     return [{**c, "_picked_through_noise": True} if picked is not None and c is picked else c
             for c in s["configs"]]
-
-
-def _baseline(s: dict, sampling) -> dict | None:
-    """The series' baseline at ``sampling``: its reliable one, or, where its verdict was
-    decided through the noise, the one set aside for its decode-rate spread alone that the
-    verdict was judged against (on a noisy VM every config's spread can pass 10%; the
-    calibration pair's ladder then went missing beside its marked candidate)."""
-    base = [c for c in s["configs"] if c["mode"] == "baseline"
-            and c.get("sampling") == sampling]
-    reliable = next((c for c in base if not c["set_aside"]), None)
-    if reliable is not None or not (s.get("verdict") or {}).get("through_noise"):
-        return reliable
-    return next((c for c in base if spread_only(c.get("unreliable_reasons") or [])), None)
 
 
 def _speedup(c: dict) -> float:
@@ -150,7 +137,7 @@ def _walk(group: list[dict]) -> dict | None:
     if not usable:
         return None
     sampling = max(usable, key=_speedup).get("sampling")
-    base = _baseline(top, sampling)
+    base = baseline_at(top, sampling)
     spec = sorted((c for c in usable if c.get("sampling") == sampling), key=lambda c: -c["k"])
     if base is None or not spec:
         return None
@@ -164,7 +151,7 @@ def _walk(group: list[dict]) -> dict | None:
         passing = [c for c in own if c.get("classification") == "production candidate"
                    or _noisy_pass(c)]
         c = max(passing or own, key=_speedup)
-        own_base = _baseline(s, sampling) or base
+        own_base = baseline_at(s, sampling) or base
         rungs.append(_rung(2, s, c, own_base, top_memory))
     rungs.append(_rung(3, top, base, base, None))
     stop = next(i for i, r in enumerate(rungs) if r["passes"])

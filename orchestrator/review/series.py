@@ -21,6 +21,7 @@ from .rules import Rule, fire
 from .through_noise import (
     GATE_WORDS,
     NOISE_MARK,
+    baseline_at,
     night_timing_gates,
     noisy_pick,
     outcome,
@@ -117,8 +118,7 @@ def read_served(section: dict, rules: list) -> bool:
     metrics, c = section.get("metrics"), noisy_pick(section)
     if c is None or metrics is None:
         return False
-    base = next((b for b in section["configs"] if b["mode"] == "baseline"
-                 and not b["set_aside"] and b.get("sampling") == c.get("sampling")), None)
+    base = baseline_at(section, c.get("sampling"))
     mem, bmem = c.get("peak_memory"), (base or {}).get("peak_memory")
     tn = c["through_noise"]
     metrics.update(best_k=c["k"], best_label=c["label"], best_speedup=tn["speedup"],

@@ -57,6 +57,20 @@ def spread_only(reasons: list[str]) -> bool:
     return len(reasons) == 1 and reasons[0].startswith(SPREAD)
 
 
+def baseline_at(section: dict, sampling) -> dict | None:
+    """The section's baseline at ``sampling``: its reliable one, or, where its verdict was
+    decided through the noise, the one set aside for its decode-rate spread alone that the
+    verdict was judged against (on a noisy VM every config's spread can pass 10%). One
+    answer for the ladder and the rules: the rules once read no baseline there, so a
+    through-the-noise pick's memory beside it went unread while the ladder showed it."""
+    base = [c for c in section["configs"] if c["mode"] == "baseline"
+            and c.get("sampling") == sampling]
+    reliable = next((c for c in base if not c["set_aside"]), None)
+    if reliable is not None or not (section.get("verdict") or {}).get("through_noise"):
+        return reliable
+    return next((c for c in base if spread_only(c.get("unreliable_reasons") or [])), None)
+
+
 def noisy_pick(section: dict) -> dict | None:
     """The config the section's verdict switched on through the noise (set aside for its
     spread alone, passed on intervals), or None: the one the ladder walks to and the rules
