@@ -264,6 +264,12 @@ def test_the_headline_never_says_switch_on_a_calibration_pair():
     assert h["todo"] == ("switch on speculation for code (draft width 4); keep the others "
                          "autoregressive; run again when the node is quiet (1 series had no "
                          "reliable runs: it was busy, see below)")
+    # on a quiet node the count agrees with its verb (the demo once said "1 series have")
+    assert headline({"series": series, "counts": counts})["todo"].endswith(
+        "measure again (1 series has no reliable runs yet)")
+    counts["verdicts"]["needs more data"] = 2
+    assert headline({"series": series, "counts": counts})["todo"].endswith(
+        "measure again (2 series have no reliable runs yet)")
 
 
 def test_a_configs_contention_readings_read_as_one_range(tmp_path):

@@ -127,6 +127,29 @@ def test_critical_memory_pressure_sets_a_generation_aside(tmp_path, monkeypatch)
     assert unreliable_reasons({"memory_pressure": "warn"}) == []
 
 
+def test_readings_keep_the_order_they_were_taken_in():
+    """A reading the thread is slow to finish (its time taken, then 150 ms: a loaded host)
+    is appended before a mark taken meanwhile, so a run's window never holds a reading from
+    before its start (a full parallel suite once caught them out of order)."""
+    import threading
+    import time
+
+    def reader():
+        snap = {"ts": time.time()}
+        if threading.current_thread().name == "telemetry":
+            time.sleep(0.15)
+        return snap
+
+    with Sampler(interval=0.05, reader=reader) as s:
+        time.sleep(0.1)  # the thread is mid-reading
+        start = s.mark()
+        time.sleep(0.2)
+        end = s.mark()
+    ts = [x["ts"] for x in s.samples]
+    assert len(ts) >= 4 and ts == sorted(ts)
+    assert all(x["ts"] >= s.samples[start]["ts"] for x in s.window(start, end))
+
+
 def test_sampler_samples_in_the_background():
     import time
 

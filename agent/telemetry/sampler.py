@@ -109,6 +109,10 @@ class Sampler:
         self.interval, self.reader = interval, reader
         self.samples: list[dict] = []
         self._lock = threading.Lock()
+        # one reading at a time, appended before the next is taken: a reading's index is
+        # its order in time (on a loaded host the thread's reading, taken just before a
+        # run's start mark but appended after it, landed inside the run's window)
+        self._taking = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.pid: int | None = None  # whose RSS the readings carry (None: this process)
@@ -146,6 +150,10 @@ class Sampler:
 
     def mark(self) -> int:
         """Take a reading now; return its index (use as a window boundary)."""
+        with self._taking:
+            return self._take()
+
+    def _take(self) -> int:
         snap = self.reader()
         snap["watched"] = (self.pid, self.accounted)  # whose CPU "own" counts
         if self.controller is not None:

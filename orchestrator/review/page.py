@@ -312,7 +312,8 @@ def headline(a: dict, busy: bool = False) -> dict:
     if k := n.get("needs more data"):
         todo.append(f"run again when the node is quiet ({k} series had no reliable runs: "
                     "it was busy, see below)" if busy else
-                    f"measure again ({k} series have no reliable runs yet)")
+                    f"measure again ({k} series {'has' if k == 1 else 'have'} no reliable "
+                    "runs yet)")
     return {"changed": what, "todo": "; ".join(todo) or "nothing: keep going as you are"}
 
 
