@@ -314,13 +314,16 @@ def test_compare_through_the_ingest_reads_busy_nights_as_night_ratio_does(plante
     assert claims <= 1 and covered >= 28, (claims, covered)
 
 
-def test_compare_says_which_busy_nights_it_set_aside(planted):
+def test_compare_says_which_busy_nights_it_set_aside(planted, tmp_path):
     """Guard: a busy night set aside from a side's level is never silent: the JSON row lists
-    each side's by night ('node date'), the text's row counts them and a line names them
-    (planted: "same" A's nights 5 and 13; "reg" A's last night, B's first and tenth)."""
+    each side's by night ('node date'), the text's row counts them and a line names them,
+    and the page's row says so in Chromium, the nights on hover (planted: "same" A's nights
+    5 and 13; "reg" A's last night, B's first and tenth)."""
     from click.testing import CliRunner
 
     from orchestrator.cli import main
+    from tests.browser import dump_dom
+    from tests.test_pages import visible
 
     url, _, _ = planted
     want = {"same": {"A": ["same 2026-05-09", "same 2026-05-17"], "B": []},
@@ -338,6 +341,15 @@ def test_compare_says_which_busy_nights_it_set_aside(planted):
             if nights:
                 assert f"BUSY NIGHTS SET ASIDE {side} code baseline decode_tok_s: " \
                        f"{len(nights)} ({', '.join(nights)})" in text, text
+        page = tmp_path / f"{node}.html"
+        CliRunner().invoke(main, [*args, "--out", str(page)])
+        dom = dump_dom(page)
+        shown = visible(dom)
+        for side, nights in busy.items():
+            if nights:
+                n = len(nights)
+                assert f"({n} busy night{'s' if n > 1 else ''} in {side} set aside)" in shown
+                assert f'title="{", ".join(nights)}: far off' in dom
 
 
 # -- change points: a first level of three nights ----------------------------------------------
