@@ -13,7 +13,9 @@ The unit is the night (one config on one node, the median of that night's runs),
 repetition nor the sweep: nights differ more than repetitions do, and repetitions (and
 sweeps) of one night share its state. Each night gives its median; the two sides' log
 medians are compared by Welch's t (ratio of geometric means, 95% interval, p), so a night's
-luck is not counted as many samples.
+luck is not counted as many samples. A busy night (far off what its neighbours predict:
+review/busy_nights) is set aside from its side's level, as an unreliable run is, and
+listed on its row: the level compared is the quiet nights'.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from ..errors import ConfigError
 from ..store import Store, queries
 from ..store.runs import RUN_FILTERS, selected_runs
 from .configs import config_label, knobs_of_key
-from .nightmemory import mean_gain, mean_variance, read_memory, spread_df
+from .nightmemory import mean_gain, mean_gain_at, mean_variance, read_memory, spread_df
 from .week_runs import iso_week_bounds
 from .week_sweeps import calibration_marks, target_role
 
@@ -47,6 +49,10 @@ POOL_BELOW = 2
 # between weeks) are one series, not independent sides (``_apart``); read as one series,
 # weeks four nights apart at φ 0.9 cover 89.6-90.3% (3-8 nights, tests/test_audit_27r.py)
 JOINED_DAYS = 3
+# busy nights are set aside from a side's level where this many quiet nights remain: fewer
+# cannot tell a busy night from a heavy tail (Student's t nights, five a side, φ 0.9: set
+# aside from four quiet ones, 92.7% covered; their excess counted as noise, 93.4%)
+MIN_QUIET = 5
 
 
 @dataclass
@@ -107,17 +113,23 @@ def _values(runs: list, metric: str) -> list[float]:
             if v is not None]
 
 
-def _per_run(runs: list, metric: str, nights: dict | None = None) -> list[float]:
-    """One value per night on a node (the median of its runs' medians): the unit compare
-    tests. Several sweeps of one night share its state; they are not several nights."""
+def _per_night(runs: list, metric: str, nights: dict | None = None) -> list[tuple]:
+    """(night, value), one a night on a node (the median of its runs' medians), the unit
+    compare tests: several sweeps of one night share its state; they are not several
+    nights. The night is a (node, date), or a run id where nights are unknown."""
     by: dict = defaultdict(list)
     for r in runs:
         if (m := median(_values([r], metric))) is not None:
             by[(nights or {}).get(r.id, r.id)].append(m)
     # in night order (node, then date): the interval reads the nights' memory from neighbours;
     # sorted as (node, date), not as text ("…date(2026, 5, 10)" sorts before "…5, 4)")
-    return [m for _, vs in sorted(by.items(), key=lambda kv: _night_order(kv[0]))
+    return [(k, m) for k, vs in sorted(by.items(), key=lambda kv: _night_order(kv[0]))
             if (m := median(vs)) is not None]
+
+
+def _night_label(key) -> str:
+    """'mac-01 2026-05-06' (a night), 'run 12' where nights are unknown."""
+    return f"{key[0]} {key[1].isoformat()}" if isinstance(key, tuple) else f"run {key}"
 
 
 def _night_order(key) -> tuple:
@@ -151,7 +163,15 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
     the summed df where the sides' spreads agree, down to the few side's own where its
     spread is all there is; through_noise's trials), "own" (Welch's spread on the few
     side's own df, Hsu's rule, and no interval for a side of one: a pass through the
-    noise)."""
+    noise).
+
+    Busy nights (``nightmemory.read_memory``) are set aside from a side of ``MIN_QUIET``
+    quiet nights or more (``busy``: each side's, indices into its positive finite nights;
+    the ratio is then of the quiet nights' geometric means); in a smaller side their
+    excess is counted as noise (``_side_variance``). Counted so everywhere, three busy
+    nights in one week of twenty against none covered 90.6% (φ 0.9) and a week with a
+    night in five busy read as slower (10.6% false claims); set aside, 95.8% and 3.4%
+    (audit 27b)."""
     import math
 
     # scipy.special, not scipy.stats: the same Student's t (stats.t calls these) at half
@@ -164,21 +184,31 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
     out: dict = {"ratio": None, "ci": None, "p": None}
     if not la or not lb:
         return out
-    ma, mb = sum(la) / len(la), sum(lb) / len(lb)
-    out["ratio"] = math.exp(mb - ma)
     va = statistics.variance(la) if len(la) > 1 else None
     vb = statistics.variance(lb) if len(lb) > 1 else None
     if va is None and vb is None:
+        out["ratio"] = math.exp(sum(lb) / len(lb) - sum(la) / len(la))
         return out
     phi, busy = read_memory([la, lb], apart) if memory else (0.0, [[], []])
     out["memory"] = phi
     # memory=False keeps the rule before (only one night borrows) unless ``few`` is given:
     # the bench's side-by-side; through_noise's trials pool as few nights do
     few = few if few is not None else POOL_BELOW if memory else 1
+    # (a side of few nights pools its spread with the other's: nothing is set aside there)
+    parts = [_Busy.of(x, b) if min(len(la), len(lb)) > few else None
+             for x, b in zip((la, lb), busy)]
+    # busy nights set aside leave their side's level to its quiet nights: a busy night is
+    # a spike, the quiet nights' level is what the config kept (as contended runs are set
+    # aside); the caller is told which (``busy``: indices into a and b)
+    if any(p is not None and p.aside for p in parts):
+        out["busy"] = [p.at if p is not None and p.aside else [] for p in parts]
+    ma, mb = (statistics.fmean(p.quiet if p is not None and p.aside else x)
+              for x, p in zip((la, lb), parts))
+    out["ratio"] = math.exp(mb - ma)
     if few_df == "own" and min(len(la), len(lb)) <= few and (va is None or vb is None):
         return out  # a side of one has no spread of its own to read
     se2, df = _mean_variance((va, vb), (len(la), len(lb)), phi, few, apart and memory,
-                             few_df, [_busy_part(x, b) for x, b in zip((la, lb), busy)])
+                             few_df, parts)
     se = math.sqrt(se2)
     if se == 0:
         out["ci"] = [out["ratio"], out["ratio"]]
@@ -197,7 +227,7 @@ def _mean_variance(vs: tuple, ns: tuple[int, int], phi: float, few: int,
     """(variance of B's mean log minus A's, its df) from the sides' sample variances ``vs``
     (None for one night) under memory ``phi``; a side's spread rests on n − 1 df, or on
     ``spread_df`` under that memory where the sides are ``apart``. ``few_df``: see
-    ``night_ratio``; ``busy``: each side's ``_busy_part`` (None: no busy night)."""
+    ``night_ratio``; ``busy``: each side's ``_Busy`` (None: no busy night)."""
     dfs = [(spread_df(n, phi) if apart else n - 1) if n > 1 else 0 for n in ns]
     if min(ns) <= few and few_df == "own":
         # Welch's spread on the few side's own df (Hsu): what a pass must clear
@@ -229,30 +259,47 @@ def _mean_variance(vs: tuple, ns: tuple[int, int], phi: float, few: int,
     return se2, (se2 ** 2 / (ea ** 2 / fa + eb ** 2 / fb) if se2 > 0 else fa + fb)
 
 
-def _busy_part(xs: list[float], busy: list[int]) -> tuple[float, int, float] | None:
-    """A side with busy nights (``nightmemory.read_memory``) and at least three others:
-    (the others' sample variance, their number, the busy nights' squared distance from
-    the others' mean summed); None otherwise."""
-    quiet = [x for i, x in enumerate(xs) if i not in busy]
-    if not busy or len(quiet) < 3:
-        return None
-    m = sum(quiet) / len(quiet)
-    return statistics.variance(quiet), len(quiet), sum((xs[i] - m) ** 2 for i in busy)
+@dataclass
+class _Busy:
+    """A side's busy nights (``nightmemory.read_memory``; ``at``, indices into ``xs``) and
+    its quiet others, at least three."""
+    xs: list[float]
+    at: list[int]
+    quiet: list[float]
+
+    @classmethod
+    def of(cls, xs: list[float], busy: list[int]) -> _Busy | None:
+        quiet = [x for i, x in enumerate(xs) if i not in busy]
+        return cls(xs, sorted(busy), quiet) if busy and len(quiet) >= 3 else None
+
+    @property
+    def aside(self) -> bool:
+        """Whether the busy nights are set aside (else their excess is counted as noise)."""
+        return len(self.quiet) >= MIN_QUIET
 
 
-def _side_variance(v: float, n: int, phi: float, busy: tuple | None,
+def _side_variance(v: float, n: int, phi: float, busy: _Busy | None,
                    apart: bool) -> tuple[float, float]:
-    """(variance of a side's mean log, the df its spread rests on). A busy night is a spike,
-    not memory: its excess enters the mean once, as its own noise, and the nights' σ² is
-    read from the others. Taken into their spread and scaled by memory's g/(1 − g), one
-    0.7× night a week left a true 10% over twenty nights found in 5.5% of pairs at φ 0.5
-    (28.8% so; 34.8% before busy nights were sought, where φ 0.9 covered 88.3%)."""
+    """(variance of a side's mean log, the df its spread rests on). Busy nights set aside:
+    the mean of the quiet nights, whose memory spans the gaps the busy ones leave
+    (``mean_gain_at``), their σ² read from the side's winsorized spread (each busy night at
+    the nearest quiet value: Yuen's, for a mean that left nights out, so a night set aside
+    that was a heavy tail, not a busy machine, still widens the interval). Left in (too few
+    quiet nights): its excess enters the mean once, as its own noise, σ² read from the
+    others."""
     if busy is None:
         return mean_variance(v, n, phi), (spread_df(n, phi) if apart else n - 1)
-    v_quiet, m, excess = busy
-    sigma2 = v_quiet * (m - 1) / (m * (1 - mean_gain(m, phi)))
-    return sigma2 * mean_gain(n, phi) + excess / (n * n), (spread_df(m, phi) if apart
-                                                         else m - 1)
+    quiet, m = busy.quiet, len(busy.quiet)
+    df = spread_df(m, phi) if apart else m - 1
+    if not busy.aside:
+        mq = statistics.fmean(quiet)
+        excess = sum((busy.xs[i] - mq) ** 2 for i in busy.at)
+        sigma2 = statistics.variance(quiet) * (m - 1) / (m * (1 - mean_gain(m, phi)))
+        return sigma2 * mean_gain(n, phi) + excess / (n * n), df
+    w = [min(max(x, min(quiet)), max(quiet)) for x in busy.xs]
+    mw = statistics.fmean(w)
+    g = mean_gain_at([i for i in range(n) if i not in busy.at], phi)
+    return sum((x - mw) ** 2 for x in w) / (m * (1 - g)) * g, df
 
 
 def _apart(ra: list, rb: list, nights_a: dict | None, nights_b: dict | None) -> bool:
@@ -307,8 +354,9 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
         workload, bucket, engine, background, pair, cal, mode, k, config_key, node = key
         config = config_label(mode, k, knobs_of_key(config_key))
         for metric in METRICS:
-            va = _per_run(by_a.get(key, []), metric, a.nights)
-            vb = _per_run(by_b.get(key, []), metric, b.nights)
+            na = _per_night(by_a.get(key, []), metric, a.nights)
+            nb = _per_night(by_b.get(key, []), metric, b.nights)
+            va, vb = [v for _, v in na], [v for _, v in nb]
             if not va and not vb:
                 continue
             row = {"workload": workload, "context_bucket": bucket,
@@ -325,6 +373,7 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
             if va and vb and row["a"]:
                 apart = _apart(by_a.get(key, []), by_b.get(key, []), a.nights, b.nights)
                 row.update(night_ratio(va, vb, apart=apart), apart=apart)
+                row["busy"] = _busy_nights(row.get("busy"), na, nb)
                 if row["p"] is None:
                     row["verdict"] = "one night a side: not testable"
                 elif row["p"] < SIGNIFICANT_P and not (row["ci"][0] <= 1.0 <= row["ci"][1]):
@@ -344,6 +393,24 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
             "identity_differences": differences, "rows": rows, "set_aside": aside,
             "unreadable_events": [f"{u.sweep_id} {u.node}: {u.message()}"
                                   for u in queries.unreadable(store, sweeps)]}
+
+
+def _busy_nights(busy: list | None, na: list, nb: list) -> dict[str, list[str]]:
+    """Each side's busy nights set aside from its level (night_ratio's ``busy``: indices
+    into its nights with a positive finite rate), as 'node date'."""
+    import math
+
+    out: dict[str, list[str]] = {"A": [], "B": []}
+    for side, at, nights in zip("AB", busy or [[], []], (na, nb)):
+        rated = [k for k, v in nights if v and 0 < v < math.inf]
+        out[side] = [_night_label(rated[i]) for i in at]
+    return out
+
+
+def _busy_text(busy: dict | None) -> str:
+    """' (busy nights set aside: A 3, B 1)' where a side's level left some out."""
+    parts = [f"{side} {len(nights)}" for side, nights in (busy or {}).items() if nights]
+    return f" (busy nights set aside: {', '.join(parts)})" if parts else ""
 
 
 def _calibration(cal: bool, a: list, b: list) -> dict:
@@ -381,10 +448,18 @@ def as_text(c: dict) -> str:
                      # its interval's premise: independent sides are read more widely
                      + (" (sides apart: independent nights)" if r.get("apart") else "")
                      + (f" (calibration pair: {'/'.join(r['calibration'])})"
-                        if r.get("calibration") else ""))
+                        if r.get("calibration") else "")
+                     + _busy_text(r.get("busy")))
     for s in c["set_aside"]:
         lines.append(f"SET ASIDE {s['side']} {s['node']} {s['workload']} {s['config']}: "
                      f"{'; '.join(s['reasons'])}")
+    for r in c["rows"]:
+        for side, nights in (r.get("busy") or {}).items():
+            if nights:
+                lines.append(f"BUSY NIGHTS SET ASIDE {side} {r['workload']} {r['config']} "
+                             f"{r['metric']}: {len(nights)} ({', '.join(nights)}), far off "
+                             "what their neighbours predict: the level compared is the "
+                             "quiet nights'")
     lines += [f"UNREADABLE {u}" for u in c["unreadable_events"]]
     return "\n".join(lines)
 

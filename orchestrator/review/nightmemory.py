@@ -68,8 +68,8 @@ as a difference without it.
 A busy night (a spike: one 0.7× night among twenty at φ 0.9) breaks two neighbour pairs and
 hides the memory (the bound read 0.30 on average: 87.2% covered); the bound is read again
 with such nights left out (``busy_nights``, their positions kept as gaps) and the larger
-kept, and compare reads the nights' spread without them (``read_memory`` says which):
-97.0% covered.
+kept, and compare sets them aside from the level and spread (``read_memory`` says which;
+the quiet nights' mean scatters ``mean_gain_at`` × σ across the gaps): 93.8% covered.
 """
 
 from __future__ import annotations
@@ -103,6 +103,13 @@ def mean_gain(n: int, phi: float) -> float:
     if n < 1:
         raise ValueError("mean_gain needs at least one night")
     return (n + 2 * sum((n - k) * phi ** k for k in range(1, n))) / (n * n)
+
+
+def mean_gain_at(at: Sequence[int], phi: float) -> float:
+    """mean_gain for nights at positions ``at`` (some left out: their neighbours φ^gap
+    apart): Σ_ij φ^|tᵢ−tⱼ| / m²."""
+    t = np.asarray(at, dtype=float)
+    return float((phi ** np.abs(t[:, None] - t[None, :])).sum()) / (len(t) ** 2)
 
 
 def _corr(n: int, phi: float) -> np.ndarray:
@@ -274,14 +281,18 @@ def _likelihood_read(sides: Sequence[Sequence[float]],
     phi, best = _upper(ll, bound), _best(ll)
     found: list[list[int]] = [[] for _ in sides]
     for _ in range(_BUSY_ROUNDS):
-        busy = busy_nights(sides, best)
-        kept = [(at, xs) for at, xs in (([i for i in range(len(xs)) if i not in b],
-                                         [x for i, x in enumerate(xs) if i not in b])
-                                        for xs, b in zip(sides, busy)) if len(xs) >= 2]
-        if not any(busy) or len(kept) < len(sides):
+        # sought among the nights not yet set aside, across the gaps those leave: a busy
+        # night beside another is the lesser of two neighbours until that one is out
+        at = [[i for i in range(len(xs)) if i not in f] for xs, f in zip(sides, found)]
+        more = busy_nights([[xs[i] for i in t] for xs, t in zip(sides, at)], best, at)
+        busy = [sorted(f + [t[i] for i in m]) for f, t, m in zip(found, at, more)]
+        kept = [(t, xs) for t, xs in (([i for i in range(len(xs)) if i not in b],
+                                       [x for i, x in enumerate(xs) if i not in b])
+                                      for xs, b in zip(sides, busy)) if len(xs) >= 2]
+        if not any(more) or len(kept) < len(sides):
             break
         found = busy
-        ll = restricted_loglik([xs for _, xs in kept], [at for at, _ in kept])
+        ll = restricted_loglik([xs for _, xs in kept], [t for t, _ in kept])
         phi = max(phi, _upper(ll, bound))
         if _best(ll) <= best:
             break
