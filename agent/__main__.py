@@ -12,21 +12,41 @@ from . import AGENT_VERSION, SCHEMA
 
 
 def own_compile_dir() -> Path | None:
-    """On Linux, a temp folder of this user's own (``~/.specfleet/tmp``) before mlx loads.
+    """On Linux, a temp folder of this user's own before mlx loads: ``specfleet-<uid>`` in
+    the temp folder the user has (TMPDIR, else /tmp), made 0700, which TMPDIR then names.
 
     Why: mlx compiles its CPU kernels into ``$TMPDIR/mlx/<version>/cpu``, a folder the first
     user to run mlx on the machine creates (0755). Every other user's agent there then
-    fails each generation whose kernel was not compiled yet ("[Compile::eval_cpu] Failed to
-    compile function"): two node users on one Linux host, or a node beside a CI job. macOS
-    gives each user a TMPDIR of their own already (and Metal compiles no CPU kernels)."""
+    failed each generation whose kernel was not compiled yet ("[Compile::eval_cpu] Failed
+    to compile function"): two node users on one Linux host, or a node beside a CI job.
+    The folder stays under the system's temp folder (cleared as it is) and needs no home.
+    One that is not this user's alone (another's, a symlink, open to others) is never
+    used: a fresh one with a random name is made instead (mlx dlopens what it finds there).
+    macOS gives each user a TMPDIR of their own already (and Metal compiles no CPU kernels)."""
     if sys.platform != "linux":
         return None
-    own = Path.home() / ".specfleet" / "tmp"
+    import stat
+    import tempfile
+
+    tempfile.tempdir = None  # the temp folder the user has now, not one read earlier
+    base = Path(tempfile.gettempdir())
+    mine = f"specfleet-{os.geteuid()}"
+    # already in it (an agent started by one, as --detach re-runs this one): not nested
+    own = base if base.name == mine or base.name.startswith(mine + "-") else base / mine
     try:
-        own.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError:  # a home it cannot write: the journal's own check says so, by name
-        return None
+        own.mkdir(mode=0o700, exist_ok=True)
+        st = own.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise PermissionError(f"{own} is not this user's folder")
+        if st.st_mode & 0o077:
+            own.chmod(0o700)  # ours, left open (a umask of 000): closed again
+    except OSError:
+        try:
+            own = Path(tempfile.mkdtemp(prefix=f"specfleet-{os.geteuid()}-", dir=base))
+        except OSError:  # a temp folder it cannot write: mlx's own error says so, by name
+            return None
     os.environ["TMPDIR"] = str(own)  # std::filesystem::temp_directory_path reads it first
+    tempfile.tempdir = None  # and Python's tempfile reads it afresh
     return own
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -135,25 +136,29 @@ def run(profile: dict, parent: int, deadline: float) -> None:
             _cpu(me, deadline)  # never returns
         workers.append(pid)
 
+    scratch = tempfile.mkdtemp(prefix="specfleet-cotenant-")
+
     def stop(*_):
         for pid in workers:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        # os._exit skips every cleanup: the scratch file (up to the profile's disk_mb_s a
+        # second) would stay in the agent's temp folder after each job the agent ended
+        shutil.rmtree(scratch, ignore_errors=True)
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
     held = bytearray(int(profile.get("memory_mb", 0)) << 20)
     halt = threading.Event()
-    with tempfile.TemporaryDirectory(prefix="specfleet-cotenant-") as scratch:
-        if profile.get("disk_mb_s"):
-            _load_thread(_disk, float(profile["disk_mb_s"]), scratch, halt).start()
-        while not _orphaned(parent, deadline):
-            for i in range(0, len(held), PAGE):  # touch every page: resident, not swapped
-                held[i] = (held[i] + 1) & 0xFF
-            time.sleep(1.0)
-        halt.set()
+    if profile.get("disk_mb_s"):
+        _load_thread(_disk, float(profile["disk_mb_s"]), scratch, halt).start()
+    while not _orphaned(parent, deadline):
+        for i in range(0, len(held), PAGE):  # touch every page: resident, not swapped
+            held[i] = (held[i] + 1) & 0xFF
+        time.sleep(1.0)
+    halt.set()
     stop()
 
 

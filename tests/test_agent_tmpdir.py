@@ -2,7 +2,8 @@
 ``$TMPDIR/mlx/<version>/cpu``, which the first user to run mlx creates (0755). A second
 user's agent used to fail every generation whose kernel was new ("[Compile::eval_cpu]
 Failed to compile function"): a fresh CI host's first run lost a whole store-outage sweep
-to it, five node users at once. The agent now compiles into a folder of its own user's."""
+to it, five node users at once. The agent now compiles into a folder of its own user's
+(``specfleet-<uid>``, 0700)."""
 
 import json
 import os
@@ -37,11 +38,12 @@ def place():
 
 
 def test_a_second_users_agent_compiles_its_own_kernels(place, model_pair):
-    # the shared temp folder as the first user left it: its mlx folder is not ours to write
+    # the shared temp folder (1777, as /tmp) as the first user left it: its mlx folder
+    # (root's, 0755) is not ours to write
     shared = place / "shared-tmp"
     (shared / "mlx").mkdir(parents=True)
-    for p in (shared, shared / "mlx"):
-        p.chmod(0o755)
+    shared.chmod(0o1777)
+    (shared / "mlx").chmod(0o755)
     home = place / "home"
     home.mkdir()
     os.chown(home, NOBODY, NOBODY)
@@ -62,6 +64,6 @@ def test_a_second_users_agent_compiles_its_own_kernels(place, model_pair):
     assert p.returncode == 0 and not failed, (p.stderr[-2000:], failed)
     assert [e["mode"] for e in events if e["type"] == "generation"] == \
         ["baseline", "speculative"]
-    assert list((home / ".specfleet" / "tmp" / "mlx").rglob("*.so")), \
+    assert list((shared / f"specfleet-{NOBODY}" / "mlx").rglob("*.so")), \
         "the kernels were compiled into the user's own folder"
-    assert not list((shared / "mlx").iterdir()), "nothing written to the shared folder"
+    assert not list((shared / "mlx").iterdir()), "nothing written to the shared folder's mlx"

@@ -1,14 +1,14 @@
 """Audit 41 of three changes on main, as a hostile node, a careless user and a statistician:
 a plain test per guard that held, a strict xfail per finding (severity, what was measured).
 
-1. ``agent.__main__.own_compile_dir``: on Linux the agent's TMPDIR is ~/.specfleet/tmp.
+1. ``agent.__main__.own_compile_dir``: on Linux the agent's TMPDIR is a folder of its
+   user's alone (``specfleet-<uid>`` in the temp folder it has; findings 3-6 fixed).
 2. ``Sampler.mark`` holds ``_taking`` across read and append (sample order is time order).
 3. ``through_noise.baseline_at``: the rules and the ladder read one baseline for a pick
    decided through the noise, planted through the real ingest (tests/history.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -67,14 +67,17 @@ def _as(uid: int, code: list[str], env: dict) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def linux_home(tmp_path, monkeypatch):
-    """own_compile_dir in this process as on Linux, HOME a fresh folder; the TMPDIR it sets
-    is put back after the test (monkeypatch restores what it saw first)."""
+    """own_compile_dir in this process as on Linux, the user's temp folder a fresh one
+    (shared, as /tmp is: 1777); the TMPDIR it sets is put back after the test."""
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TMPDIR", "/tmp/the-users-own")
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    monkeypatch.setenv("TMPDIR", str(shared))
+    monkeypatch.setattr(tempfile, "tempdir", None)
     monkeypatch.delenv("SPECFLEET_MACHINE_LOCK")
-    (tmp_path / "home").mkdir()
-    return tmp_path / "home"
+    return shared
 
 
 # -- 1. own_compile_dir ------------------------------------------------------------------
@@ -88,72 +91,56 @@ def test_off_linux_it_touches_neither_tmpdir_nor_home(tmp_path, monkeypatch, pla
     assert os.environ["TMPDIR"] == "/var/folders/xy/T/" and not list(tmp_path.iterdir())
 
 
+def _alone(folder: Path) -> bool:
+    """A real folder (no symlink) of this user's, closed to others."""
+    st = folder.lstat()
+    return folder.is_dir() and not folder.is_symlink() and st.st_uid == os.geteuid() \
+        and st.st_mode & 0o077 == 0
+
+
 def test_on_linux_a_private_folder_and_the_machine_lock_stays_in_tmp(linux_home):
     got = own_compile_dir()
-    assert got == linux_home / ".specfleet" / "tmp" and os.environ["TMPDIR"] == str(got)
+    assert got == linux_home / f"specfleet-{os.geteuid()}" and os.environ["TMPDIR"] == str(got)
     assert got.stat().st_mode & 0o777 == 0o700
+    assert tempfile.gettempdir() == str(got)
     # the machine-wide lock is shared by every user: it must not follow TMPDIR
     assert machine_lock_path() == Path("/tmp/specfleet-machine.lock")
     assert own_compile_dir() == got  # a second call finds it as the first left it
 
 
-def test_a_file_where_the_folder_goes_leaves_tmpdir_alone(linux_home):
-    (linux_home / ".specfleet").mkdir()
-    (linux_home / ".specfleet" / "tmp").write_text("not a folder")
-    assert own_compile_dir() is None and os.environ["TMPDIR"] == "/tmp/the-users-own"
+def test_a_file_where_the_folder_goes_gets_a_fresh_folder(linux_home):
+    (linux_home / f"specfleet-{os.geteuid()}").write_text("not a folder")
+    got = own_compile_dir()
+    assert got is not None and got.parent == linux_home and _alone(got)
+    assert os.environ["TMPDIR"] == str(got)
 
 
 @as_other_user
-def test_an_unwritable_home_leaves_tmpdir_and_version_alone(place):
-    """HOME a root-owned 0755 folder: nothing made, TMPDIR kept, `agent version` answers."""
-    home = place / "roots"
-    home.mkdir(mode=0o755)
-    env = {"HOME": str(home), "TMPDIR": str(place)}
-    p = _as(NOBODY, ["-c", OWN], env)
-    assert p.returncode == 0 and p.stdout.split("\n")[:2] == ["None", str(place)], p.stderr
-    v = _as(NOBODY, ["-m", "agent", "version"], env)
-    assert v.returncode == 0 and "agent_version" in json.loads(v.stdout), v.stderr[-500:]
-    assert not list(home.iterdir())
-
-
-@as_other_user
-@pytest.mark.xfail(strict=True, reason=(
-    "low: a uid with no passwd entry and HOME unset (a bare container): Path.home() raises "
-    "RuntimeError('Could not determine home directory.'), not OSError, so every subcommand "
-    "dies before parsing, `python -m agent version` included (exit 1, traceback); before "
-    "the change `version`, `follow` and `run --lock --cache-dir` never asked for a home"))
 def test_no_home_at_all_still_answers_version(place):
-    v = _as(NO_PASSWD, ["-m", "agent", "version"], {"TMPDIR": str(place)})
+    """A uid with no passwd entry and HOME unset (a bare container): `agent version`
+    answers (the folder needs no home)."""
+    v = _as(NO_PASSWD, ["-m", "agent", "version"], {"TMPDIR": str(place / "t")})
     assert v.returncode == 0 and "agent_version" in v.stdout, v.stderr[-300:]
 
 
 @as_other_user
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: a ~/.specfleet/tmp another user made (root's 0700, as `sudo` with HOME kept "
-    "leaves it) is taken as the node user's own: TMPDIR names a folder it cannot write "
-    "(os.access W_OK False) and mlx's first CPU kernel fails: 'filesystem error: status: "
-    "Permission denied [~/.specfleet/tmp/mlx/0.32.4/cpu]' in 0.2 s, as every new "
-    "kernel's generation would: the very failure the change fixed"))
 def test_a_folder_left_by_another_user_is_not_taken_as_its_own(place):
-    home = place / "home"
-    (home / ".specfleet" / "tmp").mkdir(parents=True)
-    for p in (home, home / ".specfleet"):
-        os.chown(p, NOBODY, NOBODY)
-    (home / ".specfleet" / "tmp").chmod(0o700)  # root's
-    p = _as(NOBODY, ["-c", f"{OWN}; {KERNEL}"], {"HOME": str(home), "TMPDIR": str(place)})
+    """specfleet-65534 made by root (0700) in a shared temp folder, as a squatter or `sudo`
+    would leave it: nobody's agent makes a fresh folder and compiles its kernel there."""
+    shared = place / "t"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (shared / f"specfleet-{NOBODY}").mkdir(mode=0o700)  # root's
+    p = _as(NOBODY, ["-c", f"{OWN}; {KERNEL}"], {"TMPDIR": str(shared)})
     assert p.returncode == 0 and "compiled" in p.stdout, (p.stdout, p.stderr[-300:])
+    got = Path(p.stdout.split("\n")[0])
+    assert got.parent == shared and got.name.startswith(f"specfleet-{NOBODY}-")
+    assert got.stat().st_uid == NOBODY and list((got / "mlx").rglob("*.so"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "low: an existing ~/.specfleet/tmp is used as it is, never checked as the user's own: a "
-    "symlink to a shared folder (another user's, 0777) or a folder left 0777 (umask 000) "
-    "becomes TMPDIR, so other users can plant the libfoo.so files mlx dlopens from "
-    "$TMPDIR/mlx/<version>/cpu (measured: TMPDIR resolved to a folder of uid 65534 mode "
-    "0777 / a folder mode 0777)"))
 @pytest.mark.parametrize("how", ["symlink to a shared folder", "world-writable"])
 def test_the_folder_it_compiles_into_is_its_users_alone(linux_home, tmp_path, how):
-    (linux_home / ".specfleet").mkdir()
-    own = linux_home / ".specfleet" / "tmp"
+    own = linux_home / f"specfleet-{os.geteuid()}"
     if how == "world-writable":
         own.mkdir()
         own.chmod(0o777)
@@ -164,19 +151,14 @@ def test_the_folder_it_compiles_into_is_its_users_alone(linux_home, tmp_path, ho
         os.chown(shared, NOBODY, NOBODY)
         own.symlink_to(shared)
     got = own_compile_dir()
-    st = Path(os.environ["TMPDIR"]).resolve().stat()
-    assert got is None or (st.st_uid == os.geteuid() and st.st_mode & 0o077 == 0), \
-        (got, st.st_uid, oct(st.st_mode))
+    assert got is not None and _alone(got) and os.environ["TMPDIR"] == str(got)
+    assert not list((tmp_path / "shared").glob("*")) if how != "world-writable" else True
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: the co-tenant load (started by the agent, it inherits the new TMPDIR) never "
-    "removes its scratch folder: the agent's SIGTERM runs stop() → os._exit inside the "
-    "TemporaryDirectory block; measured one specfleet-cotenant-*/io.bin of 2 MB left per "
-    "job at disk_mb_s 2 (up to 4000 MB at the profile's limit). In /tmp a reboot cleared "
-    "them; ~/.specfleet/tmp is never cleaned, so they grow without bound (an empty one from "
-    "today's suite was already in root's ~/.specfleet/tmp)"))
 def test_a_cotenant_leaves_nothing_in_the_agents_temp_folder(tmp_path, monkeypatch):
+    """The co-tenant load inherits the agent's temp folder; the agent's SIGTERM ends it
+    (os._exit, which skips cleanup): its scratch file (up to the profile's disk_mb_s a
+    second) is removed first."""
     from agent.cotenant import CoTenant
 
     own = tmp_path / "own-tmp"
@@ -315,15 +297,9 @@ def _pick(rng, mem: float = 3.0e9) -> dict:
     return _cfg(rng, 200.0, 0.8, mem=mem, swap_in=64 << 20)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "high: a baseline set aside for its spread on two nights (36% and 22%: every real "
-    "week has a spread of its own each night) carries two reasons, so spread_only() is "
-    "False and baseline_at() returns None: the 2x pick through the noise at 3 GB against "
-    "1 GB, swapping in, reads mem_increase None and no draft-memory advice (measured "
-    "signals []); one night, or equal spreads, reads +200% and advises. A verdict stops "
-    "being provisional at 3 nights, so every settled one misses it; the ladder's _walk "
-    "reads the same None and returns no ladder (by reading)"))
 def test_a_baseline_noisy_on_two_nights_is_still_read(tmp_path):
+    """Was high: a baseline set aside for its spread on two nights (36% and 22%) carries two
+    reasons; the pick's memory beside it (3 GB against 1 GB, swapping in) went unread."""
     rng = random.Random(3)
     second = dict(unreliable=_reason(22), spread={"value": 0.22, "limit": 0.10})
     s = _series(tmp_path, [
@@ -333,13 +309,9 @@ def test_a_baseline_noisy_on_two_nights_is_still_read(tmp_path):
     assert "draft-memory" in {x["rule"] for x in s["signals"]}, s["signals"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: a second sweep that night set aside for contention (never evidence, rightly "
-    "left out of the verdict's intervals) adds its reason to the baseline's, so baseline_at "
-    "finds no baseline 'set aside for its spread alone' although the verdict was judged on "
-    "its spread-alone runs: the 2x pick at 3 GB against 1 GB reads mem_increase None, no "
-    "draft-memory advice (measured signals [])"))
 def test_a_contended_second_sweep_does_not_hide_the_memory(tmp_path):
+    """Was medium: a second sweep that night set aside for contention added its reason to
+    the baseline's, and the verdict's baseline (its spread-alone runs) went unread."""
     rng = random.Random(3)
     s = _series(tmp_path, [
         (0, SPREAD, {("baseline", 0): _cfg(rng, 100.0), ("speculative", 2): _pick(rng)}),

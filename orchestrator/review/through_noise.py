@@ -68,7 +68,11 @@ def baseline_at(section: dict, sampling) -> dict | None:
     reliable = next((c for c in base if not c["set_aside"]), None)
     if reliable is not None or not (section.get("verdict") or {}).get("through_noise"):
         return reliable
-    return next((c for c in base if spread_only(c.get("unreliable_reasons") or [])), None)
+    # its runs set aside for the spread alone are what the verdict judged against, night by
+    # night (series._usable): a config whose nights' spreads differ, or with a contended
+    # sweep's runs beside them, carries other reasons too (audit 41: the memory went unread)
+    return next((c for c in base if any(r.startswith(SPREAD)
+                                        for r in c.get("unreliable_reasons") or [])), None)
 
 
 def noisy_pick(section: dict) -> dict | None:
