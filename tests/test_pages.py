@@ -338,3 +338,32 @@ def test_a_series_set_aside_for_its_spread_says_the_range_once_and_the_advice_at
     for s in (mixed, decided):
         assert s["verdict"]["short_evidence"] == "the long text"
     assert "rerun with more repetitions" not in noisy["verdict"]["short_evidence"]
+
+
+def test_a_busy_weeks_row_with_runs_also_set_aside_for_their_spread_stays_short(tmp_path):
+    """A busy node's series whose baseline was contended and whose width's runs were set
+    aside for their spread alone (a demo beside another job printed each run's reasons in
+    full in such rows): the row says so in one line, the spread's figure kept, and the
+    figures stay in the series' section."""
+    import re
+
+    from agent.stats import repetition_spread
+    from tests.test_through_noise import _reason
+
+    store = open_store(fresh_sqlite(tmp_path / 's.db'))
+    rng = random.Random(6)
+    night(store, W20 + timedelta(hours=2), node="ci-01", chip=CHIP, pair=PAIR,
+          workload="code", unreliable=BUSY, configs={("baseline", 0): V(100.0, rng=rng)})
+    noisy = V(90.0, acceptance=0.4, reps=4, rng=rng)
+    noisy["decode_tok_s"] = [70.0, 90.0, 95.0, 120.0]  # the review recomputes the spread
+    spread = round(100 * repetition_spread(noisy["decode_tok_s"]))
+    night(store, W20 + timedelta(hours=3), node="ci-01", chip=CHIP, pair=PAIR,
+          workload="code", unreliable=_reason(spread),
+          spread={"value": spread / 100, "limit": 0.10}, configs={("speculative", 2): noisy})
+    store.add_facts("ci-01", LINUX)
+    dom = dump_dom(write_review(store, tmp_path / "r.html", week="2026-W20", now=NOW)["html"])
+    rows = visible(actions_table(dom))
+    assert "1 of 1 runs set aside" not in rows and "other processes used" not in rows
+    assert re.search(r"2 of 2 runs set aside \(busy node; 1 of them for their decode-rate "
+                     rf"spread alone, {spread}%\)", rows), rows
+    assert f"decode tok/s spread {spread}%" in visible(dom)  # in the series' section

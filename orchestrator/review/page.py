@@ -202,6 +202,24 @@ def _noisy_evidence(aside: list[dict]) -> str | None:
             f"the plan allows under {'/'.join(f'{x}%' for x in limits)})")
 
 
+def _busy_evidence(aside: list[dict]) -> str | None:
+    """One short line for a series whose runs were set aside on a busy node: contended,
+    or (the rest) for their spread alone, as a busy node's runs often are (a demo beside
+    another job printed every run's reasons in full for such rows)."""
+    busy = [x for x in aside if _contended(x)]
+    rest = [x for x in aside if not _contended(x)]
+    if not busy or any(_noisy(x) is None for x in rest):
+        return None
+    n, of = sum(x["runs"] for x in aside), sum(x["of"] for x in aside)
+    if not rest:
+        return f"{n} of {of} runs set aside (busy node)"
+    spreads = [c for x in rest for c, _ in _noisy(x) or ()]
+    lo, hi = min(spreads), max(spreads)
+    k = sum(x["runs"] for x in rest)
+    return (f"{n} of {of} runs set aside (busy node; {k} of them for their decode-rate "
+            f"spread alone, {lo}%" + ("" if lo == hi else f"–{hi}%") + ")")
+
+
 def shared_once(sections: list[dict]) -> dict:
     """Caveats every series shares move to the page's top; each row keeps its own. A
     series whose only evidence is runs set aside as contended says so briefly (the
@@ -217,9 +235,8 @@ def shared_once(sections: list[dict]) -> dict:
                             and not (busy_runs and BUSY in c)]
         v["short_evidence"] = v.get("evidence") or ""
         aside = s.get("set_aside") or []
-        if v["decision"] == "needs more data" and aside and all(_contended(x) for x in aside):
-            n, of = sum(x["runs"] for x in aside), sum(x["of"] for x in aside)
-            v["short_evidence"] = f"{n} of {of} runs set aside (busy node)"
+        if v["decision"] == "needs more data" and (short := _busy_evidence(aside)):
+            v["short_evidence"] = short  # the node's state is said once, at the top
         elif v["decision"] == "needs more data" and (short := _noisy_evidence(aside)):
             v["short_evidence"] = short  # the advice is said once, at the top
             noisy += 1
