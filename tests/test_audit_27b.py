@@ -159,7 +159,7 @@ def test_three_busy_nights_in_one_week_and_none_in_the_other_are_covered():
     B, no change: the interval covered 1.0 in 90.6% of 1,000 pairs at φ 0.9 and 92.1% at
     φ 0.5 (seed 2730; false claims 2.5% / 0.8%): each busy night's excess entered the
     variance once (excess/n²) while its deviation moved the mean. Busy nights are now set
-    aside from the level (compare._side_variance: the quiet nights' mean, its spread
+    aside from the level (side_level.side_variance: the quiet nights' mean, its spread
     winsorized): 95.8% / 98.0%, 1.2% / 0.6%."""
     for phi, claims, cover in _busy_week_scores(2730, lambda rng, a: _busy(rng, a, 3)):
         assert claims <= 0.06 and cover >= 0.93, (phi, claims, cover)
@@ -228,7 +228,7 @@ def test_heavy_tailed_nights_without_busy_nights_hold_the_targets():
     93.2-94.9%), ≤ 3.6% false claims; a tail night is read as busy about as often as the
     t's tail passes 3.5 robust σ and the interval is no narrower for it than before
     (93.5%, 93.4%, 93.8% at 79cec96). Held, narrowly: set aside from four quiet nights
-    (five a side, compare.MIN_QUIET) 92.7%; set aside with the quiet nights' own spread,
+    (five a side, side_level.MIN_QUIET) 92.7%; set aside with the quiet nights' own spread,
     not winsorized, 93.4% / 93.0% / 94.3%."""
     rng = np.random.default_rng(2727)
     for n in (5, 8, 20):
@@ -341,6 +341,11 @@ def test_compare_says_which_busy_nights_it_set_aside(planted, tmp_path):
             if nights:
                 assert f"BUSY NIGHTS SET ASIDE {side} code baseline decode_tok_s: " \
                        f"{len(nights)} ({', '.join(nights)})" in text, text
+        # the reading with them kept, which the interval spans (audit 41b), said beside
+        kept = row["all_nights"]
+        assert kept["ci"][0] >= row["ci"][0] and kept["ci"][1] <= row["ci"][1], row
+        assert f"with them kept B/A is {kept['ratio']:.3f} ({kept['ci'][0]:.3f}–" \
+               f"{kept['ci'][1]:.3f})" in text, text
         page = tmp_path / f"{node}.html"
         CliRunner().invoke(main, [*args, "--out", str(page)])
         dom = dump_dom(page)

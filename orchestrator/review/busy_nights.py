@@ -6,7 +6,7 @@ on the nights' memory read φ 0.30 on average where the nights' was 0.9, so the 
 covered 87.2% with 4.7% false claims (one such night in each of two weeks of twenty, weeks
 two nights apart; 1,000 pairs, seed 2703, tests/test_audit_27r.py). Read again with such
 nights left out (nightmemory.likelihood_memory: the larger of both bounds). compare sets
-them aside from their side's level (compare._side_variance: the quiet nights' mean across
+them aside from their side's level (side_level.side_variance: the quiet nights' mean across
 the gaps, its spread winsorized) and says which: 93.8%, 2.6%; a 0.8× night 93.9%, a 0.9×
 night (2σ: 86.1%, 7.9% before busy nights were sought) 93.1%, 3.4%. Counted in the mean as
 their own noise (the rule before), one busy week against a quiet one (a night in five
@@ -34,6 +34,7 @@ import numpy as np
 
 BUSY_Z = 3.5
 _MAD_SD = 1.4826   # a normal's σ per median absolute deviation
+_SAME = 1e-12      # a spread this small (relative to the values) is rounding, as nightmemory's
 # from this many nights a side is centred on its middle half, not its mean: a week with a
 # busy night in five (0.7x) pulled the mean so far that none was found (φ read 0, the busy
 # nights inside 3.5 σ of the shifted mean: 10.6% false claims, audit 27b); at eight nights
@@ -63,7 +64,10 @@ def busy_nights(sides: Sequence[Sequence[float]], phi: float,
     if not innovations:
         return [[] for _ in sides]
     sd = _MAD_SD * float(np.median(np.abs(np.concatenate(innovations))))
-    if sd <= 0:
+    # tied nights (acceptance repeats exactly under greedy decoding) leave rounding, not
+    # spread: ~1e-16 read as σₐ made an odd night 1e14 σ off (audit 41b)
+    scale = max((float(np.max(np.abs(xs))) for xs in sides if len(xs)), default=0.0)
+    if sd <= _SAME * max(1.0, scale):
         return [[] for _ in sides]
     return [[i for i in range(len(z))
              if z[i] >= BUSY_Z * sd and z[i] >= z[max(0, i - 1):i + 2].max()] for z in scores]
