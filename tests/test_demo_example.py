@@ -17,3 +17,9 @@ def test_the_demo_example_runs_as_written(tmp_path):
     review = (work / "review.html").read_text()
     assert "draft-grown-16 (calibration) / models/draft" in review
     assert "calibration pair (an instrument, not a model): " in review
+    # a provisional verdict says so once, its ladder too ("…, provisional: 1 of 3 nights ·
+    # ladder: step 3 (autoregressive only), provisional" said it twice)
+    import json
+
+    for s in json.loads((work / "review.json").read_text())["series"]:
+        assert s["verdict"]["text"].count("provisional") <= 1, s["verdict"]["text"]

@@ -208,4 +208,6 @@ def annotate(sections: list[dict], found: list[dict]) -> None:
             v["text"] = "graded fallback, measured: " + lad["text"]
         else:
             v["text"] += (f" · ladder: step {stop['step']} ({stop['action']})"
-                          + (", provisional" if lad["provisional"] else ""))
+                          # said once: a provisional verdict already says its nights
+                          + (", provisional" if lad["provisional"]
+                             and not v.get("provisional") else ""))
