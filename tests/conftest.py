@@ -58,6 +58,18 @@ def shared_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.fixture
+def place():
+    """A world-traversable folder of the test's own (pytest's tmp_path is root's 0700): a
+    test that runs something as another user keeps its files here."""
+    d = Path(tempfile.mkdtemp(prefix="specfleet-place-"))
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def model_pair(shared_dir) -> Path:
     from orchestrator.demo_models import build_demo_models

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,17 +23,6 @@ NOBODY = 65534
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux" or os.geteuid() != 0 or shutil.which("setpriv") is None,
     reason="runs the agent as another user (root and util-linux setpriv on Linux)")
-
-
-@pytest.fixture
-def place():
-    """A world-traversable folder (pytest's tmp_path is root's 0700)."""
-    d = Path(tempfile.mkdtemp(prefix="specfleet-tmpdir-"))
-    d.chmod(0o755)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_a_second_users_agent_compiles_its_own_kernels(place, model_pair):

@@ -47,17 +47,6 @@ KERNEL = ("import mlx.core as mx; f = mx.compile(lambda x, y: (x * y + 4.125).ex
           "mx.eval(f(mx.array([1.0, 2.0]), mx.array([3.0, 4.0]))); print('compiled')")
 
 
-@pytest.fixture
-def place():
-    """A world-traversable folder (pytest's tmp_path is root's 0700)."""
-    d = Path(tempfile.mkdtemp(prefix="specfleet-audit41-"))
-    d.chmod(0o755)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
 def _as(uid: int, code: list[str], env: dict) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("HOME", "TMPDIR")}
     return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
