@@ -30,6 +30,17 @@ def _review(url: str, out) -> tuple[str, str, dict]:
             json.loads((out / "review-2026-W48.json").read_text()))
 
 
+def _level_nights(store, nights: int, busy: bool, configs: dict) -> None:
+    """``nights`` nights at one level ending the review's week, all set aside as contended
+    when ``busy``."""
+    start = MONDAY + timedelta(days=7) - timedelta(days=nights)
+    for i in range(nights):
+        night(store, start + timedelta(days=i), node="n1", chip="Apple M2", pair="t / d",
+              workload="code", configs=configs,
+              unreliable="contended: other processes used 60% of the CPU (limit 25%)"
+              if busy else None)
+
+
 @pytest.mark.parametrize("nights, busy, said", [
     (MIN_HISTORY + 2, False, HELD),        # level nights, enough of them: held
     (MIN_HISTORY + 2, True, NOTHING),      # every night set aside: nothing looked at
@@ -37,15 +48,9 @@ def _review(url: str, out) -> tuple[str, str, dict]:
 ])
 def test_held_its_level_is_said_only_over_nights_looked_at(tmp_path, nights, busy, said):
     url = f"sqlite:///{tmp_path / 's.db'}"
-    store = open_store(url)
-    start = MONDAY + timedelta(days=7) - timedelta(days=nights)
-    for i in range(nights):
-        night(store, start + timedelta(days=i), node="n1", chip="Apple M2",
-              pair="t / d", workload="code",
-              configs={("baseline", 0): config_values(100.0),
-                       ("speculative", 3): config_values(130.0, acceptance=0.7)},
-              unreliable="contended: other processes used 60% of the CPU (limit 25%)"
-              if busy else None)
+    _level_nights(open_store(url), nights, busy,
+                  {("baseline", 0): config_values(100.0),
+                   ("speculative", 3): config_values(130.0, acceptance=0.7)})
     md, html, doc = _review(url, tmp_path / "out")
     assert said in md and said in html
     other = NOTHING if said == HELD else HELD
@@ -64,14 +69,7 @@ def test_held_is_said_exactly_when_a_config_had_nights_enough(nights, busy):
 
     with tempfile.TemporaryDirectory() as d:
         url = f"sqlite:///{Path(d) / 's.db'}"
-        store = open_store(url)
-        start = MONDAY + timedelta(days=7) - timedelta(days=nights)
-        for i in range(nights):
-            night(store, start + timedelta(days=i), node="n1", chip="Apple M2",
-                  pair="t / d", workload="code",
-                  configs={("baseline", 0): config_values(100.0)},
-                  unreliable="contended: other processes used 60% of the CPU (limit 25%)"
-                  if busy else None)
+        _level_nights(open_store(url), nights, busy, {("baseline", 0): config_values(100.0)})
         md, html, doc = _review(url, Path(d) / "out")
     looked = not busy and nights >= MIN_HISTORY
     assert (HELD in md, NOTHING in md) == (looked, not looked)
