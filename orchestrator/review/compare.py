@@ -15,7 +15,7 @@ sweeps) of one night share its state. Each night gives its median; the two sides
 medians are compared by Welch's t (ratio of geometric means, 95% interval, p), so a night's
 luck is not counted as many samples. A busy night (far off what its neighbours predict:
 review/busy_nights) is set aside from its side's level, as an unreliable run is, and
-listed on its row: the level compared is the quiet nights'.
+listed on its row; the row is read with it kept too, and claims only what both readings see.
 """
 
 from __future__ import annotations
@@ -125,6 +125,13 @@ def _per_night(runs: list, metric: str, nights: dict | None = None) -> list[tupl
             if (m := median(vs)) is not None]
 
 
+def _rated(x) -> bool:
+    """A night night_ratio reads: a positive finite rate (no log otherwise)."""
+    import math
+
+    return bool(x) and 0 < x < math.inf
+
+
 def _night_label(key) -> str:
     """'mac-01 2026-05-06' (a night), 'run 12' where nights are unknown."""
     return f"{key[0]} {key[1].isoformat()}" if isinstance(key, tuple) else f"run {key}"
@@ -172,8 +179,8 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
     import math
 
     # a night without a positive finite rate is no night (no log; an infinite rate read 0.0)
-    la = [math.log(x) for x in a if x and 0 < x < math.inf]
-    lb = [math.log(x) for x in b if x and 0 < x < math.inf]
+    la = [math.log(x) for x in a if _rated(x)]
+    lb = [math.log(x) for x in b if _rated(x)]
     out: dict = {"ratio": None, "ci": None, "p": None}
     if not la or not lb:
         return out
@@ -217,9 +224,6 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
         out["ci"] = [min(out["ci"][0], ci[0]), max(out["ci"][1], ci[1])]
         out["p"] = max(out["p"], p_all)
     return out
-
-
-
 
 
 def _mean_variance(vs: tuple, ns: tuple[int, int], phi: float, few: int,
@@ -356,11 +360,9 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
 def _busy_nights(busy: list | None, na: list, nb: list) -> dict[str, list[str]]:
     """Each side's busy nights set aside from its level (night_ratio's ``busy``: indices
     into its nights with a positive finite rate), as 'node date'."""
-    import math
-
     out: dict[str, list[str]] = {"A": [], "B": []}
     for side, at, nights in zip("AB", busy or [[], []], (na, nb)):
-        rated = [k for k, v in nights if v and 0 < v < math.inf]
+        rated = [k for k, v in nights if _rated(v)]  # the nights night_ratio reads
         out[side] = [_night_label(rated[i]) for i in at]
     return out
 

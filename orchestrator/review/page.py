@@ -54,7 +54,6 @@ METRIC_WORDS = {
 }
 
 
-
 def rule_words(rule_id: str, action: str = "") -> str:
     """A rule in words: ours from the table, a user's own rule by its action."""
     return RULE_WORDS.get(rule_id) or action or rule_id.replace("-", " ")
@@ -188,18 +187,23 @@ def _noisy(x: dict) -> list[tuple[int, int]] | None:
     return [(int(m.group(1)), int(m.group(2))) for m in found if m]
 
 
+def _spread_range(spreads: list[tuple[int, int]]) -> str:
+    """'28%' or '11–26%': the range of set-aside runs' spreads (``_noisy``'s pairs)."""
+    lo, hi = min(c for c, _ in spreads), max(c for c, _ in spreads)
+    return f"{lo}%" if lo == hi else f"{lo}–{hi}%"
+
+
 def _noisy_evidence(aside: list[dict]) -> str | None:
     """One short line for a series whose runs were all set aside for their spread."""
     cvs = [_noisy(x) for x in aside]
     if not aside or not all(cvs):
         return None
     spreads = [c for cs in cvs for c in cs or ()]
-    lo, hi = min(c for c, _ in spreads), max(c for c, _ in spreads)
     limits = sorted({lim for _, lim in spreads})
     n, of = sum(x["runs"] for x in aside), sum(x["of"] for x in aside)
-    spread = f"{lo}%" if lo == hi else f"{lo}–{hi}%"
-    return (f"{n} of {of} runs set aside (decode tok/s varied {spread} across repetitions; "
-            f"the plan allows under {'/'.join(f'{x}%' for x in limits)})")
+    return (f"{n} of {of} runs set aside (decode tok/s varied {_spread_range(spreads)} "
+            f"across repetitions; the plan allows under "
+            f"{'/'.join(f'{x}%' for x in limits)})")
 
 
 def _busy_evidence(aside: list[dict]) -> str | None:
@@ -208,16 +212,15 @@ def _busy_evidence(aside: list[dict]) -> str | None:
     another job printed every run's reasons in full for such rows)."""
     busy = [x for x in aside if _contended(x)]
     rest = [x for x in aside if not _contended(x)]
-    if not busy or any(_noisy(x) is None for x in rest):
+    cvs = [_noisy(x) for x in rest]
+    if not busy or not all(cvs):
         return None
     n, of = sum(x["runs"] for x in aside), sum(x["of"] for x in aside)
     if not rest:
         return f"{n} of {of} runs set aside (busy node)"
-    spreads = [c for x in rest for c, _ in _noisy(x) or ()]
-    lo, hi = min(spreads), max(spreads)
     k = sum(x["runs"] for x in rest)
     return (f"{n} of {of} runs set aside (busy node; {k} of them for their decode-rate "
-            f"spread alone, {lo}%" + ("" if lo == hi else f"–{hi}%") + ")")
+            f"spread alone, {_spread_range([c for cs in cvs for c in cs or ()])})")
 
 
 def shared_once(sections: list[dict]) -> dict:

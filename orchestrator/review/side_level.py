@@ -36,7 +36,7 @@ class Busy:
 
 
 def side_variance(v: float, n: int, phi: float, busy: Busy | None,
-                   apart: bool) -> tuple[float, float]:
+                  apart: bool) -> tuple[float, float]:
     """(variance of a side's mean log, the df its spread rests on). Busy nights set aside:
     the mean of the quiet nights, whose memory spans the gaps the busy ones leave
     (``mean_gain_at``), their σ² read from the side's winsorized spread (each busy night at
