@@ -30,6 +30,8 @@ BASE_IDENTITY = {"env_id": "env-a", "mlx_version": "0.32.4", "mlx_lm_version": "
 def config_values(decode: float, reps: int = 3, *, acceptance=None, ttft=50.0, itl_p95=20.0,
                   itl_p99=30.0, mem=1.0e9, swap=0, swap_in=0, tokens=256, jitter=0.01,
                   rng=random, e2e=None) -> dict:
+    """Planted repetitions, each within ``jitter`` of the given value (``rng``: the module
+    random unless given, which tests/conftest.py seeds per test)."""
     def j(v):
         return None if v is None else v * (1 + rng.uniform(-jitter, jitter))
     return {"decode_tok_s": [j(decode) for _ in range(reps)],

@@ -53,7 +53,10 @@ def _cal_night(store, at, *, acceptance=1.0, expected=1.0, target_fp=CAL_FP, pai
     night(store, at, node="mac-a", chip="Apple M2", workload="code", pair=pair,
           identity={"target_fingerprint": target_fp}, lock=_cal_lock(expected),
           configs={("baseline", 0): config_values(40.0),
-                   ("speculative", 4): config_values(96.0, acceptance=acceptance)})
+                   # within 0.4%: a planted 0.60 reads 0.60 to two places (at 1% three
+                   # repetitions' median could read 0.59, and a CI run failed on it)
+                   ("speculative", 4): config_values(96.0, acceptance=acceptance,
+                                                     jitter=0.004)})
 
 
 def _real_night(store, at):

@@ -9,6 +9,7 @@ from agent.events import Generation, KnobEffect, Notice
 
 from ..store import Store, queries
 from .adaptive_stops import is_stop
+from .through_noise import baseline_of
 
 
 def side_by_side(sections: list[dict]) -> list[dict]:
@@ -30,10 +31,13 @@ def side_by_side(sections: list[dict]) -> list[dict]:
         for s in ss:
             cs, m = s["configs"], s.get("metrics") or {}
             # a set-aside config (every run unreliable) is never a runtime's number here
-            base = next((c for c in cs if c["mode"] == "baseline" and not c["set_aside"]), None)
             best = next((c for c in cs if c["mode"] == "speculative" and not c["set_aside"]
                          and c.get("config_id", c["k"]) == m.get("best_config",
                                                                  m.get("best_k"))), None)
+            # the baseline the best was judged against (its sampling), else the first
+            base = (baseline_of(cs, best.get("sampling"), noisy_too=False) if best else
+                    next((c for c in cs if c["mode"] == "baseline" and not c["set_aside"]),
+                         None))
             rows.append({"engine": s["series"]["engine"],
                          "baseline_decode_p50": base["decode_p50"] if base else None,
                          "baseline_ttft_p50": base["ttft_p50"] if base else None,

@@ -22,6 +22,7 @@ from .through_noise import (
     GATE_WORDS,
     NOISE_MARK,
     baseline_at,
+    baseline_of,
     night_timing_gates,
     noisy_pick,
     outcome,
@@ -72,7 +73,10 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
          **({"spreads": sp} if any(sp := [spread_alone(r.summary) for r in rs]) else {})}
         for ck, rs in sorted(shaky.items(), key=lambda kv: kv[0].order()) if rs]
     # each speculative config against the baseline of its own sampling settings
-    bases = {c.sampling: c for c in stats.values() if c.mode == "baseline" and not c.set_aside}
+    # (a dict in config-key order: _best falls back on the first)
+    bases = {s: stats[k] for s in dict.fromkeys(stats[k].sampling for k in
+                                                sorted(stats, key=ConfigId.order))
+             if (k := base_key(stats, s, noisy_too=False)) is not None}
     # the configs judged through the noise, paired night by night with their baseline: how
     # many there are sets the level a pass is read at (Bonferroni over them)
     noisy = {ck: p for ck, c in stats.items() if c.mode == "speculative"
@@ -144,6 +148,15 @@ def _usable(rs: list[RunRow]) -> tuple[list[RunRow], bool]:
     return (ok, False) if ok else ([r for r in rs if spread_alone(r.summary)], True)
 
 
+def base_key(stats: dict[ConfigId, ConfigStats], sampling: str,
+             noisy_too: bool) -> ConfigId | None:
+    """The key of the baseline configs at ``sampling`` are judged against, by the rule the
+    pages read it back with (``through_noise.baseline_of``, in config-key order)."""
+    keys = sorted((k for k, b in stats.items() if b.mode == "baseline"), key=ConfigId.order)
+    chosen = baseline_of([stats[k].__dict__ for k in keys], sampling, noisy_too)
+    return next((k for k in keys if stats[k].__dict__ is chosen), None)
+
+
 Paired = list[tuple[list[RunRow], list[RunRow]]]  # (baseline runs, speculative) a night
 
 
@@ -155,8 +168,7 @@ def _paired_nights(c: ConfigStats, ck: ConfigId, stats: dict[ConfigId, ConfigSta
     Sweeps of one night pool into that night, as the review counts nights: keyed by sweep,
     three sweeps an hour apart made three 'nights' and a t interval of 1.30-1.30 where
     the night's trials give 1.05-1.61 (audit 34p)."""
-    base_ck = next((k for k, b in stats.items() if b.mode == "baseline"
-                    and b.sampling == c.sampling), None)
+    base_ck = base_key(stats, c.sampling, noisy_too=True)
     if base_ck is None:
         return []
 
@@ -210,15 +222,20 @@ def _config_table(cur: list[RunRow], quality: dict
                              dict[ConfigId, ConfigStats]]:
     """This week's runs by config, reliable and set aside, and each config's numbers: an
     unreliable trial is reported, never averaged in."""
-    base_by_sweep = {}
-    for r in cur:
-        if r.mode == "baseline" and not r.shaky:
-            v = r.summary.get("values") or {}
-            d, t = median(v.get("decode_tok_s") or []), median(v.get("ttft_ms") or [])
-            if d:
-                base_by_sweep[(r.sweep_id, r.node, r.sampling)] = {"decode": d, "ttft": t}
     configs = group_configs((r for r in cur if not r.shaky), RunRow.whole.fget)  # type: ignore
     shaky = group_configs((r for r in cur if r.shaky), RunRow.whole.fget)  # type: ignore
+    # each sampling's baseline is the first reliable one in key order (base_key's rule):
+    # with two autoregressive variants at one sampling, runs took whichever came last
+    chosen: dict[str, ConfigId] = {}
+    for ck in sorted(configs, key=ConfigId.order):
+        if ck.mode == "baseline":
+            chosen.setdefault(configs[ck][0].sampling, ck)
+    base_by_sweep = {}
+    for r in (r for ck in chosen.values() for r in configs[ck]):
+        v = r.summary.get("values") or {}
+        d, t = median(v.get("decode_tok_s") or []), median(v.get("ttft_ms") or [])
+        if d:
+            base_by_sweep[(r.sweep_id, r.node, r.sampling)] = {"decode": d, "ttft": t}
     for ck in shaky:
         configs.setdefault(ck, [])
     stats: dict[ConfigId, ConfigStats] = {}

@@ -57,22 +57,30 @@ def spread_only(reasons: list[str]) -> bool:
     return len(reasons) == 1 and reasons[0].startswith(SPREAD)
 
 
-def baseline_at(section: dict, sampling) -> dict | None:
-    """The section's baseline at ``sampling``: its reliable one, or, where its verdict was
-    decided through the noise, the one set aside for its decode-rate spread alone that the
-    verdict was judged against (on a noisy VM every config's spread can pass 10%). One
-    answer for the ladder and the rules: the rules once read no baseline there, so a
-    through-the-noise pick's memory beside it went unread while the ladder showed it."""
-    base = [c for c in section["configs"] if c["mode"] == "baseline"
-            and c.get("sampling") == sampling]
+def baseline_of(configs: list[dict], sampling, noisy_too: bool) -> dict | None:
+    """The baseline at ``sampling`` among ``configs`` (in config-key order): the first
+    reliable one; else, with ``noisy_too``, the first set aside for its decode-rate spread
+    (alone on some night: a config whose nights' spreads differ, or with a contended
+    sweep's runs beside them, carries other reasons too; audit 41). One rule for the
+    judging (``series``), the ladder and the rules: with two autoregressive variants at one
+    sampling, the speedup was judged against the first by run order while the memory read
+    the first by key (audit 41: +200% memory beside a speedup read against +20%)."""
+    base = [c for c in configs if c["mode"] == "baseline" and c.get("sampling") == sampling]
     reliable = next((c for c in base if not c["set_aside"]), None)
-    if reliable is not None or not (section.get("verdict") or {}).get("through_noise"):
+    if reliable is not None or not noisy_too:
         return reliable
-    # its runs set aside for the spread alone are what the verdict judged against, night by
-    # night (series._usable): a config whose nights' spreads differ, or with a contended
-    # sweep's runs beside them, carries other reasons too (audit 41: the memory went unread)
     return next((c for c in base if any(r.startswith(SPREAD)
                                         for r in c.get("unreliable_reasons") or [])), None)
+
+
+def baseline_at(section: dict, sampling) -> dict | None:
+    """The section's baseline at ``sampling``: its reliable one, or, where its verdict was
+    decided through the noise, the one set aside for its spread that the verdict was
+    judged against (on a noisy VM every config's spread can pass 10%). One answer for the
+    ladder and the rules: the rules once read no baseline there, so a through-the-noise
+    pick's memory beside it went unread while the ladder showed it."""
+    return baseline_of(section["configs"], sampling,
+                       bool((section.get("verdict") or {}).get("through_noise")))
 
 
 def noisy_pick(section: dict) -> dict | None:
