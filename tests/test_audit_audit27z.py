@@ -270,17 +270,16 @@ def variants(tmp_path_factory):
     return d, url
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: two llama-server variants at one draft width (draft-a 150 tok/s, 1.50×; "
-    "draft-b 90 tok/s, 0.90×; five nights each) are two configs in the store but one label "
-    "everywhere a user reads them: review JSON/Markdown/HTML 'speculative k=3' twice (md "
-    "rows '| k=3 | 150.0 |… production candidate' and '| k=3 | 90.0 |… just misses'), "
-    "compare two 'speculative k=3' rows, the site page h2 ['baseline', 'speculative k=3', "
-    "'speculative k=3']; the policy says speculation on at num_draft_tokens 3 without "
-    "naming the variant, so which server setup to enable is a coin toss between 1.5× and "
-    "0.9× (the OTLP export alone adds specfleet.variant; configs.config_label leaves "
-    "'variant' out via NOT_SAMPLING)"))
 def test_two_http_variants_of_one_width_are_told_apart(variants):
+    """Was medium: two llama-server variants at one draft width (draft-a 150 tok/s, 1.50×;
+    draft-b 90 tok/s, 0.90×; five nights each) are two configs in the store but one label
+    everywhere a user reads them: review JSON/Markdown/HTML 'speculative k=3' twice (md rows
+    '| k=3 | 150.0 |… production candidate' and '| k=3 | 90.0 |… just misses'), compare two
+    'speculative k=3' rows, the site page h2 ['baseline', 'speculative k=3', 'speculative
+    k=3']; the policy says speculation on at num_draft_tokens 3 without naming the variant,
+    so which server setup to enable is a coin toss between 1.5× and 0.9× (the OTLP export
+    alone adds specfleet.variant; configs.config_label leaves 'variant' out via
+    NOT_SAMPLING)"""
     d, url = variants
     policy = d / "policy.json"
     r, a, md, _ = review(url, d / "out", "--policy", str(policy))

@@ -464,6 +464,9 @@ def policy(a: dict, calibration: bool = False) -> dict:
             "num_draft_tokens": k,
             **({"sampling": {n: x for n, x in use["config"].items()
                              if n not in NOT_SAMPLING}} if use and use["config"] else {}),
+            # an http runtime's variant is the server setup to switch on (audit 27z)
+            **({"variant": use["config"]["variant"]}
+               if use and (use.get("config") or {}).get("variant") else {}),
             **({"use": {n: use[n] for n in ("model_pair", "draft_tier", "ladder_step")}}
                if use and "ladder_step" in use else {}),
             "fallback": {"ladder": ladder, "when": {
