@@ -419,16 +419,15 @@ def _policy_words() -> str:
     return text[text.index("`--policy FILE` writes"):][:600]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: a series measured at temperature 0.0 (k=3 0.90× its baseline: fails the "
-    "speedup gate) and 0.7 (k=3 1.50× its own) gets one policy entry, 'speculation: true, "
-    "num_draft_tokens: 3' (verdict 'production candidate at draft width 3 · temperature "
-    "0.7'): the pick ranks configs of every sampling setting by speedup over their own "
-    "baselines. Only an undocumented 'sampling' field ({temperature: 0.7}) says the pass was "
-    "at another temperature; the README's description of the policy (speculation, "
-    "num_draft_tokens, ladder) does not name it, so a gateway serving greedy requests as "
-    "documented switches on a width measured 0.90× there"))
 def test_a_pass_at_another_temperature_does_not_switch_on_the_series_as_documented(edges):
+    """Was medium: a series measured at temperature 0.0 (k=3 0.90× its baseline: fails the
+    speedup gate) and 0.7 (k=3 1.50× its own) gets one policy entry, 'speculation: true,
+    num_draft_tokens: 3' (verdict 'production candidate at draft width 3 · temperature
+    0.7'): the pick ranks configs of every sampling setting by speedup over their own
+    baselines. Only an undocumented 'sampling' field ({temperature: 0.7}) says the pass was
+    at another temperature; the README's description of the policy (speculation,
+    num_draft_tokens, ladder) does not name it, so a gateway serving greedy requests as
+    documented switches on a width measured 0.90× there"""
     _, _, _, policy, _ = edges
     (entry,) = [p for p in policy["series"] if p["workload"] == "gain-at-0.7"]
     assert entry["speculation"] and entry["sampling"]["temperature"] == 0.7, entry
