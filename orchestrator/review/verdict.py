@@ -214,7 +214,8 @@ def _decide(section: dict, facts: dict | None = None) -> dict:
         return out
     if _noisy_pick(section, out, judged_too=base is not None and bool(spec), spec=spec):
         return out
-    if base is not None and not spec and (errors := section.get("speculation_failed")):
+    if base is not None and (errors := section.get("speculation_failed")) \
+            and not any(c["mode"] == "speculative" for c in configs):
         out["text"] = "needs more data: the speculative generations failed this week"
         out["evidence"] = f"{len(errors)} failed, e.g. {errors[0][:200]}; see the sweep page"
         return out
