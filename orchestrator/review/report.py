@@ -53,7 +53,8 @@ def _runtime_verdict(group: dict) -> str:
         k = next((r["best_k"] for r in group["rows"] if r["engine"] == w["engine"]), None)
         who = w["engine"] + (f" at k={k}" if key == "fastest_speculative" and k else "")
         parts.append(f"{what}: {who}" + (f", {w['ratio']:.2f}× {w['over']}" if w.get("over")
-                                          else " (the only runtime measured)"))
+                                          else " (the only runtime measured)")
+                     + (" (decided through the noise)" if w.get("through_noise") else ""))
     return "fastest " + "; ".join(parts)
 
 

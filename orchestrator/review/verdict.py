@@ -214,6 +214,10 @@ def _decide(section: dict, facts: dict | None = None) -> dict:
         return out
     if _noisy_pick(section, out, judged_too=base is not None and bool(spec), spec=spec):
         return out
+    if base is not None and not spec and (errors := section.get("speculation_failed")):
+        out["text"] = "needs more data: the speculative generations failed this week"
+        out["evidence"] = f"{len(errors)} failed, e.g. {errors[0][:200]}; see the sweep page"
+        return out
     if base is None or not spec:
         out["text"] = "needs more data: " + ("no reliable baseline this week" if base is None
                                              else "no reliable speculative config this week")
