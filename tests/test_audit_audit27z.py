@@ -270,17 +270,16 @@ def variants(tmp_path_factory):
     return d, url
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: two llama-server variants at one draft width (draft-a 150 tok/s, 1.50×; "
-    "draft-b 90 tok/s, 0.90×; five nights each) are two configs in the store but one label "
-    "everywhere a user reads them: review JSON/Markdown/HTML 'speculative k=3' twice (md "
-    "rows '| k=3 | 150.0 |… production candidate' and '| k=3 | 90.0 |… just misses'), "
-    "compare two 'speculative k=3' rows, the site page h2 ['baseline', 'speculative k=3', "
-    "'speculative k=3']; the policy says speculation on at num_draft_tokens 3 without "
-    "naming the variant, so which server setup to enable is a coin toss between 1.5× and "
-    "0.9× (the OTLP export alone adds specfleet.variant; configs.config_label leaves "
-    "'variant' out via NOT_SAMPLING)"))
 def test_two_http_variants_of_one_width_are_told_apart(variants):
+    """Was medium: two llama-server variants at one draft width (draft-a 150 tok/s, 1.50×;
+    draft-b 90 tok/s, 0.90×; five nights each) are two configs in the store but one label
+    everywhere a user reads them: review JSON/Markdown/HTML 'speculative k=3' twice (md rows
+    '| k=3 | 150.0 |… production candidate' and '| k=3 | 90.0 |… just misses'), compare two
+    'speculative k=3' rows, the site page h2 ['baseline', 'speculative k=3', 'speculative
+    k=3']; the policy says speculation on at num_draft_tokens 3 without naming the variant,
+    so which server setup to enable is a coin toss between 1.5× and 0.9× (the OTLP export
+    alone adds specfleet.variant; configs.config_label leaves 'variant' out via
+    NOT_SAMPLING)"""
     d, url = variants
     policy = d / "policy.json"
     r, a, md, _ = review(url, d / "out", "--policy", str(policy))
@@ -420,16 +419,15 @@ def _policy_words() -> str:
     return text[text.index("`--policy FILE` writes"):][:600]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: a series measured at temperature 0.0 (k=3 0.90× its baseline: fails the "
-    "speedup gate) and 0.7 (k=3 1.50× its own) gets one policy entry, 'speculation: true, "
-    "num_draft_tokens: 3' (verdict 'production candidate at draft width 3 · temperature "
-    "0.7'): the pick ranks configs of every sampling setting by speedup over their own "
-    "baselines. Only an undocumented 'sampling' field ({temperature: 0.7}) says the pass was "
-    "at another temperature; the README's description of the policy (speculation, "
-    "num_draft_tokens, ladder) does not name it, so a gateway serving greedy requests as "
-    "documented switches on a width measured 0.90× there"))
 def test_a_pass_at_another_temperature_does_not_switch_on_the_series_as_documented(edges):
+    """Was medium: a series measured at temperature 0.0 (k=3 0.90× its baseline: fails the
+    speedup gate) and 0.7 (k=3 1.50× its own) gets one policy entry, 'speculation: true,
+    num_draft_tokens: 3' (verdict 'production candidate at draft width 3 · temperature
+    0.7'): the pick ranks configs of every sampling setting by speedup over their own
+    baselines. Only an undocumented 'sampling' field ({temperature: 0.7}) says the pass was
+    at another temperature; the README's description of the policy (speculation,
+    num_draft_tokens, ladder) does not name it, so a gateway serving greedy requests as
+    documented switches on a width measured 0.90× there"""
     _, _, _, policy, _ = edges
     (entry,) = [p for p in policy["series"] if p["workload"] == "gain-at-0.7"]
     assert entry["speculation"] and entry["sampling"]["temperature"] == 0.7, entry

@@ -214,7 +214,8 @@ def _decide(section: dict, facts: dict | None = None) -> dict:
         return out
     if _noisy_pick(section, out, judged_too=base is not None and bool(spec), spec=spec):
         return out
-    if base is not None and not spec and (errors := section.get("speculation_failed")):
+    if base is not None and (errors := section.get("speculation_failed")) \
+            and not any(c["mode"] == "speculative" for c in configs):
         out["text"] = "needs more data: the speculative generations failed this week"
         out["evidence"] = f"{len(errors)} failed, e.g. {errors[0][:200]}; see the sweep page"
         return out
@@ -464,6 +465,9 @@ def policy(a: dict, calibration: bool = False) -> dict:
             "num_draft_tokens": k,
             **({"sampling": {n: x for n, x in use["config"].items()
                              if n not in NOT_SAMPLING}} if use and use["config"] else {}),
+            # an http runtime's variant is the server setup to switch on (audit 27z)
+            **({"variant": use["config"]["variant"]}
+               if use and (use.get("config") or {}).get("variant") else {}),
             **({"use": {n: use[n] for n in ("model_pair", "draft_tier", "ladder_step")}}
                if use and "ladder_step" in use else {}),
             "fallback": {"ladder": ladder, "when": {
