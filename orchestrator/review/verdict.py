@@ -3,8 +3,10 @@ numbers may not transfer.
 
 Precedence (the first that holds is the verdict):
 1. **needs more data** — no reliable baseline this week or no reliable speculative config
-   (with fewer than ``MIN_RUNS`` nights of reliable runs behind the config it is judged by,
-   the decision below is given *provisional* with the count instead);
+   (a speculative config measured with no baseline at its own sampling settings is named,
+   with the baseline to measure; with fewer than ``MIN_RUNS`` nights of reliable runs
+   behind the config it is judged by, the decision below is given *provisional* with the
+   count instead);
 2. **production candidate at draft width K** — the fastest config that passes every gate
    (reliably; one set aside for its spread alone and passing on intervals is the pick
    where no reliable config passes, or where it is faster than the reliable pick with
@@ -231,22 +233,21 @@ def _no_evidence(section: dict, no_base: bool) -> dict:
              and not c["set_aside"]}
     unpaired = [c for c in configs if c["mode"] == "speculative" and not c["set_aside"]
                 and c.get("speedup") is None and c.get("sampling") not in bases]
-    def at(c: dict) -> str:  # the settings its baseline is missing at, in words
-        return knob_suffix(c.get("knobs")).removeprefix(" · ") or "the default settings"
+    def at(c: dict) -> str:  # the sampling settings its baseline is missing at, in words
+        return knob_suffix(c.get("knobs")).removeprefix(" · ")
 
     words = []
     for c in unpaired:
-        n = c["runs"] - c["unreliable"]
+        n, where = c["runs"] - c["unreliable"], f" at {at(c)}" if at(c) else ""
         words.append(f"{c.get('label') or 'speculative k=' + str(c['k'])} measured on {n} "
-                     f"reliable run{'s' if n != 1 else ''} with no baseline at {at(c)} to "
-                     f"compare it with: measure the baseline at {at(c)} (speculation off) "
-                     "beside it")
+                     f"reliable run{'s' if n != 1 else ''} with no baseline{where} to compare "
+                     f"it with: measure the baseline{where} (speculation off) beside it")
     words += [f"{x['config']}: {x['runs']} of {x['of']} runs set aside "
               f"({', '.join(x['reasons'])})" for x in section.get("set_aside") or []]
     if no_base:
         missing = "no reliable baseline this week"
     elif unpaired:
-        where = " or ".join(dict.fromkeys(at(c) for c in unpaired))
+        where = " or ".join(dict.fromkeys(at(c) or "the default settings" for c in unpaired))
         missing = f"no reliable baseline at {where} this week"
     else:
         missing = "no reliable speculative config this week"
