@@ -408,6 +408,22 @@ def test_the_evidence_never_rounds_a_missed_speedup_up_to_its_floor(edges):
     assert "is 1.156× the baseline" in ev and "| 1.156× |" in row, (ev, row)
     at = [x for x in md.splitlines() if x.startswith("| k=3 | 116.0")][0]
     assert "| 1.16× |" in at, at  # exactly at the gate: two places say it
+    r = edges[0]
+    html = (Path(r.args[r.args.index("--out") + 1]) / f"review-{WEEK}.html").read_text()
+    table = re.search(r'<table class="results" data-workload="speed-under".*?</table>', html,
+                      re.S).group(0)
+    assert "1.156×" in table and "1.16×" not in table, table
+
+
+def test_a_ratio_near_its_line_shows_the_digits_that_tell_them_apart():
+    """Guard: the one helper every page prints a speedup through keeps two places unless
+    they would put a value on the other side of (or onto) a line it is read against."""
+    from orchestrator.review.gatewords import ratio_text, speedup_text
+
+    assert [ratio_text(v, 1.0, 1.16) for v in (1.5, 1.16, 1.156, 1.1599999, 0.9996, 1.0)] \
+        == ["1.50", "1.16", "1.156", "1.1599999", "0.9996", "1.00"]
+    assert speedup_text(None) == "–" and speedup_text(1.1649, 1.165) == "1.16×"
+    assert speedup_text(1.163, 1.162) == "1.163×"  # a pass never reads below its gate
 
 
 def test_a_speculative_config_without_its_own_baseline_is_named_as_such(edges):
