@@ -274,17 +274,16 @@ def variants(tmp_path_factory):
     return d, url
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: two llama-server variants at one draft width (draft-a 150 tok/s, 1.50×; "
-    "draft-b 90 tok/s, 0.90×; five nights each) are two configs in the store but one label "
-    "everywhere a user reads them: review JSON/Markdown/HTML 'speculative k=3' twice (md "
-    "rows '| k=3 | 150.0 |… production candidate' and '| k=3 | 90.0 |… just misses'), "
-    "compare two 'speculative k=3' rows, the site page h2 ['baseline', 'speculative k=3', "
-    "'speculative k=3']; the policy says speculation on at num_draft_tokens 3 without "
-    "naming the variant, so which server setup to enable is a coin toss between 1.5× and "
-    "0.9× (the OTLP export alone adds specfleet.variant; configs.config_label leaves "
-    "'variant' out via NOT_SAMPLING)"))
 def test_two_http_variants_of_one_width_are_told_apart(variants):
+    """Was medium: two llama-server variants at one draft width (draft-a 150 tok/s, 1.50×;
+    draft-b 90 tok/s, 0.90×; five nights each) are two configs in the store but one label
+    everywhere a user reads them: review JSON/Markdown/HTML 'speculative k=3' twice (md rows
+    '| k=3 | 150.0 |… production candidate' and '| k=3 | 90.0 |… just misses'), compare two
+    'speculative k=3' rows, the site page h2 ['baseline', 'speculative k=3', 'speculative
+    k=3']; the policy says speculation on at num_draft_tokens 3 without naming the variant,
+    so which server setup to enable is a coin toss between 1.5× and 0.9× (the OTLP export
+    alone adds specfleet.variant; configs.config_label leaves 'variant' out via
+    NOT_SAMPLING)"""
     d, url = variants
     policy = d / "policy.json"
     r, a, md, _ = review(url, d / "out", "--policy", str(policy))
@@ -447,16 +446,15 @@ def _policy_words() -> str:
     return text[text.index("`--policy FILE` writes"):][:600]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: a series measured at temperature 0.0 (k=3 0.90× its baseline: fails the "
-    "speedup gate) and 0.7 (k=3 1.50× its own) gets one policy entry, 'speculation: true, "
-    "num_draft_tokens: 3' (verdict 'production candidate at draft width 3 · temperature "
-    "0.7'): the pick ranks configs of every sampling setting by speedup over their own "
-    "baselines. Only an undocumented 'sampling' field ({temperature: 0.7}) says the pass was "
-    "at another temperature; the README's description of the policy (speculation, "
-    "num_draft_tokens, ladder) does not name it, so a gateway serving greedy requests as "
-    "documented switches on a width measured 0.90× there"))
 def test_a_pass_at_another_temperature_does_not_switch_on_the_series_as_documented(edges):
+    """Was medium: a series measured at temperature 0.0 (k=3 0.90× its baseline: fails the
+    speedup gate) and 0.7 (k=3 1.50× its own) gets one policy entry, 'speculation: true,
+    num_draft_tokens: 3' (verdict 'production candidate at draft width 3 · temperature
+    0.7'): the pick ranks configs of every sampling setting by speedup over their own
+    baselines. Only an undocumented 'sampling' field ({temperature: 0.7}) says the pass was
+    at another temperature; the README's description of the policy (speculation,
+    num_draft_tokens, ladder) does not name it, so a gateway serving greedy requests as
+    documented switches on a width measured 0.90× there"""
     _, _, _, policy, _ = edges
     (entry,) = [p for p in policy["series"] if p["workload"] == "gain-at-0.7"]
     assert entry["speculation"] and entry["sampling"]["temperature"] == 0.7, entry
@@ -493,21 +491,22 @@ def test_failed_sweeps_of_that_week_fail_on_failed_sweep(failed_speculation):
     assert sum(x.startswith("failed-sweep: ") for x in r.stderr.splitlines()) == 5
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "high: every speculative generation of the week failed (widths 2, 3, 4 on 5 nights; "
-    "only the baseline measured); the review says 'needs more data: no reliable "
-    "speculative config this week' and 'measure again (1 series has no reliable runs yet)', "
-    "yet `--fail-on gate-miss` (help: 'a series with no production candidate') exits 0 and "
-    "`--fail-on no-data` (help: 'a series with no reliable evidence this week') exits 0: "
-    "ci.no_data takes a series with a baseline only for one measured plain on purpose; "
-    "JUnit's case is 'skipped', no failure"))
 def test_a_week_whose_speculation_all_failed_fails_gate_miss_and_no_data(failed_speculation):
+    """Was high: every speculative generation of the week failed (widths 2, 3, 4 on 5 nights;
+    only the baseline measured); the review says 'needs more data: no reliable speculative
+    config this week' and 'measure again (1 series has no reliable runs yet)', yet
+    `--fail-on gate-miss` (help: 'a series with no production candidate') exits 0 and
+    `--fail-on no-data` (help: 'a series with no reliable evidence this week') exits 0:
+    ci.no_data takes a series with a baseline only for one measured plain on purpose;
+    JUnit's case is 'skipped', no failure"""
     d, url = failed_speculation
     codes = {}
     for cause in ("gate-miss", "no-data"):
         r, a, md, _ = review(url, d / cause, "--fail-on", cause)
         codes[cause] = r.returncode
-    assert "no reliable speculative config" in a["series"][0]["verdict"]["text"]
+    v = a["series"][0]["verdict"]
+    assert v["text"] == "needs more data: the speculative generations failed this week", v
+    assert v["evidence"].startswith("15 failed, e.g. draft model failed to load"), v
     assert codes == {"gate-miss": 1, "no-data": 1}, codes
 
 

@@ -107,38 +107,35 @@ def test_guard_a_late_variant_sorting_last_leaves_every_night_paired(tmp_path):
     assert spec["gates"]["ttft_change"]["passed"] is False and not _on(a)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "high: a baseline variant added on the third night only, named 'added' (sorts before "
-    "'every', measured all three nights), is the one baseline: the speculative config's TTFT "
-    "over three nights (56.4 ms) is read against that one night's 60 ms: TTFT change -5.9% "
-    "where every night measured +12%; the 8% gate passes and the policy switches width 2 on "
-    "(named 'zz-added': +12.4%, graded fallback, off); with equal TTFTs it reads -16.0%"))
 def test_a_baseline_of_one_night_does_not_judge_three_nights_of_ttft(tmp_path):
+    """Was high: a baseline variant added on the third night only, named 'added' (sorts before
+    'every', measured all three nights), is the one baseline: the speculative config's TTFT
+    over three nights (56.4 ms) is read against that one night's 60 ms: TTFT change -5.9%
+    where every night measured +12%; the 8% gate passes and the policy switches width 2 on
+    (named 'zz-added': +12.4%, graded fallback, off); with equal TTFTs it reads -16.0%"""
     a, s = _late_variant(tmp_path, "added", 1.12, (1.5, 1.5, 1.5))
     spec = _by(s, "speculative")
     assert spec["ttft_change"] == pytest.approx(0.12, abs=0.01), spec["ttft_change"]
     assert not _on(a), s["verdict"]["text"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "high: the same late variant 'added' (night 3 only) is the baseline, so the speedup rests "
-    "on night 3's pairing alone: 1.296x, while nights 1 and 2 measured 1.05x against 'every' "
-    "in their own sweeps; the verdict counts the config's 3 reliable nights (not provisional) "
-    "and the policy switches width 2 on (named 'zz-added': 1.044x < 1.16, graded fallback, "
-    "off)"))
 def test_a_speedup_paired_on_one_night_is_not_a_three_night_candidate(tmp_path):
+    """Was high: the same late variant 'added' (night 3 only) is the baseline, so the speedup
+    rests on night 3's pairing alone: 1.296x, while nights 1 and 2 measured 1.05x against
+    'every' in their own sweeps; the verdict counts the config's 3 reliable nights (not
+    provisional) and the policy switches width 2 on (named 'zz-added': 1.044x < 1.16, graded
+    fallback, off)"""
     a, s = _late_variant(tmp_path, "added", 1.0, (1.05, 1.05, 1.30))
     spec = _by(s, "speculative")
     assert not _on(a), (spec["speedup"], s["verdict"]["text"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: a baseline variant measured once, in a sweep of its own on night 1 ('a-plain'), "
-    "is the one baseline; the speculative config's three reliable nights, each beside "
-    "'z-plain' in its own sweep, get no speedup and the verdict says 'needs more data: no "
-    "reliable speculative config this week' (the one-sweep variant named 'zz-plain': a 3.88x "
-    "production candidate against 'z-plain')"))
 def test_a_variant_of_another_sweep_does_not_unpair_every_night(tmp_path):
+    """Was medium: a baseline variant measured once, in a sweep of its own on night 1
+    ('a-plain'), is the one baseline; the speculative config's three reliable nights, each
+    beside 'z-plain' in its own sweep, get no speedup and the verdict says 'needs more data:
+    no reliable speculative config this week' (the one-sweep variant named 'zz-plain': a
+    3.88x production candidate against 'z-plain')"""
     rng = random.Random(1)
     every = [(0, HTTP, {**_base("z-plain", rng, 50.0), **_spec(rng)})]
     a, s = _plant(tmp_path, [every + [(1, HTTP, _base("a-plain", rng))], every, every])
@@ -170,13 +167,13 @@ def test_guard_the_variant_usable_every_night_sorting_first_pairs_three(tmp_path
 
 
 @pytest.mark.parametrize("reliable", [True, False], ids=["reliable-base", "noisy-base"])
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: through the noise the pairing takes the first baseline in key order ('a-plain', "
-    "usable on night 1 only, contended on 2 and 3) over 'z-plain', usable on all three: the "
-    "verdict is 'provisional: 1 of 3 nights' and the policy off; the same week with the names "
-    "swapped pairs 3 nights and switches width 2 on (true 3x; 2.61x, 95% 2.05-3.32, on 1 night "
-    "vs 2.90x, 1.70-4.95, on 3; alike with reliable and with spread-set-aside baselines)"))
 def test_the_pairing_through_the_noise_does_not_hang_on_a_variants_name(tmp_path, reliable):
+    """Was medium: through the noise the pairing takes the first baseline in key order
+    ('a-plain', usable on night 1 only, contended on 2 and 3) over 'z-plain', usable on all
+    three: the verdict is 'provisional: 1 of 3 nights' and the policy off; the same week
+    with the names swapped pairs 3 nights and switches width 2 on (true 3x; 2.61x, 95%
+    2.05-3.32, on 1 night vs 2.90x, 1.70-4.95, on 3; alike with reliable and with
+    spread-set-aside baselines)"""
     a, s = _noisy_pairing(tmp_path, once="a-plain", always="z-plain", reliable=reliable)
     assert _by(s, "speculative")["through_noise"]["nights"] == 3
     assert "provisional" not in s["verdict"] and _on(a), s["verdict"]["text"]
@@ -209,13 +206,12 @@ def test_guard_a_spread_alone_variant_sorting_first_decides_through_the_noise(tm
     assert s["verdict"]["decision"] == "production candidate" and _on(a), s["verdict"]["text"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium (hostile node): a baseline variant whose every run carries the spread and "
-    "contention together ('a-plain') is chosen as 'set aside for its spread' (the config's "
-    "reasons hold the spread) but no run of it is usable, so nothing is paired: 'needs more "
-    "data: no reliable baseline this week' beside 'z-plain', set aside for its spread alone "
-    "on all 3 nights; swapped names: a 1.85x production candidate, policy on"))
 def test_a_variant_never_usable_alone_is_not_the_baseline_through_the_noise(tmp_path):
+    """Was medium (hostile node): a baseline variant whose every run carries the spread and
+    contention together ('a-plain') is chosen as 'set aside for its spread' (the config's
+    reasons hold the spread) but no run of it is usable, so nothing is paired: 'needs more
+    data: no reliable baseline this week' beside 'z-plain', set aside for its spread alone
+    on all 3 nights; swapped names: a 1.85x production candidate, policy on"""
     a, s = _two_reasons(tmp_path, both="a-plain", alone="z-plain")
     assert s["verdict"]["decision"] == "production candidate", s["verdict"]["text"]
 
@@ -311,13 +307,12 @@ def test_guard_the_markdown_html_and_json_of_two_samplings_agree(two_samplings, 
         assert f"<td>{c['ttft_change']:+.0%}</td>".replace("-0%", "+0%") in html
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "low (careless reader): two autoregressive variants at one sampling render as two rows "
-    "both called 'baseline' (Markdown) / 'baseline (autoregressive)' (HTML), each '1.00×', at "
-    "100.0 and 49.8 tok/s; neither page names a variant (0 mentions of 'a-plain' or "
-    "'z-plain'; the JSON has 6), so nothing says which row width 2's 2.00× was read against "
-    "(199.5/49.8 would read 4.0×)"))
 def test_the_pages_say_which_baseline_variant_the_speedups_read(two_samplings, tmp_path):
+    """Was low (careless reader): two autoregressive variants at one sampling render as two
+    rows both called 'baseline' (Markdown) / 'baseline (autoregressive)' (HTML), each
+    '1.00×', at 100.0 and 49.8 tok/s; neither page names a variant (0 mentions of 'a-plain'
+    or 'z-plain'; the JSON has 6), so nothing says which row width 2's 2.00× was read
+    against (199.5/49.8 would read 4.0×)"""
     out = write_review(two_samplings, tmp_path / "out", week="2026-W20", now=NOW)
     for fmt in ("md", "html"):
         text = out[fmt].read_text()
@@ -326,13 +321,13 @@ def test_the_pages_say_which_baseline_variant_the_speedups_read(two_samplings, t
 
 # -- 4. the runtimes table beside a pick decided through the noise -------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: the http series' verdict is width 2 at temperature 0.7 through the noise (1.87x "
-    "against 0.7's 52.2 tok/s); read_served moves best_k and best_speedup to it but not "
-    "best_config, so the runtimes row finds no best config, sets temperature 0's 104.2 tok/s "
-    "baseline beside the 1.87x (implying 195 tok/s; measured 95.3), shows no speculative "
-    "rate, and 'fastest with speculation' names mlx-lm as the only runtime measured"))
 def test_the_runtimes_row_reads_the_through_the_noise_picks_own_baseline(tmp_path):
+    """Was medium: the http series' verdict is width 2 at temperature 0.7 through the noise
+    (1.87x against 0.7's 52.2 tok/s); read_served moves best_k and best_speedup to it but
+    not best_config, so the runtimes row finds no best config, sets temperature 0's 104.2
+    tok/s baseline beside the 1.87x (implying 195 tok/s; measured 95.3), shows no
+    speculative rate, and 'fastest with speculation' names mlx-lm as the only runtime
+    measured"""
     store, rng = _store(tmp_path), random.Random(2)
     for at in week_nights(W20, 3):
         _mlx_twin(store, at + timedelta(hours=1))

@@ -97,12 +97,13 @@ def gate_miss(s: dict, c: dict) -> str:
 def no_data(s: dict) -> str | None:
     """Why a series measured this week gave no reliable evidence to judge (its verdict's
     words), or None. A series measured without speculation on purpose (a baseline only,
-    nothing set aside) has nothing to judge and is no finding; one with no run this week
-    is ``stale``'s."""
+    nothing set aside, no speculative generation failed) has nothing to judge and is no
+    finding; one with no run this week is ``stale``'s."""
     v = s.get("verdict") or {}
     if not s.get("configs") or v.get("decision") != "needs more data":
         return None
-    tried = any(c["mode"] == "speculative" or c["set_aside"] for c in s["configs"])
+    tried = any(c["mode"] == "speculative" or c["set_aside"] for c in s["configs"]) \
+        or bool(s.get("speculation_failed"))
     return f"{v['text']} ({v['evidence']})" if tried else None
 
 

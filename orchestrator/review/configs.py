@@ -62,8 +62,9 @@ def sampling_key(config: dict | None) -> str:
 
 
 def knob_suffix(config: dict | None) -> str:
-    """" · temperature 0.7" for each setting away from its default (none: "")."""
-    parts = []
+    """" · temperature 0.7" for each setting away from its default (none: ""), after an
+    http runtime's variant (" · draft-a · temperature 0.7")."""
+    parts = [str(config["variant"])] if (config or {}).get("variant") else []
     for name, v in sorted((config or {}).items()):
         if name in NOT_SAMPLING or (name in KNOB_DEFAULTS and v == KNOB_DEFAULTS[name]):
             continue
@@ -72,8 +73,10 @@ def knob_suffix(config: dict | None) -> str:
 
 
 def config_label(mode: str, k: int, config: dict | None = None) -> str:
-    """A config as every page names it: "baseline", "speculative k=3", and each knob away
-    from its default after it ("speculative k=3 · temperature 0.7")."""
+    """A config as every page names it: "baseline", "speculative k=3", an http runtime's
+    variant after it, then each knob away from its default ("speculative k=3 · draft-a ·
+    temperature 0.7"): two variants of one width were two configs with one name on every
+    page (audit 27z)."""
     head = "baseline" if mode == "baseline" else f"speculative k={k}"
     return head + knob_suffix(config)
 

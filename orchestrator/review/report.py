@@ -61,15 +61,16 @@ def _runtime_verdict(group: dict) -> str:
             continue
         k = next((r["best_k"] for r in group["rows"] if r["engine"] == w["engine"]), None)
         who = w["engine"] + (f" at k={k}" if key == "fastest_speculative" and k else "")
+        noise = " (decided through the noise)" if w.get("through_noise") else ""
         if w.get("over"):
-            parts.append(f"{what}: {who}, {w['ratio']:.2f}× {w['over']}")
+            parts.append(f"{what}: {who}, {w['ratio']:.2f}× {w['over']}{noise}")
         elif key == "fastest_baseline" and only:
-            parts.append(f"{what}: {who} ({only} measured only with speculation)")
+            parts.append(f"{what}: {who} ({only} measured only with speculation){noise}")
         elif key == "fastest_speculative" and alone:
             parts.append(f"{what}: {who} (the only runtime with a baseline to compare it "
-                         f"with; {names} measured speculation without one)")
+                         f"with; {names} measured speculation without one){noise}")
         else:
-            parts.append(f"{what}: {who} (the only runtime measured)")
+            parts.append(f"{what}: {who} (the only runtime measured){noise}")
     return "fastest " + "; ".join(parts)
 
 

@@ -30,18 +30,22 @@ def side_by_side(sections: list[dict]) -> list[dict]:
         rows = []
         for s in ss:
             cs, m = s["configs"], s.get("metrics") or {}
-            # a set-aside config (every run unreliable) is never a runtime's number here
-            best = next((c for c in cs if c["mode"] == "speculative" and not c["set_aside"]
+            # a set-aside config (every run unreliable) is never a runtime's number here,
+            # but the width a verdict switched on through the noise is, marked (audit 42)
+            noisy = bool(m.get("best_through_noise"))
+            best = next((c for c in cs if c["mode"] == "speculative"
+                         and (not c["set_aside"] or noisy)
                          and c.get("config_id", c["k"]) == m.get("best_config",
                                                                  m.get("best_k"))), None)
             # the baseline the best was judged against (its sampling), else the first
-            base = (baseline_of(cs, best.get("sampling"), noisy_too=False) if best else
+            base = (baseline_of(cs, best.get("sampling"), noisy_too=noisy) if best else
                     next((c for c in cs if c["mode"] == "baseline" and not c["set_aside"]),
                          None))
             # speculation measured with no baseline to compare it with: no speedup, no
             # best, but measured (the runtimes line says so, never "not measured")
             alone = None if best else _unpaired(cs)
             rows.append({"engine": s["series"]["engine"],
+                         **({"through_noise": True} if noisy and best else {}),
                          "baseline_decode_p50": base["decode_p50"] if base else None,
                          "baseline_ttft_p50": base["ttft_p50"] if base else None,
                          "best_k": m.get("best_k"), "best_decode_p50": best and best["decode_p50"],
@@ -78,7 +82,8 @@ def _winner(rows: list[dict], key: str) -> dict | None:
         return None
     # "over" and "ratio" are always there: None when this runtime was the only one measured
     lead = {"engine": ranked[0]["engine"], "decode_p50": ranked[0][key], "over": None,
-            "ratio": None}
+            "ratio": None, **({"through_noise": True} if key == "best_decode_p50" and any(
+                r.get("through_noise") for r in ranked[:2]) else {})}
     if len(ranked) > 1:
         lead.update(over=ranked[1]["engine"], ratio=ranked[0][key] / ranked[1][key])
     return lead

@@ -125,7 +125,8 @@ def read_served(section: dict, rules: list) -> bool:
     base = baseline_at(section, c.get("sampling"))
     mem, bmem = c.get("peak_memory"), (base or {}).get("peak_memory")
     tn = c["through_noise"]
-    metrics.update(best_k=c["k"], best_label=c["label"], best_speedup=tn["speedup"],
+    metrics.update(best_k=c["k"], best_config=c.get("config_id"), best_label=c["label"],
+                   best_speedup=tn["speedup"],
                    best_acceptance=tn["acceptance"], best_through_noise=True,
                    mem_increase=mem / bmem - 1 if mem and bmem else None,
                    mem_added_bytes=mem - bmem if mem and bmem else None,
@@ -224,14 +225,17 @@ def _config_table(cur: list[RunRow], quality: dict
     unreliable trial is reported, never averaged in."""
     configs = group_configs((r for r in cur if not r.shaky), RunRow.whole.fget)  # type: ignore
     shaky = group_configs((r for r in cur if r.shaky), RunRow.whole.fget)  # type: ignore
-    # each sampling's baseline is the first reliable one in key order (base_key's rule):
-    # with two autoregressive variants at one sampling, runs took whichever came last
-    chosen: dict[str, ConfigId] = {}
-    for ck in sorted(configs, key=ConfigId.order):
-        if ck.mode == "baseline":
-            chosen.setdefault(configs[ck][0].sampling, ck)
+    # each sampling's baseline by base_key's rule (through_noise.baseline_of), read from
+    # the reliable runs: with two autoregressive variants at one sampling, runs took
+    # whichever came last in their sweep
+    keys = sorted((k for k in configs if k.mode == "baseline"), key=ConfigId.order)
+    brief = [{"mode": "baseline", "sampling": configs[k][0].sampling, "set_aside": False,
+              "reliable_nights": len({r.at.date() for r in configs[k]}),
+              "runs": len(configs[k]) + len(shaky.get(k, []))} for k in keys]
+    chosen = [k for k, b in zip(keys, brief)
+              if baseline_of(brief, b["sampling"], noisy_too=False) is b]
     base_by_sweep = {}
-    for r in (r for ck in chosen.values() for r in configs[ck]):
+    for r in (r for ck in chosen for r in configs[ck]):
         v = r.summary.get("values") or {}
         d, t = median(v.get("decode_tok_s") or []), median(v.get("ttft_ms") or [])
         if d:
@@ -252,6 +256,8 @@ def _config_table(cur: list[RunRow], quality: dict
         else:  # nothing reliable to conclude from: its numbers are shown only
             st.set_aside, st.speedup = True, None
             st.classification = "set aside: every run unreliable"
+        # nights it could be judged through the noise on (_usable): baseline_of's rank
+        st.spread_nights = len({r.at.date() for r in aside if spread_alone(r.summary)})
         stats[ck] = st
     return configs, shaky, stats
 

@@ -170,6 +170,11 @@ def _decide(section: dict, facts: dict | None = None) -> dict:
         return out
     if _noisy_pick(section, out, judged_too=base is not None and bool(spec), spec=spec):
         return out
+    if base is not None and (errors := section.get("speculation_failed")) \
+            and not any(c["mode"] == "speculative" for c in configs):
+        out["text"] = "needs more data: the speculative generations failed this week"
+        out["evidence"] = f"{len(errors)} failed, e.g. {errors[0][:200]}; see the sweep page"
+        return out
     if base is None or not spec:
         out.update(_no_evidence(section, base is None))
         return out
@@ -233,8 +238,10 @@ def _no_evidence(section: dict, no_base: bool) -> dict:
              and not c["set_aside"]}
     unpaired = [c for c in configs if c["mode"] == "speculative" and not c["set_aside"]
                 and c.get("speedup") is None and c.get("sampling") not in bases]
+
     def at(c: dict) -> str:  # the sampling settings its baseline is missing at, in words
-        return knob_suffix(c.get("knobs")).removeprefix(" · ")
+        knobs = {n: v for n, v in (c.get("knobs") or {}).items() if n != "variant"}
+        return knob_suffix(knobs).removeprefix(" · ")
 
     words = []
     for c in unpaired:
@@ -448,6 +455,9 @@ def policy(a: dict, calibration: bool = False) -> dict:
             "num_draft_tokens": k,
             **({"sampling": {n: x for n, x in use["config"].items()
                              if n not in NOT_SAMPLING}} if use and use["config"] else {}),
+            # an http runtime's variant is the server setup to switch on (audit 27z)
+            **({"variant": use["config"]["variant"]}
+               if use and (use.get("config") or {}).get("variant") else {}),
             **({"use": {n: use[n] for n in ("model_pair", "draft_tier", "ladder_step")}}
                if use and "ladder_step" in use else {}),
             "fallback": {"ladder": ladder, "when": {

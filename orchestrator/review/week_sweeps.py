@@ -125,3 +125,27 @@ def calibration_words(cal: object, short: bool = False) -> str:
     return "calibration pair" + (
         f" (stale: its record no longer holds: {'; '.join(why)})" if why
         else f" (unverified against its record: {'; '.join(unknown)})" if unknown else "")
+
+
+def failed_speculation(store: Store, runs: list) -> dict[tuple, list[str]]:
+    """Per series measured this week (``runs``: its RunRows), the errors of the speculative
+    generations that failed in its sweeps, on its node, for its workload: a week whose every
+    speculative generation failed (a draft that does not load) left a baseline alone, which
+    read as a series measured plain on purpose, and `--fail-on no-data` passed (audit 27z)."""
+    from agent.events import GenerationFailed
+
+    from ..store import queries
+
+    where: dict[tuple, set] = {}
+    for r in runs:
+        where.setdefault((r.sweep_id, r.node, r.series[2]), set()).add(r.series)
+    if not where:
+        return {}
+    out: dict[tuple, list[str]] = {}
+    for s in queries.typed(queries.events(store, sorted({k[0] for k in where}),
+                                          ("generation_failed",), order=("node", "seq"))):
+        e = s.event
+        if isinstance(e, GenerationFailed) and e.mode == "speculative":
+            for key in where.get((s.sweep_id, s.node, e.workload), ()):
+                out.setdefault(key, []).append(e.error)
+    return out

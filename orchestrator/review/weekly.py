@@ -32,6 +32,7 @@ from .week_runs import RunRow, identity_key, iso_week_bounds, load_runs
 from .week_sweeps import (
     calibration_roles,
     calibration_sweeps,
+    failed_speculation,
     failed_sweeps,
     plan_gates,
     record_summary,
@@ -119,6 +120,7 @@ def _sections(store: Store, history: list[RunRow], start: datetime, end: datetim
     by_series: dict[tuple, list[RunRow]] = defaultdict(list)
     for r in history:
         by_series[r.series].append(r)
+    failed = failed_speculation(store, [r for r in history if r.at >= start])
     out = []
     for key, runs in sorted(by_series.items(), key=lambda kv: kv[0]):
         latest = max(runs, key=lambda r: r.at)
@@ -126,14 +128,16 @@ def _sections(store: Store, history: list[RunRow], start: datetime, end: datetim
         plan_name, own = declared.get(latest.sweep_id, (None, {}))
         out.append(judged_section(key, runs, start, end, {**gates, **own},
                                   f"plan {plan_name}" if own else "defaults", ctx,
-                                  facts.get(latest.node)))
+                                  facts.get(latest.node), failed.get(key)))
     return out
 
 
 def judged_section(key: tuple, runs: list[RunRow], start: datetime, end: datetime,
-                   gates: dict, gates_from: str, ctx: Week, facts: dict | None = None) -> dict:
+                   gates: dict, gates_from: str, ctx: Week, facts: dict | None = None,
+                   failed: list[str] | None = None) -> dict:
     """A series' section: its runs from ``start`` on, judged on the latest run's identity
-    with ``gates``, and its verdict (the sweep page judges one sweep's runs with it too)."""
+    with ``gates``, and its verdict (the sweep page judges one sweep's runs with it too).
+    ``failed``: the errors of its speculative generations that failed this week."""
     current = [r for r in runs if r.at >= start]
     latest = max(runs, key=lambda r: r.at)
     ident = latest.identity
@@ -146,7 +150,8 @@ def judged_section(key: tuple, runs: list[RunRow], start: datetime, end: datetim
                      "regressions": [], "change_points": [], "compared": 0,
                      # an instrument's series: marked, never in a policy unless asked
                      "calibration": _calibration(latest, current),
-                     "gates": gates, "gates_from": gates_from}
+                     "gates": gates, "gates_from": gates_from,
+                     **({"speculation_failed": failed} if failed else {})}
     if cur:
         judge(section, key, runs, cur, latest, gates, ctx)
     section["verdict"] = decide(section, facts)
