@@ -370,24 +370,23 @@ def _page_speedup(section: dict) -> float | None:
     return next(r.speedup for r in section["rows"] if r.mode == "speculative")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: on one sweep with two autoregressive variants the weekly review reads width 2 "
-    "at 2.00x (against 'a-plain', 100 tok/s) while the sweep page pools both variants into "
-    "one 'baseline (autoregressive)' row of 74.7 tok/s and says 'Best: draft width 2 at "
-    "2.68x the baseline'"))
 def test_the_sweep_page_reads_the_weekly_reviews_baseline(tmp_path):
+    """Was medium: on one sweep with two autoregressive variants the weekly review reads
+    width 2 at 2.00x (against 'a-plain', 100 tok/s) while the sweep page pooled both variants
+    into one 'baseline (autoregressive)' row of 74.7 tok/s and said 'Best: draft width 2 at
+    2.68x the baseline'. The page now compares with the baseline the weekly review chose
+    and shows 'z-plain' as a row of its own."""
     s, section = _http_sweep(tmp_path, 0.01)
     weekly = _by(s, "speculative")["speedup"]
     assert weekly == pytest.approx(2.0, rel=0.02)
     assert _page_speedup(section) == pytest.approx(weekly, rel=0.01), section["verdict"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "medium: 'z-plain' set aside for its spread (28%), 'a-plain' reliable: the weekly review "
-    "makes width 2 a production candidate at 2.00x against 'a-plain'; the sweep page for the "
-    "same sweep voids every speedup: 'No conclusion: the speculative row is set aside as "
-    "unreliable (its baseline is unreliable: spread 28%)'"))
 def test_one_noisy_variant_does_not_void_the_sweep_pages_speedups(tmp_path):
+    """Was medium: 'z-plain' set aside for its spread (28%), 'a-plain' reliable: the weekly
+    review makes width 2 a production candidate at 2.00x against 'a-plain'; the sweep page
+    for the same sweep voided every speedup: 'No conclusion: the speculative row is set
+    aside as unreliable (its baseline is unreliable: spread 28%)'."""
     s, section = _http_sweep(tmp_path, 0.30)
     assert s["verdict"]["decision"] == "production candidate", s["verdict"]["text"]
     assert _page_speedup(section) == pytest.approx(2.0, rel=0.02), section["verdict"]

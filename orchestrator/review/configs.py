@@ -64,7 +64,8 @@ def sampling_key(config: dict | None) -> str:
 def knob_suffix(config: dict | None) -> str:
     """" · temperature 0.7" for each setting away from its default (none: ""), after an
     http runtime's variant (" · draft-a · temperature 0.7")."""
-    parts = [str(config["variant"])] if (config or {}).get("variant") else []
+    variant = (config or {}).get("variant")
+    parts = [str(variant)] if variant else []
     for name, v in sorted((config or {}).items()):
         if name in NOT_SAMPLING or (name in KNOB_DEFAULTS and v == KNOB_DEFAULTS[name]):
             continue

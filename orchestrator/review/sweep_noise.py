@@ -30,6 +30,19 @@ def weekly_verdicts(store: Store, sweep, lock: dict | None, gates: dict
     section}, judged with ``gates`` (the defaults and what the sweep's plan declared;
     ``lock``: the plan's lock, already read). A section whose runs fall in more than one
     series (two context buckets, two runtimes) is left out: no one verdict speaks for it."""
+    return verdicts_of(weekly_sections(store, sweep, lock, gates))
+
+
+def verdicts_of(judged: dict[SectionKey, list[dict]]) -> dict[SectionKey, dict]:
+    """Each page section's verdict where one series (one judged section) speaks for it."""
+    return {key: ss[0]["verdict"] for key, ss in judged.items() if len(ss) == 1}
+
+
+def weekly_sections(store: Store, sweep, lock: dict | None, gates: dict
+                    ) -> dict[SectionKey, list[dict]]:
+    """{(node, (workload, pair)): the weekly review's judged section of each series
+    ``sweep``'s runs of that page section fall in} (``weekly_verdicts``' arguments): the
+    verdict, and the configs with the baseline each sampling's speedups are read against."""
     runs = sweep_runs(store, sweep.id, lock)
     if not runs:
         return {}
@@ -39,12 +52,13 @@ def weekly_verdicts(store: Store, sweep, lock: dict | None, gates: dict
                 failed=failed_window_configs(store, [sweep.id], gates["failed_acceptance"],
                                              gates["failed_window_s"]),
                 levels={}, ramps=[], rules=[], regressions_too=False)
-    groups: dict[SectionKey, list[RunRow]] = defaultdict(list)
+    groups: dict[SectionKey, dict[tuple, list[RunRow]]] = defaultdict(dict)
     for r in runs:
-        groups[(r.node, (r.series[2], r.pair))].append(r)
+        groups[(r.node, (r.series[2], r.pair))].setdefault(r.series, []).append(r)
     # no history before this sweep: nothing is stale or mixed, nothing regressed
-    return {key: judged_section(rs[0].series, rs, at, at, gates, "plan", week)["verdict"]
-            for key, rs in groups.items() if len({r.series for r in rs}) == 1}
+    return {key: [judged_section(series, rs, at, at, gates, "plan", week)
+                  for series, rs in by_series.items()]
+            for key, by_series in groups.items()}
 
 
 def noise_sentence(verdict: dict | None) -> str | None:

@@ -25,7 +25,16 @@ from ..store.db import result_pair
 from ..store.models import Measurement
 from .busy import busy_who
 from .gatewords import speedup_text
-from .sweep_noise import noise_sentence, weekly_verdicts
+from .sweep_baselines import (
+    Choice,
+    baseline_choices,
+    choice_runs,
+    named,
+    not_chosen,
+    other_key,
+    split_baselines,
+)
+from .sweep_noise import noise_sentence, verdicts_of, weekly_sections
 from .sweep_reasons import reasons_said, spread_note
 from .through_noise import SPREAD, stored_spread
 from .week_sweeps import target_role
@@ -58,6 +67,9 @@ class Row:
     # ``set_aside`` as its row says it: the spread's explanation is the section's, said once
     aside_mark: str | None = None
     aside_spreads: tuple[dict, ...] = ()  # the spreads that set this row's own config aside
+    # a baseline config beside the one the weekly review chose at its sampling: shown, never
+    # compared with; its marks (flags, parity, KV cache) are its own (``sweep_baselines``)
+    config_key: str | None = None
 
 
 def _exactness(runs: list[Measurement]) -> str:
@@ -94,8 +106,6 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     summaries = stored.sweep_runs(store, sweep_id)
     # a lineup's pairs are sections of their own, named as the weekly review names them
     pair_names = {r.pair: r.model_pair for r in summaries if r.pair is not None}
-    kv_mb = _kv_cache_mb(summaries)
-    engines, flagged, parity = _config_marks(summaries)
     from .weekly import DEFAULT_GATES
 
     # the sweep's lock, read once: its calibration targets, the gates its plan declared
@@ -104,7 +114,13 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     marked = _calibrations(lock)  # each calibration target's record, by role
     # a section set aside for its spread is decided through the noise only where the
     # weekly review's judgement of these same runs is, and in its words: one judgement
-    weekly = weekly_verdicts(store, sweep, lock, {**DEFAULT_GATES, **(lock.get("gates") or {})})
+    judged = weekly_sections(store, sweep, lock, {**DEFAULT_GATES, **(lock.get("gates") or {})})
+    weekly = verdicts_of(judged)
+    # its speedups are read against the baseline the weekly review chose at each sampling
+    choices = baseline_choices(judged)
+    chose, others = choice_runs(store, sweep_id, choices), not_chosen(choices)
+    kv_mb = _kv_cache_mb(summaries, others)
+    engines, flagged, parity = _config_marks(summaries, others)
     groups: dict[tuple, list] = {}
     for r in runs:
         groups.setdefault((r.node, (r.workload, r.pair)), []).append(r)
@@ -112,11 +128,10 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
     for (node, workload), rs in sorted(groups.items(), key=lambda kv: (
             kv[0][0], kv[0][1][0], kv[0][1][1] or "")):
         pair = workload[1]
-        rows = _set_aside(_rows(rs), flagged, node, workload)
+        rows = _set_aside(_rows(rs, chose), flagged, node, workload)
         rows = [replace(r, task_pass_rate=quality.get((node, _quality_pair(pair, r.mode),
                                                        r.num_draft_tokens)),
-                        streaming_parity=parity.get((node, workload, r.mode) + (
-                            (None, None) if r.mode == "baseline" else (r.knob, r.knob_value))),
+                        streaming_parity=parity.get(_marks_key(node, workload, r)),
                         kv_cache_mb=kv_mb(node, workload, r))
                 for r in rows]
         engine = engines.get((node, workload))
@@ -150,12 +165,14 @@ def review_data(store: Store, sweep_id: str | None = None) -> dict:
             "set_aside": store.quarantined(sweep_id), "failed_generations": failed}
 
 
-def _config_marks(summaries) -> tuple[dict, dict, dict]:
+def _config_marks(summaries, others: dict[tuple, set[str]]) -> tuple[dict, dict, dict]:
     """From the config summaries: each (node, workload)'s runtime; the configs whose
     repetitions the agent flagged, each reason with its spread's fields (a spread over the
     threshold: their rows are shown but never concluded from; a flagged baseline voids its
     section's speedups); and, for http
-    runtimes, streamed vs non-streamed output per config."""
+    runtimes, streamed vs non-streamed output per config. A baseline the weekly review did
+    not choose (``others``: config keys by section) is marked apart: its flags void no
+    speedup read against the chosen one."""
     merged: dict[tuple, dict] = {}
     engines: dict[tuple, str] = {}
     flagged: dict[tuple, list[tuple[str, dict | None]]] = {}
@@ -165,15 +182,18 @@ def _config_marks(summaries) -> tuple[dict, dict, dict]:
         r.knob, r.knob_value) for r in summaries if r.mode == "speculative"}
     for r in summaries:
         n, m, x, w = r.node, r.mode, r.summary, (r.workload, r.pair)
-        key = (n, w, m) + ((None, None) if m == "baseline" else (r.knob, r.knob_value))
+        other = m == "baseline" and r.config_key in others.get((n, w), ())
+        key = other_key(n, w, r.config_key) if other else (n, w, m) + (
+            (None, None) if m == "baseline" else (r.knob, r.knob_value))
         engines.setdefault((n, w), r.engine)
         if x.get("unreliable_reasons"):
             # each reason with the spread behind it, as fields (events 1.9; recomputed from
             # the stored repetitions): a row says its own figure, the section the words
             sp = stored_spread(x)
-            flagged.setdefault((n, w, m) + (paired.get((n, w, baseline_key(r.config)), (
-                "baseline", baseline_key(r.config))) if m == "baseline"
-                else (r.knob, r.knob_value)), []).extend(
+            # a chosen (or only) baseline under the baseline of its candidates' settings
+            fkey = key if other or m != "baseline" else (n, w, m) + paired.get(
+                (n, w, baseline_key(r.config)), ("baseline", baseline_key(r.config)))
+            flagged.setdefault(fkey, []).extend(
                 (why, sp if why.startswith(SPREAD) else None)
                 for why in x["unreliable_reasons"])
         p = x.get("parity")
@@ -189,10 +209,12 @@ def _config_marks(summaries) -> tuple[dict, dict, dict]:
     return engines, flagged, {key: _parity_text(p) for key, p in merged.items()}
 
 
-def _kv_cache_mb(summaries) -> Callable[[str, tuple, Row], float | None]:
+def _kv_cache_mb(summaries, others: dict[tuple, set[str]]
+                 ) -> Callable[[str, tuple, Row], float | None]:
     """A row's KV cache memory (MB, median of its config's generations), found through the
     config summaries: a candidate's by its knob and value, a baseline row's as the baseline
-    of its candidates' settings (``baseline_key``: every knob but the draft width)."""
+    of its candidates' settings (``baseline_key``: every knob but the draft width), a
+    baseline the weekly review did not choose (``others``) by its own config."""
     spec: dict[tuple, dict] = {}
     base: dict[tuple, float | None] = {}
     for r in summaries:
@@ -200,12 +222,16 @@ def _kv_cache_mb(summaries) -> Callable[[str, tuple, Row], float | None]:
                                         r.summary, r.pair, r.config)
         mb = ((x.get("metrics") or {}).get("kv_cache_bytes") or {}).get("median")
         mb = mb / 1e6 if isinstance(mb, (int, float)) else None
-        if m == "baseline":
+        if m == "baseline" and r.config_key in others.get((n, (w0, pr)), ()):
+            base[other_key(n, (w0, pr), r.config_key)] = mb
+        elif m == "baseline":
             base[(n, (w0, pr), baseline_key(cfg or {}))] = mb
         else:
             spec[(n, (w0, pr), kn, kv)] = {"config": cfg or {}, "mb": mb}
 
     def find(node: str, workload: tuple, r: Row) -> float | None:
+        if r.config_key:
+            return base.get(other_key(node, workload, r.config_key))
         if r.mode == "speculative":
             return (spec.get((node, workload, r.knob, r.knob_value)) or {}).get("mb")
         for (n, w, kn, kv), c in spec.items():  # the candidates this baseline is paired with
@@ -281,23 +307,30 @@ def _baseline_of(knob: str | None, value: str | None) -> tuple[str | None, str |
         else (knob, value)
 
 
-def _rows(rs: list[Measurement]) -> list[Row]:
+def _rows(rs: list[Measurement], chose: dict[tuple[str, int], Choice] | None = None
+          ) -> list[Row]:
     """One row per setting of a knob: a draft width, a runtime variant, or a sampling knob's
     value (its runs are never pooled with another value's). Each candidate is compared with
-    the baseline runs of the same sampling."""
+    the baseline runs of the same sampling: where there are several baseline configs, those
+    of the one the weekly review chose (``chose``: each baseline run's choice, by (node,
+    seq)); each other one is a row of its own, compared with nothing."""
     def setting(r: Measurement) -> tuple[str, str]:
         return r.knob or "num_draft_tokens", r.knob_value or ""
 
-    base = [r for r in rs if r.mode == "baseline"]
+    chose = chose or {}
+    base, aside = split_baselines([r for r in rs if r.mode == "baseline"], chose)
     shared = [r for r in base if setting(r)[0] in SPECULATION_SETTINGS]
     rows = []
     if shared or not base:
-        rows.append(_row("baseline (autoregressive)", "baseline", 0, shared,
-                         median(r.decode_tok_s for r in _reliable(shared))))
+        rows.append(_row(named("baseline (autoregressive)", shared, chose), "baseline", 0,
+                         shared, median(r.decode_tok_s for r in _reliable(shared))))
     for (knob, value) in sorted({setting(r) for r in base} - {setting(r) for r in shared}):
         runs = [r for r in base if setting(r) == (knob, value)]
-        rows.append(_row(f"baseline, {knob}={value}", "baseline", 0, runs,
-                         median(r.decode_tok_s for r in _reliable(runs)), knob, value))
+        rows.append(_row(named(f"baseline, {knob}={value}", runs, chose), "baseline", 0,
+                         runs, median(r.decode_tok_s for r in _reliable(runs)), knob, value))
+    rows += [replace(_row(f"baseline, {name} (not the baseline compared with)", "baseline",
+                          0, runs, None), config_key=ck)
+             for ck, name, runs in aside]
     for knob, value in sorted({setting(r) for r in rs if r.mode == "speculative"},
                               key=lambda kv: (kv[0] not in SPECULATION_SETTINGS, kv)):
         cand = [r for r in rs if r.mode == "speculative" and setting(r) == (knob, value)]
@@ -312,13 +345,14 @@ def _rows(rs: list[Measurement]) -> list[Row]:
     return rows
 
 
-def _set_aside(rows: list[Row], flagged: dict, node: str, workload: str) -> list[Row]:
+def _set_aside(rows: list[Row], flagged: dict, node: str, workload: tuple) -> list[Row]:
     """Rows whose config the agent flagged unreliable keep their numbers but lose their
     speedup; so does every row when the baseline it is compared with is flagged."""
     out = []
     for r in rows:
         # each row's baseline is the one of its own sampling settings (kv_bits 4's, not all)
-        base = flagged.get((node, workload, "baseline") + _baseline_of(r.knob, r.knob_value))
+        base = flagged.get(other_key(node, workload, r.config_key) if r.config_key else
+                           (node, workload, "baseline") + _baseline_of(r.knob, r.knob_value))
         own = flagged.get((node, workload, r.mode, r.knob, r.knob_value)) \
             if r.mode == "speculative" else base
         why, mark, spreads = r.set_aside, r.set_aside, ()
@@ -330,6 +364,14 @@ def _set_aside(rows: list[Row], flagged: dict, node: str, workload: str) -> list
         out.append(replace(r, set_aside=why, aside_mark=mark, aside_spreads=spreads,
                            speedup=None if why else r.speedup))
     return out
+
+
+def _marks_key(node: str, workload: tuple, r: Row) -> tuple:
+    """How a row's config is keyed among ``_config_marks``' parity."""
+    if r.config_key:
+        return other_key(node, workload, r.config_key)
+    return (node, workload, r.mode) + (
+        (None, None) if r.mode == "baseline" else (r.knob, r.knob_value))
 
 
 def _reliable(runs: list[Measurement]) -> list[Measurement]:
