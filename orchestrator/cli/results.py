@@ -136,9 +136,10 @@ def review(week, out, formats, rules_file, sweep_id, fail_on, junit, notify_url,
               help="Also render it as a self-contained HTML page.")
 @db_option
 def compare(a, b, as_json, out, db_url):
-    """Compare two sets of runs per config (every knob) and metric: both medians, B/A with
-    its 95% confidence interval and p from the nights (one median per run, not the
-    repetitions) and a verdict, identity differences first.
+    """Compare two sets of runs per config (every knob) and metric: each side's level (the
+    geometric mean of its nights, the centre B/A is the ratio of), B/A with its 95%
+    confidence interval and p from the nights (one median per run, not the repetitions)
+    and a verdict, identity differences first.
 
     A and B are each a sweep id, an ISO week (or this-week, last-week), or KEY=VALUE
     filters joined by commas (KEY: sweep, week, trigger, node, chip, env_id, mlx_version,

@@ -226,6 +226,22 @@ def night_ratio(a: list[float], b: list[float], level: float = 0.95, memory: boo
     return out
 
 
+def level(xs: list[float], busy: list[int] | None = None) -> float | None:
+    """A side's level as ``night_ratio`` reads it, the centre B/A is the ratio of: the
+    geometric mean of its nights with a positive finite rate, its busy ones (``busy``:
+    indices into those, night_ratio's) set aside; by construction B/A > 1 exactly where
+    B's level is above A's. A side with no such night: its median (no ratio is read)."""
+    import math
+
+    logs = [math.log(x) for i, x in enumerate(v for v in xs if _rated(v))
+            if i not in (busy or ())]
+    return math.exp(statistics.fmean(logs)) if logs else median(xs)
+
+
+CENTRE = ("A and B (a, b in JSON): each side's level, the geometric mean of its nights (one "
+          "median a night, busy nights set aside), the centre B/A is the ratio of")
+
+
 def _mean_variance(vs: tuple, ns: tuple[int, int], phi: float, few: int,
                    apart: bool, few_df: str = "pooled",
                    busy: list | None = None) -> tuple[float, float]:
@@ -328,14 +344,19 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
                                                                          else "")
                    + (f" · {node}" if node else ""),
                    **({"node": node} if node else {}),
-                   "config": config, "metric": metric, "a": median(va), "b": median(vb),
+                   # each side's level B/A is the ratio of (``levels``), not its median
+                   # night: a median beside a ratio of means read the other way round
+                   "config": config, "metric": metric, "a": level(va), "b": level(vb),
                    "n": [len(va), len(vb)], "ratio": None, "ci": None, "p": None,
                    "verdict": "only in " + ("A" if va else "B") if not (va and vb) else "",
                    **_calibration(cal, by_a.get(key, []), by_b.get(key, []))}
             if va and vb and row["a"]:
                 apart = _apart(by_a.get(key, []), by_b.get(key, []), a.nights, b.nights)
-                row.update(night_ratio(va, vb, apart=apart), apart=apart)
-                row["busy"] = _busy_nights(row.get("busy"), na, nb)
+                got = night_ratio(va, vb, apart=apart)
+                row.update(got, apart=apart)
+                busy = got.get("busy") or [[], []]
+                row["a"], row["b"] = level(va, busy[0]), level(vb, busy[1])
+                row["busy"] = _busy_nights(got.get("busy"), na, nb)
                 if row["p"] is None:
                     row["verdict"] = "one night a side: not testable"
                 elif row["p"] < SIGNIFICANT_P and not (row["ci"][0] <= 1.0 <= row["ci"][1]):
@@ -351,7 +372,7 @@ def compare(store: Store, a_sel: str, b_sel: str) -> dict:
     # stored events of these sweeps that an older boundary let in malformed: the runs
     # compared come from the runs table, but a reader is told the sweep's store is not whole
     sweeps = sorted({r.sweep_id for s in (a, b) for r in s.runs + s.set_aside})
-    return {"a": a_sel, "b": b_sel, "runs": [len(a.runs), len(b.runs)],
+    return {"a": a_sel, "b": b_sel, "runs": [len(a.runs), len(b.runs)], "centre": CENTRE,
             "identity_differences": differences, "rows": rows, "set_aside": aside,
             "unreadable_events": [f"{u.sweep_id} {u.node}: {u.message()}"
                                   for u in queries.unreadable(store, sweeps)]}
@@ -407,7 +428,7 @@ def as_text(c: dict) -> str:
     wide = max((len(r["series"]) for r in c["rows"]), default=0) + 2 \
         if len({r["series"] for r in c["rows"]}) > 1 else 0
     head = f"{'workload':<12}{'runtime · pair' if wide else '':<{wide}}{'config':<17}" \
-           f"{'metric':<16}{'A':>10}{'B':>10}{'B/A':>7}{'95% CI':>15}{'p':>9}  verdict"
+           f"{'metric':<16}{'A gmean':>10}{'B gmean':>10}{'B/A':>7}{'95% CI':>15}{'p':>9}  verdict"
     lines.append(head)
     for r in c["rows"]:
         ci = f"{r['ci'][0]:.3f}–{r['ci'][1]:.3f}" if r["ci"] else "–"
@@ -420,6 +441,7 @@ def as_text(c: dict) -> str:
                      + (f" (calibration pair: {'/'.join(r['calibration'])})"
                         if r.get("calibration") else "")
                      + _busy_text(r.get("busy")))
+    lines.append(CENTRE)
     for s in c["set_aside"]:
         lines.append(f"SET ASIDE {s['side']} {s['node']} {s['workload']} {s['config']}: "
                      f"{'; '.join(s['reasons'])}")

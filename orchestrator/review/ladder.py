@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .gatewords import speedup_text
 from .through_noise import baseline_at, noisy_pick
 from .verdict import MIN_RUNS, gate_text
 
@@ -75,6 +76,7 @@ def _rung(step: int, section: dict, c: dict, base: dict, top_memory: float | Non
             "draft_tier": ident.get("draft_quant") if c["mode"] == "speculative" else None,
             "k": c["k"] if c["mode"] == "speculative" else None,
             "speedup": _speedup(c) if c["mode"] == "speculative" else c.get("speedup"),
+            "min_speedup": section["gates"]["min_speedup"],  # the gate its speedup is read at
             "through_noise": _noisy_pass(c),
             "acceptance": c.get("acceptance_p50"), "peak_memory": mem,
             "memory_saved": top_memory - mem if top_memory and mem else None,
@@ -180,7 +182,7 @@ def describe_stop(r: dict) -> str:
             f"{r['draft_tier']} draft" if r.get("draft_tier") else r["model_pair"])
     how = " through the noise" if r.get("through_noise") else ""
     return (f"{head}: {what} at width {r['k']} passes every gate{how} "
-            f"({r['speedup']:.2f}×){saved}")
+            f"({speedup_text(r['speedup'], r.get('min_speedup'))}){saved}")
 
 
 def annotate(sections: list[dict], found: list[dict]) -> None:

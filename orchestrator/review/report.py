@@ -13,6 +13,7 @@ from ..errors import SpecfleetError
 from ..store import Store
 from . import otel
 from .charts import all_charts, label
+from .gatewords import speedup_text
 from .page import collapse_reasons, metric_words, prepare, rule_words, short_chip, short_pair
 from .rules import DEFAULT_RULES, load_rules
 from .sweep_page import TEMPLATES, fmt_value, times
@@ -42,19 +43,34 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _runtime_verdict(group: dict) -> str:
-    """'fastest without speculation: X (1.12× over Y); with speculation: Z (k=4)'."""
+    """'fastest without speculation: X (1.12× over Y); with speculation: Z (k=4)'. A
+    runtime that measured speculation with no baseline to compare it with is named as
+    such, never as not measured."""
+    alone = [r for r in group["rows"] if r.get("unpaired_k") is not None]
+    names = ", ".join(r["engine"] for r in alone)
+    only = ", ".join(r["engine"] for r in alone if not r.get("baseline_decode_p50"))
     parts = []
     for what, key in (("without speculation", "fastest_baseline"),
                       ("with speculation", "fastest_speculative")):
         w = group[key]
         if not w:
-            parts.append(f"{what}: not measured")
+            parts.append(f"{what}: " + ("; ".join(
+                f"{r['engine']} at k={r['unpaired_k']} measured with no baseline to compare "
+                "it with (no speedup: measure its baseline beside it)" for r in alone)
+                if key == "fastest_speculative" and alone else "not measured"))
             continue
         k = next((r["best_k"] for r in group["rows"] if r["engine"] == w["engine"]), None)
         who = w["engine"] + (f" at k={k}" if key == "fastest_speculative" and k else "")
-        parts.append(f"{what}: {who}" + (f", {w['ratio']:.2f}× {w['over']}" if w.get("over")
-                                          else " (the only runtime measured)")
-                     + (" (decided through the noise)" if w.get("through_noise") else ""))
+        noise = " (decided through the noise)" if w.get("through_noise") else ""
+        if w.get("over"):
+            parts.append(f"{what}: {who}, {w['ratio']:.2f}× {w['over']}{noise}")
+        elif key == "fastest_baseline" and only:
+            parts.append(f"{what}: {who} ({only} measured only with speculation){noise}")
+        elif key == "fastest_speculative" and alone:
+            parts.append(f"{what}: {who} (the only runtime with a baseline to compare it "
+                         f"with; {names} measured speculation without one){noise}")
+        else:
+            parts.append(f"{what}: {who} (the only runtime measured){noise}")
     return "fastest " + "; ".join(parts)
 
 
@@ -63,7 +79,7 @@ def environment(html: bool) -> Environment:
                       autoescape=select_autoescape(["html.j2"]) if html else False)
     from .load import chart
 
-    env.filters.update(fmt=fmt_value, num=_num, series_label=label, md=_md,
+    env.filters.update(fmt=fmt_value, num=_num, series_label=label, md=_md, speedup=speedup_text,
                        runtime_verdict=_runtime_verdict, load_chart=chart, times=times,
                        rule_words=rule_words, metric_words=metric_words,
                        short_chip=short_chip, short_pair=short_pair,

@@ -41,15 +41,22 @@ def side_by_side(sections: list[dict]) -> list[dict]:
             base = (baseline_of(cs, best.get("sampling"), noisy_too=noisy) if best else
                     next((c for c in cs if c["mode"] == "baseline" and not c["set_aside"]),
                          None))
+            # speculation measured with no baseline to compare it with: no speedup, no
+            # best, but measured (the runtimes line says so, never "not measured")
+            alone = None if best else _unpaired(cs)
             rows.append({"engine": s["series"]["engine"],
                          **({"through_noise": True} if noisy and best else {}),
                          "baseline_decode_p50": base["decode_p50"] if base else None,
                          "baseline_ttft_p50": base["ttft_p50"] if base else None,
                          "best_k": m.get("best_k"), "best_decode_p50": best and best["decode_p50"],
                          "best_speedup": m.get("best_speedup"),
+                         # the gate that speedup is read at (printed on its side of it)
+                         "min_speedup": (s.get("gates") or {}).get("min_speedup"),
                          "best_acceptance": m.get("best_acceptance"),
                          "parity_mismatches": sum(c["parity_mismatches"] for c in cs),
-                         "tool_mismatches": sum(c["parity_tool_mismatches"] for c in cs)})
+                         "tool_mismatches": sum(c["parity_tool_mismatches"] for c in cs),
+                         **({"unpaired_k": alone["k"], "unpaired_decode_p50": alone["decode_p50"]}
+                            if alone else {})})
         rows.sort(key=lambda r: r["engine"])
         out.append({"chip": chip, "model_pair": pair, "workload": workload,
                     "context_bucket": bucket, **({"calibration": True} if cal else {}),
@@ -57,6 +64,16 @@ def side_by_side(sections: list[dict]) -> list[dict]:
                     "fastest_baseline": _winner(rows, "baseline_decode_p50"),
                     "fastest_speculative": _winner(rows, "best_decode_p50")})
     return out
+
+
+def _unpaired(cs: list[dict]) -> dict | None:
+    """The fastest speculative config measured reliably with no reliable baseline at its
+    own sampling settings (so no speedup), or None."""
+    bases = {c.get("sampling") for c in cs if c["mode"] == "baseline" and not c["set_aside"]}
+    alone = [c for c in cs if c["mode"] == "speculative" and not c["set_aside"]
+             and c.get("speedup") is None and c.get("sampling") not in bases
+             and c.get("decode_p50")]
+    return max(alone, key=lambda c: c["decode_p50"]) if alone else None
 
 
 def _winner(rows: list[dict], key: str) -> dict | None:

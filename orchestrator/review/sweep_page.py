@@ -24,6 +24,7 @@ from ..store import runs as stored
 from ..store.db import result_pair
 from ..store.models import Measurement
 from .busy import busy_who
+from .gatewords import speedup_text
 from .sweep_baselines import (
     Choice,
     baseline_choices,
@@ -445,9 +446,10 @@ def _verdict(rows: list[Row]) -> str:
     assert best.speedup is not None
     if best.speedup < 1:
         return (f"Speculation is a net loss here: best is draft width {best.num_draft_tokens} "
-                f"at {best.speedup:.2f}× the baseline. Keep autoregressive decoding.{note}")
-    return (f"Best: draft width {best.num_draft_tokens} at {best.speedup:.2f}× the baseline "
-            f"(acceptance {fmt_value(best.acceptance_rate, '.2f')}).{note}")
+                f"at {speedup_text(best.speedup)} the baseline. Keep autoregressive "
+                f"decoding.{note}")
+    return (f"Best: draft width {best.num_draft_tokens} at {speedup_text(best.speedup)} the "
+            f"baseline (acceptance {fmt_value(best.acceptance_rate, '.2f')}).{note}")
 
 
 def fmt_value(value, spec: str = ".1f", missing: str = "–") -> str:
@@ -471,7 +473,8 @@ def environment() -> Environment:
         ["html", "j2"], default_for_string=True, default=True), undefined=StrictUndefined)
     from .load import chart
 
-    env.filters.update(fmt=fmt_value, times=times, load_chart=chart, busy_row=busy_row)
+    env.filters.update(fmt=fmt_value, times=times, load_chart=chart, busy_row=busy_row,
+                       speedup=speedup_text)
     return env
 
 

@@ -3,8 +3,10 @@ numbers may not transfer.
 
 Precedence (the first that holds is the verdict):
 1. **needs more data** — no reliable baseline this week or no reliable speculative config
-   (with fewer than ``MIN_RUNS`` nights of reliable runs behind the config it is judged by,
-   the decision below is given *provisional* with the count instead);
+   (a speculative config measured with no baseline at its own sampling settings is named,
+   with the baseline to measure; with fewer than ``MIN_RUNS`` nights of reliable runs
+   behind the config it is judged by, the decision below is given *provisional* with the
+   count instead);
 2. **production candidate at draft width K** — the fastest config that passes every gate
    (reliably; one set aside for its spread alone and passing on intervals is the pick
    where no reliable config passes, or where it is faster than the reliable pick with
@@ -31,7 +33,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .busy import busy_who
-from .configs import NOT_SAMPLING, sampling_key
+from .configs import NOT_SAMPLING, knob_suffix, sampling_key
+from .gatewords import gate_text, interval_text, limit_text, speedup_text
 from .through_noise import spread_text, undecided_text
 
 MIN_RUNS = 3
@@ -46,64 +49,17 @@ def _pct(x: float) -> str:
     return f"{x:+.1%}"
 
 
-def _limit(x: float) -> str:
-    """A declared limit as written ("1.16", "8", "1500"), exactly when that rounds."""
-    short = f"{x:g}"
-    return short if float(short) == x else f"{x:.12g}"
-
-
-def shown(value: float, limit: float, op: str, digits: int = 2,
-          scale: float = 1.0) -> tuple[str, str]:
-    """``value`` and ``limit`` (times ``scale``) as text that reads the way the gate
-    compared them (``op``: "<" or ">"): a speedup that missed 1.16 by 0.0001 reads
-    "1.1599 < 1.16", never "1.16 < 1.16"."""
-    v, lim = value * scale, _limit(limit * scale)
-    for d in range(digits, 16):
-        text = f"{v:.{d}f}"
-        if (float(text) < float(lim)) if op == "<" else (float(text) > float(lim)):
-            return text, lim
-    return repr(v), lim
-
-
 def _width(c: dict) -> str:
     return f"draft width {c['k']}{c.get('knob_text') or ''}"
-
-
-def gate_text(name: str, val: Any, gates: dict) -> str:
-    """A missed gate as the comparison it made, never reading as its own limit:
-    "speedup 1.1599 < 1.16", "TTFT +8.02% > +8%", "peak swap 1600.0 MB > 1500 MB"."""
-    if name == "ttft_change":
-        v, lim = shown(val, gates["ttft_regression_limit"], ">", 1, 100)
-        return f"TTFT +{v}% > +{lim}%"
-    if name == "swap_peak_bytes":
-        v, lim = shown(val, gates["swap_ceiling_bytes"], ">", 1, 1e-6)
-        return f"peak swap {v} MB > {lim} MB"
-    cmp = {"speedup": ("speedup", "<", gates["min_speedup"], ""),
-           "acceptance": ("acceptance", "<", gates["acceptance_floor"], ""),
-           "itl_p95_ms": ("ITL p95", ">", gates["itl_p95_ceiling_ms"], " ms")}
-    if name in cmp:
-        what, op, limit, unit = cmp[name]
-        v, lim = shown(val, limit, op, 1 if unit else 2)
-        return f"{what} {v}{unit} {op} {lim}{unit}"
-    if name == "task_pass_rate" and isinstance(val, (int, float)):
-        # the size of the change as the gate compared it (|change| > tolerance)
-        v, lim = shown(abs(val), gates["task_pass_tolerance"], ">", 1, 100)
-        return f"task pass rate {'-' if val < 0 else '+'}{v}% vs the baseline, beyond ±{lim}%"
-    return {
-        "exact": "output differs from the baseline",
-        "streaming_parity": f"{val} streaming parity mismatches",
-        "task_pass_rate": f"task pass rate {val:+.1%} vs the baseline, beyond "
-                          f"±{gates['task_pass_tolerance']:.1%}",
-        "not_failed": "acceptance under the failure floor for more than ten minutes",
-    }.get(name, f"{name} {val}")
 
 
 def _describe(c: dict, gates: dict) -> str:
     """'speculation at draft width 3 is 0.94× the baseline on 12 reliable runs;
     acceptance 0.36 < 0.55': each missed gate as the comparison it made."""
     reliable = c["runs"] - c["unreliable"]
-    parts = [f"speculation at {_width(c)} is {c['speedup']:.2f}× the baseline on "
-             f"{reliable} reliable run{'s' if reliable != 1 else ''}"]
+    speed = speedup_text(c["speedup"], gates["min_speedup"])
+    parts = [f"speculation at {_width(c)} is {speed} the baseline on {reliable} reliable "
+             f"run{'s' if reliable != 1 else ''}"]
     g = c.get("gates") or {}
     parts += [gate_text(name, v["value"], gates) for name, v in g.items()
               if v["passed"] is False]
@@ -220,12 +176,7 @@ def _decide(section: dict, facts: dict | None = None) -> dict:
         out["evidence"] = f"{len(errors)} failed, e.g. {errors[0][:200]}; see the sweep page"
         return out
     if base is None or not spec:
-        out["text"] = "needs more data: " + ("no reliable baseline this week" if base is None
-                                             else "no reliable speculative config this week")
-        aside = section.get("set_aside") or []
-        out["evidence"] = "; ".join(f"{x['config']}: {x['runs']} of {x['of']} runs set aside "
-                                    f"({', '.join(x['reasons'])})" for x in aside) or \
-            "nothing measured"
+        out.update(_no_evidence(section, base is None))
         return out
     fastest = max(spec, key=lambda c: c["speedup"])
     passing = [c for c in spec if c["classification"] == "production candidate"]
@@ -277,6 +228,40 @@ def _decide(section: dict, facts: dict | None = None) -> dict:
     return out
 
 
+def _no_evidence(section: dict, no_base: bool) -> dict:
+    """Why nothing could be judged: a speculative config measured reliably with no
+    reliable baseline at its own sampling settings is named, with the baseline it lacks
+    and what to measure ("no reliable baseline at temperature 0.7"), never "nothing
+    measured"; then the configs set aside and why."""
+    configs = section.get("configs") or []
+    bases = {c.get("sampling") for c in configs if c["mode"] == "baseline"
+             and not c["set_aside"]}
+    unpaired = [c for c in configs if c["mode"] == "speculative" and not c["set_aside"]
+                and c.get("speedup") is None and c.get("sampling") not in bases]
+
+    def at(c: dict) -> str:  # the sampling settings its baseline is missing at, in words
+        knobs = {n: v for n, v in (c.get("knobs") or {}).items() if n != "variant"}
+        return knob_suffix(knobs).removeprefix(" · ")
+
+    words = []
+    for c in unpaired:
+        n, where = c["runs"] - c["unreliable"], f" at {at(c)}" if at(c) else ""
+        words.append(f"{c.get('label') or 'speculative k=' + str(c['k'])} measured on {n} "
+                     f"reliable run{'s' if n != 1 else ''} with no baseline{where} to compare "
+                     f"it with: measure the baseline{where} (speculation off) beside it")
+    words += [f"{x['config']}: {x['runs']} of {x['of']} runs set aside "
+              f"({', '.join(x['reasons'])})" for x in section.get("set_aside") or []]
+    if no_base:
+        missing = "no reliable baseline this week"
+    elif unpaired:
+        where = " or ".join(dict.fromkeys(at(c) or "the default settings" for c in unpaired))
+        missing = f"no reliable baseline at {where} this week"
+    else:
+        missing = "no reliable speculative config this week"
+    return {"text": f"needs more data: {missing}",
+            "evidence": "; ".join(words) or "nothing measured"}
+
+
 def _noisy_pick(section: dict, out: dict, judged_too: bool, spec: list[dict]) -> bool:
     """Beside reliable widths that all miss, a width that passes through the noise is the
     verdict (marked), never "no config passes every gate"; there a noisy fail decides
@@ -289,8 +274,9 @@ def _noisy_pick(section: dict, out: dict, judged_too: bool, spec: list[dict]) ->
                           beats=_beats(top) if top else None):
         return False
     if top is not None:
+        speed = speedup_text(top["speedup"], section["gates"]["min_speedup"])
         out["evidence"] += (f"; the fastest reliable config, {_width(top)}, passes every "
-                            f"gate too ({top['speedup']:.2f}×)")
+                            f"gate too ({speed})")
     return True
 
 
@@ -338,9 +324,10 @@ def _through_noise(section: dict, out: dict, passes_only: bool = False,
     spreads = [s for c in noisy for s in c["through_noise"]["spreads"]]
     if passing:
         sp, family = judged["gates"]["speedup"], tn.get("family", 1)
-        why = (f"speedup {sp['value']:.2f}× (95% interval {sp['interval'][0]:.2f}–"
-               f"{sp['interval'][1]:.2f}{_pass_level(sp, family)}) ≥ "
-               f"{_limit(gates['min_speedup'])}")
+        gate = gates["min_speedup"]
+        why = (f"speedup {speedup_text(sp['value'], gate)} (95% interval "
+               f"{interval_text(sp['interval'], 1.0, gate)}{_pass_level(sp, family, gate)}) "
+               f"≥ {limit_text(gate)}")
     else:  # a gate every width fails, as its comparison ("acceptance 0.38 < 0.55 at ...")
         common = sorted(n for n, v in failing[0]["gates"].items() if v["passed"] is False
                         and all(c["gates"][n]["passed"] is False for c in failing))
@@ -372,12 +359,12 @@ def _through_noise(section: dict, out: dict, passes_only: bool = False,
     return True
 
 
-def _pass_level(gate: dict, n: int) -> str:
+def _pass_level(gate: dict, n: int, floor: float) -> str:
     """'; 98.3% interval 1.52–2.63 for 3 configs': the interval a pass was read at when
     several configs were judged through the noise (Bonferroni), beside the 95% one."""
     if not (iv := gate.get("pass_interval")):
         return ""
-    return f"; {gate['pass_level']:.1%} interval {iv[0]:.2f}–{iv[1]:.2f} for {n} configs"
+    return f"; {gate['pass_level']:.1%} interval {interval_text(iv, 1.0, floor)} for {n} configs"
 
 
 def _noisy_gate(name: str, judged: list[dict], gates: dict) -> str:
@@ -386,7 +373,8 @@ def _noisy_gate(name: str, judged: list[dict], gates: dict) -> str:
         "speedup", "acceptance") else (v["value"] or 0))
     text = gate_text(name, worst["value"], gates)
     if iv := worst.get("interval"):
-        text += f" (95% interval {iv[0]:.2f}–{iv[1]:.2f})"
+        floor = {"speedup": gates["min_speedup"], "acceptance": gates["acceptance_floor"]}
+        text += f" (95% interval {interval_text(iv, floor.get(name))})"
     return text
 
 
@@ -394,10 +382,12 @@ def _noisy_describe(c: dict, gates: dict) -> str:
     """'speculation at draft width 3 is 0.52× the baseline (95% interval 0.41–0.66) on 1
     run set aside for its spread; acceptance 0.38 < 0.55'."""
     sp = c["gates"]["speedup"]
-    iv = f" (95% interval {sp['interval'][0]:.2f}–{sp['interval'][1]:.2f})" \
+    gate = gates["min_speedup"]
+    iv = f" (95% interval {interval_text(sp['interval'], 1.0, gate)})" \
         if sp.get("interval") else ""
     n = c["through_noise"]["runs"]
-    parts = [f"speculation at {_width(c)} is {sp['value'] or 0:.2f}× the baseline{iv} on {n} "
+    speed = speedup_text(sp["value"] or 0, gate)
+    parts = [f"speculation at {_width(c)} is {speed} the baseline{iv} on {n} "
              f"run{'s' if n != 1 else ''} set aside for the spread (judged through the noise)"]
     parts += [gate_text(name, v["value"], gates) for name, v in c["gates"].items()
               if v["passed"] is False]
