@@ -688,3 +688,15 @@ def test_a_load_level_counts_the_chunks_not_a_doubled_usage(tmp_path):
     assert [o.output_tokens for o in outcomes] == [12] * 4
     assert level["completed"] == 4
     assert level.get("output_tokens", level.get("tokens", 48)) == 48, level
+
+
+def test_a_runtime_measured_plain_says_so_and_is_no_finding(runtimes):
+    """ollama measured plain beside mlx-lm (workload a): its verdict says it was measured
+    without speculation, with its runs (it said 'no reliable speculative config this week
+    (nothing measured)'), and `--fail-on no-data` does not name it."""
+    d, url = runtimes
+    r, a, md, _ = review(url, d / "plain", "--fail-on", "no-data")
+    v = by_workload(a)[("a", "ollama")]["verdict"]
+    assert (v["text"], v["evidence"]) == ("needs more data: measured without speculation "
+                                          "this week", "the baseline alone, 5 runs"), v
+    assert "ollama" not in r.stderr, r.stderr

@@ -256,6 +256,12 @@ def _no_evidence(section: dict, no_base: bool) -> dict:
     elif unpaired:
         where = " or ".join(dict.fromkeys(at(c) or "the default settings" for c in unpaired))
         missing = f"no reliable baseline at {where} this week"
+    elif not words and not any(c["mode"] == "speculative" for c in configs):
+        # measured plain (a runtime's baseline beside mlx-lm's): not "nothing measured"
+        runs = sum(c["runs"] for c in configs)
+        return {"text": "needs more data: measured without speculation this week",
+                "evidence": f"the baseline alone, {runs} run{'s' if runs != 1 else ''}"
+                if runs else "nothing measured"}
     else:
         missing = "no reliable speculative config this week"
     return {"text": f"needs more data: {missing}",

@@ -112,8 +112,8 @@ WEEKS = (
         expect={
             "speedups": {("code", "mlx-lm", "speculative k=3"): 1.5},
             "verdicts": {("code", "mlx-lm"): "production candidate at draft width 3",
-                         ("code", "ollama"): "needs more data: no reliable speculative "
-                                             "config this week"},
+                         ("code", "ollama"): "needs more data: measured without "
+                                             "speculation this week"},
             "side_by_side": {"code": (("ollama", "mlx-lm", 1.2), ("mlx-lm", None, None))},
             "runtime_verdict": "fastest without speculation: ollama, 1.20× mlx-lm; with "
                                "speculation: mlx-lm at k=3 (the only runtime measured)",
