@@ -8,6 +8,7 @@ config measured has no gates to miss.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +22,7 @@ from .verdict import gate_text
 from .week_sweeps import calibration_words
 
 CAUSES = ("regression", "gate-miss", "no-data", "stale", "failed-sweep")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def parse_causes(text: str) -> tuple[str, ...]:
@@ -76,7 +78,7 @@ def gate_words(name: str, v: dict, gates: dict) -> str:
     undecided = v.get("undecided") and v.get("passed") is None
     text = undecided_text(name) if undecided else gate_text(name, v["value"], gates)
     if iv := v.get("interval"):
-        text += f" (95% interval {iv[0]:.2f}–{iv[1]:.2f})"
+        text += f" ({v.get('interval_words', '95% interval')} {iv[0]:.2f}–{iv[1]:.2f})"
     return text
 
 
@@ -148,7 +150,11 @@ def gated_causes(causes: tuple[str, ...], a: dict) -> tuple[str, ...]:
 
 
 def summary_lines(found: dict[str, list[str]], causes: tuple[str, ...]) -> list[str]:
-    return [f"{cause}: {line}" for cause in causes for line in found[cause]]
+    """One line a finding: a node's words in it (an error, a variant's name) keep their
+    control characters escaped, so no text a node sent forges a line of its own (audit
+    43: a newline in a generation error printed a 'regression:' line)."""
+    return [_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", f"{cause}: {line}")
+            for cause in causes for line in found[cause]]
 
 
 def write_junit(a: dict, path: Path) -> Path:
@@ -171,7 +177,10 @@ def write_junit(a: dict, path: Path) -> Path:
     for s in a["series"]:
         name = series_label(s)
         c = judged_config(s)
-        if c is None:
+        if c is None and (errors := s.get("speculation_failed")):
+            case(name, "gates", f"the speculative generations failed this week: "
+                                f"{len(errors)}, e.g. {errors[0][:200]}")
+        elif c is None:
             case(name, "gates", skipped="no speculative config measured reliably this week")
         else:
             mark = " (decided through the noise)" if c.get("through_noise") else ""

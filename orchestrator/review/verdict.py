@@ -331,7 +331,7 @@ def _through_noise(section: dict, out: dict, passes_only: bool = False,
     if passing:
         sp, family = judged["gates"]["speedup"], tn.get("family", 1)
         gate = gates["min_speedup"]
-        why = (f"speedup {speedup_text(sp['value'], gate)} (95% interval "
+        why = (f"speedup {speedup_text(sp['value'], gate)} ({_iv_words(sp)} "
                f"{interval_text(sp['interval'], 1.0, gate)}{_pass_level(sp, family, gate)}) "
                f"≥ {limit_text(gate)}")
     else:  # a gate every width fails, as its comparison ("acceptance 0.38 < 0.55 at ...")
@@ -373,6 +373,10 @@ def _pass_level(gate: dict, n: int, floor: float) -> str:
     return f"; {gate['pass_level']:.1%} interval {interval_text(iv, 1.0, floor)} for {n} configs"
 
 
+def _iv_words(gate: dict) -> str:
+    return gate.get("interval_words", "95% interval")
+
+
 def _noisy_gate(name: str, judged: list[dict], gates: dict) -> str:
     """A gate every width missed, by its worst reading (a timing gate by its interval)."""
     worst = max(judged, key=lambda v: -(v["value"] or 0) if name in (
@@ -380,7 +384,7 @@ def _noisy_gate(name: str, judged: list[dict], gates: dict) -> str:
     text = gate_text(name, worst["value"], gates)
     if iv := worst.get("interval"):
         floor = {"speedup": gates["min_speedup"], "acceptance": gates["acceptance_floor"]}
-        text += f" (95% interval {interval_text(iv, floor.get(name))})"
+        text += f" ({_iv_words(worst)} {interval_text(iv, floor.get(name))})"
     return text
 
 
@@ -389,7 +393,7 @@ def _noisy_describe(c: dict, gates: dict) -> str:
     run set aside for its spread; acceptance 0.38 < 0.55'."""
     sp = c["gates"]["speedup"]
     gate = gates["min_speedup"]
-    iv = f" (95% interval {interval_text(sp['interval'], 1.0, gate)})" \
+    iv = f" ({_iv_words(sp)} {interval_text(sp['interval'], 1.0, gate)})" \
         if sp.get("interval") else ""
     n = c["through_noise"]["runs"]
     speed = speedup_text(sp["value"] or 0, gate)
