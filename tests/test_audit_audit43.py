@@ -205,13 +205,12 @@ def test_guard_three_nights_interval_covers_95_percent():
 # -- 2. the baseline a sampling's speedups are read against -------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="medium: baseline variant 'a' measured alone on "
-                   "nights 1-3 (a sweep without the speculative config), variant 'b' beside "
-                   "the speculative config on nights 4-5: 'a' has the most reliable nights "
-                   "and is the baseline, the speculative config (2x against 'b' in its own "
-                   "sweeps, 2 reliable nights) gets no speedup, and the verdict says 'needs "
-                   "more data: no reliable speculative config this week'")
 def test_a_baseline_never_in_the_speculative_configs_sweeps_is_not_its_baseline(tmp_path):
+    """Was medium: baseline variant 'a' measured alone on nights 1-3 (a sweep without the
+    speculative config), variant 'b' beside the speculative config on nights 4-5: 'a' has
+    the most reliable nights and is the baseline, the speculative config (2x against 'b' in
+    its own sweeps, 2 reliable nights) gets no speedup, and the verdict says 'needs more
+    data: no reliable speculative config this week'"""
     rng = random.Random(1)
     alone = [(0, HTTP, _base("a", rng))]
     both = [(0, HTTP, {**_base("b", rng), **_spec(rng, 200.0)})]
@@ -237,13 +236,12 @@ def test_guard_without_the_one_reliable_variant_three_noisy_nights_switch_on(tmp
     assert "provisional" not in s["verdict"] and _on(a), s["verdict"]["text"]
 
 
-@pytest.mark.xfail(strict=True, reason="medium: a baseline variant reliable once (night 1, "
-                   "a sweep of its own) is chosen over the variant measured beside the "
-                   "speculative config in its sweep on all three nights (set aside for its "
-                   "spread alone, as is the config): the verdict rests on night 1's pairing, "
-                   "'provisional: 1 of 3 nights' (2.78x, 95% 2.14-3.60) and the policy off; "
-                   "without that one sweep, 3 nights paired and the policy on")
 def test_one_reliable_night_of_another_variant_does_not_unpair_three_nights(tmp_path):
+    """Was medium: a baseline variant reliable once (night 1, a sweep of its own) is chosen
+    over the variant measured beside the speculative config in its sweep on all three nights
+    (set aside for its spread alone, as is the config): the verdict rests on night 1's
+    pairing, 'provisional: 1 of 3 nights' (2.78x, 95% 2.14-3.60) and the policy off; without
+    that one sweep, 3 nights paired and the policy on"""
     a, s = _once_reliable(tmp_path, with_a=True)
     assert _by(s, "speculative")["through_noise"]["nights"] == 3, s["verdict"]["text"]
     assert "provisional" not in s["verdict"] and _on(a), s["verdict"]["text"]
@@ -320,7 +318,7 @@ def some_failed(tmp_path_factory):
                         C("speculative", 4): config_values(130.0, acceptance=0.8, jitter=0)})
         ingest_lines(store, sid, "mac-01", [_failed(2), _failed(3)], at.timestamp())
         sid = night(store, at, node="mac-02", chip="Apple M2 Max", pair="g / d",
-                    workload="chat", configs={C("baseline", 0): config_values(100.0)})
+                    workload="chat", configs={C("baseline", 0): config_values(100.0, jitter=0)})
         ingest_lines(store, sid, "mac-02", [_failed(2, "code")], at.timestamp())
     return review(url, d / "o", "--fail-on", "no-data")
 

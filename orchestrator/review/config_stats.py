@@ -51,6 +51,8 @@ class ConfigStats:
     tpot_p50: float | None = None       # ms: median over requests of (E2E − TTFT)/(tokens − 1)
     reliable_nights: int = 0            # nights with a reliable run: the unit of evidence
     spread_nights: int = 0              # nights with a run set aside for its spread alone
+    spread_paired: int = 0              # of those, nights beside a speculative run
+    paired_nights: int = 0              # a baseline's sweeps beside a speculative run
     contention: list = field(default_factory=list)  # its unreliable runs' readings (page)
     # set aside for its decode-rate spread alone, judged anyway (``through_noise``): the
     # spreads, runs and nights behind it and the outcome of its gates

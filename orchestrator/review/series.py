@@ -81,7 +81,7 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
     # many there are sets the level a pass is read at (Bonferroni over them)
     noisy = {ck: p for ck, c in stats.items() if c.mode == "speculative"
              and (bases.get(c.sampling) is None or c.set_aside)
-             and (p := _paired_nights(c, ck, stats, configs, shaky))}
+             and (p := _paired_nights(c, ck, stats, configs, shaky))[0]}
     for ck, c in sorted(stats.items(), key=lambda kv: kv[0].order()):
         base = bases.get(c.sampling)
         if c.mode == "speculative" and base is not None and not c.set_aside:
@@ -90,7 +90,8 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
             c.gates = evaluate_gates(c, base, key[3], series_gates, fw)
             c.classification = classify(c)
         elif ck in noisy:
-            _judge_through_noise(c, noisy[ck], len(noisy), key[3], series_gates, week)
+            _judge_through_noise(c, noisy[ck][0], len(noisy), key[3], series_gates, week)
+            c.through_noise["against"] = stats[noisy[ck][1]].config_id  # type: ignore
         section["configs"].append(c.__dict__)
     b = _best(stats, bases)
     metrics = _metrics(b, stats, configs)
@@ -162,17 +163,29 @@ Paired = list[tuple[list[RunRow], list[RunRow]]]  # (baseline runs, speculative)
 
 
 def _paired_nights(c: ConfigStats, ck: ConfigId, stats: dict[ConfigId, ConfigStats],
-                   configs: dict, shaky: dict) -> Paired:
+                   configs: dict, shaky: dict) -> tuple[Paired, ConfigId | None]:
+    """The nights paired with the baseline at the config's sampling that pairs the most
+    (base_key's first where they tie), and that baseline: a variant reliable in one sweep
+    of its own was chosen over one beside the config every night, and the verdict rested
+    on one night (audit 43)."""
+    first = base_key(stats, c.sampling, noisy_too=True)
+    keys = sorted((k for k, b in stats.items() if b.mode == "baseline"
+                   and b.sampling == c.sampling), key=lambda k: (k != first, k.order()))
+    best: tuple[Paired, ConfigId | None] = ([], None)
+    for base_ck in keys:
+        got = _nights_with(ck, base_ck, configs, shaky)
+        if len(got) > len(best[0]):
+            best = (got, base_ck)
+    return best
+
+
+def _nights_with(ck: ConfigId, base_ck: ConfigId, configs: dict, shaky: dict) -> Paired:
     """The nights (node, date) on which both the config and its baseline have usable runs,
     one of them set aside for the spread alone: a night with one side only is no evidence
     (its trials pooled against another night's would measure the drift between nights).
     Sweeps of one night pool into that night, as the review counts nights: keyed by sweep,
     three sweeps an hour apart made three 'nights' and a t interval of 1.30-1.30 where
     the night's trials give 1.05-1.61 (audit 34p)."""
-    base_ck = base_key(stats, c.sampling, noisy_too=True)
-    if base_ck is None:
-        return []
-
     def by_night(rs: list[RunRow]) -> dict[tuple, list[RunRow]]:
         out: dict[tuple, list[RunRow]] = defaultdict(list)
         for r in rs:
@@ -228,8 +241,10 @@ def _config_table(cur: list[RunRow], quality: dict
     # each sampling's baseline by base_key's rule (through_noise.baseline_of), read from
     # the reliable runs: with two autoregressive variants at one sampling, runs took
     # whichever came last in their sweep
+    sweeps, nights = _speculative_places(cur)
     keys = sorted((k for k in configs if k.mode == "baseline"), key=ConfigId.order)
     brief = [{"mode": "baseline", "sampling": configs[k][0].sampling, "set_aside": False,
+              "paired_nights": _paired(configs[k], sweeps),
               "reliable_nights": len({r.at.date() for r in configs[k]}),
               "runs": len(configs[k]) + len(shaky.get(k, []))} for k in keys]
     chosen = [k for k, b in zip(keys, brief)
@@ -256,10 +271,29 @@ def _config_table(cur: list[RunRow], quality: dict
         else:  # nothing reliable to conclude from: its numbers are shown only
             st.set_aside, st.speedup = True, None
             st.classification = "set aside: every run unreliable"
-        # nights it could be judged through the noise on (_usable): baseline_of's rank
-        st.spread_nights = len({r.at.date() for r in aside if spread_alone(r.summary)})
+        # nights it could be judged through the noise on (_usable), and of those the ones
+        # beside a speculative config: baseline_of's rank
+        spread = [r for r in aside if spread_alone(r.summary)]
+        st.spread_nights = len({r.at.date() for r in spread})
+        st.spread_paired = len({(r.node, r.at.date(), r.sampling) for r in spread} & nights)
+        if st.mode == "baseline" and rs:
+            st.paired_nights = _paired(rs, sweeps)
         stats[ck] = st
     return configs, shaky, stats
+
+
+def _speculative_places(cur: list[RunRow]) -> tuple[set, set]:
+    """Where speculative runs were measured, each with its sampling settings: the (sweep,
+    node) a reliable baseline pairs in, and the (node, night) one set aside for its spread
+    pairs on (``_paired_nights``)."""
+    spec = [r for r in cur if r.mode == "speculative"]
+    return ({(r.sweep_id, r.node, r.sampling) for r in spec},
+            {(r.node, r.at.date(), r.sampling) for r in spec})
+
+
+def _paired(runs: list[RunRow], sweeps: set) -> int:
+    """The sweeps in which a baseline's reliable runs sit beside a speculative config's."""
+    return len({(r.sweep_id, r.node, r.sampling) for r in runs} & sweeps)
 
 
 def _best(stats: dict[ConfigId, ConfigStats], bases: dict[str, ConfigStats]) -> Best:

@@ -61,9 +61,12 @@ def spread_only(reasons: list[str]) -> bool:
 
 def baseline_of(configs: list[dict], sampling, noisy_too: bool) -> dict | None:
     """The baseline at ``sampling`` among ``configs`` (in config-key order): the reliable
-    one with the most reliable nights (then runs; then the first); else, with
-    ``noisy_too``, the one with the most nights set aside for its decode-rate spread alone
-    (a night judged through the noise pairs those). One rule for the judging
+    one measured in the most sweeps beside a speculative config at those settings (a
+    speedup pairs within a sweep), then with the most reliable nights, then runs, then the
+    first; else, with ``noisy_too``, the one set aside for its decode-rate spread alone on
+    the most nights beside a speculative run (a night through the noise pairs those), then
+    on the most nights (audit 43: a variant on more nights, none beside the speculative
+    config, left it unpaired). One rule for the judging
     (``series``), the ladder, the rules and the pages: with two autoregressive variants at
     one sampling the speedup was judged against the first by run order while the memory
     read the first by key (audit 41), and the first by key, measured on one night of three,
@@ -71,10 +74,12 @@ def baseline_of(configs: list[dict], sampling, noisy_too: bool) -> dict | None:
     base = [c for c in configs if c["mode"] == "baseline" and c.get("sampling") == sampling]
     reliable = [c for c in base if not c["set_aside"]]
     if reliable or not noisy_too:
-        return min(reliable, key=lambda c: (-c.get("reliable_nights", 0), -c.get("runs", 0)),
+        return min(reliable, key=lambda c: (-c.get("paired_nights", 0),
+                                            -c.get("reliable_nights", 0), -c.get("runs", 0)),
                    default=None)
     noisy = [c for c in base if _spread_nights(c)]
-    return min(noisy, key=lambda c: -_spread_nights(c), default=None)
+    return min(noisy, key=lambda c: (-c.get("spread_paired", 0), -_spread_nights(c)),
+               default=None)
 
 
 def _spread_nights(c: dict) -> int:
@@ -91,6 +96,12 @@ def baseline_at(section: dict, sampling) -> dict | None:
     judged against (on a noisy VM every config's spread can pass 10%). One answer for the
     ladder and the rules: the rules once read no baseline there, so a through-the-noise
     pick's memory beside it went unread while the ladder showed it."""
+    pick = noisy_pick(section)
+    against = ((pick or {}).get("through_noise") or {}).get("against")
+    if against is not None and pick.get("sampling") == sampling:  # type: ignore[union-attr]
+        # the one the verdict's nights were paired with (series._paired_nights)
+        return next((c for c in section["configs"] if c["mode"] == "baseline"
+                     and c.get("config_id") == against), None)
     return baseline_of(section["configs"], sampling,
                        bool((section.get("verdict") or {}).get("through_noise")))
 
