@@ -330,12 +330,11 @@ def test_guard_failures_for_a_workload_never_run_touch_no_series(some_failed):
     assert "failed" not in chat["verdict"]["text"]
 
 
-@pytest.mark.xfail(strict=True, reason="low: widths 2 and 3 failed on every night (6 "
-                   "generation_failed), width 4 measured 1.30x: the verdict is 'production "
-                   "candidate at draft width 4' and neither the Markdown nor the verdict's "
-                   "evidence says two of the three widths were never measured (the errors "
-                   "are in the JSON's speculation_failed only)")
 def test_a_candidate_among_the_widths_that_ran_says_the_others_failed(some_failed):
+    """Was low: widths 2 and 3 failed on every night (6 generation_failed), width 4 measured
+    1.30x: the verdict is 'production candidate at draft width 4' and neither the Markdown
+    nor the verdict's evidence says two of the three widths were never measured (the errors
+    are in the JSON's speculation_failed only)"""
     r, a, md, _ = some_failed
     code = next(s for s in a["series"] if s["series"]["workload"] == "code")
     assert code["verdict"]["decision"] == "production candidate"
@@ -387,13 +386,12 @@ def test_guard_a_hostile_variant_name_breaks_no_page(variants):
     assert entry["sampling"]["temperature"] == 0.0
 
 
-@pytest.mark.xfail(strict=True, reason="low: a variant named 'a · temperature 0.7' (at "
-                   "temperature 0, 1.50x) and variant 'a' at temperature 0.7 (0.90x) share "
-                   "one label, 'speculative k=3 · a · temperature 0.7', in the review JSON, "
-                   "compare's rows and the site's headings; the verdict 'production "
-                   "candidate at draft width 3 · a · temperature 0.7' reads as the 0.90x one "
-                   "(only the policy's variant and sampling fields tell them apart)")
 def test_a_variant_name_cannot_pass_for_a_sampling_knob(variants):
+    """Was low: a variant named 'a · temperature 0.7' (at temperature 0, 1.50x) and variant 'a'
+    at temperature 0.7 (0.90x) share one label, 'speculative k=3 · a · temperature 0.7', in
+    the review JSON, compare's rows and the site's headings; the verdict 'production
+    candidate at draft width 3 · a · temperature 0.7' reads as the 0.90x one (only the
+    policy's variant and sampling fields tell them apart)"""
     (s,) = variants["a"]["series"]
     labels = [c["label"] for c in s["configs"]]
     rows = [x["config"] for x in variants["compare"]["rows"] if x["metric"] == "decode_tok_s"]

@@ -11,6 +11,7 @@ of its own sampling settings, never one "speculative k=3".
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeVar
 
@@ -61,11 +62,16 @@ def sampling_key(config: dict | None) -> str:
     return canonical({k: v for k, v in (config or {}).items() if k not in NOT_SAMPLING})
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.:/+@-]+")
+
+
 def knob_suffix(config: dict | None) -> str:
     """" · temperature 0.7" for each setting away from its default (none: ""), after an
     http runtime's variant (" · draft-a · temperature 0.7")."""
     variant = (config or {}).get("variant")
-    parts = [str(variant)] if variant else []
+    # a name that could read as a knob or another name ("a · temperature 0.7") is quoted
+    parts = [str(variant) if _PLAIN.fullmatch(str(variant)) else json.dumps(str(variant))]\
+        if variant else []
     for name, v in sorted((config or {}).items()):
         if name in NOT_SAMPLING or (name in KNOB_DEFAULTS and v == KNOB_DEFAULTS[name]):
             continue

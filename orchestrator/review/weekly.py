@@ -157,7 +157,18 @@ def judged_section(key: tuple, runs: list[RunRow], start: datetime, end: datetim
     section["verdict"] = decide(section, facts)
     if cur and read_served(section, ctx.rules):  # the rules read the width switched on
         section["verdict"] = decide(section, facts)
+    _say_failed(section)
     return section
+
+
+def _say_failed(section: dict) -> None:
+    """A verdict reached on the widths that ran says that others failed (audit 43: a
+    candidate at width 4 said nothing of widths 2 and 3 failing every night)."""
+    errors, v = section.get("speculation_failed"), section["verdict"]
+    if errors and "failed" not in v["text"]:
+        v["evidence"] += (f"; {len(errors)} speculative generation"
+                          f"{'s' if len(errors) != 1 else ''} failed this week, e.g. "
+                          f"{errors[0][:200]} (see the sweep page)")
 
 
 def _calibration(latest: RunRow, current: list[RunRow]) -> dict | None:
