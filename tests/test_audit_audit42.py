@@ -349,12 +349,20 @@ def _http_sweep(tmp_path, z_jitter: float) -> tuple:
     """One sweep as the agent journals it (generations, its own config_summary): baseline
     variants 'z-plain' (50 tok/s, trials ±``z_jitter``) and 'a-plain' (100 tok/s, ±1%),
     width 2 at 200 tok/s. The store, the sweep, the weekly series and the page's section."""
-    store, rng = _store(tmp_path), random.Random(1)
+    _, _, s, section = http_sweep(tmp_path, [("baseline", 0, "z-plain", 50, z_jitter),
+                                             ("baseline", 0, "a-plain", 100, 0.01),
+                                             ("speculative", 2, "spec", 200, 0.01)], seed=1)
+    return s, section
+
+
+def http_sweep(tmp_path, configs, seed: int) -> tuple:
+    """One http sweep as the agent journals it: ``configs`` as (mode, width, variant, rate,
+    jitter of its six trials). The store, its id, the weekly series and the page's section."""
+    store, rng = _store(tmp_path), random.Random(seed)
     at = week_nights(W20, 1)[0]
     sid, lines = _start(store, at)
-    for mode, k, var, rate, acc, jit in (("baseline", 0, "z-plain", 50, None, z_jitter),
-                                         ("baseline", 0, "a-plain", 100, None, 0.01),
-                                         ("speculative", 2, "spec", 200, 0.8, 0.01)):
+    for mode, k, var, rate, jit in configs:
+        acc = 0.8 if mode == "speculative" else None
         trials = [{"decode_tok_s": rate * (1 + rng.uniform(-jit, jit)), "acceptance_rate": acc}
                   for _ in range(6)]
         for line in journal_config(mode, k, trials, knobs=(("variant", var),)):
@@ -363,7 +371,7 @@ def _http_sweep(tmp_path, z_jitter: float) -> tuple:
     _finish(store, sid, lines, at)
     _, s = _week(store)
     (section,) = review_data(store, sid)["sections"]
-    return s, section
+    return store, sid, s, section
 
 
 def _page_speedup(section: dict) -> float | None:

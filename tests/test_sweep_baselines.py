@@ -6,36 +6,17 @@ or key order; a chosen baseline that is itself set aside still voids the speedup
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from orchestrator.review.sweep_page import render_review, review_data
-from tests.history import week_nights
-from tests.test_audit_34n import _finish, _start, journal_config
-from tests.test_audit_audit42 import _by, _store, _week
-from tests.test_weekly_review import W20
+from orchestrator.review.sweep_page import render_review
+from tests.test_audit_audit42 import _by, http_sweep
 
 SPEC = ("speculative", 2, "spec", 200)
 
 
 def _sweep(tmp_path, configs) -> tuple:
-    """One http sweep as the agent journals it: ``configs`` as (mode, width, variant, rate,
-    jitter of its six trials). The store, its id, the weekly series and the page's section."""
-    store, rng = _store(tmp_path), random.Random(7)
-    at = week_nights(W20, 1)[0]
-    sid, lines = _start(store, at)
-    for mode, k, var, rate, jit in configs:
-        acc = 0.8 if mode == "speculative" else None
-        trials = [{"decode_tok_s": rate * (1 + rng.uniform(-jit, jit)), "acceptance_rate": acc}
-                  for _ in range(6)]
-        for line in journal_config(mode, k, trials, knobs=(("variant", var),)):
-            line["runtime" if line["type"] == "generation" else "engine"] = "http"
-            lines.append(line)
-    _finish(store, sid, lines, at)
-    _, s = _week(store)
-    (section,) = review_data(store, sid)["sections"]
-    return store, sid, s, section
+    """``configs`` as (mode, width, variant, rate, jitter of its six trials)."""
+    return http_sweep(tmp_path, configs, seed=7)
 
 
 def _row(section: dict, mode: str, name: str | None = None):
