@@ -66,11 +66,11 @@ def baseline_of(configs: list[dict], sampling, noisy_too: bool) -> dict | None:
     first; else, with ``noisy_too``, the one set aside for its decode-rate spread alone on
     the most nights beside a speculative run (a night through the noise pairs those), then
     on the most nights (audit 43: a variant on more nights, none beside the speculative
-    config, left it unpaired). One rule for the judging
-    (``series``), the ladder, the rules and the pages: with two autoregressive variants at
-    one sampling the speedup was judged against the first by run order while the memory
-    read the first by key (audit 41), and the first by key, measured on one night of three,
-    then judged all three (audit 42: a TTFT of +12% every night read −5.9%)."""
+    config, left it unpaired). One rule for the judging (``series``), the ladder, the
+    rules and the pages: with two autoregressive variants at one sampling the speedup was
+    judged against the first by run order while the memory read the first by key (audit
+    41), and the first by key, measured on one night of three, then judged all three
+    (audit 42: a TTFT of +12% every night read −5.9%)."""
     base = [c for c in configs if c["mode"] == "baseline" and c.get("sampling") == sampling]
     reliable = [c for c in base if not c["set_aside"]]
     if reliable or not noisy_too:
@@ -250,10 +250,10 @@ def _hull(ivs: list) -> tuple[float, float, float] | None:
     """Two nights: the span of each night's own interval, the geometric mean of their
     points. A gate on it passes only where both nights pass on their own and fails only
     where both fail (an intersection-union test: each night at the level, no correction
-    needed), so a second night can never make the answer more certain than its less
-    certain night, nor less certain than Student's t on two nightly ratios made it: one
-    degree of freedom (t 12.7) turned a clear 2x decisive on 98.9% of single nights into
-    41.1% of pairs of nights (6 v 6 trials a night, CV 20%; now 97.4%, three nights 97.0%).
+    needed), so a second night never makes the answer more certain than its less certain
+    night. Student's t on two nightly ratios has one degree of freedom (t 12.7): it turned
+    a clear 2x decisive on 98.9% of single nights into 41.1% of pairs of nights (6 v 6
+    trials a night, CV 20%; now 97.4%, three nights 97.0%).
     Two nights cannot measure their wobble; from three, t on the nightly ratios does. At a
     true ratio on the gate, each night's wobbling by 10%: false passes 6.5% of single
     nights, 0.35% of pairs, 2.35% of threes (tests/test_through_noise.py)."""
