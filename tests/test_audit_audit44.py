@@ -30,7 +30,6 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-import orchestrator.review.through_noise as tn
 from orchestrator.review.rules import load_rules
 from orchestrator.review.through_noise import nights_ratio_interval
 from orchestrator.review.weekly import analyse
@@ -73,13 +72,12 @@ def _against(s: dict) -> dict:
             for c in s["configs"] if c.get("through_noise")}
 
 
-@pytest.mark.xfail(strict=True, reason="high: through the noise two widths of one series are "
-                   "judged against different baselines and the verdict compares their ratios: "
-                   "width 2 (200 tok/s) 2.01x against variant 'a' (100 tok/s, 3 nights), "
-                   "width 3 (120 tok/s) 2.44x against variant 'b' (50 tok/s, 3 nights); the "
-                   "verdict is 'production candidate at draft width 3', the width that "
-                   "decodes 40% slower, and the policy serves it")
 def test_widths_of_one_verdict_are_judged_against_one_reference(two_references):
+    """Was high: through the noise two widths of one series are judged against different
+    baselines and the verdict compares their ratios: width 2 (200 tok/s) 2.01x against
+    variant 'a' (100 tok/s, 3 nights), width 3 (120 tok/s) 2.44x against variant 'b' (50
+    tok/s, 3 nights); the verdict is 'production candidate at draft width 3', the width that
+    decodes 40% slower, and the policy serves it"""
     _, s = two_references
     against = _against(s)
     assert len(set(against.values())) == 1 or s["verdict"].get("k") == 2, \
@@ -87,11 +85,16 @@ def test_widths_of_one_verdict_are_judged_against_one_reference(two_references):
 
 
 def test_guard_the_picks_memory_is_read_against_its_own_baseline(two_references):
-    """Guard: the memory rule reads the picked width (3 GB) against the baseline its nights
-    were paired with ('b', 0.5 GB): +500%, as ``through_noise.against`` says."""
+    """Guard: one reference for the series ('a', on as many nights as 'b', the first), so
+    width 3, never beside it, is not judged; the pick, width 2, reads its memory against
+    'a', as ``through_noise.against`` says (was: each width its own, {2: a, 3: b})."""
     _, s = two_references
-    assert _against(s) == {2: "a", 3: "b"}
-    assert s["metrics"]["mem_increase"] == pytest.approx(5.0), s["metrics"]
+    assert _against(s) == {2: "a"} and s["verdict"]["k"] == 2, s["verdict"]["text"]
+    base = next(c for c in s["configs"] if c["mode"] == "baseline"
+                and json.loads(c["config_id"])["variant"] == "a")
+    pick = next(c for c in s["configs"] if c["k"] == 2)
+    assert s["metrics"]["mem_increase"] == pytest.approx(
+        pick["peak_memory"] / base["peak_memory"] - 1), s["metrics"]
 
 
 @pytest.mark.parametrize("b_first", [False, True])
@@ -110,13 +113,12 @@ def test_guard_against_is_the_same_whichever_variant_ran_first(tmp_path, b_first
 
 # -- 2. the reliable baseline: sweeps beside the config, before nights ---------------------
 
-@pytest.mark.xfail(strict=True, reason="high: variant 'a' beside width 2 in four sweeps of "
-                   "night 1 (2.0x there), variant 'b' beside it on nights 2 and 3 (1.05x): "
-                   "'a' has more shared sweeps (4 v 2) and is the baseline; width 2's "
-                   "speedup, 2.11x, is read from night 1 alone, and the verdict is "
-                   "'production candidate at draft width 2 · spec' on '6 reliable runs', not "
-                   "provisional (its reliable nights are 3); the unit of evidence is the night")
 def test_four_sweeps_of_one_night_do_not_outrank_two_nights(tmp_path):
+    """Was high: variant 'a' beside width 2 in four sweeps of night 1 (2.0x there), variant 'b'
+    beside it on nights 2 and 3 (1.05x): 'a' has more shared sweeps (4 v 2) and is the
+    baseline; width 2's speedup, 2.11x, is read from night 1 alone, and the verdict is
+    'production candidate at draft width 2 · spec' on '6 reliable runs', not provisional
+    (its reliable nights are 3); the unit of evidence is the night"""
     rng = random.Random(1)
     one = [(h, HTTP, {**_base("a", rng, 100.0), **_spec(rng, 200.0, 2)}) for h in range(4)]
     two = [[(0, HTTP, {**_base("b", rng, 100.0), **_spec(rng, 105.0, 2)})] for _ in range(2)]
@@ -152,22 +154,13 @@ def test_guard_false_passes_at_three_nights_or_more_stay_at_the_level():
         assert got <= 0.045, (nights, tau, got)
 
 
-@pytest.mark.xfail(strict=True, reason="medium: the narrowing's 'or every night passes "
-                   "alone' adds false passes where nights are long: 20 v 20 trials a night, "
-                   "CV 20%, nightly wobble 30%, a true ratio on the gate, three nights: 4.65% "
-                   "of weeks pass (2,000 weeks, seed 13) where t alone passes 2.6%; 30 v 30: "
-                   "4.55% v 2.2%; 12 v 12: 3.45% v 2.55% (the level promises 2.5%: each "
-                   "night's interval knows nothing of the wobble, and three tight nights "
-                   "above the gate happen one week in 8 x P)")
 def test_long_wobbling_nights_pass_at_most_at_the_level():
-    passed, _ = _rate(3, MIN_SPEEDUP, tau=0.3, draws=2000, counts=[(20, 20)] * 3, seed=13)
-    assert passed <= 0.035, passed
-
-
-def test_guard_t_alone_holds_the_level_on_long_wobbling_nights(monkeypatch):
-    """Guard (the measurement behind the finding above): with ``_narrowed`` returning t
-    alone, the same 2,000 weeks pass 2.6%."""
-    monkeypatch.setattr(tn, "_narrowed", lambda t, hull: t)
+    """Was medium: the narrowing's 'or every night passes alone' adds false passes where nights
+    are long: 20 v 20 trials a night, CV 20%, nightly wobble 30%, a true ratio on the gate,
+    three nights: 4.65% of weeks pass (2,000 weeks, seed 13) where t alone passes 2.6%; 30 v
+    30: 4.55% v 2.2%; 12 v 12: 3.45% v 2.55% (the level promises 2.5%: each night's interval
+    knows nothing of the wobble, and three tight nights above the gate happen one week in 8
+    x P)"""
     passed, _ = _rate(3, MIN_SPEEDUP, tau=0.3, draws=2000, counts=[(20, 20)] * 3, seed=13)
     assert passed <= 0.035, passed
 
@@ -190,13 +183,12 @@ def test_guard_the_printed_interval_at_three_nights_or_more_covers_95_percent():
             assert 0.92 <= got <= 0.98, (nights, tau, got)
 
 
-@pytest.mark.xfail(strict=True, reason="low: the printed '95% interval' at three nights of "
-                   "20 v 20 trials with a 30% nightly wobble covers a true 1.5x in 92.1% and "
-                   "90.1% of weeks (2,000 weeks, seeds 5 and 6; four nights 95.5%): where "
-                   "every night is tight and all three wobble one way, the hull of the "
-                   "nights' own intervals, which know nothing of the wobble, cuts t's interval "
-                   "short (6 v 6 trials: 94.4-95.1%)")
 def test_the_narrowed_interval_of_long_wobbling_nights_covers_95_percent():
+    """Was low: the printed '95% interval' at three nights of 20 v 20 trials with a 30% nightly
+    wobble covers a true 1.5x in 92.1% and 90.1% of weeks (2,000 weeks, seeds 5 and 6; four
+    nights 95.5%): where every night is tight and all three wobble one way, the hull of the
+    nights' own intervals, which know nothing of the wobble, cuts t's interval short (6 v 6
+    trials: 94.4-95.1%)"""
     got = _cover(3, 0.3, 20, 1000, seed=6)
     assert got >= 0.935, got
 
@@ -269,12 +261,11 @@ def test_guard_hostile_variant_names_keep_every_label_apart(hostile):
     ET.fromstring(hostile["junit"])
 
 
-@pytest.mark.xfail(strict=True, reason="low: a hostile node's config with variant 1 (a "
-                   "number) and another with variant '1' are two configs (150 and 90 tok/s) "
-                   "under one label, 'speculative k=4 · 1', in the review JSON (knob_suffix "
-                   "prints str(variant) unquoted as it matches the plain pattern); likewise "
-                   "True and 'True', and variant 0 or '' reads as no variant at all")
 def test_variant_1_and_variant_one_get_two_labels(hostile):
+    """Was low: a hostile node's config with variant 1 (a number) and another with variant '1'
+    are two configs (150 and 90 tok/s) under one label, 'speculative k=4 · 1', in the review
+    JSON (knob_suffix prints str(variant) unquoted as it matches the plain pattern);
+    likewise True and 'True', and variant 0 or '' reads as no variant at all"""
     s = _series(hostile, "http")
     labels = [c["label"] for c in s["configs"] if c["k"] == 4]
     assert len(set(labels)) == len(labels) == 2, labels
@@ -301,11 +292,10 @@ def test_a_long_variant_name_keeps_its_label_and_speedup(tmp_path):
     assert s["verdict"]["decision"] == "production candidate", s["verdict"]["text"]
 
 
-@pytest.mark.xfail(strict=True, reason="low: a variant named in letters that are not ASCII "
-                   "('草稿-ß') is printed as JSON escapes on every page: label 'speculative "
-                   "k=3 · \"\\u8349\\u7a3f-\\u00df\"' in md, html and json (json.dumps' "
-                   "ensure_ascii); the name the operator gave is nowhere readable")
 def test_a_non_ascii_variant_name_is_printed_as_written(hostile):
+    """Was low: a variant named in letters that are not ASCII ('草稿-ß') is printed as JSON
+    escapes on every page: label 'speculative k=3 · "\u8349\u7a3f-\u00df"' in md, html and
+    json (json.dumps' ensure_ascii); the name the operator gave is nowhere readable"""
     s = _series(hostile, "http")
     assert any("草稿-ß" in c["label"] for c in s["configs"]), [c["label"] for c in
                                                               s["configs"]]

@@ -52,7 +52,7 @@ class ConfigStats:
     reliable_nights: int = 0            # nights with a reliable run: the unit of evidence
     spread_nights: int = 0              # nights with a run set aside for its spread alone
     spread_paired: int = 0              # of those, nights beside a speculative run
-    paired_nights: int = 0              # a baseline's sweeps beside a speculative run
+    paired_nights: int = 0              # a baseline's nights beside a speculative run
     contention: list = field(default_factory=list)  # its unreliable runs' readings (page)
     # set aside for its decode-rate spread alone, judged anyway (``through_noise``): the
     # spreads, runs and nights behind it and the outcome of its gates

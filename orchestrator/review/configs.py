@@ -65,13 +65,24 @@ def sampling_key(config: dict | None) -> str:
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/+@-]+")
 
 
+def _variant_text(variant: object) -> str:
+    """An http variant's name as a label shows it: plain where it could read as nothing
+    else, else as JSON (quoted, its own letters kept): a name that reads as a knob or
+    another name ("a · temperature 0.7"), one that reads as a number or a flag (the string
+    "1" beside the number 1), an empty one (audits 43, 44)."""
+    if isinstance(variant, str) and _PLAIN.fullmatch(variant):
+        try:
+            json.loads(variant)  # "1", "true", "null": the same text as a number or flag
+        except ValueError:
+            return variant
+    return json.dumps(variant, ensure_ascii=False, default=str)
+
+
 def knob_suffix(config: dict | None) -> str:
     """" · temperature 0.7" for each setting away from its default (none: ""), after an
     http runtime's variant (" · draft-a · temperature 0.7")."""
     variant = (config or {}).get("variant")
-    # a name that could read as a knob or another name ("a · temperature 0.7") is quoted
-    parts = [str(variant) if _PLAIN.fullmatch(str(variant)) else json.dumps(str(variant))]\
-        if variant else []
+    parts = [] if variant is None else [_variant_text(variant)]
     for name, v in sorted((config or {}).items()):
         if name in NOT_SAMPLING or (name in KNOB_DEFAULTS and v == KNOB_DEFAULTS[name]):
             continue

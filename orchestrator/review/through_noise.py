@@ -61,9 +61,9 @@ def spread_only(reasons: list[str]) -> bool:
 
 def baseline_of(configs: list[dict], sampling, noisy_too: bool) -> dict | None:
     """The baseline at ``sampling`` among ``configs`` (in config-key order): the reliable
-    one measured in the most sweeps beside a speculative config at those settings (a
-    speedup pairs within a sweep), then with the most reliable nights, then runs, then the
-    first; else, with ``noisy_too``, the one set aside for its decode-rate spread alone on
+    one measured on the most nights beside a speculative config at those settings in one
+    sweep (a speedup pairs within a sweep), then with the most reliable nights, then runs,
+    then the first; else, with ``noisy_too``, the one set aside for its decode-rate spread alone on
     the most nights beside a speculative run (a night through the noise pairs those), then
     on the most nights (audit 43: a variant on more nights, none beside the speculative
     config, left it unpaired). One rule for the judging (``series``), the ladder, the
@@ -239,11 +239,10 @@ def nights_ratio_interval(nights: list[Night], level: float = LEVEL, passing: bo
     one = pass_interval if passing else ratio_interval
     if len(both) == 1:
         return one(*both[0], level=level)
-    own = [one(b, s, level=level) for b, s in both]
     if len(both) == 2:
-        return _hull(own)
+        return _hull([one(b, s, level=level) for b, s in both])
     diffs = [_log_mean(s) - _log_mean(b) for b, s in both]  # type: ignore[operator]
-    return _narrowed(_t_interval(diffs, level), _hull(own))
+    return _t_interval(diffs, level)
 
 
 def _hull(ivs: list) -> tuple[float, float, float] | None:
@@ -273,23 +272,9 @@ def nights_level_interval(nights: list[list[float]], level: float = LEVEL
     have = [xs for xs in nights if _positive(xs)]
     if len(have) == 1:
         return level_interval(have[0], level)
-    own = [level_interval(xs, level) for xs in have]
     if len(have) == 2:
-        return _hull(own)
-    return _narrowed(_t_interval([m for xs in have if (m := _log_mean(xs)) is not None],
-                                 level), _hull(own))
-
-
-def _narrowed(t: tuple | None, hull: tuple | None) -> tuple[float, float, float] | None:
-    """Three nights or more: Student's t on the nightly values, narrowed to the span of
-    each night's own interval where that is narrower on a side. A gate on it passes where
-    t passes or every night passes on its own (and fails likewise), so a night that
-    passes alone never undoes nights that passed (audit 43: with t's two df at 98.75%,
-    t 8.9, a clear 2x passed on two nights, then not on three in 25.7% of weeks whose
-    third night passed alone). Both hold the nights' mean, so they always overlap."""
-    if t is None or hull is None:
-        return t
-    return t[0], max(t[1], hull[1]), min(t[2], hull[2])
+        return _hull([level_interval(xs, level) for xs in have])
+    return _t_interval([m for xs in have if (m := _log_mean(xs)) is not None], level)
 
 
 def pass_level(family: int) -> float:

@@ -38,6 +38,7 @@ from .gatewords import gate_text, interval_text, limit_text, speedup_text
 from .through_noise import spread_text, undecided_text
 
 MIN_RUNS = 3
+FAILED_TEXT = "needs more data: the speculative generations failed this week"
 DECISIONS = ("production candidate", "graded fallback", "keep autoregressive",
              "needs more data")  # the order the page counts them in
 LADDER_RULES = frozenset({"draft-mismatch", "stop-widening", "net-loss", "bursty-rollbacks",
@@ -172,7 +173,7 @@ def _decide(section: dict, facts: dict | None = None) -> dict:
         return out
     if base is not None and (errors := section.get("speculation_failed")) \
             and not any(c["mode"] == "speculative" for c in configs):
-        out["text"] = "needs more data: the speculative generations failed this week"
+        out["text"] = FAILED_TEXT
         out["evidence"] = f"{len(errors)} failed, e.g. {errors[0][:200]}; see the sweep page"
         return out
     if base is None or not spec:

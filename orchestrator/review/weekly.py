@@ -27,7 +27,7 @@ from .record_holds import series_holds
 from .rules import Rule, fire
 from .runtimes import agent_notices, side_by_side
 from .series import Week, judge, positions, read_served
-from .verdict import DECISIONS, decide
+from .verdict import DECISIONS, FAILED_TEXT, decide
 from .week_runs import RunRow, identity_key, iso_week_bounds, load_runs
 from .week_sweeps import (
     calibration_roles,
@@ -165,7 +165,7 @@ def _say_failed(section: dict) -> None:
     """A verdict reached on the widths that ran says that others failed (audit 43: a
     candidate at width 4 said nothing of widths 2 and 3 failing every night)."""
     errors, v = section.get("speculation_failed"), section["verdict"]
-    if errors and "failed" not in v["text"]:
+    if errors and not v["text"].startswith(FAILED_TEXT):
         v["evidence"] += (f"; {len(errors)} speculative generation"
                           f"{'s' if len(errors) != 1 else ''} failed this week, e.g. "
                           f"{errors[0][:200]} (see the sweep page)")
