@@ -26,6 +26,7 @@ JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline
             "cv_threshold", "contention_threshold", "memory_bandwidth_gbs", "soak",
             "quality_tasks", "sweep_id", "engine", "verify_weights", "python", "lineup",
             "background", "load", "adaptive", "controller_pid"}
+VARIANT_NAME_MAX = 64
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
                  "max_tokens", "description", "tools"}
 # a soak's settings and their types: the agent's parser and the plan's soak section read both
@@ -467,6 +468,12 @@ def _engine(raw: dict, path: Path) -> dict:
         raise _fail(path, "engine.variants",
                     "engine.variants: a list of {name, base_url, command?, speculative?, "
                     "fields?}")
+    for v in variants:  # a run is keyed by its config (the variant's name in it), 255 chars
+        if not isinstance(v["name"], str) or len(v["name"]) > VARIANT_NAME_MAX:
+            raise _fail(path, "engine.variants",
+                        f"engine.variants: a variant's name is text of at most "
+                        f"{VARIANT_NAME_MAX} characters (got {str(v['name'])[:40]!r}…, "
+                        f"{len(str(v['name']))}): the store keys each run by its config")
     if variants[0].get("speculative") and any(not v.get("speculative") for v in variants):
         raise _fail(path, "engine.variants",
                     "engine.variants: list the baseline (non-speculative) variant first: "

@@ -276,7 +276,9 @@ def test_variant_1_and_variant_one_get_two_labels(hostile):
                    "(140 v 100 tok/s, 3 nights) is labelled 'speculative k=3', like the "
                    "variant-less width 3 beside it (0.90x), has speedup None, and the verdict "
                    "is 'keep autoregressive: no draft width is faster than the baseline'; at "
-                   "129 characters it is a candidate (the break lies between 129 and 200)")
+                   "129 characters it is a candidate (the break lies between 129 and 200). "
+                   "Left for a node that sends one (runs.config_key holds 255 characters): "
+                   "a plan now refuses a name over 64 at lock time, with its line")
 def test_a_long_variant_name_keeps_its_label_and_speedup(tmp_path):
     store, rng = open_store(fresh_sqlite(tmp_path / "s.db")), random.Random(4)
     for at in week_nights(W20, 3):

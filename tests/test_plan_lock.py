@@ -120,6 +120,21 @@ def test_a_bad_engine_section_stops_at_lock_time_with_its_line(tmp_path, model_p
     assert e.value.line == plan.read_text().splitlines().index("  variants: []") + 1
 
 
+def test_a_variant_name_too_long_to_key_a_run_is_refused_with_its_line(tmp_path, model_pair):
+    """A run is keyed by its config, the variant's name in it (255 characters in all): a
+    200-character name lost its label and its speedup in the review (audit 44), so the
+    plan refuses it at lock time, at the line of the engine's variants."""
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan_text(model_pair, widths=None, extra="\n".join([
+        "engine:", "  type: http", "  variants:",
+        "    - {name: plain, base_url: 'http://127.0.0.1:1'}",
+        f"    - {{name: {'v' * 65}, speculative: true, base_url: 'http://127.0.0.1:2'}}"])))
+    with pytest.raises(ConfigError, match=r"engine.variants: a variant's name is text of at "
+                                          r"most 64 characters \(got 'vvvv") as e:
+        write_lock(load_plan(plan), lambda m: None)
+    assert e.value.line == plan.read_text().splitlines().index("  variants:") + 1
+
+
 def test_the_baseline_variant_comes_first(tmp_path, model_pair):
     plan = tmp_path / "plan.yml"
     plan.write_text(plan_text(model_pair, widths=None, extra="\n".join([
