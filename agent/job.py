@@ -17,6 +17,7 @@ from . import SCHEMA, protocol
 from .engines import engine_for
 from .errors import JobFileError
 from .fingerprint import VERIFY_MAX_AGE_S
+from .job_engine import check_engine
 
 KNOBS = tuple(protocol.KNOBS)
 SAMPLING_DEFAULTS = protocol.SAMPLING_DEFAULTS
@@ -26,7 +27,6 @@ JOB_KEYS = {"schema", "job_id", "mode", "models", "pins", "workloads", "baseline
             "cv_threshold", "contention_threshold", "memory_bandwidth_gbs", "soak",
             "quality_tasks", "sweep_id", "engine", "verify_weights", "python", "lineup",
             "background", "load", "adaptive", "controller_pid"}
-VARIANT_NAME_MAX = 64
 WORKLOAD_KEYS = {"name", "kind", "context_bucket", "prompt", "prompt_file", "prompt_sha256",
                  "max_tokens", "description", "tools"}
 # a soak's settings and their types: the agent's parser and the plan's soak section read both
@@ -244,7 +244,7 @@ def parse_job(raw, path: Path = Path("<job>")) -> Job:
     duration = soak.get("duration_s", 600)
     if not isinstance(duration, (int, float)) or duration <= 0:
         raise _fail(path, "soak.duration_s", "soak.duration_s: must be a number of seconds > 0")
-    engine = _engine(raw, path)
+    engine = check_engine(raw, path, _fail)
     if len(lineup) > 1 and (engine or mode == "soak"):
         raise _fail(path, "lineup",
                     "lineup: several models are measured in process, in a sweep; " + (
@@ -454,54 +454,3 @@ def _soak_target(soak: dict, engine: dict, path: Path) -> dict:
                     f"soak.variant: {name!r} has no command: a soak watches the "
                     "runtime's memory, so the agent must start it")
     return {**soak, "variant": name}
-
-
-def _engine(raw: dict, path: Path) -> dict:
-    eng = raw.get("engine") or {}
-    if not eng:
-        return {}
-    if eng.get("api", "completions") not in ("completions", "chat"):
-        raise _fail(path, "engine.api", "engine.api: completions or chat")
-    variants = eng.get("variants")
-    if not isinstance(variants, list) or not variants or not all(
-            isinstance(v, dict) and v.get("name") and v.get("base_url") for v in variants):
-        raise _fail(path, "engine.variants",
-                    "engine.variants: a list of {name, base_url, command?, speculative?, "
-                    "fields?}")
-    for v in variants:  # a run is keyed by its config (the variant's name in it), 255 chars
-        if not isinstance(v["name"], str) or len(v["name"]) > VARIANT_NAME_MAX:
-            raise _fail(path, "engine.variants",
-                        f"engine.variants: a variant's name is text of at most "
-                        f"{VARIANT_NAME_MAX} characters (got {str(v['name'])[:40]!r}…, "
-                        f"{len(str(v['name']))}): the store keys each run by its config")
-    if variants[0].get("speculative") and any(not v.get("speculative") for v in variants):
-        raise _fail(path, "engine.variants",
-                    "engine.variants: list the baseline (non-speculative) variant first: "
-                    "speculative variants are checked against its output")
-    for v in variants:
-        method = v.get("method", "draft-model")
-        if method not in ("draft-model", *protocol.DRAFT_FREE_METHODS):
-            raise _fail(path, "engine.variants",
-                        f"engine.variants ({v['name']}).method: {method!r} is not one of "
-                        f"draft-model, {', '.join(protocol.DRAFT_FREE_METHODS)}")
-        if "method" in v and not v.get("speculative"):
-            raise _fail(path, "engine.variants",
-                        f"engine.variants ({v['name']}).method: only a speculative "
-                        "variant has a method (set speculative: true)")
-    if not isinstance(eng.get("interleave", False), bool):
-        raise _fail(path, "engine.interleave",
-                    "engine.interleave: true or false (true: every variant runs at "
-                    "once, so baseline and candidate alternate per generation)")
-    # runtime-specific request fields swept one at a time, e.g. llama-server's flat
-    # "speculative.n_max" or mlx-serve's "enable_pld"
-    fknobs = eng.get("knobs", {})
-    if not isinstance(fknobs, dict) or not all(
-            isinstance(v, list) and v and all(isinstance(x, (bool, int, float, str)) for x in v)
-            for v in fknobs.values()):
-        raise _fail(path, "engine.knobs",
-                    "engine.knobs: a map of request field → non-empty list of values")
-    clash = sorted(set(fknobs) & set(KNOBS))
-    if clash:
-        raise _fail(path, "engine.knobs",
-                    f"engine.knobs: {', '.join(clash)} belong in the job's knobs")
-    return eng
