@@ -78,15 +78,18 @@ def _rate(nights: int, true: float, *, family: int = 1, tau: float = 0.0,
     return p / draws, f / draws
 
 
-@pytest.mark.xfail(strict=True, reason="medium (left: the fix failed audit 44): at three "
-                   "nights Student's t on the nightly ratios (two df, t 8.9 at 98.75% for "
-                   "four widths) can be undecided where two nights passed and the third "
-                   "passes alone (25.7% of weeks); letting every night passing alone pass "
-                   "(_narrowed, 8856dac) made 4.65% false passes at the gate on long nights "
-                   "wobbling 30% (20 v 20 trials) and a 92% interval: reverted, t is the "
-                   "week's answer from three nights")
+THIRD_NIGHT = ("medium (left: the fix failed audit 44): at three "
+    "nights Student's t on the nightly ratios (two df, t 8.9 at 98.75% for "
+    "four widths) can be undecided where two nights passed and the third "
+    "passes alone (25.7% of weeks); letting every night passing alone pass "
+    "(_narrowed, 8856dac) made 4.65% false passes at the gate on long nights "
+    "wobbling 30% (20 v 20 trials) and a 92% interval: reverted, t is the "
+    "week's answer from three nights")
+
+
+@pytest.mark.xfail(strict=True, reason=THIRD_NIGHT)
 def test_a_third_night_that_passes_alone_does_not_undo_two_nights_pass():
-    """Was medium: at a family of 4 widths a true 2x (6 v 6 trials a night, CV 20%, no wobble,
+    """Medium, open: at a family of 4 widths a true 2x (6 v 6 trials a night, CV 20%, no wobble,
     1,000 weeks, seed 3) passes on nights 1 and 2 together and on night 3 alone, yet the
     three nights together are undecided in 25.7% of weeks (t on three nightly ratios at the
     98.75% level has 2 df, t 8.9, against each night's ~10 df): pass rates by nights 91.7%,
@@ -120,15 +123,9 @@ def _noisy_week(tmp_path, nights: int, seed: int, ratios: dict[int, float]) -> d
     return s["verdict"]
 
 
-@pytest.mark.xfail(strict=True, reason="medium (left: the fix failed audit 44): at three "
-                   "nights Student's t on the nightly ratios (two df, t 8.9 at 98.75% for "
-                   "four widths) can be undecided where two nights passed and the third "
-                   "passes alone (25.7% of weeks); letting every night passing alone pass "
-                   "(_narrowed, 8856dac) made 4.65% false passes at the gate on long nights "
-                   "wobbling 30% (20 v 20 trials) and a 92% interval: reverted, t is the "
-                   "week's answer from three nights")
+@pytest.mark.xfail(strict=True, reason=THIRD_NIGHT)
 def test_through_the_review_a_third_night_keeps_a_two_night_candidate(tmp_path):
-    """Was medium: through the real ingest, four widths at a true 2x, every config set aside
+    """Medium, open: through the real ingest, four widths at a true 2x, every config set aside
     for its spread (seed 0): two nights read 'production candidate at draft width 2,
     provisional: 2 of 3 nights' (1.98x, 95% interval 1.38-3.19), the same two nights and a
     third read 'needs more data: no reliable baseline this week'"""
