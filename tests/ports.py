@@ -25,3 +25,19 @@ def free_port(address: str = "127.0.0.1") -> int:
                 continue
             return port
     raise RuntimeError(f"no free port on {address} in {base}-{base + 1999}")
+
+
+def wait_served(url: str, timeout_s: float = 10.0) -> bool:
+    """Whether an OpenAI-style server at ``url`` answers ``/v1/models`` within ``timeout_s``
+    (a planted runtime or mlx_lm.server the test started)."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url + "/v1/models", timeout=1).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False

@@ -24,8 +24,6 @@ import re
 import statistics
 import subprocess
 import sys
-import time
-import urllib.request
 from datetime import timedelta
 from pathlib import Path
 from xml.etree import ElementTree as ET
@@ -661,19 +659,14 @@ def test_a_load_level_counts_the_chunks_not_a_doubled_usage(tmp_path):
     from agent.httpengine import stream
     from agent.httpruntime import reply_of
     from agent.load import closed_loop, summarize
-    from tests.ports import free_port
+    from tests.ports import free_port, wait_served
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "planted_runtime.py"),
                              "--port", str(port), "--mode", "double-usage", "--token-ms", "1"])
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(url + "/v1/models", timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_served(url)
         body = {"prompt": "x", "max_tokens": 12, "temperature": 0.0}
 
         def send(i: int):

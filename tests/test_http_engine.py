@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent import httpengine as h
-from tests.ports import free_port
+from tests.ports import free_port, wait_served
 
 SSE = Path(__file__).parent / "data" / "sse" / "mlx_lm_server_chat_stream.txt"
 PROMPT = "def heappush(heap, item):"
@@ -28,13 +28,8 @@ def start_mlx_server(model_pair, draft: bool):
         cmd += ["--draft-model", str(model_pair / "draft"), "--num-draft-tokens", "3"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url + "/v1/models", timeout=1).read()
-            return proc, url
-        except OSError:
-            time.sleep(0.2)
+    if wait_served(url, 60):
+        return proc, url
     proc.kill()
     raise RuntimeError("mlx_lm.server did not become ready")
 

@@ -5,13 +5,11 @@ loop). Runtimes are the planted OpenAI-API server, which knows nothing of specfl
 import json
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
 from orchestrator.sweep.jobspec import build_job, load_quality_tasks
-from tests.ports import free_port
+from tests.ports import free_port, wait_served
 from tests.test_agent import run_agent
 from tests.test_planted_runtimes import PLANTED, variant
 
@@ -27,12 +25,7 @@ def external():
                                        "--mode", mode], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL))
         url = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(url + "/v1/models", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_served(url)
         return {"name": name, "base_url": url,
                 **({"speculative": True, "num_draft_tokens": 3} if speculative else {})}
 

@@ -79,17 +79,14 @@ def judge(section: dict, key: tuple, runs: list[RunRow], cur: list[RunRow], late
              if (k := base_key(stats, s, noisy_too=False)) is not None}
     # the configs judged through the noise, paired night by night with their baseline: how
     # many there are sets the level a pass is read at (Bonferroni over them)
-    noisy = {ck: p for ck, c in stats.items() if c.mode == "speculative"
-             and (bases.get(c.sampling) is None or c.set_aside)
-             and (p := _paired_nights(c, ck, stats, configs, shaky))[0]}
-    # one reference per sampling: widths judged against different baselines made a width
-    # 40% slower the pick (audit 44)
-    refs = {sp: _noisy_base(sp, {k: v for k, v in noisy.items()
-                                 if stats[k].sampling == sp}, stats, configs, shaky)
-            for sp in {stats[k].sampling for k in noisy}}
-    noisy = {ck: p for ck in noisy if (p := (_nights_with(ck, refs[stats[ck].sampling],
-                                                          configs, shaky),
-                                             refs[stats[ck].sampling]))[0]}
+    # one reference per sampling, the baseline pairing the most nights over them all:
+    # widths judged against different baselines made a width 40% slower the pick (audit 44)
+    cands = [ck for ck, c in stats.items() if c.mode == "speculative"
+             and (bases.get(c.sampling) is None or c.set_aside)]
+    refs = {sp: _noisy_base(sp, [k for k in cands if stats[k].sampling == sp], stats,
+                            configs, shaky) for sp in {stats[k].sampling for k in cands}}
+    noisy = {ck: (p, ref) for ck in cands if (ref := refs[stats[ck].sampling]) is not None
+             and (p := _nights_with(ck, ref, configs, shaky))}
     for ck, c in sorted(stats.items(), key=lambda kv: kv[0].order()):
         base = bases.get(c.sampling)
         if c.mode == "speculative" and base is not None and not c.set_aside:
@@ -170,33 +167,19 @@ def base_key(stats: dict[ConfigId, ConfigStats], sampling: str,
 Paired = list[tuple[list[RunRow], list[RunRow]]]  # (baseline runs, speculative) a night
 
 
-def _paired_nights(c: ConfigStats, ck: ConfigId, stats: dict[ConfigId, ConfigStats],
-                   configs: dict, shaky: dict) -> tuple[Paired, ConfigId | None]:
-    """The nights paired with the baseline at the config's sampling that pairs the most
-    (base_key's first where they tie), and that baseline: a variant reliable in one sweep
-    of its own was chosen over one beside the config every night, and the verdict rested
-    on one night (audit 43)."""
-    first = base_key(stats, c.sampling, noisy_too=True)
+def _noisy_base(sampling: str, specs: list[ConfigId], stats: dict[ConfigId, ConfigStats],
+                configs: dict, shaky: dict) -> ConfigId | None:
+    """The baseline at ``sampling`` that pairs the most nights over ``specs`` (the
+    speculative configs judged through the noise there), base_key's first, then key order,
+    where they tie: a variant reliable in one sweep of its own was chosen over one beside
+    the config every night, and the verdict rested on one night (audit 43)."""
+    first = base_key(stats, sampling, noisy_too=True)
     keys = sorted((k for k, b in stats.items() if b.mode == "baseline"
-                   and b.sampling == c.sampling), key=lambda k: (k != first, k.order()))
-    best: tuple[Paired, ConfigId | None] = ([], None)
-    for base_ck in keys:
-        got = _nights_with(ck, base_ck, configs, shaky)
-        if len(got) > len(best[0]):
-            best = (got, base_ck)
-    return best
-
-
-def _noisy_base(sampling: str, paired: dict, stats: dict[ConfigId, ConfigStats],
-                configs: dict, shaky: dict) -> ConfigId:
-    """The baseline at ``sampling`` that pairs the most nights over all the speculative
-    configs judged through the noise there (``paired``: each one's own best), the first
-    of those bests where they tie."""
-    keys = list(dict.fromkeys(b for _, b in paired.values()))
-    keys += sorted((k for k, b in stats.items() if b.mode == "baseline"
-                    and b.sampling == sampling and k not in keys), key=ConfigId.order)
+                   and b.sampling == sampling), key=lambda k: (k != first, k.order()))
+    if not keys:
+        return None
     return max(keys, key=lambda b: (sum(len(_nights_with(ck, b, configs, shaky))
-                                        for ck in paired), -keys.index(b)))
+                                        for ck in specs), -keys.index(b)))
 
 
 def _nights_with(ck: ConfigId, base_ck: ConfigId, configs: dict, shaky: dict) -> Paired:
@@ -305,7 +288,7 @@ def _config_table(cur: list[RunRow], quality: dict
 def _speculative_places(cur: list[RunRow]) -> tuple[set, set]:
     """Where speculative runs were measured, each with its sampling settings: the (sweep,
     node) a reliable baseline pairs in, and the (node, night) one set aside for its spread
-    pairs on (``_paired_nights``)."""
+    pairs on (``_nights_with``)."""
     spec = [r for r in cur if r.mode == "speculative"]
     return ({(r.sweep_id, r.node, r.sampling) for r in spec},
             {(r.node, r.at.date(), r.sampling) for r in spec})

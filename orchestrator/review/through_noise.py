@@ -99,7 +99,7 @@ def baseline_at(section: dict, sampling) -> dict | None:
     pick = noisy_pick(section)
     against = ((pick or {}).get("through_noise") or {}).get("against")
     if against is not None and pick.get("sampling") == sampling:  # type: ignore[union-attr]
-        # the one the verdict's nights were paired with (series._paired_nights)
+        # the one the verdict's nights were paired with (series._noisy_base)
         return next((c for c in section["configs"] if c["mode"] == "baseline"
                      and c.get("config_id") == against), None)
     return baseline_of(section["configs"], sampling,
